@@ -1,0 +1,100 @@
+"""The one place that reads LOCALRT_* environment variables. Everything else takes values from here."""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import platformdirs
+
+DEFAULT_HOST = "127.0.0.1"
+DEFAULT_PORT = 11434
+
+
+def _data_dir() -> Path:
+    return Path(platformdirs.user_data_dir("localrt", appauthor=False))
+
+
+def parse_host(value: str | None) -> tuple[str, int, str]:
+    """`LOCALRT_HOST` read the way Ollama reads `OLLAMA_HOST`.
+
+    Forms: "", "host", ":port", "host:port", "[v6]:port", "http://host" (port 80), "https://host" (443).
+    Returns (host, port, scheme)."""
+    v = (value or "").strip().strip("\"'").strip()
+    scheme, port = "http", DEFAULT_PORT
+    if "://" in v:
+        scheme, v = v.split("://", 1)
+        port = 443 if scheme == "https" else 80
+    v = v.split("/", 1)[0]
+    host, port_text = v, ""
+    if v.startswith("["):
+        host, _, rest = v[1:].partition("]")
+        port_text = rest[1:] if rest.startswith(":") else ""
+    elif v.count(":") == 1:
+        host, port_text = v.split(":")
+    if port_text:
+        if not port_text.isdigit() or not 0 < int(port_text) < 65536:
+            raise ValueError(f"LOCALRT_HOST has an invalid port: {value!r}")
+        port = int(port_text)
+    return host or DEFAULT_HOST, port, scheme
+
+
+@dataclass(frozen=True)
+class Config:
+    host: str = DEFAULT_HOST
+    port: int = DEFAULT_PORT
+    scheme: str = "http"
+    models_dir: Path = field(default_factory=lambda: _data_dir() / "models")
+    readonly_models_dirs: tuple[Path, ...] = ()
+    data_dir: Path = field(default_factory=_data_dir)
+    keep_alive: str = "5m"
+    num_parallel: int = 1
+    max_loaded_models: int = 3
+    max_queue: int = 512
+    origins: tuple[str, ...] = ()
+    api_key: str | None = None
+    registry: str | None = None
+    context_length: int = 4096
+    num_threads: int = 0  # 0: all cores
+
+    @property
+    def base_url(self) -> str:
+        h = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{self.scheme}://{h}:{self.port}"
+
+
+def _int(env: dict, key: str, default: int) -> int:
+    raw = env.get(key)
+    if raw is None or raw.strip() == "":
+        return default
+    try:
+        return int(raw)
+    except ValueError:
+        raise ValueError(f"{key} must be an integer, got {raw!r}") from None
+
+
+def load(env: dict | None = None) -> Config:
+    """Build the Config from the environment (or a given mapping, for tests)."""
+    env = dict(os.environ if env is None else env)
+    host, port, scheme = parse_host(env.get("LOCALRT_HOST"))
+    data_dir = Path(env["LOCALRT_DATA"]) if env.get("LOCALRT_DATA") else _data_dir()
+    models = Path(env["LOCALRT_MODELS"]) if env.get("LOCALRT_MODELS") else data_dir / "models"
+    ro = tuple(Path(p) for p in env.get("LOCALRT_MODELS_READONLY", "").split(os.pathsep) if p.strip())
+    origins = tuple(o.strip() for o in env.get("LOCALRT_ORIGINS", "").split(",") if o.strip())
+    return Config(
+        host=host,
+        port=port,
+        scheme=scheme,
+        models_dir=models,
+        readonly_models_dirs=ro,
+        data_dir=data_dir,
+        keep_alive=env.get("LOCALRT_KEEP_ALIVE", "5m").strip() or "5m",
+        num_parallel=_int(env, "LOCALRT_NUM_PARALLEL", 1),
+        max_loaded_models=_int(env, "LOCALRT_MAX_LOADED_MODELS", 3),
+        max_queue=_int(env, "LOCALRT_MAX_QUEUE", 512),
+        origins=origins,
+        api_key=env.get("LOCALRT_API_KEY") or None,
+        registry=env.get("LOCALRT_REGISTRY") or None,
+        context_length=_int(env, "LOCALRT_CONTEXT_LENGTH", 4096),
+        num_threads=_int(env, "LOCALRT_NUM_THREADS", 0),
+    )

@@ -1,0 +1,55 @@
+"""Typed errors of the core. The server maps them to HTTP status and body in exactly one function."""
+from __future__ import annotations
+
+
+class LocalrtError(Exception):
+    """Base of every error the runtime raises on purpose."""
+
+
+class InvalidRequest(LocalrtError):
+    """A request or option that fails validation (bad type, out of range, unknown field)."""
+
+
+class ModelNotFound(LocalrtError):
+    def __init__(self, name: str):
+        super().__init__(f"model '{name}' not found")
+        self.name = name
+
+
+class InvalidModelName(LocalrtError):
+    def __init__(self, name: str, why: str = ""):
+        super().__init__(f"invalid model name {name!r}" + (f": {why}" if why else ""))
+        self.name = name
+
+
+class ModelLoadError(LocalrtError):
+    """The file is a valid GGUF but cannot be run (unsupported architecture, missing tensor, ...)."""
+
+
+class UnsupportedArchitecture(ModelLoadError):
+    def __init__(self, arch: str):
+        super().__init__(f"unsupported model architecture {arch!r}")
+        self.arch = arch
+
+
+class MissingTensor(ModelLoadError):
+    def __init__(self, name: str):
+        super().__init__(f"model file has no tensor {name!r}")
+        self.tensor = name
+
+
+class ContextLengthExceeded(LocalrtError):
+    def __init__(self, n_prompt: int, n_ctx: int):
+        super().__init__(
+            f"the prompt has {n_prompt} tokens, more than the context length of {n_ctx} tokens"
+        )
+        self.n_prompt = n_prompt
+        self.n_ctx = n_ctx
+
+
+class Busy(LocalrtError):
+    """The request queue is full."""
+
+
+class Cancelled(LocalrtError):
+    """The client went away; work stopped."""

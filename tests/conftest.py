@@ -1,0 +1,27 @@
+"""Shared fixtures. The real models come from installed PyPI packages, never from a machine path."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from localrt import builtin_models
+
+REFERENCE_DIR = Path(__file__).parent / "data"
+
+
+@pytest.fixture(scope="session")
+def smollm2_path() -> Path:
+    return builtin_models.smollm2_path()
+
+
+@pytest.fixture(scope="session")
+def gemma3_path() -> Path:
+    return builtin_models.gemma3_path()
+
+
+@pytest.fixture(scope="session")
+def llamacpp_reference() -> dict:
+    """llama.cpp's own token ids, greedy continuations and top logits for the two real models."""
+    return json.loads((REFERENCE_DIR / "llamacpp_reference.json").read_text())
