@@ -1,0 +1,29 @@
+"""Events that `generate` yields. CLI printing, NDJSON, SSE and non-streaming replies all derive from them."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class Token:
+    """One sampled token. `text` is what may be shown now: complete UTF-8 only, never part of a stop string."""
+
+    token: int
+    text: str
+    done: bool = False
+
+
+@dataclass(frozen=True)
+class Done:
+    """The last event of a generation. Durations are integer nanoseconds, as Ollama reports them."""
+
+    done_reason: str  # "stop" | "length" | "load" | "unload"
+    prompt_eval_count: int = 0
+    prompt_eval_duration: int = 0
+    eval_count: int = 0
+    eval_duration: int = 0
+    load_duration: int = 0
+    total_duration: int = 0
+    text: str = ""  # text held back until the end (e.g. a partial stop-string match that did not complete)
+    context: list[int] = field(default_factory=list)  # prompt + generated ids, for /api/generate's `context`
+    done: bool = True
