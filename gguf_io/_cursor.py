@@ -1,0 +1,116 @@
+"""Bounds-checked little-endian reads from the header region of a mapped GGUF file."""
+from __future__ import annotations
+
+import struct
+
+import numpy as np
+
+from .constants import MAX_HEADER_BYTES, SCALAR_DTYPES, GGUFValueType, InvalidGGUF
+
+_U32 = struct.Struct("<I")
+_U64 = struct.Struct("<Q")
+_SCALAR_STRUCTS = {t: struct.Struct("<" + dt.char) for t, dt in SCALAR_DTYPES.items()}
+
+
+class Cursor:
+    """Reads the header of `buf` (a mapping of a `size`-byte file) front to back; every read is checked."""
+
+    def __init__(self, buf, size: int) -> None:
+        self.buf = buf
+        self.size = size
+        self.pos = 0
+        # The header may not grow past the cap even in a larger file.
+        self.limit = min(size, MAX_HEADER_BYTES)
+
+    def remaining(self) -> int:
+        return self.limit - self.pos
+
+    def take(self, n: int, what: str) -> int:
+        """Claim the next `n` bytes; returns their start offset."""
+        end = self.pos + n
+        if end > self.limit:
+            self.overrun(end, what)
+        start, self.pos = self.pos, end
+        return start
+
+    def overrun(self, end: int, what: str, at: int | None = None) -> None:
+        at = self.pos if at is None else at
+        if end > self.size:
+            raise InvalidGGUF(
+                f"truncated file: header says {end} bytes needed ({what} at offset {at}), "
+                f"file has {self.size}"
+            )
+        raise InvalidGGUF(
+            f"{what} at offset {at} ends at byte {end}, past the {MAX_HEADER_BYTES}-byte cap "
+            "on the header (metadata + tensor infos)"
+        )
+
+    def u32(self, what: str) -> int:
+        return _U32.unpack_from(self.buf, self.take(4, what))[0]
+
+    def u64(self, what: str) -> int:
+        return _U64.unpack_from(self.buf, self.take(8, what))[0]
+
+    def count(self, what: str, cap: int, min_item_bytes: int) -> int:
+        """A u64 element count, checked against `cap` and against the bytes left for its items."""
+        at = self.pos
+        n = self.u64(what)
+        if n > cap:
+            raise InvalidGGUF(f"{what} at offset {at} is {n}, over the cap of {cap}")
+        if n * min_item_bytes > self.remaining():
+            self.overrun(self.pos + n * min_item_bytes, f"{n} items of {what}", at)
+        return n
+
+    def string(self, what: str) -> str:
+        n = self.u64(f"length of {what}")
+        start = self.take(n, what)
+        return _decode(self.buf[start : start + n], f"{what} at offset {start}")
+
+    def scalar(self, vtype: GGUFValueType, what: str) -> int | float | bool:
+        st = _SCALAR_STRUCTS[vtype]
+        start = self.take(st.size, what)
+        if vtype == GGUFValueType.BOOL and self.buf[start] > 1:
+            raise InvalidGGUF(f"{what} at offset {start}: bool byte is {self.buf[start]}, not 0 or 1")
+        return st.unpack_from(self.buf, start)[0]
+
+    def numeric_array(self, vtype: GGUFValueType, n: int, what: str) -> np.ndarray:
+        dtype = SCALAR_DTYPES[vtype]
+        start = self.take(n * dtype.itemsize, what)
+        raw = np.frombuffer(self.buf, np.uint8, n * dtype.itemsize, start)  # (n * itemsize,)
+        if vtype == GGUFValueType.BOOL and n and raw.max() > 1:
+            raise InvalidGGUF(f"{what} at offset {start}: bool array holds a byte other than 0 or 1")
+        # A copy, so metadata outlives the mapping and stays writable for the caller.
+        return raw.view(dtype).astype(dtype.newbyteorder("="))  # (n,)
+
+    def strings(self, n: int, what: str) -> list[str]:
+        """`n` length-prefixed strings: one tight pass for offsets, one bulk decode."""
+        buf, pos, limit, unpack = self.buf, self.pos, self.limit, _U64.unpack_from
+        parts = [b""] * n
+        for i in range(n):
+            if pos + 8 > limit:
+                self.overrun(pos + 8, f"length of {what}[{i}]", pos)
+            end = pos + 8 + unpack(buf, pos)[0]
+            if end > limit:
+                self.overrun(end, f"{what}[{i}]", pos)
+            parts[i] = buf[pos + 8 : end]
+            pos = end
+        self.pos = pos
+        return _decode_many(parts, what)
+
+
+def _decode(raw: bytes, where: str) -> str:
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise InvalidGGUF(f"{where} is not valid UTF-8 ({e.reason} at byte {e.start})") from None
+
+
+def _decode_many(parts: list[bytes], what: str) -> list[str]:
+    joined = b"\0".join(parts)
+    # One decode + split is exact only when no item itself contains a NUL.
+    if joined.count(b"\0") == max(len(parts) - 1, 0):
+        try:
+            return joined.decode("utf-8").split("\0") if parts else []
+        except UnicodeDecodeError:
+            pass
+    return [_decode(p, f"{what}[{i}]") for i, p in enumerate(parts)]
