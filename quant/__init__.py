@@ -1,0 +1,8 @@
+"""GGML block formats as data, with slow, obvious NumPy reference dequantizers and quantizers."""
+from quant.dequant import dequantize
+from quant.formats import FORMATS, QK, QK_K, VEC_DOT_TYPE, BlockFormat, GGMLType, QuantError, get_format, row_bytes
+
+__all__ = [
+    "FORMATS", "QK", "QK_K", "VEC_DOT_TYPE", "BlockFormat", "GGMLType", "QuantError",
+    "dequantize", "get_format", "row_bytes",
+]
