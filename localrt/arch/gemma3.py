@@ -1,0 +1,35 @@
+"""gemma3: scaled embedding, q/k norms, sandwich norms, GELU-tanh gated FFN, local/global layers.
+
+Norm weights in the file already include Gemma's +1. Local (sliding-window) layers use rope base
+`rope_base_swa` without frequency scaling; global layers use the file's base and scaling.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from simd_kernels import ops
+
+from .common import Batch, TensorSource, Weights, attention, gated_ffn, load_common, load_layer
+
+
+def load(cfg, src: TensorSource) -> Weights:
+    return load_common(cfg, src, lambda il: load_layer(cfg, src, il, qk_norm=True, sandwich=True))
+
+
+def forward(be, cfg, w: Weights, batch: Batch, cache) -> np.ndarray:
+    """Final-normed hidden states (n_tok, n_embd) of the batch; stores its keys in the cache."""
+    x = be.embed(w.token_embd, batch.tokens)  # (n_tok, n_embd) residual stream
+    x *= np.float32(cfg.embed_scale)
+    h = np.empty_like(x)  # (n_tok, n_embd) normed input of the next sub-block
+    for il, L in enumerate(w.layers):
+        local = cfg.windows[il] > 0
+        base = cfg.rope_base_swa if local else cfg.rope_base
+        scale = 1.0 if local else cfg.rope_freq_scale
+        ops.rms_norm(x, L.attn_norm, cfg.rms_eps, h)
+        a = attention(be, cfg, w, L, il, h, batch, cache, base, scale)
+        ops.rms_norm(a, L.post_attention_norm, cfg.rms_eps, a)
+        ops.add_rms_norm(x, a, L.ffn_norm, cfg.rms_eps, h)
+        f = gated_ffn(be, L, h, ops.geglu_tanh)
+        ops.rms_norm(f, L.post_ffw_norm, cfg.rms_eps, f)
+        x += f
+    return ops.rms_norm(x, w.output_norm, cfg.rms_eps, h)

@@ -1,0 +1,218 @@
+"""Numba kernels for everything in a transformer layer that is not a weight matmul.
+
+Numerics follow llama.cpp's CPU backend where it matters for agreement: RMSNorm sums squares in
+float64, RoPE builds its angles by repeated float32 multiplication, softmax runs in float32.
+Every kernel writes into a caller-owned buffer so that the decode step allocates nothing per layer.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from numba import njit, prange
+
+ROPE_NORMAL = 0  # pairs (x[2i], x[2i+1]); GGUF llama q/k rows are permuted for this
+ROPE_NEOX = 2  # pairs (x[i], x[i + n_rot/2]), as HF rotate_half
+
+
+@njit(cache=True, nogil=True)
+def rms_norm(x, w, eps, out):
+    """out[t] = x[t] / sqrt(mean(x[t]^2) + eps) * w.  x, out: (n_tok, n) f32; w: (n,) f32."""
+    n_tok, n = x.shape
+    for t in range(n_tok):
+        ss = 0.0  # float64 accumulator, as ggml
+        for i in range(n):
+            ss += np.float64(x[t, i]) * x[t, i]
+        scale = np.float32(1.0 / math.sqrt(np.float32(ss / n) + eps))
+        for i in range(n):
+            out[t, i] = x[t, i] * scale * w[i]
+    return out
+
+
+@njit(cache=True, nogil=True)
+def add_rms_norm(x, delta, w, eps, out):
+    """x += delta (the residual), then out = rms_norm(x) * w.  All (n_tok, n) f32 but w (n,)."""
+    n_tok, n = x.shape
+    for t in range(n_tok):
+        for i in range(n):
+            x[t, i] += delta[t, i]
+    return rms_norm(x, w, eps, out)
+
+
+@njit(cache=True, nogil=True)
+def rms_norm_heads(x, w, eps):
+    """In place, per head: x (n_tok, n_head, head_dim) f32, w (head_dim,) f32 (gemma3 q/k norms)."""
+    n_tok, n_head, hd = x.shape
+    for t in range(n_tok):
+        for h in range(n_head):
+            ss = 0.0
+            for i in range(hd):
+                ss += np.float64(x[t, h, i]) * x[t, h, i]
+            scale = np.float32(1.0 / math.sqrt(np.float32(ss / hd) + eps))
+            for i in range(hd):
+                x[t, h, i] = x[t, h, i] * scale * w[i]
+    return x
+
+
+@njit(cache=True, nogil=True)
+def rope(x, positions, n_rot, base, freq_scale, freq_factors, mode):
+    """Rotate x (n_tok, n_head, head_dim) f32 in place by position (n_tok,) int.
+
+    theta_i = pos * freq_scale * base^(-2i/n_rot) / freq_factors[i], the angle built by repeated
+    multiplication in float32 as ggml does; dims from n_rot on pass through unchanged.
+    freq_factors: (n_rot/2,) f32 (ones when the file has none).
+    """
+    n_tok, n_head, _ = x.shape
+    half = n_rot // 2
+    theta_scale = np.float32(np.float32(base) ** np.float32(-2.0 / n_rot))
+    cos = np.empty(half, np.float32)  # (n_rot/2,)
+    sin = np.empty(half, np.float32)  # (n_rot/2,)
+    for t in range(n_tok):
+        theta = np.float32(positions[t])
+        for i in range(half):
+            a = np.float32(freq_scale * (theta / freq_factors[i]))
+            cos[i] = math.cos(a)
+            sin[i] = math.sin(a)
+            theta = np.float32(theta * theta_scale)
+        for h in range(n_head):
+            for i in range(half):
+                if mode == ROPE_NEOX:
+                    i0 = i
+                    i1 = i + half
+                else:
+                    i0 = 2 * i
+                    i1 = 2 * i + 1
+                a = x[t, h, i0]
+                b = x[t, h, i1]
+                x[t, h, i0] = a * cos[i] - b * sin[i]
+                x[t, h, i1] = a * sin[i] + b * cos[i]
+    return x
+
+
+@njit(cache=True, nogil=True)
+def add_bias(x, b):
+    """x (n_tok, n) += b (n,), in place."""
+    n_tok, n = x.shape
+    for t in range(n_tok):
+        for i in range(n):
+            x[t, i] += b[i]
+    return x
+
+
+@njit(cache=True, nogil=True)
+def softmax_rows(x):
+    """In place softmax over the last axis of x (n_rows, n) f32."""
+    for r in range(x.shape[0]):
+        m = -np.inf
+        for i in range(x.shape[1]):
+            m = max(m, x[r, i])
+        s = 0.0
+        for i in range(x.shape[1]):
+            e = np.float32(math.exp(x[r, i] - m))
+            x[r, i] = e
+            s += e
+        inv = np.float32(1.0 / s)
+        for i in range(x.shape[1]):
+            x[r, i] *= inv
+    return x
+
+
+@njit(cache=True, nogil=True, parallel=True)
+def swiglu(gate, up, out):
+    """out = silu(gate) * up.  All (n_tok, n_ff) f32."""
+    n_tok, n = gate.shape
+    for t in prange(n_tok):
+        for i in range(n):
+            g = gate[t, i]
+            out[t, i] = g / (np.float32(1.0) + np.float32(math.exp(-g))) * up[t, i]
+    return out
+
+
+_GELU_C = np.float32(math.sqrt(2.0 / math.pi))
+
+
+@njit(cache=True, nogil=True, parallel=True)
+def geglu_tanh(gate, up, out):
+    """out = gelu_tanh(gate) * up.  All (n_tok, n_ff) f32."""
+    n_tok, n = gate.shape
+    for t in prange(n_tok):
+        for i in range(n):
+            g = gate[t, i]
+            inner = _GELU_C * g * (np.float32(1.0) + np.float32(0.044715) * g * g)
+            out[t, i] = np.float32(0.5) * g * (np.float32(1.0) + np.float32(math.tanh(inner))) * up[t, i]
+    return out
+
+
+@njit(cache=True, nogil=True)
+def kv_store(k, v, k_cache, v_cache, positions, slots):
+    """Write k, v (n_tok, n_kv, head_dim) into the caches (n_slots, n_kv, cap, head_dim) at pos % cap.
+
+    cap is n_ctx for full layers and a ring of window + n_batch for sliding-window layers.
+    """
+    cap = k_cache.shape[2]
+    for t in range(k.shape[0]):
+        s = slots[t]
+        j = positions[t] % cap
+        for h in range(k.shape[1]):
+            k_cache[s, h, j, :] = k[t, h, :]
+            v_cache[s, h, j, :] = v[t, h, :]
+
+
+@njit(cache=True, nogil=True, parallel=True)
+def attention(q, k_cache, v_cache, positions, slots, window, scale, out):
+    """Causal attention of each query token over its own slot's cache.
+
+    q: (n_tok, n_head, head_dim) f32; k_cache/v_cache: (n_slots, n_kv, cap, head_dim) f32, already
+    holding every key up to each query's position; positions/slots: (n_tok,) int; window: 0 for
+    full attention, else a key at p0 is visible to a query at p1 iff p1 - p0 < window.
+    out: (n_tok, n_head, head_dim_v) f32.  Query head h reads KV head h // (n_head / n_kv).
+    """
+    n_tok, n_head, hd = q.shape
+    n_kv = k_cache.shape[1]
+    cap = k_cache.shape[2]
+    hd_v = v_cache.shape[3]
+    group = n_head // n_kv
+    for job in prange(n_tok * n_head):
+        t = job // n_head
+        h = job % n_head
+        kvh = h // group
+        s = slots[t]
+        p = positions[t]
+        start = 0
+        if window > 0 and p - window + 1 > 0:
+            start = p - window + 1
+        n = p - start + 1
+        scores = np.empty(n, np.float32)  # (n_keys,)
+        m = -np.inf
+        for j in range(n):
+            kj = (start + j) % cap
+            acc = np.float32(0.0)
+            for d in range(hd):
+                acc += q[t, h, d] * k_cache[s, kvh, kj, d]
+            acc *= scale
+            scores[j] = acc
+            if acc > m:
+                m = acc
+        total = 0.0
+        for j in range(n):
+            e = np.float32(math.exp(scores[j] - m))
+            scores[j] = e
+            total += e
+        inv = np.float32(1.0 / total)
+        acc_v = np.zeros(hd_v, np.float32)  # (head_dim_v,)
+        for j in range(n):
+            kj = (start + j) % cap
+            w = scores[j] * inv
+            for d in range(hd_v):
+                acc_v[d] += w * v_cache[s, kvh, kj, d]
+        out[t, h, :] = acc_v
+    return out
+
+
+@njit(cache=True, nogil=True)
+def softcap(x, cap):
+    """In place x = cap * tanh(x / cap), any shape flattened by the caller to 1-D or 2-D."""
+    flat = x.reshape(-1)
+    for i in range(flat.size):
+        flat[i] = cap * np.float32(math.tanh(flat[i] / cap))
+    return x
