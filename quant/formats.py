@@ -6,9 +6,10 @@ so `raw.view(fmt.dtype)` exposes every field of every block without copying.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from enum import IntEnum
 
 import numpy as np
+
+from gguf_io import GGMLType
 
 QK = 32  # elements per block of the legacy types (QK4_0 = ... = QK8_1)
 QK_K = 256  # elements per super-block of the K-quants
@@ -16,26 +17,6 @@ QK_K = 256  # elements per super-block of the K-quants
 
 class QuantError(ValueError):
     """Bad input to quant: unknown type, shape/size mismatch, non-finite values to quantize."""
-
-
-class GGMLType(IntEnum):
-    """ggml tensor type ids (the subset with a block format here). Same ids as gguf_io.GGMLType."""
-
-    F32 = 0
-    F16 = 1
-    Q4_0 = 2
-    Q4_1 = 3
-    Q5_0 = 6
-    Q5_1 = 7
-    Q8_0 = 8
-    Q8_1 = 9
-    Q2_K = 10
-    Q3_K = 11
-    Q4_K = 12
-    Q5_K = 13
-    Q6_K = 14
-    Q8_K = 15
-    BF16 = 30
 
 
 @dataclass(frozen=True)

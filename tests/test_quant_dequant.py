@@ -6,6 +6,7 @@ import pytest
 from gguf import GGMLQuantizationType, GGML_QUANT_SIZES
 from gguf import quants as gq
 
+import gguf_io
 import quant
 from quant import FORMATS, GGMLType, QuantError
 
@@ -54,6 +55,7 @@ def test_formats_agree_with_gguf_sizes():
             continue
         assert GGML_QUANT_SIZES[GGMLQuantizationType(t)] == (fmt.block_size, fmt.type_size), fmt.name
         assert fmt.dtype.itemsize == fmt.type_size
+        assert gguf_io.BLOCK_SIZES[t] == (fmt.block_size, fmt.type_size)
         assert GGMLType(t).name == fmt.name
 
 
@@ -171,15 +173,20 @@ def test_bad_input_is_a_typed_error():
         quant.dequantize(raw, GGMLType.Q8_0, (0, 32))
 
 
-def test_every_smollm2_tensor_bit_exact(smollm2_path):
-    from gguf import GGUFReader
-
-    reader = GGUFReader(smollm2_path)
+def check_every_tensor(path) -> set[int]:
     seen = set()
-    for t in reader.tensors:
-        shape = tuple(int(n) for n in reversed(t.shape))  # ggml ne -> NumPy order
-        raw = np.asarray(t.data).view(np.uint8)
-        ours = quant.dequantize(raw, int(t.tensor_type), shape)
-        assert same_bits(ours, oracle(raw, int(t.tensor_type))), t.name
-        seen.add(int(t.tensor_type))
-    assert seen == {GGMLType.F32, GGMLType.Q4_1, GGMLType.Q8_0}
+    with gguf_io.open(path) as f:
+        for info in f.tensors.values():
+            ours = quant.dequantize(info.data, info.ggml_type, info.shape)
+            assert same_bits(ours, oracle(np.asarray(info.data), info.ggml_type)), info.name
+            seen.add(info.ggml_type)
+    return seen
+
+
+def test_every_smollm2_tensor_bit_exact(smollm2_path):
+    assert check_every_tensor(smollm2_path) == {GGMLType.F32, GGMLType.Q4_1, GGMLType.Q8_0}
+
+
+def test_every_gemma3_tensor_bit_exact(gemma3_path):
+    want = {GGMLType.F32, GGMLType.Q5_0, GGMLType.Q4_K, GGMLType.Q8_0, GGMLType.Q6_K}
+    assert check_every_tensor(gemma3_path) == want
