@@ -9,7 +9,11 @@ from __future__ import annotations
 from ._tensors import TensorInfo
 from .constants import BLOCK_SIZES, GGMLType, GGUFValueType, InvalidGGUF
 from .reader import GGUFFile, open_file
+from .writer import GGUFWriter, write
 
 open = open_file  # noqa: A001 - the public name the contract fixes
 
-__all__ = ["BLOCK_SIZES", "GGMLType", "GGUFFile", "GGUFValueType", "InvalidGGUF", "TensorInfo", "open"]
+__all__ = [
+    "BLOCK_SIZES", "GGMLType", "GGUFFile", "GGUFValueType", "GGUFWriter", "InvalidGGUF", "TensorInfo",
+    "open", "write",
+]

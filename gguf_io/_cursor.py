@@ -9,7 +9,11 @@ from .constants import MAX_HEADER_BYTES, SCALAR_DTYPES, GGUFValueType, InvalidGG
 
 _U32 = struct.Struct("<I")
 _U64 = struct.Struct("<Q")
-_SCALAR_STRUCTS = {t: struct.Struct("<" + dt.char) for t, dt in SCALAR_DTYPES.items()}
+# struct letters with standard sizes (NumPy's dtype chars are platform-sized, e.g. 'l').
+_SCALAR_STRUCTS = {
+    GGUFValueType(t): struct.Struct("<" + c)
+    for t, c in {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "?", 10: "Q", 11: "q", 12: "d"}.items()
+}
 
 
 class Cursor:
