@@ -1,17 +1,319 @@
 """The `localrt` command. Every command but `serve` talks to the daemon through localrt.client."""
 from __future__ import annotations
 
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import List, Optional
+
 import typer
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Run large language models locally.")
 
 
+def _client():
+    from localrt.client import Client
+
+    return Client()
+
+
+def _fail(msg: str, code: int = 1) -> None:
+    typer.echo(f"Error: {msg}", err=True)
+    raise typer.Exit(code)
+
+
+def _guard(fn):
+    """Turn client errors into one line on stderr and an exit code."""
+    import functools
+
+    @functools.wraps(fn)
+    def wrapper(*a, **kw):
+        from localrt.client import ApiError, DaemonUnreachable
+
+        try:
+            return fn(*a, **kw)
+        except ApiError as e:
+            _fail(e.message)
+        except DaemonUnreachable as e:
+            _fail(f"{e}\nIs the daemon running? Start it with: localrt serve")
+        except KeyboardInterrupt:
+            raise typer.Exit(130)
+    return wrapper
+
+
+def ensure_daemon(client) -> None:
+    """Start a daemon in the background when none answers, as `ollama run` expects one to be there."""
+    if client.is_running():
+        return
+    from localrt import config
+
+    cfg = config.load()
+    log_dir = cfg.data_dir / "logs"
+    log_dir.mkdir(parents=True, exist_ok=True)
+    log = open(log_dir / "server.log", "ab")
+    typer.echo(f"localrt: no daemon at {client.base_url}; starting one (log: {log_dir / 'server.log'})", err=True)
+    subprocess.Popen([sys.executable, "-m", "cli", "serve"], stdout=log, stderr=log, stdin=subprocess.DEVNULL,
+                     start_new_session=True)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if client.is_running():
+            return
+        time.sleep(0.2)
+    _fail(f"the daemon did not start; see {log_dir / 'server.log'}")
+
+
+@app.command()
+def serve() -> None:
+    """Start the daemon (LOCALRT_HOST, default 127.0.0.1:11434)."""
+    from localrt import config
+    from localrt.daemon import InsecureBind, serve_forever
+    from localrt.service import Service
+
+    cfg = config.load()
+    try:
+        service = Service(cfg)
+    except Exception as e:  # noqa: BLE001 - a start-up failure is one line for the user
+        _fail(f"could not start: {e}")
+    typer.echo(f"localrt listening on {cfg.base_url}", err=True)
+    try:
+        serve_forever(service, cfg)
+    except InsecureBind as e:
+        _fail(str(e))
+    finally:
+        service.close()
+
+
+@app.command()
+@_guard
+def run(
+    model: str,
+    prompt: Optional[List[str]] = typer.Argument(None),
+    verbose: bool = typer.Option(False, "--verbose", help="Show timings for the response"),
+    format: Optional[str] = typer.Option(None, "--format", help="Response format (json)"),
+    keepalive: Optional[str] = typer.Option(None, "--keepalive", help="How long to keep the model loaded"),
+    nowordwrap: bool = typer.Option(False, "--nowordwrap", help="Don't wrap words to the next line"),
+) -> None:
+    """Run a model: one answer for a prompt (or stdin), else an interactive chat."""
+    client = _client()
+    ensure_daemon(client)
+    client.show(model)  # 404 here is the clear "model not found" before anything streams
+    if format not in (None, "json"):
+        _fail('invalid format: only "json" is supported')
+    text = " ".join(prompt or [])
+    if not sys.stdin.isatty():
+        piped = sys.stdin.read()
+        text = f"{piped}\n{text}".strip() if text else piped
+    if text:
+        done = _stream_generate(client, model, text, format, keepalive)
+        if verbose and done:
+            from localrt.cli_format import verbose_stats
+
+            typer.echo(verbose_stats(done), err=True)
+        return
+    from localrt.repl import Repl
+
+    Repl(client, model, verbose=verbose, format=format, keepalive=keepalive, wordwrap=not nowordwrap).loop()
+
+
+def _stream_generate(client, model: str, text: str, format, keepalive) -> dict | None:
+    done = None
+    for ev in client.generate(model, text, format=format, keep_alive=keepalive):
+        sys.stdout.write(ev.get("response", ""))
+        sys.stdout.flush()
+        if ev.get("done"):
+            done = ev
+    sys.stdout.write("\n")
+    return done
+
+
+@app.command("list")
+@_guard
+def list_models(prefix: Optional[str] = typer.Argument(None)) -> None:
+    """List models."""
+    from localrt.cli_format import ago, human_bytes, table
+
+    rows = [[m["name"], m["digest"][:12], human_bytes(m["size"]), ago(m["modified_at"])]
+            for m in _client().list() if not prefix or m["name"].startswith(prefix)]
+    typer.echo(table(["NAME", "ID", "SIZE", "MODIFIED"], rows))
+
+
+app.command("ls", help="List models.")(list_models)
+
+
+@app.command()
+@_guard
+def ps() -> None:
+    """List running models."""
+    from localrt.cli_format import human_bytes, processor, table, until
+
+    rows = [[m["name"], m["digest"][:12], human_bytes(m["size"]), processor(m["size"], m.get("size_vram", 0)),
+             str(m.get("context_length", "")), until(m["expires_at"])] for m in _client().ps()]
+    typer.echo(table(["NAME", "ID", "SIZE", "PROCESSOR", "CONTEXT", "UNTIL"], rows))
+
+
+@app.command()
+@_guard
+def show(
+    model: str,
+    modelfile: bool = typer.Option(False, "--modelfile"),
+    parameters: bool = typer.Option(False, "--parameters"),
+    template: bool = typer.Option(False, "--template"),
+    system: bool = typer.Option(False, "--system"),
+    license: bool = typer.Option(False, "--license"),
+    verbose: bool = typer.Option(False, "-v", "--verbose"),
+) -> None:
+    """Show information for a model."""
+    picked = [k for k, v in dict(modelfile=modelfile, parameters=parameters, template=template, system=system,
+                                 license=license).items() if v]
+    if len(picked) > 1:
+        _fail("only one of --license, --modelfile, --parameters, --system, or --template can be specified")
+    info = _client().show(model, verbose=verbose)
+    if picked:
+        typer.echo(info.get(picked[0]) or "")
+        return
+    from localrt.repl import describe
+
+    typer.echo(describe(info, verbose))
+
+
+@app.command()
+@_guard
+def rm(models: List[str]) -> None:
+    """Remove models."""
+    client = _client()
+    for m in models:
+        try:
+            list(client.generate(m, "", stream=False, keep_alive=0))
+        except Exception:  # noqa: BLE001 - unloading is best effort; the delete below reports real errors
+            pass
+        client.delete(m)
+        typer.echo(f"deleted '{m}'")
+
+
+@app.command()
+@_guard
+def cp(source: str, destination: str) -> None:
+    """Copy a model."""
+    _client().copy(source, destination)
+    typer.echo(f"copied '{source}' to '{destination}'")
+
+
+@app.command()
+@_guard
+def stop(model: str) -> None:
+    """Stop (unload) a running model."""
+    client = _client()
+    client.show(model)
+    list(client.generate(model, "", stream=False, keep_alive=0))
+
+
+@app.command()
+@_guard
+def create(
+    model: str,
+    file: Path = typer.Option(Path("Modelfile"), "-f", "--file", help="Name of the Modelfile"),
+    quantize: Optional[str] = typer.Option(None, "-q", "--quantize", help="Quantize model to this level"),
+) -> None:
+    """Create a model from a Modelfile."""
+    from localrt.progress import render_progress
+
+    if not file.is_file():
+        _fail(f"no Modelfile at {file}")
+    body = _create_body(_client(), model, file, quantize)
+    render_progress(_client().create(body))
+
+
+def _create_body(client, model: str, file: Path, quantize: str | None) -> dict:
+    """Parse the Modelfile here, upload local weight files as blobs, and send the modern create request."""
+    from modelfile import parse
+
+    mf = parse(file.read_text(encoding="utf-8"))
+    body: dict = {"model": model}
+    if quantize:
+        body["quantize"] = quantize
+    files: dict[str, str] = {}
+    adapters: dict[str, str] = {}
+    params: dict[str, object] = {}
+    for cmd in mf.commands:
+        name, args = cmd.name.lower(), cmd.args
+        if name in ("from", "adapter"):
+            path = Path(os.path.expanduser(args))
+            path = path if path.is_absolute() else file.parent / path
+            if path.is_file():
+                digest = _upload(client, path)
+                (files if name == "from" else adapters)[path.name] = digest
+            elif name == "from":
+                body["from"] = args
+            else:
+                _fail(f"adapter file {args} not found")
+        elif name == "parameter":
+            key, value = cmd.param if hasattr(cmd, "param") else args
+            if key == "stop":
+                params.setdefault("stop", []).append(value)  # type: ignore[union-attr]
+            else:
+                params[key] = value
+        elif name == "message":
+            role, content = cmd.message if hasattr(cmd, "message") else args
+            body.setdefault("messages", []).append({"role": role, "content": content})
+        elif name == "license":
+            body.setdefault("license", []).append(args)
+        else:
+            body[name] = args
+    if files:
+        body["files"] = files
+    if adapters:
+        body["adapters"] = adapters
+    if params:
+        body["parameters"] = params
+    return body
+
+
+def _upload(client, path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    digest = "sha256:" + h.hexdigest()
+    client.create_blob(path, digest)
+    return digest
+
+
+@app.command()
+@_guard
+def pull(model: str, insecure: bool = typer.Option(False, "--insecure")) -> None:
+    """Pull a model from a registry or mirror."""
+    from localrt.progress import render_progress
+
+    render_progress(_client().pull(model, insecure=insecure))
+
+
+@app.command()
+@_guard
+def push(model: str, insecure: bool = typer.Option(False, "--insecure")) -> None:
+    """Push a model to a registry or mirror."""
+    from localrt.progress import render_progress
+
+    render_progress(_client().push(model, insecure=insecure))
+
+
 @app.command()
 def version() -> None:
-    """Print the localrt version."""
+    """Print the daemon's and the client's version."""
     from importlib.metadata import version as _v
 
-    typer.echo(f"localrt version is {_v('localrt')}")
+    from localrt.client import DaemonUnreachable
+
+    mine = _v("localrt")
+    try:
+        server = _client().version()
+        typer.echo(f"localrt daemon speaks Ollama API {server}")
+    except DaemonUnreachable:
+        typer.echo("Warning: could not connect to a running localrt daemon")
+    typer.echo(f"localrt version is {mine}")
 
 
 if __name__ == "__main__":

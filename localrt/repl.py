@@ -1,0 +1,215 @@
+"""`localrt run MODEL` without a prompt: an interactive chat with Ollama's slash commands."""
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+
+from .cli_format import verbose_stats
+
+HELP = """Available Commands:
+  /set            Set session variables
+  /show           Show model information
+  /load <model>   Load a session or model
+  /save <model>   Save your current session
+  /clear          Clear session context
+  /bye            Exit
+  /?, /help       Help for a command
+
+Use \"\"\" to begin a multi-line message."""
+
+SET_HELP = """Available Commands:
+  /set parameter ...     Set a parameter
+  /set system <string>   Set system message
+  /set format json       Enable JSON mode
+  /set noformat          Disable formatting
+  /set verbose           Show LLM stats
+  /set quiet             Disable LLM stats
+  /set wordwrap          Enable wordwrap
+  /set nowordwrap        Disable wordwrap"""
+
+
+def _parse_value(raw: str):
+    try:
+        return json.loads(raw)
+    except ValueError:
+        return raw
+
+
+def describe(info: dict, verbose: bool = False) -> str:
+    """The default `show` view: Model, Capabilities, Parameters, System, License sections."""
+    mi = info.get("model_info") or {}
+    arch = mi.get("general.architecture", "")
+    det = info.get("details") or {}
+    rows = [("architecture", arch), ("parameters", det.get("parameter_size", "")),
+            ("context length", mi.get(f"{arch}.context_length", "")),
+            ("embedding length", mi.get(f"{arch}.embedding_length", "")),
+            ("quantization", det.get("quantization_level", ""))]
+    out = ["  Model"] + [f"    {k:<20}{v}" for k, v in rows if v != ""]
+    if info.get("capabilities"):
+        out += ["", "  Capabilities"] + [f"    {c}" for c in info["capabilities"]]
+    if info.get("parameters"):
+        out += ["", "  Parameters"] + ["    " + line for line in info["parameters"].splitlines()]
+    for key in ("system", "license"):
+        if info.get(key):
+            lines = info[key].strip().splitlines()
+            out += ["", f"  {key.capitalize()}"] + ["    " + ln for ln in lines[: None if verbose else 2]]
+            if len(lines) > 2 and not verbose:
+                out.append("    ...")
+    if verbose and mi:
+        out += ["", "  Metadata"] + [f"    {k:<40}{v}" for k, v in mi.items()]
+    return "\n".join(out) + "\n"
+
+
+class Repl:
+    def __init__(self, client, model: str, *, verbose=False, format=None, keepalive=None, wordwrap=True):
+        self.client, self.model = client, model
+        self.verbose, self.format, self.keepalive, self.wordwrap = verbose, format, keepalive, wordwrap
+        self.options: dict = {}
+        self.system: str | None = None
+        self.messages: list[dict] = []
+
+    # input -------------------------------------------------------------------------------------------------
+    def _read(self) -> str | None:
+        try:
+            line = input(">>> ")
+        except EOFError:
+            return None
+        if not line.lstrip().startswith('"""'):
+            return line
+        first = line.lstrip()[3:]
+        if first.endswith('"""'):
+            return first[:-3]
+        lines = [first]
+        while True:
+            try:
+                more = input("... ")
+            except EOFError:
+                return "\n".join(lines)
+            if more.rstrip().endswith('"""'):
+                lines.append(more.rstrip()[:-3])
+                return "\n".join(lines)
+            lines.append(more)
+
+    def loop(self) -> None:
+        list(self.client.generate(self.model, "", stream=False, keep_alive=self.keepalive))  # preload
+        while True:
+            try:
+                line = self._read()
+            except KeyboardInterrupt:
+                print("\nUse Ctrl + d or /bye to exit.")
+                continue
+            if line is None or line.strip() in ("/bye", "/exit"):
+                return
+            if not line.strip():
+                continue
+            if line.startswith("/"):
+                self.command(line.strip())
+                continue
+            self.turn(line)
+
+    # commands ----------------------------------------------------------------------------------------------
+    def command(self, line: str) -> None:
+        parts = line.split(maxsplit=2)
+        cmd = parts[0]
+        if cmd in ("/?", "/help"):
+            print(HELP)
+        elif cmd == "/clear":
+            self.messages = []
+            print("Cleared session context")
+        elif cmd == "/set":
+            self._set(parts[1:])
+        elif cmd == "/show":
+            self._show(parts[1] if len(parts) > 1 else "")
+        elif cmd == "/load" and len(parts) > 1:
+            self.client.show(parts[1])
+            self.model, self.messages = parts[1], []
+            print(f"Loading model '{self.model}'")
+            list(self.client.generate(self.model, "", stream=False))
+        elif cmd == "/save" and len(parts) > 1:
+            body = {"model": parts[1], "from": self.model, "messages": self.messages}
+            if self.system:
+                body["system"] = self.system
+            if self.options:
+                body["parameters"] = self.options
+            list(self.client.create(body))
+            print(f"Created new model '{parts[1]}'")
+        else:
+            print(f"Unknown command '{cmd}'. Type /? for help")
+
+    def _set(self, args: list[str]) -> None:
+        if not args:
+            print(SET_HELP)
+            return
+        what, rest = args[0], (args[1] if len(args) > 1 else "")
+        if what == "parameter":
+            name, _, value = rest.partition(" ")
+            if not name or not value:
+                print("Usage: /set parameter <name> <value>")
+                return
+            self.options[name] = value.split() if name == "stop" else _parse_value(value)
+            print(f"Set parameter '{name}' to '{value}'")
+        elif what == "system":
+            self.system = rest.strip().strip('"')
+            print("Set system message.")
+        elif what == "format" and rest == "json":
+            self.format = "json"
+            print("Set format to 'json' mode.")
+        elif what == "noformat":
+            self.format = None
+            print("Disabled format.")
+        elif what in ("verbose", "quiet"):
+            self.verbose = what == "verbose"
+            print("Set 'verbose' mode." if self.verbose else "Set 'quiet' mode.")
+        elif what in ("wordwrap", "nowordwrap"):
+            self.wordwrap = what == "wordwrap"
+            print("Set 'wordwrap' mode." if self.wordwrap else "Set 'nowordwrap' mode.")
+        else:
+            print(SET_HELP)
+
+    def _show(self, what: str) -> None:
+        info = self.client.show(self.model)
+        if what in ("license", "modelfile", "parameters", "system", "template"):
+            print(info.get(what) or f"No {what} was specified for this model.")
+        else:
+            print(describe(info))
+
+    # a chat turn -------------------------------------------------------------------------------------------
+    def turn(self, text: str) -> None:
+        msgs = ([{"role": "system", "content": self.system}] if self.system else []) + self.messages
+        msgs.append({"role": "user", "content": text})
+        width = shutil.get_terminal_size((80, 20)).columns
+        reply, done, col = [], None, 0
+        try:
+            for ev in self.client.chat(self.model, msgs, options=self.options or None, format=self.format,
+                                       keep_alive=self.keepalive):
+                piece = (ev.get("message") or {}).get("content", "")
+                reply.append(piece)
+                col = self._emit(piece, col, width)
+                if ev.get("done"):
+                    done = ev
+        except KeyboardInterrupt:
+            print()
+            return
+        print("\n")
+        self.messages += [{"role": "user", "content": text}, {"role": "assistant", "content": "".join(reply)}]
+        if self.verbose and done:
+            print(verbose_stats(done), file=sys.stderr)
+
+    def _emit(self, piece: str, col: int, width: int) -> int:
+        if not self.wordwrap:
+            sys.stdout.write(piece)
+            sys.stdout.flush()
+            return col
+        for ch in piece:
+            if ch == "\n":
+                col = 0
+            elif col >= width - 1 and ch == " ":
+                sys.stdout.write("\n")
+                col = 0
+                continue
+            else:
+                col += 1
+            sys.stdout.write(ch)
+        sys.stdout.flush()
+        return col
