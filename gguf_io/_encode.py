@@ -113,7 +113,7 @@ def _check_range(arr: np.ndarray, vtype: GGUFValueType, dtype: np.dtype, key: st
             raise ValueError(f"metadata {key!r}: values do not fit {vtype.name}")
     elif arr.dtype.kind not in "iubf":
         raise ValueError(f"metadata {key!r}: cannot write {arr.dtype} values as {vtype.name}")
-    elif np.isfinite(arr).all() and not np.isfinite(arr.astype(dtype)).all():
+    elif np.isfinite(arr).all() and not _finite_after_cast(arr, dtype):
         raise ValueError(f"metadata {key!r}: values overflow {vtype.name}")
 
 
@@ -121,3 +121,8 @@ def _in_int_range(arr: np.ndarray, dtype: np.dtype) -> bool:
     info = np.iinfo(dtype)
     # Python ints compare exactly, also for uint64 / int64 extremes.
     return info.min <= int(arr.min()) and int(arr.max()) <= info.max
+
+
+def _finite_after_cast(arr: np.ndarray, dtype: np.dtype) -> bool:
+    with np.errstate(over="ignore"):  # the overflow is what we test for
+        return bool(np.isfinite(arr.astype(dtype)).all())
