@@ -1,0 +1,17 @@
+"""Modelfile parser and formatter (pure; line-numbered errors). A leaf: never imports localrt."""
+from .format import build, format, format_parameters, quote
+from .params import DEPRECATED, TYPES
+from .parser import Command, Modelfile, ModelfileError, parse
+
+__all__ = [
+    "Command",
+    "DEPRECATED",
+    "Modelfile",
+    "ModelfileError",
+    "TYPES",
+    "build",
+    "format",
+    "format_parameters",
+    "parse",
+    "quote",
+]

@@ -1,0 +1,170 @@
+"""Content-addressed blob files `<root>/blobs/sha256-<hex>`.
+
+A write never exposes a partial blob: bytes are hashed while they stream into a temp file in the blobs
+directory, the file is fsynced, then renamed into place atomically. A per-digest lock (thread + file)
+makes two writers of the same blob do one write; both see success."""
+from __future__ import annotations
+
+import io
+import os
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import BinaryIO, Callable, Iterator
+
+from . import digest as dg
+from .errors import BlobNotFound, DigestMismatch, ReadOnlyStore, SizeMismatch, UnsafePath
+from .locks import digest_lock_file, locked
+
+TEMP_PREFIX = ".tmp-"
+TEMP_SUFFIX = ".partial"
+BLOB_MODE = 0o644  # readable by other users of a shared models directory, as Ollama writes them
+
+
+@dataclass(frozen=True)
+class BlobInfo:
+    digest: str
+    size: int
+    created: bool  # False when the blob was already stored (nothing written)
+
+
+def _fsync_dir(path: Path) -> None:
+    # Makes a rename durable on POSIX; directories cannot be opened this way on Windows.
+    if os.name != "posix":
+        return
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class BlobDir:
+    """The `blobs/` directory of one models root."""
+
+    def __init__(self, root: Path, writable: bool = True):
+        self.root = Path(root)
+        self.dir = self.root / "blobs"
+        self.writable = writable
+
+    def path(self, digest: str) -> Path:
+        """Where the blob with this (validated) digest lives in this root, existing or not."""
+        p = self.dir / dg.to_filename(digest)
+        base = os.path.realpath(self.dir)
+        # The file name is pure hex, so this only fails if something is badly wrong; never trust it blindly.
+        if os.path.dirname(os.path.join(base, p.name)) != base:
+            raise UnsafePath(str(p))
+        return p
+
+    def exists(self, digest: str) -> bool:
+        return self.path(digest).is_file()
+
+    def size(self, digest: str) -> int:
+        try:
+            return self.path(digest).stat().st_size
+        except FileNotFoundError:
+            raise BlobNotFound(digest) from None
+
+    def digests(self) -> Iterator[str]:
+        """Every validly named blob file in this root."""
+        try:
+            names = os.listdir(self.dir)
+        except FileNotFoundError:
+            return
+        for name in sorted(names):
+            d = dg.from_filename(name)
+            if d is not None and (self.dir / name).is_file():
+                yield d
+
+    def temp_files(self) -> list[Path]:
+        try:
+            names = os.listdir(self.dir)
+        except FileNotFoundError:
+            return []
+        return [self.dir / n for n in names if n.startswith(TEMP_PREFIX) and n.endswith(TEMP_SUFFIX)]
+
+    def write(
+        self,
+        src: BinaryIO | bytes,
+        expected_digest: str | None = None,
+        expected_size: int | None = None,
+        progress: Callable[[int], None] | None = None,
+    ) -> BlobInfo:
+        """Store the bytes of `src` (a readable binary stream or bytes) and return their digest.
+
+        With `expected_digest` the blob is written under its lock, skipped without reading `src` if it is
+        already stored, and rejected (DigestMismatch, nothing stored) if the bytes hash differently."""
+        if not self.writable:
+            raise ReadOnlyStore(str(self.root))
+        if isinstance(src, (bytes, bytearray, memoryview)):
+            src = io.BytesIO(bytes(src))
+        if expected_digest is not None:
+            dg.validate(expected_digest)
+            with locked(digest_lock_file(self.root, expected_digest[7:])):
+                if self.exists(expected_digest):
+                    return self._existing(expected_digest, expected_size)
+                tmp, digest, size = self._stream_to_temp(src, progress)
+                return self._commit(tmp, digest, size, expected_digest, expected_size)
+        tmp, digest, size = self._stream_to_temp(src, progress)
+        with locked(digest_lock_file(self.root, digest[7:])):
+            return self._commit(tmp, digest, size, None, expected_size)
+
+    def _existing(self, digest: str, expected_size: int | None) -> BlobInfo:
+        size = self.size(digest)
+        if expected_size is not None and size != expected_size:
+            raise SizeMismatch(digest, expected_size, size)
+        return BlobInfo(digest, size, created=False)
+
+    def _stream_to_temp(self, src: BinaryIO, progress) -> tuple[Path, str, int]:
+        self.dir.mkdir(parents=True, exist_ok=True)
+        fd, name = tempfile.mkstemp(prefix=TEMP_PREFIX, suffix=TEMP_SUFFIX, dir=self.dir)
+        tmp = Path(name)
+        try:
+            with os.fdopen(fd, "wb") as out:
+                digest, size = dg.of_stream(src, sink=out.write, progress=progress)
+                out.flush()
+                os.fsync(out.fileno())
+            os.chmod(tmp, BLOB_MODE)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
+        return tmp, digest, size
+
+    def _commit(self, tmp: Path, digest: str, size: int, expected: str | None, expected_size: int | None) -> BlobInfo:
+        try:
+            if expected is not None and digest != expected:
+                raise DigestMismatch(expected, digest)
+            if expected_size is not None and size != expected_size:
+                raise SizeMismatch(digest, expected_size, size)
+            if self.exists(digest):
+                return BlobInfo(digest, size, created=False)
+            os.replace(tmp, self.path(digest))
+            _fsync_dir(self.dir)
+            return BlobInfo(digest, size, created=True)
+        finally:
+            tmp.unlink(missing_ok=True)
+
+    def remove(self, digest: str) -> bool:
+        if not self.writable:
+            raise ReadOnlyStore(str(self.root))
+        with locked(digest_lock_file(self.root, digest[7:])):
+            try:
+                self.path(digest).unlink()
+                return True
+            except FileNotFoundError:
+                return False
+
+    def rehash(self, digest: str) -> str:
+        return dg.of_file(self.path(digest))[0]
+
+    def stale_temp_files(self, older_than_s: float) -> list[Path]:
+        now = time.time()
+        out = []
+        for p in self.temp_files():
+            try:
+                if now - p.stat().st_mtime >= older_than_s:
+                    out.append(p)
+            except FileNotFoundError:
+                continue
+        return out
