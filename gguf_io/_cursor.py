@@ -5,7 +5,7 @@ import struct
 
 import numpy as np
 
-from .constants import MAX_HEADER_BYTES, SCALAR_DTYPES, GGUFValueType, InvalidGGUF
+from .constants import MAX_HEADER_BYTES, MAX_METADATA_ITEMS, SCALAR_DTYPES, GGUFValueType, InvalidGGUF
 
 _U32 = struct.Struct("<I")
 _U64 = struct.Struct("<Q")
@@ -25,6 +25,14 @@ class Cursor:
         self.pos = 0
         # The header may not grow past the cap even in a larger file.
         self.limit = min(size, MAX_HEADER_BYTES)
+        self.items_left = MAX_METADATA_ITEMS
+
+    def charge_items(self, n: int, what: str) -> None:
+        """Counts `n` per-item Python objects against the header-wide budget before making them."""
+        if n > self.items_left:
+            raise InvalidGGUF(f"{what} at offset {self.pos}: more than {MAX_METADATA_ITEMS} string or "
+                              "nested-array items in the metadata")
+        self.items_left -= n
 
     def remaining(self) -> int:
         return self.limit - self.pos
@@ -62,7 +70,7 @@ class Cursor:
         if n > cap:
             raise InvalidGGUF(f"{what} at offset {at} is {n}, over the cap of {cap}")
         if n * min_item_bytes > self.remaining():
-            self.overrun(self.pos + n * min_item_bytes, f"{n} items of {what}", at)
+            self.overrun(self.pos + n * min_item_bytes, f"{n} entries counted by {what}", at)
         return n
 
     def string(self, what: str) -> str:
@@ -88,6 +96,7 @@ class Cursor:
 
     def strings(self, n: int, what: str) -> list[str]:
         """`n` length-prefixed strings: one tight pass for offsets, one bulk decode."""
+        self.charge_items(n, what)
         buf, pos, limit, unpack = self.buf, self.pos, self.limit, _U64.unpack_from
         parts = [b""] * n
         for i in range(n):

@@ -25,6 +25,8 @@ EXPECTED_TYPES: dict[str, object] = {
 }
 # Keys that must hold an integer of any width (gguf-split writes u16/i32).
 INTEGER_KEYS = frozenset({"split.no", "split.count", "split.tensors.count"})
+# "<architecture>.<suffix>" keys that must be integer scalars (their ranges are the engine's to check).
+INTEGER_ARCH_SUFFIXES = ("block_count", "context_length", "embedding_length", "vocab_size")
 
 # Smallest encoding of one array element of each type, to bound counts before reading.
 _MIN_ITEM_BYTES = {**{t: dt.itemsize for t, dt in SCALAR_DTYPES.items()},
@@ -42,8 +44,9 @@ def read_metadata(cur: Cursor) -> tuple[dict[str, object], dict[str, object]]:
         if key in values:
             raise InvalidGGUF(f"duplicate metadata key {key!r} at offset {at}")
         vtype = _value_type(cur, f"value type of {key!r}")
-        values[key], types[key] = _read_value(cur, vtype, key, 0)
+        values[key], types[key] = _read_value(cur, vtype, repr(key), 0)
         _check_expected(key, types[key], at)
+    _check_arch_keys(values, types)
     return values, types
 
 
@@ -69,6 +72,7 @@ def _read_value(cur: Cursor, vtype: GGUFValueType, what: str, depth: int) -> tup
         return cur.strings(n, what), (vtype, etype)
     if etype != GGUFValueType.ARRAY:
         return cur.numeric_array(etype, n, what), (vtype, etype)
+    cur.charge_items(n, what)
     items = [_read_nested(cur, f"{what}[{i}]", depth + 1) for i in range(n)]
     return [v for v, _ in items], (vtype, etype, tuple(t for _, t in items))
 
@@ -81,10 +85,19 @@ def _read_nested(cur: Cursor, what: str, depth: int) -> tuple[object, object]:
 def _check_expected(key: str, spec: object, at: int) -> None:
     want = EXPECTED_TYPES.get(key)
     if want is not None and spec != want:
-        raise InvalidGGUF(f"metadata key {key!r} at offset {at} has type {_spec_name(spec)}, "
+        prefix = "bad alignment: " if key == "general.alignment" else ""
+        raise InvalidGGUF(f"{prefix}metadata key {key!r} at offset {at} has type {_spec_name(spec)}, "
                           f"expected {_spec_name(want)}")
     if key in INTEGER_KEYS and spec not in INTEGER_TYPES:
         raise InvalidGGUF(f"metadata key {key!r} at offset {at} has type {_spec_name(spec)}, expected an integer")
+
+
+def _check_arch_keys(values: dict[str, object], types: dict[str, object]) -> None:
+    arch = values.get("general.architecture")
+    for suffix in INTEGER_ARCH_SUFFIXES if arch else ():
+        key = f"{arch}.{suffix}"
+        if key in types and types[key] not in INTEGER_TYPES:
+            raise InvalidGGUF(f"metadata key {key!r} has type {_spec_name(types[key])}, expected an integer")
 
 
 def _spec_name(spec: object) -> str:

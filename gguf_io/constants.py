@@ -17,6 +17,8 @@ MAX_TENSORS = 1 << 16
 MAX_KV = 1 << 16
 MAX_HEADER_BYTES = 64 << 20
 MAX_ARRAY_LEN = 1 << 26
+# Python objects made for string items and nested arrays over the whole header (~60 B each).
+MAX_METADATA_ITEMS = 1 << 21
 MAX_ARRAY_DEPTH = 8
 MAX_ALIGNMENT = 1 << 20
 INT64_MAX = (1 << 63) - 1

@@ -104,7 +104,7 @@ def _parse(path: Path, mm: mmap.mmap) -> GGUFFile:
 
 
 def _read_preamble(cur: Cursor) -> int:
-    if cur.size < 8 or cur.buf[:4] != GGUF_MAGIC:
+    if cur.buf[:4] != GGUF_MAGIC:
         raise InvalidGGUF(describe_non_gguf(cur.buf[:1024], cur.size))
     cur.take(4, "magic")
     version = cur.u32("version")
