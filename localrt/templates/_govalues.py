@@ -35,6 +35,10 @@ class JSONMap(dict):
     """A Go map type whose String() method prints its JSON (Ollama's tool-call arguments and properties)."""
 
 
+class JSONList(list):
+    """A Go slice type whose String() method prints its JSON (Ollama's `.Tools`)."""
+
+
 class PropertyType(list):
     """Ollama's PropertyType: a list of JSON type names that prints/marshals as a bare string when single."""
 
@@ -166,7 +170,7 @@ def format_v(value: Any, top: bool = True) -> str:
         return value
     if isinstance(value, PropertyType):
         return value.go_string()
-    if isinstance(value, JSONMap):
+    if isinstance(value, (JSONMap, JSONList)):
         return go_json(value)
     if isinstance(value, GoStruct):
         if value.stringer:

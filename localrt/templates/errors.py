@@ -11,7 +11,7 @@ class TemplateError(LocalrtError):
     template language ("go" or "jinja")."""
 
     def __init__(self, msg: str, *, line: int | None = None, col: int | None = None, kind: str = "go"):
-        where = f"{line}:{col}: " if line is not None else ""
+        where = "" if line is None else (f"{line}:{col}: " if col is not None else f"line {line}: ")
         super().__init__(f"{kind} template: {where}{msg}")
         self.msg = msg
         self.line = line
