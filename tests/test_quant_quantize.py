@@ -9,7 +9,7 @@ from gguf import quants as gq
 
 import quant
 from quant import FORMATS, GGMLType, QuantError
-from tests._ggml_c import ggml_c_quantizer
+from _ggml_c import ggml_c_quantizer  # pytest puts tests/ on sys.path
 
 LEGACY = [GGMLType.Q4_0, GGMLType.Q4_1, GGMLType.Q5_0, GGMLType.Q5_1, GGMLType.Q8_0]
 K_TYPES = [GGMLType.Q2_K, GGMLType.Q3_K, GGMLType.Q4_K, GGMLType.Q5_K, GGMLType.Q6_K]
