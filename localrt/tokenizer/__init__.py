@@ -1,0 +1,7 @@
+"""Tokenizers built from GGUF metadata alone, token-for-token identical to llama.cpp (SPM and byte-level BPE)."""
+from __future__ import annotations
+
+from .stream import StreamDecoder
+from .tokenizer import Tokenizer
+
+__all__ = ["Tokenizer", "StreamDecoder"]

@@ -1,0 +1,169 @@
+"""BPE pre-tokenizers: the regex chain llama.cpp runs for each `tokenizer.ggml.pre` value.
+
+Each regex splits every current fragment into its matches and the gaps between them, keeping both in order
+(llama.cpp's `unicode_regex_split`, a HF `Split(behavior="Isolated")` chain). The PyPI `regex` module's
+`\\s` is Unicode White_Space and its `\\p{L}`/`\\p{N}`/`\\p{P}`/`\\p{S}`/`\\p{M}` are the general categories,
+which is what llama.cpp's own tables give. Regexes that llama.cpp runs through `std::wregex` without
+categories and that use `\\d` or `\\b` are ASCII-only there, so they carry the ASCII flag here.
+
+A missing `pre` key is llama.cpp's documented fallback to "default" (it warns that quality degrades); an unknown
+value is a load error, never a silent wrong split.
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+import regex
+
+from ..errors import ModelLoadError
+
+log = logging.getLogger(__name__)
+
+_CONTRACTIONS = r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])"
+GPT2 = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)"
+LLAMA3 = _CONTRACTIONS + r"|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+QWEN2 = _CONTRACTIONS + r"|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+_UPPERISH = r"((?=[\p{L}])([^a-z]))"   # llama.cpp's stand-in for [\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]
+_LOWERISH = r"((?=[\p{L}])([^A-Z]))"   # and for [\p{Ll}\p{Lm}\p{Lo}\p{M}]
+_CJK_KANA = "[\u4e00-\u9fa5\u3040-\u309f\u30a0-\u30ff]+"
+_PORO = " ?[^(\\s|.,!?\u2026\u3002\uff0c\u3001\u0964\u06d4\u060c)]+"
+_DEEPSEEK3_MAIN = (r"[!\"#$%&'()*+,\-./:;<=>?@\[\\\]^_`{|}~][A-Za-z]+|[^\r\n\p{L}\p{P}\p{S}]?[\p{L}\p{M}]+"
+                   r"| ?[\p{P}\p{S}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+
+ASCII = regex.ASCII
+
+# pre-tokenizer type -> ordered regexes; an entry is a pattern or (pattern, flags).
+REGEXES: dict[str, tuple] = {
+    "default": (r"[\p{P}\$\+<=>\^~\|]+", GPT2, r"\p{N}+", r"[0-9][0-9][0-9]"),
+    "gpt2": (GPT2,),
+    "llama3": (LLAMA3,),
+    "qwen2": (QWEN2,),
+    "smollm": (r"\p{N}", GPT2),
+    "falcon": (r"[\p{P}\$\+<=>\^~\|`]+", GPT2, r"[0-9][0-9][0-9]"),
+    "deepseek-coder": ("[\r\n]", r"\s?\p{L}+", r"\s?\p{P}+", "[\u4e00-\u9fa5\u0800-\u4e00\uac00-\ud7ff]+", r"\p{N}"),
+    "deepseek3": (r"\p{N}{1,3}", _CJK_KANA, _DEEPSEEK3_MAIN),
+    "poro": (_PORO,),
+    "viking": (_PORO, r"\p{N}"),
+    "tekken": (r"[^\r\n\p{L}\p{N}]?" + _UPPERISH + "*" + _LOWERISH + r"+|[^\r\n\p{L}\p{N}]?" + _UPPERISH + "+"
+               + _LOWERISH + r"*|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+",),
+    "gpt4o": (r"[^\r\n\p{L}\p{N}]?" + _UPPERISH + "*" + _LOWERISH + "+" + _CONTRACTIONS + r"?|[^\r\n\p{L}\p{N}]?"
+              + _UPPERISH + "+" + _LOWERISH + "*" + _CONTRACTIONS
+              + r"?|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+",),
+    "chameleon": (r"<sentinel:[0-9]+>", r"(IMGIMG)((A|B|C|D|E|F|G|H|I){1,4})Z", r"([\t\n]|    |  )", r"\p{N}",
+                  r"[\p{P}!-/:-@\[-`{-~]", GPT2),
+    "superbpe": (r"\p{N}+", (r"(?=(\d{3})+(?!\d))", ASCII)),
+    "bailingmoe": (r"'(?:[sSdDmMtT]|[lL][lL]|[vV][eE]|[rR][eE])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}"
+                   r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]|\s+(?!\S)|\s+",),
+    "seed-coder": (_CONTRACTIONS + r"|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1}| ?[^\s\p{L}\p{N}\r\n]+|\s*[\r\n]+"
+                   r"|\s+(?!\S)|\s+",),
+    "qwen35": (_CONTRACTIONS + r"|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}| ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*"
+               r"|\s*[\r\n]+|\s+(?!\S)|\s+",),
+    "exaone-moe": (_CONTRACTIONS + r"|[^\r\n\p{L}\p{N}]?(?:\p{L}\p{M}*(?: \p{L}\p{M}*)*)+|\p{N}"
+                   r"| ?[^\s\p{L}\p{N}]+[\r\n/]?|\s*[\r\n]|\s+(?!\S)|\s+",),
+    "ufakzeka": (r"[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+",),
+    "laguna": (r"[^\n]+|[\n]+", QWEN2),
+    "minicpm5": (r"\p{N}{1,3}", _CONTRACTIONS + r"|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}+| ?[^\s\p{L}\p{N}]+[\r\n]*"
+                 r"|\s*[\r\n]+|\s+(?!\S)|\s+"),
+    "jais2": (_CONTRACTIONS + r"|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+"
+              + "".join(rf"|\s{{{n}}}(?!\S)" for n in (512, 256, 128, 64, 32, 16, 8, 4)) + r"|\s{1,2}(?!\S)|\s{1}",),
+}
+
+
+@dataclass(frozen=True)
+class PreTokenizer:
+    name: str                # the GGUF value
+    kind: str                # key into REGEXES
+    ignore_merges: bool      # a fragment that is already a token is emitted whole
+    clean_spaces: bool       # llama_detokenize's clean-up of " ." / " 's" etc.
+    add_bos_default: bool    # add_bos when tokenizer.ggml.add_bos_token is absent
+
+
+def _entries() -> dict[str, tuple[str, bool, bool]]:
+    """GGUF pre value -> (regex kind, ignore_merges, clean_spaces), as llama.cpp's vocab loader maps them."""
+    table: dict[str, tuple[str, bool, bool]] = {}
+
+    def add(names: str, kind: str, ignore_merges: bool = False, clean_spaces: bool = True) -> None:
+        for name in names.split():
+            table[name] = (kind, ignore_merges, clean_spaces)
+
+    add("default", "default")
+    add("llama3 llama-v3 llama-bpe falcon3 falcon-h1 pixtral midm-2.0 lfm2 jina-v5-nano", "llama3", True)
+    add("dbrx smaug-bpe", "llama3")
+    add("glm4 chatglm-bpe", "llama3")
+    add("deepseek-coder", "deepseek-coder", clean_spaces=False)
+    add("deepseek-v3 hunyuan-dense joyai-llm hy_v4", "deepseek3", clean_spaces=False)
+    add("falcon", "falcon")
+    add("gpt-2 phi-2 jina-es jina-de gigachat jina-v2-es jina-v2-de a.x-4.0 mellum modern-bert jina-v1-en "
+        "jina-v2-code roberta-bpe exaone4 mpt olmo jais", "gpt2")
+    add("trillion granite-docling", "gpt2", clean_spaces=False)
+    add("starcoder refact codeshell exaone minerva-7b mellum2", "smollm")
+    add("smollm command-r", "smollm", clean_spaces=False)
+    add("qwen2 deepseek-r1-qwen kormo f2llmv2 hunyuan solar-open grok-2", "qwen2", clean_spaces=False)
+    add("megrez stablelm2", "qwen2")
+    add("qwen35", "qwen35", clean_spaces=False)
+    add("poro-chat", "poro", clean_spaces=False)
+    add("bloom gpt3-finnish", "poro")
+    add("viking", "viking", clean_spaces=False)
+    add("tekken", "tekken", True, False)
+    add("chameleon", "chameleon", clean_spaces=False)
+    add("gpt-4o llama4 kanana2 talkie minimax-m2", "gpt4o", clean_spaces=False)
+    add("superbpe", "superbpe", clean_spaces=False)
+    add("bailingmoe bailingmoe2 llada-moe", "bailingmoe", clean_spaces=False)
+    add("seed-coder", "seed-coder", clean_spaces=False)
+    add("exaone-moe", "exaone-moe")
+    add("ufakzeka", "ufakzeka", clean_spaces=False)
+    add("laguna", "laguna", clean_spaces=False)
+    add("minicpm5", "minicpm5", True)
+    add("jais-2", "jais2")
+    return table
+
+
+PRE_TYPES = _entries()
+_ADD_BOS = frozenset({"llama3", "llama-v3", "llama-bpe", "falcon3", "falcon-h1", "pixtral", "midm-2.0", "lfm2",
+                      "jina-v5-nano", "tekken", "chameleon"})
+_compiled: dict[str, list[regex.Pattern]] = {}
+
+
+def pre_tokenizer(pre: str) -> PreTokenizer:
+    if not pre:
+        log.warning("tokenizer.ggml.pre is missing: using llama.cpp's 'default' pre-tokenizer "
+                    "(generation quality may be degraded; consider regenerating the model file)")
+        pre = "default"
+    entry = PRE_TYPES.get(pre)
+    if entry is None:
+        raise ModelLoadError(f"unknown pre-tokenizer type {pre!r} (tokenizer.ggml.pre); "
+                             f"supported: {', '.join(sorted(PRE_TYPES))}")
+    kind, ignore_merges, clean_spaces = entry
+    return PreTokenizer(pre, kind, ignore_merges, clean_spaces, pre in _ADD_BOS)
+
+
+def compiled(kind: str) -> list[regex.Pattern]:
+    pats = _compiled.get(kind)
+    if pats is None:
+        pats = []
+        for entry in REGEXES[kind]:
+            pattern, flags = entry if isinstance(entry, tuple) else (entry, 0)
+            pats.append(regex.compile(pattern, flags | regex.V0))
+        _compiled[kind] = pats
+    return pats
+
+
+def split(text: str, patterns: list[regex.Pattern]) -> list[str]:
+    """Apply the regex chain; every match and every gap between matches becomes its own fragment."""
+    frags = [text]
+    for pat in patterns:
+        out: list[str] = []
+        for frag in frags:
+            pos = 0
+            for m in pat.finditer(frag):
+                start, end = m.span()
+                if start > pos:
+                    out.append(frag[pos:start])
+                if end > start:
+                    out.append(frag[start:end])
+                pos = end  # an empty match still closes the gap before it
+            if pos < len(frag):
+                out.append(frag[pos:])
+        frags = out
+    return frags
