@@ -145,6 +145,32 @@ class BlobDir:
         finally:
             tmp.unlink(missing_ok=True)
 
+    def new_temp(self) -> Path:
+        """A fresh, empty temp file in the blobs directory, for a producer that writes a blob itself
+        (e.g. quantization output) and then hands it to `adopt`."""
+        if not self.writable:
+            raise ReadOnlyStore(str(self.root))
+        self.dir.mkdir(parents=True, exist_ok=True)
+        fd, name = tempfile.mkstemp(prefix=TEMP_PREFIX, suffix=TEMP_SUFFIX, dir=self.dir)
+        os.close(fd)
+        return Path(name)
+
+    def adopt(self, tmp: Path, progress: Callable[[int], None] | None = None) -> BlobInfo:
+        """Hash a finished temp file from `new_temp` and rename it into place (no copy). The temp is gone after."""
+        if Path(tmp).parent.resolve() != self.dir.resolve():
+            tmp.unlink(missing_ok=True)
+            raise UnsafePath(str(tmp))
+        try:
+            with open(tmp, "r+b") as f:
+                digest, size = dg.of_stream(f, progress=progress)
+                os.fsync(f.fileno())
+            os.chmod(tmp, BLOB_MODE)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
+        with locked(digest_lock_file(self.root, digest[7:])):
+            return self._commit(tmp, digest, size, None, None)
+
     def remove(self, digest: str) -> bool:
         if not self.writable:
             raise ReadOnlyStore(str(self.root))

@@ -134,6 +134,12 @@ def build(config: Layer, layers: list[Layer]) -> Manifest:
     return Manifest(config=config, layers=tuple(layers))
 
 
+# Keys `config_blob` writes itself; any other key of a source config is carried over as-is.
+CONFIG_KEYS = frozenset(
+    ["model_format", "model_family", "model_families", "model_type", "file_type", "architecture", "os", "rootfs"]
+)
+
+
 def config_blob(
     *,
     model_format: str = "gguf",

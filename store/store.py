@@ -321,6 +321,14 @@ class Store:
         with open(path, "rb") as f:
             return self._blobs.write(f, None, None, progress)
 
+    def new_temp_file(self) -> Path:
+        """An empty temp file inside the blobs directory (same file system), to be passed to `adopt_file`."""
+        return self._blobs.new_temp()
+
+    def adopt_file(self, tmp: Path, progress: Callable[[int], None] | None = None) -> BlobInfo:
+        """Turn a temp file from `new_temp_file` into a blob by renaming it (hashed in one pass, never copied)."""
+        return self._blobs.adopt(Path(tmp), progress)
+
     def read_blob(self, digest: str, max_bytes: int = MAX_TEXT_LAYER) -> bytes:
         p = self.blob_path(digest)
         if p.stat().st_size > max_bytes:
