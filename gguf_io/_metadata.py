@@ -47,6 +47,7 @@ def read_metadata(cur: Cursor) -> tuple[dict[str, object], dict[str, object]]:
         values[key], types[key] = _read_value(cur, vtype, repr(key), 0)
         _check_expected(key, types[key], at)
     _check_arch_keys(values, types)
+    _check_tokenizer_lengths(values)
     return values, types
 
 
@@ -98,6 +99,15 @@ def _check_arch_keys(values: dict[str, object], types: dict[str, object]) -> Non
         key = f"{arch}.{suffix}"
         if key in types and types[key] not in INTEGER_TYPES:
             raise InvalidGGUF(f"metadata key {key!r} has type {_spec_name(types[key])}, expected an integer")
+
+
+def _check_tokenizer_lengths(values: dict[str, object]) -> None:
+    # Loaders index scores / token types by token id, so a shorter array is an out-of-bounds read.
+    tokens = values.get("tokenizer.ggml.tokens")
+    for key in ("tokenizer.ggml.scores", "tokenizer.ggml.token_type"):
+        if key in values and (tokens is None or len(values[key]) != len(tokens)):
+            n_tokens = "no" if tokens is None else len(tokens)
+            raise InvalidGGUF(f"metadata key {key!r} has {len(values[key])} entries for {n_tokens} tokens")
 
 
 def _spec_name(spec: object) -> str:

@@ -116,6 +116,8 @@ class GGUFWriter:
 
     def _resolve_alignment(self, alignment: int | None) -> int:
         meta = self._metadata.get("general.alignment")
+        if meta and meta[1] != GGUFValueType.UINT32:
+            raise ValueError("general.alignment must be written as UINT32")
         if alignment is None:
             alignment = int(meta[0]) if meta else DEFAULT_ALIGNMENT
         elif meta and int(meta[0]) != alignment:

@@ -312,3 +312,19 @@ def test_missing_path_and_directory_raise_os_errors(tmp_path):
 
 def test_message_names_the_file(tmp_path):
     assert str(tmp_path / "bad.gguf") in _rejects(tmp_path, b"", "empty")
+
+
+def test_fifo_is_not_opened(tmp_path):
+    import os
+    fifo = tmp_path / "pipe.gguf"
+    os.mkfifo(fifo)
+    with pytest.raises(InvalidGGUF, match="not a regular file"):
+        gguf_io.open(fifo)
+
+
+@pytest.mark.parametrize("key", ["tokenizer.ggml.scores", "tokenizer.ggml.token_type"])
+def test_tokenizer_arrays_shorter_than_the_vocabulary(tmp_path, key):
+    tokens = kv("tokenizer.ggml.tokens", T.ARRAY, u32(T.STRING) + u64(3) + s("a") + s("b") + s("c"))
+    etype = T.FLOAT32 if key.endswith("scores") else T.INT32
+    short = kv(key, T.ARRAY, u32(etype) + u64(2) + u32(0) * 2)
+    _rejects(tmp_path, gguf([tokens, short]), f"'{key}' has 2 entries for 3 tokens")
