@@ -47,7 +47,7 @@ class JinjaChatTemplate:
 
     kind = "jinja"
 
-    def __init__(self, source: str, *, bos_token: str = "", eos_token: str = "", strip_bos: bool = True,
+    def __init__(self, source: str, *, bos_token: str = "", eos_token: str = "", strip_bos: bool = False,
                  limits: JinjaLimits = JinjaLimits()):
         self.template = JinjaTemplate(source)
         self.source = source
@@ -76,12 +76,14 @@ ChatTemplate = GoChatTemplate | JinjaChatTemplate
 
 
 @functools.lru_cache(maxsize=64)
-def load_template(source: str, kind: str, bos_token: str = "", eos_token: str = "") -> ChatTemplate:
-    """Parse once per distinct template (parsing is the expensive part; rendering is per request)."""
+def load_template(source: str, kind: str, bos_token: str = "", eos_token: str = "",
+                  strip_bos: bool = False) -> ChatTemplate:
+    """Parse once per distinct template (parsing is the expensive part; rendering is per request).
+    `strip_bos`: the tokenizer adds BOS itself, so a BOS the Jinja template writes first is dropped."""
     if kind == "go":
         return GoChatTemplate(source)
     if kind == "jinja":
-        return JinjaChatTemplate(source, bos_token=bos_token, eos_token=eos_token)
+        return JinjaChatTemplate(source, bos_token=bos_token, eos_token=eos_token, strip_bos=strip_bos)
     raise TemplateError(f"unknown template kind {kind!r}", kind=str(kind))
 
 
@@ -209,8 +211,8 @@ def generate_prompt(template: ChatTemplate | None, prompt: str, *, system: str =
 
 def render_prompt(template_source: str, kind: str, messages: Any, system: str = "", tools: list | None = None,
                   *, think: bool | str | None = None, bos_token: str = "", eos_token: str = "",
-                  model_messages: Sequence[dict] = ()) -> str:
+                  strip_bos: bool = False, model_messages: Sequence[dict] = ()) -> str:
     """One-call form: the chat prompt for `messages` with the model's SYSTEM `system`, no truncation."""
-    template = load_template(template_source, kind, bos_token, eos_token)
+    template = load_template(template_source, kind, bos_token, eos_token, strip_bos)
     return chat_prompt(template, messages, model_system=system, model_messages=model_messages, tools=tools,
                        think=think).text
