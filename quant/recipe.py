@@ -1,0 +1,199 @@
+"""llama-quantize's per-tensor type choice (`llama_tensor_get_type`) for the file types localrt writes.
+
+Pure: `plan(tensors, metadata, ftype)` maps each tensor to the ggml type it gets. Without an importance
+matrix, as `llama-quantize` runs by default. IQ*/Q2_K/Q3_K file types are not offered.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from quant.formats import FORMATS, GGMLType, QuantError
+
+
+@dataclass(frozen=True)
+class FileType:
+    name: str  # as Ollama / llama-quantize spell it
+    value: int  # general.file_type (llama_ftype)
+    default_type: int  # ggml type most weights get
+
+
+FILE_TYPES: dict[str, FileType] = {
+    ft.name.lower(): ft
+    for ft in (
+        FileType("F32", 0, GGMLType.F32),
+        FileType("F16", 1, GGMLType.F16),
+        FileType("BF16", 32, GGMLType.BF16),
+        FileType("Q4_0", 2, GGMLType.Q4_0),
+        FileType("Q4_1", 3, GGMLType.Q4_1),
+        FileType("Q8_0", 7, GGMLType.Q8_0),
+        FileType("Q5_0", 8, GGMLType.Q5_0),
+        FileType("Q5_1", 9, GGMLType.Q5_1),
+        FileType("Q4_K_S", 14, GGMLType.Q4_K),
+        FileType("Q4_K_M", 15, GGMLType.Q4_K),
+        FileType("Q5_K_S", 16, GGMLType.Q5_K),
+        FileType("Q5_K_M", 17, GGMLType.Q5_K),
+        FileType("Q6_K", 18, GGMLType.Q6_K),
+    )
+}
+
+# llama.cpp's tensor_type_fallback, for a row length that is not a whole number of blocks
+_FALLBACK = {
+    GGMLType.Q4_K: GGMLType.Q5_0,
+    GGMLType.Q5_K: GGMLType.Q5_1,
+    GGMLType.Q6_K: GGMLType.Q8_0,
+    GGMLType.Q2_K: GGMLType.Q4_0,
+    GGMLType.Q3_K: GGMLType.Q4_0,
+}
+
+# name fragments llama.cpp never quantizes (besides norms, 1-D tensors and non-"weight" tensors)
+_KEEP_FRAGMENTS = (
+    "ffn_gate_inp.weight", "ffn_gate_tid2eid.weight", "altup", "laurel", "per_layer_model_proj",
+    "ssm_conv1d", "shortconv.conv.weight", "indexer.k_proj.weight", "indexer.q_proj.weight",
+    "time_mix_first.weight", "time_mix_w0.weight", "time_mix_w1.weight", "time_mix_w2.weight",
+    "time_mix_v0.weight", "time_mix_v1.weight", "time_mix_v2.weight", "time_mix_a0.weight",
+    "time_mix_a1.weight", "time_mix_a2.weight", "time_mix_g1.weight", "time_mix_g2.weight",
+    "time_mix_decay_w1.weight", "time_mix_decay_w2.weight", "time_mix_lerp_fused.weight",
+    "attn_rel_b.weight", ".position_embd", "sam.pos_embd", "sam.neck.", "sam.net_", ".rel_pos",
+    ".patch_embd", ".patch_merger", "a.rvq.codebook", "mm.a.code_embd",
+)
+_KEEP_NAMES = ("position_embd.weight", "token_types.weight")
+_LAYER = re.compile(r"blk\.(\d+)\.")
+
+
+def get_file_type(name: str) -> FileType:
+    ft = FILE_TYPES.get(name.lower())
+    if ft is None:
+        raise QuantError(f"unsupported quantization type {name!r}; choose one of "
+                         + ", ".join(f.name for f in FILE_TYPES.values()))
+    return ft
+
+
+def llama_order(names) -> list[str]:
+    """The order llama-quantize visits (and writes) tensors: non-layer tensors, then by layer, by name."""
+    def key(name: str):
+        m = _LAYER.match(name)
+        return (int(m.group(1)) if m else -1, name)
+
+    return sorted(names, key=key)
+
+
+def allows_quantization(name: str, shape: tuple[int, ...]) -> bool:
+    """llama.cpp's tensor_allows_quantization (with the output tensor quantized, its default)."""
+    return (
+        len(shape) >= 2
+        and name.endswith("weight")
+        and "_norm.weight" not in name
+        and name not in _KEEP_NAMES
+        and not any(f in name for f in _KEEP_FRAGMENTS)
+    )
+
+
+def use_more_bits(i_layer: int, n_layers: int) -> bool:
+    """The layers Q4_K_M / Q5_K_M give more bits: first and last eighth, and every third in between."""
+    return i_layer < n_layers // 8 or i_layer >= 7 * n_layers // 8 or (i_layer - n_layers // 8) % 3 == 2
+
+
+def _category(name: str) -> str:
+    if name == "output.weight":
+        return "output"
+    if name in ("token_embd.weight", "per_layer_token_embd.weight"):
+        return "token_embd"
+    for cat in ("attn_qkv.weight", "attn_kv_b.weight", "attn_v.weight", "attn_k.weight", "attn_q.weight",
+                "attn_output.weight", "ffn_up", "ffn_gate", "ffn_down"):
+        if cat in name:
+            return cat.removesuffix(".weight")
+    return "other"
+
+
+@dataclass
+class _Model:
+    arch: str
+    n_layer: int
+    n_expert: int
+    tied: bool
+    n_attention_wv: int
+    i_attention_wv: int = 0
+    i_ffn_down: int = 0
+
+
+def _recipe_type(m: _Model, ft: FileType, name: str, ne0: int) -> int:
+    """llama_tensor_get_type_impl, restricted to the file types in FILE_TYPES."""
+    cat = _category(name)
+    new = ft.default_type
+    attn_v_like = cat in ("attn_v", "attn_qkv", "attn_kv_b")
+    if cat == "output" or (m.tied and cat == "token_embd"):
+        if m.arch == "falcon" or ne0 % FORMATS[new].block_size:
+            return GGMLType.Q8_0
+        return new if new == GGMLType.Q8_0 else GGMLType.Q6_K
+    if cat == "token_embd":
+        return new
+    if attn_v_like:
+        if ft.name in ("Q4_K_M", "Q5_K_M") and use_more_bits(m.i_attention_wv, m.n_attention_wv):
+            new = GGMLType.Q6_K
+        elif ft.name == "Q4_K_S" and m.i_attention_wv < 4:
+            new = GGMLType.Q5_K
+        if m.n_expert == 8:
+            new = GGMLType.Q8_0
+        m.i_attention_wv += 1
+    elif cat == "attn_k" and m.n_expert == 8:
+        new = GGMLType.Q8_0
+    elif cat == "ffn_down":
+        i_layer = m.i_ffn_down
+        if m.n_expert > 1:  # experts' ffn_down are not consecutive: take the layer from the name
+            i_layer = int(_LAYER.match(name).group(1)) if _LAYER.match(name) else -1
+            if not 0 <= i_layer < m.n_layer:
+                raise QuantError(f"cannot tell the layer of tensor {name!r}")
+        if ft.name == "Q4_K_M":
+            if m.arch == "falcon":
+                new = (GGMLType.Q6_K if i_layer < m.n_layer // 16
+                       else GGMLType.Q5_K if use_more_bits(i_layer, m.n_layer) else GGMLType.Q4_K)
+            elif use_more_bits(i_layer, m.n_layer):
+                new = GGMLType.Q6_K
+        elif ft.name == "Q5_K_M" and use_more_bits(i_layer, m.n_layer):
+            new = GGMLType.Q6_K
+        elif ft.name == "Q4_K_S" and m.arch != "falcon" and i_layer < m.n_layer // 8:
+            new = GGMLType.Q5_K
+        m.i_ffn_down += 1
+    elif cat == "attn_output" and m.arch != "falcon" and m.n_expert == 8 and ft.name in ("Q4_K_S", "Q4_K_M"):
+        new = GGMLType.Q5_K
+    return new
+
+
+def _fallback(name: str, ggml_type: int, ne0: int) -> int:
+    if ne0 % FORMATS[ggml_type].block_size == 0:
+        return ggml_type
+    alt = _FALLBACK.get(ggml_type)
+    if alt is None:
+        raise QuantError(f"tensor {name!r}: row length {ne0} is not a multiple of the "
+                         f"{FORMATS[ggml_type].name} block size and {FORMATS[ggml_type].name} has no fallback")
+    return alt if ne0 % FORMATS[alt].block_size == 0 else GGMLType.F16
+
+
+def plan(tensors: list[tuple[str, tuple[int, ...], int]], metadata: dict, ftype: str) -> dict[str, int]:
+    """(name, shape in NumPy order, current ggml type) per tensor -> {name: target ggml type}.
+
+    Visits tensors in llama-quantize's order (see `llama_order`), which the layer counters depend on.
+    """
+    ft = get_file_type(ftype)
+    arch = str(metadata.get("general.architecture", ""))
+    names = [t[0] for t in tensors]
+    by_name = {t[0]: t for t in tensors}
+    m = _Model(
+        arch=arch,
+        n_layer=int(metadata.get(f"{arch}.block_count", 0)),
+        n_expert=max(1, int(metadata.get(f"{arch}.expert_count", 0) or 0)),
+        tied="output.weight" not in by_name,
+        n_attention_wv=sum(_category(n) in ("attn_v", "attn_qkv", "attn_kv_b") for n in names),
+    )
+    quantized_target = ft.default_type not in (GGMLType.F32, GGMLType.F16, GGMLType.BF16)
+    out: dict[str, int] = {}
+    for name in llama_order(names):
+        _, shape, current = by_name[name]
+        if not allows_quantization(name, shape):
+            out[name] = current
+        elif not quantized_target:
+            out[name] = ft.default_type
+        else:
+            out[name] = _fallback(name, _recipe_type(m, ft, name, shape[-1]), shape[-1])
+    return out
