@@ -1,7 +1,8 @@
 """Go text/template, the subset Ollama's chat templates use: parse once, execute many times.
 
-`GoTemplate(source)` parses (raising TemplateError with line:col) the way Ollama's `template.Parse` does:
-a template that mentions neither `.Messages` nor `.Response` gets `{{ .Response }}` appended."""
+`GoTemplate(source)` parses, raising TemplateError with line:col. With `add_response` it also does what
+Ollama's `template.Parse` does: a template that mentions neither `.Messages` nor `.Response` gets
+`{{ .Response }}` appended."""
 from __future__ import annotations
 
 from typing import Any
@@ -16,7 +17,7 @@ MAX_SOURCE = 1 << 20  # characters; real chat templates are a few KiB
 
 
 class GoTemplate:
-    def __init__(self, source: str, *, max_source: int = MAX_SOURCE):
+    def __init__(self, source: str, *, add_response: bool = False, max_source: int = MAX_SOURCE):
         if not isinstance(source, str):
             raise TemplateError(f"template must be a string, not {type(source).__name__}")
         if len(source) > max_source:
@@ -24,7 +25,7 @@ class GoTemplate:
         self.source = source
         self.nodes: list[Node] = parse_tree(source, NAMES)
         self.vars: frozenset[str] = frozenset(n.lower() for n in _identifiers(self.nodes))
-        if "messages" not in self.vars and "response" not in self.vars:
+        if add_response and "messages" not in self.vars and "response" not in self.vars:
             end = len(source)
             self.nodes.append(Action(Pipe([], False, [Command([Field(("Response",), end)], end)], end), end))
             self.vars |= {"response"}

@@ -28,7 +28,7 @@ class GoChatTemplate:
     kind = "go"
 
     def __init__(self, source: str, limits: Limits = Limits()):
-        self.template = GoTemplate(source)
+        self.template = GoTemplate(source, add_response=True)
         self.source = source
         self.limits = limits
         self.supports_tools = self.template.uses("tools")
