@@ -13,7 +13,7 @@ import re
 from decimal import Decimal
 
 from . import params as P
-from .parser import Command, Modelfile
+from .parser import _CONTROL, Command, Modelfile
 
 _NEWLINE = re.compile(r"\r\n|\r|\n")
 
@@ -35,7 +35,10 @@ def _fits(value: str, q: str) -> bool:
 
 
 def quote(value: str) -> str:
-    """Quote a Modelfile argument so that the parser returns exactly `value`."""
+    """Quote a Modelfile argument so that the parser returns exactly `value` (ValueError if impossible)."""
+    bad = _CONTROL.search(value)
+    if bad:
+        raise ValueError(f"control character U+{ord(bad.group()):04X} cannot be written in a Modelfile")
     needs = (
         not value
         or value != value.strip()

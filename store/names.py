@@ -17,7 +17,9 @@ DEFAULT_TAG = "latest"
 
 # Allowed characters per part, and length limits (ollama_spec 9.4); the first character is alnum or '_'.
 _PART_RULES: dict[str, tuple[re.Pattern, int]] = {
-    "host": (re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.:-]*"), 350),
+    # Ollama allows any ':' in a host; only `name:port` means something, and anything else could be read as
+    # a drive ("C:") by Windows path functions, so the port must be digits.
+    "host": (re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*(:[0-9]+)?"), 350),
     "namespace": (re.compile(r"[A-Za-z0-9_][A-Za-z0-9_-]*"), 80),
     "model": (re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*"), 80),
     "tag": (re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*"), 80),
@@ -82,6 +84,8 @@ def _check_part(kind: str, value: str, original: str) -> None:
         raise InvalidName(original, f"the {kind} part {value!r} contains '..'")
     if len(value.encode()) > MAX_FILENAME_BYTES:
         raise InvalidName(original, f"the {kind} part is too long to be a file name")
+    if kind == "host" and re.match(r"[A-Za-z]:", value):
+        raise InvalidName(original, f"the host part {value!r} looks like a Windows drive")
     if value.split(".")[0].lower() in _WINDOWS_DEVICES:
         raise InvalidName(original, f"the {kind} part {value!r} is a reserved device name on Windows")
 
