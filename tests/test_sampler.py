@@ -242,3 +242,52 @@ def test_sample_with_no_top_k_on_a_large_vocabulary():
 def test_options_resolved_once():
     o = resolve({"seed": 3})
     assert make_sampler(o).options is o
+
+
+def test_draw_on_a_large_vocabulary_matches_a_plain_running_sum():
+    x = _big_logits(262_144 + 77)  # not a multiple of the block length
+    c = cands(x)
+    p = np.exp(x - x.max())
+    cum = np.cumsum(p, dtype=np.float64)
+    for u in (0.0, 1e-9, 0.25, 0.5, 0.999999, np.nextafter(1.0, 0.0)):
+        want = min(int(np.searchsorted(cum, u * cum[-1], side="left")), len(x) - 1)
+        assert draw(c, u) == want
+
+
+def _reference_keep(logits, k, p_top, p_min):
+    """Naive top_k -> top_p -> min_p over a small array, by plain Python sorting."""
+    order = sorted(range(len(logits)), key=lambda i: (-logits[i], i))
+    if k > 0:
+        order = order[:k]
+    if p_top < 1.0:
+        z = np.exp(np.array([logits[i] for i in order], dtype=np.float64) - logits[order[0]])
+        probs = z / z.sum()
+        acc, keep = 0.0, len(order)
+        for j, q in enumerate(probs):
+            acc += q
+            if acc >= p_top:
+                keep = j + 1
+                break
+        order = order[:keep]
+    if p_min > 0.0:
+        cut = logits[order[0]] + math.log(p_min)
+        order = [order[0]] + [i for i in order[1:] if logits[i] >= cut]
+    return order
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_filters_agree_with_a_naive_reference(seed):
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(1, 30))
+    logits = np.round(rng.standard_normal(n) * 2, 1).astype(np.float32)  # rounding makes ties
+    k, p_top, p_min = int(rng.integers(0, n + 2)), float(rng.choice([0.3, 0.7, 0.95, 1.0])), float(
+        rng.choice([0.0, 0.05, 0.3]))
+    c = cands(logits)
+    c = top_k(c, k)
+    c = top_p(c, p_top)
+    c = min_p(c, p_min)
+    want = _reference_keep(logits.tolist(), k, p_top, p_min)
+    if k > 0 or p_top < 1.0:
+        assert c.ids.tolist() == want
+    else:
+        assert sorted(c.ids.tolist()) == sorted(want)
