@@ -55,8 +55,9 @@ def _check_sources(tensors: dict, targets: dict[str, int], allow_requantize: boo
 
 
 def _output_metadata(f, ft: recipe.FileType) -> tuple[dict, dict]:
-    """The source's metadata minus split.* keys, with general.file_type and quantization_version set."""
-    metadata = {k: v for k, v in f.metadata.items() if not k.startswith("split.")}
+    """The source's metadata minus split.* keys, then quantization_version and file_type, last (as llama.cpp)."""
+    own = ("general.quantization_version", "general.file_type")
+    metadata = {k: v for k, v in f.metadata.items() if not k.startswith("split.") and k not in own}
     types = {k: v for k, v in f.metadata_types.items() if k in metadata}
     for key, value in (("general.quantization_version", GGML_QNT_VERSION), ("general.file_type", ft.value)):
         metadata[key] = value

@@ -128,3 +128,25 @@ def test_bad_requests(tiny_f32, tmp_path):
         (tmp_path / "junk.gguf").write_bytes(b"<html>not a model</html>")
         list(quantize_model(tmp_path / "junk.gguf", tmp_path / "x.gguf", "q8_0"))
     assert "Q4_K_M" in QUANTIZATIONS and "Q8_0" in QUANTIZATIONS
+
+
+LLAMA_HPARAMS = {"llama.context_length": 128, "llama.feed_forward_length": N_FF, "llama.attention.head_count": 4,
+                 "llama.attention.head_count_kv": 4, "llama.attention.layer_norm_rms_epsilon": 1e-5,
+                 "llama.rope.dimension_count": 72}
+
+
+@pytest.mark.parametrize("quantization", ["q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q4_K_S", "q4_K_M", "q5_K_M",
+                                          "q6_K"])
+def test_byte_identical_with_llama_cpp_quantize(tmp_path, quantization):
+    llama_cpp = pytest.importorskip("llama_cpp")
+    import ctypes
+
+    src = tmp_path / "tiny.gguf"
+    write_tiny(src, extra_meta=LLAMA_HPARAMS)  # llama.cpp loads the hyperparameters before quantizing
+    params = llama_cpp.llama_model_quantize_default_params()
+    params.ftype, params.nthread = recipe.get_file_type(quantization).value, 1
+    llama_cpp.llama_backend_init()
+    assert llama_cpp.llama_model_quantize(str(src).encode(), str(tmp_path / "c.gguf").encode(),
+                                          ctypes.byref(params)) == 0
+    list(quantize_model(src, tmp_path / "ours.gguf", quantization))
+    assert (tmp_path / "ours.gguf").read_bytes() == (tmp_path / "c.gguf").read_bytes()
