@@ -36,7 +36,7 @@ def _pad(n: int, alignment: int) -> int:
 class GGUFWriter:
     """Streaming writer. Declare every tensor with add_tensor_info, then write_tensor in the same order.
 
-    Writes to `<path>.partial` and renames on a clean close(), so a crash never leaves a half file at `path`.
+    Writes to `<path>.<pid>.partial` and renames on a clean close(), so a crash never leaves a half file at `path`.
     """
 
     def __init__(self, path: str | os.PathLike, metadata: dict | None = None, *,
@@ -69,9 +69,11 @@ class GGUFWriter:
         self._infos.append((name, int(ggml_type), shape, nbytes))
 
     def write_header(self) -> None:
+        if self._file is not None:
+            raise ValueError("write_header() was already called")
         self._resolve_alignment(self.alignment)
         header = self._header_bytes()
-        self._tmp = self.path.with_name(self.path.name + ".partial")
+        self._tmp = self.path.with_name(f"{self.path.name}.{os.getpid()}.partial")
         self._file = self._tmp.open("wb")
         self._file.write(header)
         self._file.write(bytes(_pad(len(header), self.alignment) - len(header)))
@@ -93,6 +95,8 @@ class GGUFWriter:
     def close(self) -> None:
         if self._file is None:
             self.write_header()
+        if self._file.closed:
+            return
         if self._written != len(self._infos):
             self.abort()
             raise ValueError(f"{len(self._infos) - self._written} declared tensors were never written")
