@@ -91,6 +91,7 @@ class _Job:
         self.load_options = load_options
         self.keep_alive = keep_alive
         self.seq = seq  # arrival number
+        self.need: MemoryNeed | None = None  # estimated once, on the first attempt to load for it
         self.cancelled = threading.Event()
         self.out: queue.SimpleQueue = queue.SimpleQueue()  # (kind, value) items for the consumer
 
@@ -374,10 +375,10 @@ class Scheduler:
         return None  # every loaded model is busy: wait for one to finish
 
     def _estimate(self, job: _Job) -> MemoryNeed:
-        if self._estimate_fn is None:
-            return MemoryNeed(0, 0)
-        need = self._estimate_fn(job.model, dict(job.load_options))
-        return need if isinstance(need, MemoryNeed) else MemoryNeed(int(need), 0)
+        if job.need is None:
+            need = MemoryNeed(0, 0) if self._estimate_fn is None else self._estimate_fn(job.model, dict(job.load_options))
+            job.need = need if isinstance(need, MemoryNeed) else MemoryNeed(int(need), 0)
+        return job.need
 
     def _reap_expired(self) -> None:
         now = self._clock()

@@ -436,3 +436,29 @@ def test_env_style_keep_alive_in_seconds(sched):
     clock.advance(61)
     s.reap()
     wait_until(lambda: zoo.closed)
+
+
+def test_a_request_waiting_for_room_is_not_overtaken(sched):
+    s, zoo, _ = sched(max_loaded_models=1)
+    gate = threading.Event()
+    a1 = s.submit(req("a", 1, gate=gate, steps=1))
+    wait_until(lambda: zoo.active == 1)
+    b = s.submit(req("b", 2, steps=1))
+    a2 = s.submit(req("a", 3, steps=1))  # would keep model a busy forever if it could jump ahead of b
+    gate.set()
+    assert [list(x) for x in (a1, b, a2)] == [[("a", 1, 0)], [("b", 2, 0)], [("a", 3, 0)]]
+    assert zoo.started == [("a", 1), ("b", 2), ("a", 3)]
+
+
+def test_estimate_errors_reach_the_consumer():
+    def estimate(key, opts):
+        raise FileNotFoundError(f"no blob for {key}")
+
+    zoo = Zoo()
+    s = Scheduler(zoo.load, Config(), clock=FakeClock(), estimate_fn=estimate, available_fn=lambda: GiB)
+    try:
+        with pytest.raises(FileNotFoundError, match="no blob for a"):
+            list(s.submit(req("a", 1)))
+        assert zoo.loads == []
+    finally:
+        s.stop(timeout=2)
