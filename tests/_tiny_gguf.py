@@ -65,3 +65,19 @@ def write_tiny_adapter(path: Path, *, arch: str = "llama", n_embd: int = 8) -> P
     w.write_tensors_to_file()
     w.close()
     return Path(path)
+
+
+def write_tiny_split(directory: Path, n_embd: int = 8) -> list[Path]:
+    """A 3-part split set (one tensor per part) as llama.cpp's gguf-split names it; returns the parts."""
+    rng = np.random.default_rng(2)
+    w = gguf.GGUFWriter(str(Path(directory) / "split.gguf"), "llama", split_max_tensors=1)
+    w.add_type("model")
+    w.add_block_count(1)
+    w.add_tensor("token_embd.weight", rng.standard_normal((16, n_embd)).astype(np.float32))  # (n_vocab, n_embd)
+    w.add_tensor("blk.0.attn_q.weight", rng.standard_normal((n_embd, n_embd)).astype(np.float32))  # (n_embd, n_embd)
+    w.add_tensor("output_norm.weight", np.ones(n_embd, dtype=np.float32))  # (n_embd,)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return sorted(Path(directory).glob("split-*-of-*.gguf"))

@@ -1,0 +1,163 @@
+"""Built-in models: name resolution, their Modelfiles and templates (checked against the reference
+prompts and SmolLM2's own Jinja template), and one real offline creation from the PyPI package."""
+from __future__ import annotations
+
+import dataclasses
+import json
+import sys
+from pathlib import Path
+
+import jinja2
+import pytest
+
+import gguf_io
+import modelfile as M
+import store as st
+from localrt import builtin_models, library
+from localrt.create import config_from_gguf, create, gguf_facts
+from localrt.templates import GoTemplate
+
+sys.path.insert(0, str(Path(__file__).parent))
+from _tiny_gguf import write_tiny_gguf  # noqa: E402
+
+PROMPTS = json.loads((Path(__file__).parent / "data" / "prompts.json").read_text())
+
+
+@pytest.mark.parametrize(
+    "name, expected",
+    [
+        ("smollm2:135m", "smollm2:135m"),
+        ("SmolLM2:135M", "smollm2:135m"),
+        ("smollm2", "smollm2:135m"),
+        ("registry.ollama.ai/library/smollm2:135m", "smollm2:135m"),
+        ("gemma3:270m", "gemma3:270m"),
+        ("gemma3", "gemma3:270m"),
+        ("smollm2:1.7b", None),
+        ("user/smollm2:135m", None),
+        ("example.com/library/gemma3:270m", None),
+        ("llama3", None),
+    ],
+)
+def test_builtin_for(name, expected):
+    spec = library.builtin_for(name)
+    assert (spec.name if spec else None) == expected
+    assert library.is_builtin(name) is (expected is not None)
+
+
+def test_is_builtin_on_invalid_name():
+    assert library.is_builtin("../x") is False
+
+
+def messages(*pairs):
+    return [{"Role": r, "Content": c} for r, c in pairs]
+
+
+def render(template: str, msgs: list) -> str:
+    system = "\n\n".join(m["Content"] for m in msgs if m["Role"] == "system")
+    return GoTemplate(template).execute({"System": system, "Messages": msgs})
+
+
+def test_smollm2_modelfile_and_reference_prompt():
+    mf = M.parse(library.BUILTINS["smollm2:135m"].modelfile("/p/SmolLM2.gguf"))
+    assert mf.froms == ["/p/SmolLM2.gguf"] and mf.system == library.SMOLLM2_SYSTEM
+    assert mf.parameters["stop"] == ["<|im_start|>", "<|im_end|>"]
+    prompt = render(mf.template, messages(("system", mf.system), ("user", "What is 2+2?")))
+    assert prompt == PROMPTS["smollm2"][1]
+
+
+CONVERSATIONS = [
+    [("user", "hi")],
+    [("system", "Be terse."), ("user", "hi")],
+    [("user", "a"), ("assistant", "b"), ("user", "c")],
+    [("system", "S"), ("user", "a"), ("assistant", "b"), ("user", "c")],
+]
+
+
+@pytest.mark.parametrize("conv", CONVERSATIONS)
+def test_smollm2_template_matches_its_gguf_jinja_template(smollm2_path, conv):
+    with gguf_io.open(smollm2_path) as f:
+        jinja_source = f.metadata["tokenizer.chat_template"]
+    hf = [{"role": r, "content": c} for r, c in conv]
+    expected = jinja2.Environment().from_string(jinja_source).render(messages=hf, add_generation_prompt=True)
+    # Ollama inserts the model's SYSTEM as a leading system message when the request has none.
+    if conv[0][0] != "system":
+        conv = [("system", library.SMOLLM2_SYSTEM)] + conv
+    assert render(library.CHATML_TEMPLATE, messages(*conv)) == expected
+
+
+def gemma3_hf(conv) -> str:
+    """Gemma 3's Hugging Face chat template, written out: a leading system message goes in front of the
+    first turn after it, assistant speaks as 'model', and the prompt ends with an open model turn."""
+    prefix, out = "", ""
+    if conv[0][0] == "system":
+        prefix, conv = conv[0][1] + "\n\n", conv[1:]
+    for i, (role, content) in enumerate(conv):
+        who = "model" if role == "assistant" else role
+        out += f"<start_of_turn>{who}\n{prefix if i == 0 else ''}{content}<end_of_turn>\n"
+    return out + "<start_of_turn>model\n"
+
+
+@pytest.mark.parametrize("conv", CONVERSATIONS)
+def test_gemma3_template(conv):
+    mf = M.parse(library.BUILTINS["gemma3:270m"].modelfile("/p/gemma.gguf"))
+    assert mf.system is None and mf.parameters == {
+        "stop": ["<end_of_turn>"], "temperature": 1.0, "top_k": 64, "top_p": 0.95
+    }
+    assert render(mf.template, messages(*conv)) == gemma3_hf(conv)
+
+
+def test_gemma3_reference_prompt():
+    assert render(library.GEMMA3_TEMPLATE, messages(("user", "What is 2+2?"))) == PROMPTS["gemma3"][1]
+
+
+def test_real_gguf_facts(smollm2_path, gemma3_path):
+    assert config_from_gguf(gguf_facts(smollm2_path)) == {
+        "model_format": "gguf", "model_family": "llama", "model_families": ["llama"],
+        "model_type": "134.52M", "file_type": "Q4_1",
+    }
+    assert config_from_gguf(gguf_facts(gemma3_path)) == {
+        "model_format": "gguf", "model_family": "gemma3", "model_families": ["gemma3"],
+        "model_type": "268.10M", "file_type": "Q4_K_M",
+    }
+
+
+def test_ensure_builtin_uses_create_path(tmp_path, monkeypatch):
+    """Same code path as the real models, on a tiny file (the real copies are tested once below)."""
+    tiny = write_tiny_gguf(tmp_path / "tiny.gguf", arch="gemma3")
+    spec = dataclasses.replace(library.BUILTINS["gemma3:270m"], gguf_path=lambda: tiny)
+    monkeypatch.setitem(library.BUILTINS, "gemma3:270m", spec)
+    s = st.Store(tmp_path / "models")
+    assert library.ensure_builtin(s, "llama3") is False and s.list() == []
+    assert library.ensure_builtin(s, "gemma3") is True
+    assert {e.name.display for e in s.list()} == {"gemma3:270m", "gemma3:latest"}
+    assert s.get("gemma3").digest == s.get("gemma3:270m").digest
+    r = s.model_record("gemma3:270m")
+    assert r.template == library.GEMMA3_TEMPLATE and r.params["stop"] == ["<end_of_turn>"]
+    assert r.model_path.read_bytes() == tiny.read_bytes()
+    assert library.ensure_builtin(s, "gemma3:270m") is True  # idempotent
+
+
+def test_missing_package_is_a_clear_error(tmp_path, monkeypatch):
+    def missing():
+        raise builtin_models.BuiltinModelMissing("Gemma 3 270M is not installed; run: pip install ...")
+
+    monkeypatch.setitem(library.BUILTINS, "gemma3:270m", dataclasses.replace(library.BUILTINS["gemma3:270m"], gguf_path=missing))
+    s = st.Store(tmp_path)
+    with pytest.raises(builtin_models.BuiltinModelMissing, match="pip install"):
+        library.ensure_builtin(s, "gemma3:270m")
+    assert s.list() == []
+
+
+def test_real_smollm2_builtin_offline(tmp_path, smollm2_path):
+    """The one test that copies a real model (~98 MB): created on first use, also through FROM."""
+    s = st.Store(tmp_path)
+    events = list(create(s, "terse", "FROM smollm2\nSYSTEM Answer in one word.\n"))
+    assert events[-1] == {"status": "success"}
+    assert {e.name.display for e in s.list()} == {"smollm2:135m", "smollm2:latest", "terse:latest"}
+    r = s.model_record("smollm2:135m")
+    assert r.model_path.stat().st_size == smollm2_path.stat().st_size
+    assert r.details["parameter_size"] == "134.52M" and r.details["quantization_level"] == "Q4_1"
+    assert r.system == library.SMOLLM2_SYSTEM and r.params["temperature"] == 0.2
+    t = s.model_record("terse")
+    assert t.model_path == r.model_path and t.system == "Answer in one word." and t.template == r.template
+    assert s.verify(rehash=False).ok
