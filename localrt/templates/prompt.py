@@ -35,7 +35,8 @@ class GoChatTemplate:
         self.supports_insert = self.template.uses("suffix")
 
     def render(self, messages: list[dict], tools: list | None = None, think: bool | str | None = None) -> str:
-        return execute(self.template, messages, tools=tools, think=think, limits=self.limits)
+        """`messages` in Ollama's wire shape (checked here)."""
+        return execute(self.template, check_messages(messages), tools=tools, think=think, limits=self.limits)
 
     def render_insert(self, prompt: str, suffix: str, think: bool | str | None = None) -> str:
         return execute(self.template, [], prompt=prompt, suffix=suffix, think=think, limits=self.limits)
@@ -57,8 +58,9 @@ class JinjaChatTemplate:
         self.supports_insert = False
 
     def render(self, messages: list[dict], tools: list | None = None, think: bool | str | None = None) -> str:
+        """`messages` in Ollama's wire shape (checked here), handed to the template in HF's shape."""
         variables: dict[str, Any] = {
-            "messages": [_hf_message(m) for m in messages], "tools": tools or None,
+            "messages": [_hf_message(m) for m in check_messages(messages)], "tools": tools or None,
             "add_generation_prompt": True, "bos_token": self.bos_token, "eos_token": self.eos_token,
         }
         if think is not None:
