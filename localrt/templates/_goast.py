@@ -1,7 +1,7 @@
 """Syntax tree of a parsed Go template. `pos` is the character offset of the node in the source."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Union
 
 

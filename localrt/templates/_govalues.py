@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 import math
-from typing import Any, Callable, Iterator
+from typing import Any, Iterator
 
 
 class GoStruct:
@@ -222,5 +222,3 @@ def _sort_maps(value: Any) -> Any:
         return int(value)  # Go marshals 1.0 as 1
     return value
 
-
-GoFunc = Callable[..., Any]

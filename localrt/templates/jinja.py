@@ -15,6 +15,7 @@ from typing import Any, Iterable, Iterator
 
 import jinja2
 from jinja2 import nodes
+from jinja2.ext import Extension
 from jinja2.sandbox import ImmutableSandboxedEnvironment, SecurityError
 from jinja2.visitor import NodeTransformer
 
@@ -150,8 +151,21 @@ def _strftime_now(fmt: str) -> str:
     return datetime.datetime.now().strftime(fmt)
 
 
-def _tojson(value: Any, indent: int | None = None, separators: Any = None, sort_keys: bool = False) -> str:
-    return json.dumps(value, ensure_ascii=False, indent=indent, separators=separators, sort_keys=sort_keys)
+def _tojson(value: Any, ensure_ascii: bool = False, indent: int | None = None, separators: Any = None,
+            sort_keys: bool = False) -> str:
+    """transformers' tojson: no HTML escaping (Jinja's own escapes <, >, &, ')."""
+    return json.dumps(value, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
+
+
+class _Generation(Extension):
+    """transformers' `{% generation %}...{% endgeneration %}` (marks assistant text for training masks):
+    rendering keeps the body as is."""
+
+    tags = {"generation"}
+
+    def parse(self, parser: Any) -> list[nodes.Node]:
+        next(parser.stream)
+        return parser.parse_statements(("name:endgeneration",), drop_needle=True)
 
 
 def _guarded_filter(fn: Any) -> Any:
@@ -170,7 +184,7 @@ def _guarded_filter(fn: Any) -> Any:
 
 
 def _make_env() -> _Env:
-    env = _Env(trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols"],
+    env = _Env(trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols", _Generation],
                autoescape=False, cache_size=64)
     for name in ("cycler", "joiner", "lipsum"):
         env.globals.pop(name, None)
