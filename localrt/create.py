@@ -312,13 +312,19 @@ def _adapter(b: _Build, arg: str, base_dir: Path | None, allow_paths: bool) -> I
         yield from _use_blob(b, ref, mt.ADAPTER, check)
 
 
-def _quantize(b: _Build, level: str) -> Iterator[dict]:
+def _quantizer() -> Callable:
+    """`localrt.quantize.quantize_file(src, dst, level, progress=(done, total) -> None)`, or a CreateError."""
     try:
         from . import quantize as q
     except ImportError:
-        raise CreateError("quantization is not available in this build (localrt.quantize is missing)") from None
-    if not hasattr(q, "quantize_file"):
+        q = None
+    fn = getattr(q, "quantize_file", None)
+    if fn is None:
         raise CreateError("quantization is not available in this build (localrt.quantize.quantize_file is missing)")
+    return fn
+
+
+def _quantize(b: _Build, level: str, quantize_file: Callable) -> Iterator[dict]:
     models = [x for x in b.layers if x.media_type == mt.MODEL]
     if len(models) != 1:
         raise CreateError("quantize needs exactly one model layer")
@@ -330,7 +336,7 @@ def _quantize(b: _Build, level: str) -> Iterator[dict]:
     text = f"quantizing {src_type} model to {level}"
 
     def job(cb: Callable[[int], None]) -> st.BlobInfo:
-        q.quantize_file(src, tmp, level, progress=lambda done, total: cb(done))
+        quantize_file(src, tmp, level, progress=lambda done, total: cb(done))
         return b.store.adopt_file(tmp)
 
     try:
@@ -403,20 +409,23 @@ def create(
     (`@sha256:<hex>`), or a model name (its layers are inherited; a built-in model is created on first use).
     With `allow_local_paths=False` (a request from another machine) file paths are refused outright.
     Raises ModelfileError, CreateError, gguf_io.InvalidGGUF, store errors (InvalidName, ManifestNotFound, ...)."""
+    # Everything that can be refused without touching the store is checked before the first event, so a
+    # server can answer 400 before sending a byte.
     target = st.names.parse(name)
-    yield status("parsing modelfile")
     m = modelfile if isinstance(modelfile, mfile.Modelfile) else mfile.parse(modelfile)
-    for w in m.warnings:
-        yield status(f"warning: {w}")
     if len(m.froms) > 1:
         raise CreateError("more than one FROM (a vision projector) is not supported")
+    quantize_file = _quantizer() if quantize else None
+    yield status("parsing modelfile")
+    for w in m.warnings:
+        yield status(f"warning: {w}")
     base = Path(base_dir) if base_dir is not None else None
     b = _Build(store)
     yield from _base(b, m.from_, base, allow_local_paths)
     for arg in m.adapters:
         yield from _adapter(b, arg, base, allow_local_paths)
     if quantize:
-        yield from _quantize(b, quantize.upper())
+        yield from _quantize(b, quantize.upper(), quantize_file)
     yield from _text_layers(b, m)
     config = yield from _write_config(b)
     manifest = mt.build(config, b.layers)

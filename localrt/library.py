@@ -51,7 +51,11 @@ class Builtin:
         from modelfile import build, format
 
         mf = build(
-            [str(path)], template=self.template, system=self.system, parameters=dict(self.params), licenses=[self.license]
+            [str(path)],
+            template=self.template,
+            system=self.system,
+            parameters=dict(self.params),
+            licenses=[self.license],
         )
         return format(mf)
 
@@ -117,3 +121,14 @@ def ensure_builtin(store: st.Store, name: str) -> bool:
         if not requested.equal_fold(st.names.parse(spec.name)):
             store.copy(spec.name, requested)
     return True
+
+
+def model_record(store: st.Store, name: str) -> st.ModelRecord:
+    """`store.model_record(name)`, creating a built-in model first if that is what `name` refers to.
+    Raises store.ManifestNotFound for an unknown model, store.InvalidName for a bad name."""
+    try:
+        return store.model_record(name)
+    except st.ManifestNotFound:
+        if not ensure_builtin(store, name):
+            raise
+    return store.model_record(name)

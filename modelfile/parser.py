@@ -28,6 +28,9 @@ _CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 _WORD = re.compile(r"[A-Za-z]+")
 _PARAM_NAME = re.compile(r"[A-Za-z0-9_]+")
 _BLANK = " \t"
+_BAD_COMMAND = (
+    'command must be one of "from", "license", "template", "system", "adapter", "parameter", or "message"'
+)
 
 
 class ModelfileError(ValueError):
@@ -220,9 +223,7 @@ def parse(text: str) -> Modelfile:
         if keyword in UNSUPPORTED:
             raise ModelfileError(line_no, f"{keyword.upper()} is an Ollama instruction that localrt does not support")
         if keyword not in INSTRUCTIONS:
-            raise ModelfileError(
-                line_no, 'command must be one of "from", "license", "template", "system", "adapter", "parameter", or "message"'
-            )
+            raise ModelfileError(line_no, _BAD_COMMAND)
         _, rest = _split_word(line, _WORD, line_no, "instruction")
         commands.append(_command(keyword, rest, line_no, reader))
     if not any(c.name == "from" for c in commands):

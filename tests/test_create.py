@@ -144,6 +144,14 @@ def test_truncated_gguf_rejected(env):
     assert s.list() == []
 
 
+def test_bad_requests_fail_before_the_first_event(env):
+    d, src, s = env
+    for name, text, err in [("../x", f"FROM {src}\n", st.InvalidName), ("m", "FROM\n", M.ModelfileError),
+                            ("m", f"FROM {src}\nFROM {src}\n", CreateError)]:
+        with pytest.raises(err):
+            next(create(s, name, text))
+
+
 def test_missing_things(env):
     d, src, s = env
     with pytest.raises(CreateError, match="no such file"):
@@ -253,8 +261,10 @@ def test_progress_while_copying_and_cancel(env, monkeypatch):
 def test_quantize_hook(env, monkeypatch):
     d, src, s = env
     monkeypatch.setitem(sys.modules, "localrt.quantize", None)  # not installed
+    gen = create(s, "q", f"FROM {src}\n", quantize="q8_0")
     with pytest.raises(CreateError, match="quantization is not available"):
-        run(s, "q", f"FROM {src}\n", quantize="q8_0")
+        next(gen)  # refused before the first event, before any copy
+    assert not (d / "models").exists()
 
     calls = []
 

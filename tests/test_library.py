@@ -135,6 +135,9 @@ def test_ensure_builtin_uses_create_path(tmp_path, monkeypatch):
     assert r.template == library.GEMMA3_TEMPLATE and r.params["stop"] == ["<end_of_turn>"]
     assert r.model_path.read_bytes() == tiny.read_bytes()
     assert library.ensure_builtin(s, "gemma3:270m") is True  # idempotent
+    assert library.model_record(s, "GEMMA3:270M").name.display == "gemma3:270m"
+    with pytest.raises(st.ManifestNotFound):
+        library.model_record(s, "llama3")
 
 
 def test_missing_package_is_a_clear_error(tmp_path, monkeypatch):
