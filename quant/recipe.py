@@ -1,7 +1,7 @@
 """llama-quantize's per-tensor type choice (`llama_tensor_get_type`) for the file types localrt writes.
 
 Pure: `plan(tensors, metadata, ftype)` maps each tensor to the ggml type it gets. Without an importance
-matrix, as `llama-quantize` runs by default. IQ*/Q2_K/Q3_K file types are not offered.
+matrix, as `llama-quantize` runs by default. The IQ*, TQ*, Q2_K_S and MXFP4 file types are not offered.
 """
 from __future__ import annotations
 
@@ -29,6 +29,10 @@ FILE_TYPES: dict[str, FileType] = {
         FileType("Q8_0", 7, GGMLType.Q8_0),
         FileType("Q5_0", 8, GGMLType.Q5_0),
         FileType("Q5_1", 9, GGMLType.Q5_1),
+        FileType("Q2_K", 10, GGMLType.Q2_K),
+        FileType("Q3_K_S", 11, GGMLType.Q3_K),
+        FileType("Q3_K_M", 12, GGMLType.Q3_K),
+        FileType("Q3_K_L", 13, GGMLType.Q3_K),
         FileType("Q4_K_S", 14, GGMLType.Q4_K),
         FileType("Q4_K_M", 15, GGMLType.Q4_K),
         FileType("Q5_K_S", 16, GGMLType.Q5_K),
@@ -111,6 +115,8 @@ class _Model:
     arch: str
     n_layer: int
     n_expert: int
+    n_gqa: int  # query heads per KV head
+    is_70b: bool  # llama.cpp gives a 70B model's attn_v more bits
     tied: bool
     n_attention_wv: int
     i_attention_wv: int = 0
@@ -121,43 +127,75 @@ def _recipe_type(m: _Model, ft: FileType, name: str, ne0: int) -> int:
     """llama_tensor_get_type_impl, restricted to the file types in FILE_TYPES."""
     cat = _category(name)
     new = ft.default_type
-    attn_v_like = cat in ("attn_v", "attn_qkv", "attn_kv_b")
     if cat == "output" or (m.tied and cat == "token_embd"):
         if m.arch == "falcon" or ne0 % FORMATS[new].block_size:
             return GGMLType.Q8_0
         return new if new == GGMLType.Q8_0 else GGMLType.Q6_K
     if cat == "token_embd":
         return new
-    if attn_v_like:
-        if ft.name in ("Q4_K_M", "Q5_K_M") and use_more_bits(m.i_attention_wv, m.n_attention_wv):
-            new = GGMLType.Q6_K
-        elif ft.name == "Q4_K_S" and m.i_attention_wv < 4:
-            new = GGMLType.Q5_K
-        if m.n_expert == 8:
-            new = GGMLType.Q8_0
+    if cat in ("attn_v", "attn_qkv", "attn_kv_b"):
+        new = _attn_v_type(m, ft.name, new)
         m.i_attention_wv += 1
     elif cat == "attn_k" and m.n_expert == 8:
         new = GGMLType.Q8_0
     elif cat == "ffn_down":
-        i_layer = m.i_ffn_down
-        if m.n_expert > 1:  # experts' ffn_down are not consecutive: take the layer from the name
-            i_layer = int(_LAYER.match(name).group(1)) if _LAYER.match(name) else -1
-            if not 0 <= i_layer < m.n_layer:
-                raise QuantError(f"cannot tell the layer of tensor {name!r}")
-        if ft.name == "Q4_K_M":
-            if m.arch == "falcon":
-                new = (GGMLType.Q6_K if i_layer < m.n_layer // 16
-                       else GGMLType.Q5_K if use_more_bits(i_layer, m.n_layer) else GGMLType.Q4_K)
-            elif use_more_bits(i_layer, m.n_layer):
-                new = GGMLType.Q6_K
-        elif ft.name == "Q5_K_M" and use_more_bits(i_layer, m.n_layer):
-            new = GGMLType.Q6_K
-        elif ft.name == "Q4_K_S" and m.arch != "falcon" and i_layer < m.n_layer // 8:
-            new = GGMLType.Q5_K
+        new = _ffn_down_type(m, ft.name, new, _ffn_down_layer(m, name))
         m.i_ffn_down += 1
-    elif cat == "attn_output" and m.arch != "falcon" and m.n_expert == 8 and ft.name in ("Q4_K_S", "Q4_K_M"):
-        new = GGMLType.Q5_K
+    elif cat == "attn_output":
+        new = _attn_output_type(m, ft.name, new)
     return new
+
+
+def _attn_v_type(m: _Model, ftype: str, new: int) -> int:
+    if ftype == "Q2_K":
+        new = GGMLType.Q4_K if m.n_gqa >= 4 else GGMLType.Q3_K
+    elif ftype == "Q3_K_M":
+        new = GGMLType.Q5_K if m.i_attention_wv < 2 else GGMLType.Q4_K
+    elif ftype == "Q3_K_L":
+        new = GGMLType.Q5_K
+    elif ftype in ("Q4_K_M", "Q5_K_M") and use_more_bits(m.i_attention_wv, m.n_attention_wv):
+        new = GGMLType.Q6_K
+    elif ftype == "Q4_K_S" and m.i_attention_wv < 4:
+        new = GGMLType.Q5_K
+    if m.is_70b and new in (GGMLType.Q3_K, GGMLType.Q4_K):
+        new = GGMLType.Q5_K
+    return GGMLType.Q8_0 if m.n_expert == 8 else new
+
+
+def _ffn_down_layer(m: _Model, name: str) -> int:
+    if m.n_expert == 1:
+        return m.i_ffn_down
+    # experts' ffn_down tensors are not consecutive: take the layer from the name
+    match = _LAYER.match(name)
+    if match is None or not 0 <= int(match.group(1)) < m.n_layer:
+        raise QuantError(f"cannot tell the layer of tensor {name!r}")
+    return int(match.group(1))
+
+
+def _ffn_down_type(m: _Model, ftype: str, new: int, i_layer: int) -> int:
+    n, falcon, more = m.n_layer, m.arch == "falcon", use_more_bits(i_layer, m.n_layer)
+    if ftype == "Q2_K":
+        return GGMLType.Q3_K
+    if ftype == "Q3_K_M":
+        return GGMLType.Q5_K if i_layer < n // 16 else GGMLType.Q4_K if not falcon or more else GGMLType.Q3_K
+    if ftype == "Q3_K_L":
+        return GGMLType.Q4_K if falcon else GGMLType.Q5_K
+    if ftype == "Q4_K_M" and falcon:
+        return GGMLType.Q6_K if i_layer < n // 16 else GGMLType.Q5_K if more else GGMLType.Q4_K
+    if ftype in ("Q4_K_M", "Q5_K_M") and more:
+        return GGMLType.Q6_K
+    if ftype == "Q4_K_S" and not falcon and i_layer < n // 8:
+        return GGMLType.Q5_K
+    return new
+
+
+def _attn_output_type(m: _Model, ftype: str, new: int) -> int:
+    if m.arch == "falcon":
+        return GGMLType.Q4_K if ftype == "Q3_K_L" else new
+    if m.n_expert == 8:
+        bumped = ftype in ("Q2_K", "Q3_K_S", "Q3_K_M", "Q4_K_S", "Q4_K_M")
+        return GGMLType.Q5_K if bumped else new
+    return {"Q2_K": GGMLType.Q3_K, "Q3_K_M": GGMLType.Q4_K, "Q3_K_L": GGMLType.Q5_K}.get(ftype, new)
 
 
 def _fallback(name: str, ggml_type: int, ne0: int) -> int:
@@ -170,6 +208,13 @@ def _fallback(name: str, ggml_type: int, ne0: int) -> int:
     return alt if ne0 % FORMATS[alt].block_size == 0 else GGMLType.F16
 
 
+def _first(value) -> int:
+    """A per-layer hyperparameter array's first entry, or the scalar itself (llama.cpp reads layer 0)."""
+    if isinstance(value, (list, tuple)) or getattr(value, "ndim", 0):
+        return int(value[0]) if len(value) else 0
+    return int(value)
+
+
 def plan(tensors: list[tuple[str, tuple[int, ...], int]], metadata: dict, ftype: str) -> dict[str, int]:
     """(name, shape in NumPy order, current ggml type) per tensor -> {name: target ggml type}.
 
@@ -179,10 +224,16 @@ def plan(tensors: list[tuple[str, tuple[int, ...], int]], metadata: dict, ftype:
     arch = str(metadata.get("general.architecture", ""))
     names = [t[0] for t in tensors]
     by_name = {t[0]: t for t in tensors}
+    n_layer = int(metadata.get(f"{arch}.block_count", 0))
+    n_head = _first(metadata.get(f"{arch}.attention.head_count", 0))
+    n_head_kv = _first(metadata.get(f"{arch}.attention.head_count_kv", n_head))
     m = _Model(
         arch=arch,
-        n_layer=int(metadata.get(f"{arch}.block_count", 0)),
+        n_layer=n_layer,
         n_expert=max(1, int(metadata.get(f"{arch}.expert_count", 0) or 0)),
+        n_gqa=n_head // n_head_kv if n_head_kv else 0,
+        # llama.cpp's model type: a llama with 80 layers and grouped KV heads is "70B"
+        is_70b=arch == "llama" and n_layer == 80 and n_head != n_head_kv,
         tied="output.weight" not in by_name,
         n_attention_wv=sum(_category(n) in ("attn_v", "attn_qkv", "attn_kv_b") for n in names),
     )

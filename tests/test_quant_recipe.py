@@ -87,3 +87,22 @@ def test_llama_order_and_bad_names():
                                          "blk.2.ffn_up.weight", "blk.10.attn_q.weight"]
     with pytest.raises(QuantError, match="unsupported quantization type 'q3_x'"):
         recipe.get_file_type("q3_x")
+
+
+def test_low_bit_recipes():
+    tensors, meta = tiny(16, 256, tied=False)
+    gqa = {**meta, "llama.attention.head_count": 8, "llama.attention.head_count_kv": 2}
+    q2 = recipe.plan(tensors, gqa, "q2_K")
+    assert q2["blk.5.attn_v.weight"] == GGMLType.Q4_K  # 4 query heads per KV head
+    no_gqa = {**gqa, "llama.attention.head_count_kv": 8}
+    assert recipe.plan(tensors, no_gqa, "q2_K")["blk.5.attn_v.weight"] == GGMLType.Q3_K
+    assert q2["blk.5.ffn_down.weight"] == q2["blk.5.attn_output.weight"] == GGMLType.Q3_K
+    assert q2["blk.5.attn_q.weight"] == GGMLType.Q2_K and q2["output.weight"] == GGMLType.Q6_K
+    m = recipe.plan(tensors, gqa, "Q3_K_M")
+    assert [m[f"blk.{i}.attn_v.weight"] for i in (0, 1, 2)] == [GGMLType.Q5_K, GGMLType.Q5_K, GGMLType.Q4_K]
+    assert [m[f"blk.{i}.ffn_down.weight"] for i in (0, 1)] == [GGMLType.Q5_K, GGMLType.Q4_K]  # first n/16
+    assert m["blk.3.attn_output.weight"] == GGMLType.Q4_K and m["blk.3.attn_q.weight"] == GGMLType.Q3_K
+    big = {**gqa, "llama.block_count": 80}  # llama.cpp's "70B": attn_v Q3_K/Q4_K become Q5_K
+    assert recipe.plan(tensors, big, "q3_K_S")["blk.2.attn_v.weight"] == GGMLType.Q5_K
+    odd, _ = tiny(2, 288)
+    assert recipe.plan(odd, meta, "q3_K_S")["blk.0.attn_q.weight"] == GGMLType.Q4_0  # Q3_K fallback

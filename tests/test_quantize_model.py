@@ -133,20 +133,44 @@ def test_bad_requests(tiny_f32, tmp_path):
 LLAMA_HPARAMS = {"llama.context_length": 128, "llama.feed_forward_length": N_FF, "llama.attention.head_count": 4,
                  "llama.attention.head_count_kv": 4, "llama.attention.layer_norm_rms_epsilon": 1e-5,
                  "llama.rope.dimension_count": 72}
+ALL_QUANTIZATIONS = ["q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q2_K", "q3_K_S", "q3_K_M", "q3_K_L", "q4_K_S",
+                     "q4_K_M", "q5_K_S", "q5_K_M", "q6_K"]
 
 
-@pytest.mark.parametrize("quantization", ["q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q4_K_S", "q4_K_M", "q5_K_M",
-                                          "q6_K"])
-def test_byte_identical_with_llama_cpp_quantize(tmp_path, quantization):
+def write_deep(path, n_layer: int = 12) -> None:
+    """An untied, grouped-query llama with rows of 256 and few rows per matrix: every recipe rule fires.
+
+    llama-quantize reads only the hyperparameters, so the matrices can be short (16 rows) to stay fast.
+    """
+    rng = np.random.default_rng(7)
+    tensors = [("token_embd.weight", (32, 256)), ("output.weight", (32, 256)), ("output_norm.weight", (256,))]
+    for i in range(n_layer):
+        tensors += [(f"blk.{i}.{p}.weight", (16, 256)) for p in
+                    ("attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down")]
+        tensors.append((f"blk.{i}.attn_norm.weight", (256,)))
+    metadata = {"general.architecture": "llama", "llama.block_count": n_layer, "llama.embedding_length": 256,
+                **LLAMA_HPARAMS, "llama.feed_forward_length": 256, "llama.attention.head_count_kv": 1,
+                "llama.rope.dimension_count": 64}
+    arrays = [(n, GGMLType.F32, shape, rng.standard_normal(shape).astype(np.float32)) for n, shape in tensors]
+    gguf_io.write(path, metadata, arrays)
+
+
+def llama_cpp_quantize(src, dst, quantization: str) -> None:
     llama_cpp = pytest.importorskip("llama_cpp")
     import ctypes
 
-    src = tmp_path / "tiny.gguf"
-    write_tiny(src, extra_meta=LLAMA_HPARAMS)  # llama.cpp loads the hyperparameters before quantizing
     params = llama_cpp.llama_model_quantize_default_params()
     params.ftype, params.nthread = recipe.get_file_type(quantization).value, 1
     llama_cpp.llama_backend_init()
-    assert llama_cpp.llama_model_quantize(str(src).encode(), str(tmp_path / "c.gguf").encode(),
-                                          ctypes.byref(params)) == 0
-    list(quantize_model(src, tmp_path / "ours.gguf", quantization))
-    assert (tmp_path / "ours.gguf").read_bytes() == (tmp_path / "c.gguf").read_bytes()
+    assert llama_cpp.llama_model_quantize(str(src).encode(), str(dst).encode(), ctypes.byref(params)) == 0
+
+
+@pytest.mark.parametrize("quantization", ALL_QUANTIZATIONS)
+def test_byte_identical_with_llama_cpp_quantize(tmp_path, quantization):
+    pytest.importorskip("llama_cpp")
+    for name, write in (("tiny", lambda p: write_tiny(p, extra_meta=LLAMA_HPARAMS)), ("deep", write_deep)):
+        src = tmp_path / f"{name}.gguf"
+        write(src)
+        llama_cpp_quantize(src, tmp_path / f"{name}-c.gguf", quantization)
+        list(quantize_model(src, tmp_path / f"{name}-ours.gguf", quantization))
+        assert (tmp_path / f"{name}-ours.gguf").read_bytes() == (tmp_path / f"{name}-c.gguf").read_bytes(), name
