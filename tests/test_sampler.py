@@ -291,3 +291,70 @@ def test_filters_agree_with_a_naive_reference(seed):
         assert c.ids.tolist() == want
     else:
         assert sorted(c.ids.tolist()) == sorted(want)
+
+
+# --- llama.cpp's own sampler chain as the oracle (skipped when llama-cpp-python is absent) -------------
+
+_TOKEN_DATA = np.dtype([("id", "<i4"), ("logit", "<f4"), ("p", "<f4")])  # llama_token_data, 12 bytes
+
+
+def _llama_chain(L, n_vocab, o):
+    c = L.llama_sampler_chain_init(L.llama_sampler_chain_default_params())
+    penalties = (o["repeat_last_n"], o["repeat_penalty"], o["frequency_penalty"], o["presence_penalty"])
+    if len(L.llama_sampler_init_penalties.argtypes) == 5:  # older headers also take n_vocab
+        penalties = (n_vocab, *penalties)
+    for stage in (
+        L.llama_sampler_init_penalties(*penalties),
+        L.llama_sampler_init_top_k(o["top_k"]),
+        L.llama_sampler_init_typical(o["typical_p"], 0),
+        L.llama_sampler_init_top_p(o["top_p"], 0),
+        L.llama_sampler_init_min_p(o["min_p"], 0),
+        L.llama_sampler_init_temp(o["temperature"]),
+        L.llama_sampler_init_dist(o["seed"]),
+    ):
+        L.llama_sampler_chain_add(c, stage)
+    return c
+
+
+def _llama_pick(L, chain, logits):
+    import ctypes
+
+    data = np.zeros(len(logits), dtype=_TOKEN_DATA)  # (n_vocab,) candidate array handed to llama.cpp
+    data["id"] = np.arange(len(logits))
+    data["logit"] = logits
+    cur = L.llama_token_data_array(
+        data=data.ctypes.data_as(ctypes.POINTER(L.llama_token_data)), size=len(logits), selected=-1, sorted=False
+    )
+    L.llama_sampler_apply(chain, ctypes.byref(cur))
+    token = int(data["id"][cur.selected])
+    L.llama_sampler_accept(chain, token)
+    return token
+
+
+@pytest.mark.parametrize(
+    "opts",
+    [
+        {},
+        {"top_k": 0, "top_p": 1.0, "temperature": 1.0},
+        {"top_k": 0, "top_p": 0.5, "temperature": 1.0},
+        {"top_k": 100, "top_p": 1.0, "min_p": 0.2},
+        {"top_k": 0, "typical_p": 0.8},
+        {"top_k": 10, "top_p": 0.7, "temperature": 1.5},
+        {"repeat_penalty": 1.3, "frequency_penalty": 0.2, "presence_penalty": 0.1, "repeat_last_n": 16},
+    ],
+)
+def test_same_tokens_as_llama_cpp_with_the_same_seed(opts):
+    L = pytest.importorskip("llama_cpp")
+    o = resolve({"seed": 42, **opts}).to_dict()
+    rng = np.random.default_rng(0)
+    steps = [(rng.standard_normal(3000) * 2).astype(np.float32) for _ in range(60)]
+    chain = _llama_chain(L, 3000, o)
+    ours = make_sampler(o)
+    theirs = []
+    try:
+        for x in steps:
+            mine = ours.sample(x, theirs)  # the history is what was accepted before this step
+            theirs.append(_llama_pick(L, chain, x))
+            assert mine == theirs[-1], f"step {len(theirs) - 1}"
+    finally:
+        L.llama_sampler_free(chain)
