@@ -199,6 +199,13 @@ def test_deep_nesting_is_a_parse_error_not_a_crash() -> None:
         GoTemplate("{{ if 1 }}" * 500 + "{{ end }}" * 500)
 
 
+def test_nesting_within_the_limit_still_works() -> None:
+    assert GoTemplate("{{ " + "(" * 90 + "len .L" + ")" * 90 + " }}").execute(DATA) == "3"
+    assert GoTemplate("{{ if 1 }}" * 90 + "deep" + "{{ end }}" * 90).execute(DATA) == "deep"
+    nested = "{{ range $.L }}" * 3 + "{{ with $.S }}{{ if . }}x{{ end }}{{ end }}" + "{{ end }}" * 3
+    assert GoTemplate(nested).execute(DATA) == "x" * 27
+
+
 def test_source_size_cap() -> None:
     with pytest.raises(TemplateError, match="more than the limit"):
         GoTemplate("x" * 100, max_source=99)

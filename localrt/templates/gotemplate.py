@@ -23,7 +23,10 @@ class GoTemplate:
         if len(source) > max_source:
             raise TemplateError(f"template is {len(source)} characters, more than the limit of {max_source}")
         self.source = source
-        self.nodes: list[Node] = parse_tree(source, NAMES)
+        try:
+            self.nodes: list[Node] = parse_tree(source, NAMES)
+        except RecursionError:
+            raise TemplateError("template nesting too deep") from None
         self.vars: frozenset[str] = frozenset(n.lower() for n in _identifiers(self.nodes))
         if add_response and "messages" not in self.vars and "response" not in self.vars:
             end = len(source)
