@@ -1,0 +1,7 @@
+"""Numba kernels: fused dequantize x dot over raw GGUF blocks (matvec, matmul, get_rows).
+
+`simd_kernels.ops` (norms, RoPE, softmax, attention) lives beside these and is imported on its own.
+"""
+from .api import BLOCKS, MUL, ROWS, KernelArgumentError, get_rows, matmul, matvec
+
+__all__ = ["BLOCKS", "MUL", "ROWS", "KernelArgumentError", "get_rows", "matmul", "matvec"]

@@ -1,0 +1,113 @@
+"""Activation quantizers: float32 rows -> the 8-bit blocks llama.cpp's CPU backend dots against.
+
+Q8_0 and Q8_1 follow ggml's x86 AVX path (`id = 127/amax`, round half to even, d stored as f16);
+Q8_K follows the reference quantizer (largest-|x| element becomes -127, d kept in float32).
+"""
+from __future__ import annotations
+
+import numpy as np
+from numba import njit, prange
+
+from .half import round_f16
+
+QK = 32  # elements per Q8_0 / Q8_1 block
+QK_K = 256  # elements per Q8_K super-block
+KGROUP = 16  # elements per Q8_K bsums group
+
+
+@njit(inline="always")
+def _quantize_block_q8(x, o, q):
+    """Quantize x[o:o+32] into q[o:o+32]; returns (float32 d before f16 rounding, int sum of q)."""
+    amax = np.float32(0.0)
+    for i in range(QK):
+        amax = max(amax, abs(x[o + i]))
+    d = amax / np.float32(127.0)
+    inv = np.float32(127.0) / amax if amax != 0 else np.float32(0.0)
+    total = 0
+    for i in range(QK):
+        v = np.int32(np.rint(x[o + i] * inv))
+        q[o + i] = v
+        total += v
+    return d, total
+
+
+@njit(cache=True, nogil=True)
+def quantize_row_q8_0(x, q, d, qsum):
+    """x: f32 (cols,) -> q: int8 (cols,), d: f32 (cols/32,) f16-rounded scales, qsum: int32 (cols/32,)."""
+    for b in range(x.shape[0] // QK):
+        scale, total = _quantize_block_q8(x, b * QK, q)
+        d[b] = round_f16(scale)
+        qsum[b] = total
+
+
+@njit(cache=True, nogil=True)
+def quantize_row_q8_1(x, q, d, s):
+    """x: f32 (cols,) -> q: int8 (cols,), d: f32 (cols/32,), s: f32 (cols/32,) = f16(d * sum(q))."""
+    for b in range(x.shape[0] // QK):
+        scale, total = _quantize_block_q8(x, b * QK, q)
+        d[b] = round_f16(scale)
+        s[b] = round_f16(scale * np.float32(total))
+
+
+@njit(cache=True, nogil=True)
+def quantize_row_q8_k(x, q, d, bsums):
+    """x: f32 (cols,) -> q: int8 (cols,), d: f32 (cols/256,), bsums: int32 (cols/16,) group sums of q."""
+    for b in range(x.shape[0] // QK_K):
+        o = b * QK_K
+        amax = np.float32(0.0)
+        peak = np.float32(0.0)  # the signed element of largest |x|, the first one on ties
+        for i in range(QK_K):
+            a = abs(x[o + i])
+            if a > amax:
+                amax = a
+                peak = x[o + i]
+        if amax == 0:
+            d[b] = 0.0
+            for i in range(QK_K):
+                q[o + i] = 0
+        else:
+            iscale = np.float32(-127.0) / peak
+            for i in range(QK_K):
+                q[o + i] = min(127, np.int32(np.rint(iscale * x[o + i])))
+            d[b] = np.float32(1.0) / iscale
+        for g in range(QK_K // KGROUP):
+            total = 0
+            for i in range(KGROUP):
+                total += np.int32(q[o + g * KGROUP + i])
+            bsums[b * (QK_K // KGROUP) + g] = total
+
+
+@njit(cache=True, nogil=True, parallel=True)
+def quantize_q8_0(x):
+    """x: f32 (n_tok, cols) -> (q int8 (n_tok, cols), d f32 (n_tok, cols/32), qsum int32 (n_tok, cols/32))."""
+    n_tok, cols = x.shape
+    q = np.empty((n_tok, cols), np.int8)  # (n_tok, cols)
+    d = np.empty((n_tok, cols // QK), np.float32)  # (n_tok, cols/32)
+    qsum = np.empty((n_tok, cols // QK), np.int32)  # (n_tok, cols/32)
+    for t in prange(n_tok):
+        quantize_row_q8_0(x[t], q[t], d[t], qsum[t])
+    return q, d, qsum
+
+
+@njit(cache=True, nogil=True, parallel=True)
+def quantize_q8_1(x):
+    """x: f32 (n_tok, cols) -> (q int8 (n_tok, cols), d f32 (n_tok, cols/32), s f32 (n_tok, cols/32))."""
+    n_tok, cols = x.shape
+    q = np.empty((n_tok, cols), np.int8)  # (n_tok, cols)
+    d = np.empty((n_tok, cols // QK), np.float32)  # (n_tok, cols/32)
+    s = np.empty((n_tok, cols // QK), np.float32)  # (n_tok, cols/32)
+    for t in prange(n_tok):
+        quantize_row_q8_1(x[t], q[t], d[t], s[t])
+    return q, d, s
+
+
+@njit(cache=True, nogil=True, parallel=True)
+def quantize_q8_k(x):
+    """x: f32 (n_tok, cols) -> (q int8 (n_tok, cols), d f32 (n_tok, cols/256), bsums int32 (n_tok, cols/16))."""
+    n_tok, cols = x.shape
+    q = np.empty((n_tok, cols), np.int8)  # (n_tok, cols)
+    d = np.empty((n_tok, cols // QK_K), np.float32)  # (n_tok, cols/256)
+    bsums = np.empty((n_tok, cols // KGROUP), np.int32)  # (n_tok, cols/16)
+    for t in prange(n_tok):
+        quantize_row_q8_k(x[t], q[t], d[t], bsums[t])
+    return q, d, bsums

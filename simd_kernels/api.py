@@ -1,0 +1,129 @@
+"""Public entry points: matvec (decode), matmul (a batch of tokens), get_rows (embedding lookup).
+
+Each dispatches on the GGML type id to a raw @njit kernel; the raw kernels (`MUL`, `ROWS`) may also be
+called directly from other nopython code. Only cheap shape/dtype checks run per call.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from . import dequant, floats, kquants, legacy
+
+F32, F16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 = 0, 1, 2, 3, 6, 7, 8
+Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, BF16 = 10, 11, 12, 13, 14, 30
+
+# ggml type id -> (elements per block, bytes per block) for the weight formats the kernels read
+BLOCKS: dict[int, tuple[int, int]] = {
+    F32: (1, 4), F16: (1, 2), BF16: (1, 2),
+    Q4_0: (32, 18), Q4_1: (32, 20), Q5_0: (32, 22), Q5_1: (32, 24), Q8_0: (32, 34),
+    Q2_K: (256, 84), Q3_K: (256, 110), Q4_K: (256, 144), Q5_K: (256, 176), Q6_K: (256, 210),
+}
+
+# mul(w, x (n_tok, cols) f32, out (n_tok, rows) f32): fused dequantize x dot
+MUL = {
+    F32: floats.mul_f32, F16: floats.mul_f16, BF16: floats.mul_bf16,
+    Q4_0: legacy.mul_q4_0, Q4_1: legacy.mul_q4_1, Q5_0: legacy.mul_q5_0, Q5_1: legacy.mul_q5_1,
+    Q8_0: legacy.mul_q8_0,
+    Q2_K: kquants.mul_q2_k, Q3_K: kquants.mul_q3_k, Q4_K: kquants.mul_q4_k, Q5_K: kquants.mul_q5_k,
+    Q6_K: kquants.mul_q6_k,
+}
+
+# rows(w, ids (n,) int64, out (n, cols) f32): dequantize the selected rows
+ROWS = {
+    F32: dequant.rows_f32, F16: dequant.rows_f16, BF16: dequant.rows_bf16,
+    Q4_0: dequant.rows_q4_0, Q4_1: dequant.rows_q4_1, Q5_0: dequant.rows_q5_0, Q5_1: dequant.rows_q5_1,
+    Q8_0: dequant.rows_q8_0,
+    Q2_K: dequant.rows_q2_k, Q3_K: dequant.rows_q3_k, Q4_K: dequant.rows_q4_k, Q5_K: dequant.rows_q5_k,
+    Q6_K: dequant.rows_q6_k,
+}
+
+# Batches at least this large go through dequantized row tiles and BLAS; smaller ones use the fused
+# integer kernel, which reads each weight byte once per call.
+BLAS_MIN_TOKENS = 16
+TILE_ROWS = 128  # weight rows per dequantized tile: (128, cols) f32 stays in L2 for cols up to ~2k
+
+
+class KernelArgumentError(ValueError):
+    """A kernel was called with an unsupported type, a wrong shape or a wrong dtype."""
+
+
+def _kernel(table: dict, ggml_type: int):
+    try:
+        return table[ggml_type]
+    except KeyError:
+        raise KernelArgumentError(f"ggml type {ggml_type!r} has no kernel (supported: {sorted(table)})") from None
+
+
+def _cols(ggml_type: int, w: np.ndarray) -> int:
+    """Elements per row of w, checking that w is a uint8 (rows, whole blocks) matrix."""
+    if w.dtype != np.uint8 or w.ndim != 2:
+        raise KernelArgumentError(f"weights must be uint8 (rows, row_bytes), got {w.dtype} {w.shape}")
+    per_block, block_bytes = BLOCKS[ggml_type]
+    if w.shape[1] % block_bytes or w.shape[0] == 0:
+        raise KernelArgumentError(f"weight rows of {w.shape[1]} bytes are not whole {block_bytes}-byte blocks "
+                                  f"of ggml type {ggml_type}, or there are no rows ({w.shape})")
+    return w.shape[1] // block_bytes * per_block
+
+
+def _check_f32(name: str, a: np.ndarray, shape: tuple) -> None:
+    if a.dtype != np.float32 or a.shape != shape or not a.flags.c_contiguous:
+        raise KernelArgumentError(f"{name} must be C-contiguous float32 {shape}, got {a.dtype} {a.shape}")
+
+
+def matvec(ggml_type: int, w: np.ndarray, x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    """out (rows,) = dequant(w) (rows, cols) @ x (cols,), with x quantized as llama.cpp does."""
+    kernel = _kernel(MUL, ggml_type)
+    cols = _cols(ggml_type, w)
+    _check_f32("x", x, (cols,))
+    if out is None:
+        out = np.empty(w.shape[0], np.float32)  # (rows,)
+    else:
+        _check_f32("out", out, (w.shape[0],))
+    kernel(w, x.reshape(1, cols), out.reshape(1, -1))
+    return out
+
+
+def matmul(ggml_type: int, w: np.ndarray, x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    """out (n_tok, rows) = x (n_tok, cols) @ dequant(w).T."""
+    kernel = _kernel(MUL, ggml_type)
+    cols = _cols(ggml_type, w)
+    if x.ndim != 2:
+        raise KernelArgumentError(f"x must be float32 (n_tok, {cols}), got {x.dtype} {x.shape}")
+    _check_f32("x", x, (x.shape[0], cols))
+    rows = w.shape[0]
+    if out is None:
+        out = np.empty((x.shape[0], rows), np.float32)  # (n_tok, rows)
+    else:
+        _check_f32("out", out, (x.shape[0], rows))
+    if x.shape[0] < BLAS_MIN_TOKENS:
+        kernel(w, x, out)
+    else:
+        _matmul_tiles(ROWS[ggml_type], w, x, out)
+    return out
+
+
+def _matmul_tiles(rows_kernel, w: np.ndarray, x: np.ndarray, out: np.ndarray) -> None:
+    """Dequantize TILE_ROWS weight rows at a time into a scratch tile and let BLAS multiply it."""
+    rows = w.shape[0]
+    ids = np.arange(rows, dtype=np.int64)  # (rows,)
+    tile = np.empty((TILE_ROWS, x.shape[1]), np.float32)  # (TILE_ROWS, cols)
+    part = np.empty((x.shape[0], TILE_ROWS), np.float32)  # (n_tok, TILE_ROWS)
+    for r0 in range(0, rows, TILE_ROWS):
+        n = min(TILE_ROWS, rows - r0)
+        rows_kernel(w, ids[r0:r0 + n], tile[:n])
+        np.matmul(x, tile[:n].T, out=part[:, :n])
+        out[:, r0:r0 + n] = part[:, :n]
+
+
+def get_rows(ggml_type: int, w: np.ndarray, ids) -> np.ndarray:
+    """float32 (len(ids), cols): the dequantized rows ids of w (embedding lookup)."""
+    kernel = _kernel(ROWS, ggml_type)
+    cols = _cols(ggml_type, w)
+    ids = np.asarray(ids)
+    if ids.ndim != 1 or not np.issubdtype(ids.dtype, np.integer):
+        raise KernelArgumentError(f"ids must be a 1-D integer array, got {ids.dtype} {ids.shape}")
+    if ids.size and (ids.min() < 0 or ids.max() >= w.shape[0]):
+        raise KernelArgumentError(f"row ids must lie in [0, {w.shape[0]}), got {ids.min()}..{ids.max()}")
+    out = np.empty((ids.size, cols), np.float32)  # (n, cols)
+    kernel(w, ids.astype(np.int64, copy=False), out)
+    return out

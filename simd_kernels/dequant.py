@@ -1,0 +1,231 @@
+"""Row dequantizers: raw GGUF blocks of selected rows -> float32, for embedding lookup and for the
+tiles that prefill hands to BLAS. Arithmetic follows the reference dequantizers term by term.
+
+Every public kernel: w uint8 (rows, row_bytes), ids int64 (n,) row indices, out float32 (n, cols).
+"""
+from __future__ import annotations
+
+import numpy as np
+from numba import njit, prange
+
+from .half import bf16_to_f32, f16_to_f32
+
+
+@njit(inline="always")
+def _d(w, r, o):
+    return f16_to_f32(w[r, o], w[r, o + 1])
+
+
+@njit(inline="always")
+def _row_f32(w, r, y):
+    y[:] = w[r].view(np.float32)
+
+
+@njit(inline="always")
+def _row_f16(w, r, y):
+    for i in range(y.shape[0]):
+        y[i] = f16_to_f32(w[r, 2 * i], w[r, 2 * i + 1])
+
+
+@njit(inline="always")
+def _row_bf16(w, r, y):
+    for i in range(y.shape[0]):
+        y[i] = bf16_to_f32(w[r, 2 * i], w[r, 2 * i + 1])
+
+
+@njit(inline="always")
+def _row_q8_0(w, r, y):
+    wi = w.view(np.int8)
+    for b in range(y.shape[0] // 32):
+        o = 34 * b
+        d = _d(w, r, o)
+        for i in range(32):
+            y[32 * b + i] = d * np.float32(wi[r, o + 2 + i])
+
+
+@njit(inline="always")
+def _row_q4(w, r, y, bb, oq, has_min, five, oh):
+    """Shared 32-element nibble layouts: Q4_0 (bb=18), Q4_1 (20), Q5_0 (22), Q5_1 (24)."""
+    for b in range(y.shape[0] // 32):
+        o = bb * b
+        d = _d(w, r, o)
+        m = _d(w, r, o + 2) if has_min else np.float32(0.0)
+        qh = 0
+        if five:
+            qh = (np.int64(w[r, o + oh]) | (np.int64(w[r, o + oh + 1]) << 8) | (np.int64(w[r, o + oh + 2]) << 16)
+                  | (np.int64(w[r, o + oh + 3]) << 24))
+        offset = 0 if has_min else (16 if five else 8)  # symmetric types centre q on zero
+        for j in range(16):
+            byte = np.int64(w[r, o + oq + j])
+            lo = (byte & 15) | (((qh >> j) & 1) << 4)
+            hi = (byte >> 4) | (((qh >> (j + 16)) & 1) << 4)
+            if has_min:
+                y[32 * b + j] = d * np.float32(lo) + m
+                y[32 * b + 16 + j] = d * np.float32(hi) + m
+            else:
+                y[32 * b + j] = d * np.float32(lo - offset)
+                y[32 * b + 16 + j] = d * np.float32(hi - offset)
+
+
+@njit(inline="always")
+def _scale_min_k4(w, r, o, j):
+    if j < 4:
+        return w[r, o + j] & 63, w[r, o + j + 4] & 63
+    return ((w[r, o + j + 4] & 15) | ((w[r, o + j - 4] >> 6) << 4),
+            (w[r, o + j + 4] >> 4) | ((w[r, o + j] >> 6) << 4))
+
+
+@njit(inline="always")
+def _row_q45_k(w, r, y, bb, five):
+    """Q4_K (bb=144) and Q5_K (bb=176, fifth bits in qh[32] at 16, qs at 48)."""
+    oq = 48 if five else 16
+    for b in range(y.shape[0] // 256):
+        o = bb * b
+        d = _d(w, r, o)
+        dmin = _d(w, r, o + 2)
+        for c in range(4):
+            sc, m = _scale_min_k4(w, r, o + 4, 2 * c)
+            d1 = d * np.float32(sc)
+            m1 = dmin * np.float32(m)
+            sc, m = _scale_min_k4(w, r, o + 4, 2 * c + 1)
+            d2 = d * np.float32(sc)
+            m2 = dmin * np.float32(m)
+            for l in range(32):
+                byte = w[r, o + oq + 32 * c + l]
+                lo = np.int64(byte & 15)
+                hi = np.int64(byte >> 4)
+                if five:
+                    hb = np.int64(w[r, o + 16 + l])
+                    lo += ((hb >> (2 * c)) & 1) << 4
+                    hi += ((hb >> (2 * c + 1)) & 1) << 4
+                y[256 * b + 64 * c + l] = d1 * np.float32(lo) - m1
+                y[256 * b + 64 * c + 32 + l] = d2 * np.float32(hi) - m2
+
+
+@njit(inline="always")
+def _row_q6_k(w, r, y):
+    for b in range(y.shape[0] // 256):
+        o = 210 * b
+        d = _d(w, r, o + 208)
+        for n in range(2):
+            for l in range(32):
+                h = np.int64(w[r, o + 128 + 32 * n + l])
+                qa = np.int64(w[r, o + 64 * n + l])
+                qb = np.int64(w[r, o + 64 * n + 32 + l])
+                q = ((qa & 15) | ((h & 3) << 4), (qb & 15) | (((h >> 2) & 3) << 4),
+                     (qa >> 4) | (((h >> 4) & 3) << 4), (qb >> 4) | (((h >> 6) & 3) << 4))
+                for k in range(4):
+                    sc = np.float32(np.int8(w[r, o + 192 + 8 * n + 2 * k + l // 16]))
+                    y[256 * b + 128 * n + 32 * k + l] = d * sc * np.float32(q[k] - 32)
+
+
+@njit(inline="always")
+def _q3k_scale(w, r, o, i):
+    low4 = (np.int64(w[r, o + i]) & 15) if i < 8 else (np.int64(w[r, o + i - 8]) >> 4)
+    hi2 = (np.int64(w[r, o + 8 + i % 4]) >> (2 * (i // 4))) & 3
+    return np.int64(low4 | (hi2 << 4)) - 32
+
+
+@njit(inline="always")
+def _row_q23_k(w, r, y, three):
+    """Q2_K (84 B) and Q3_K (110 B): 16 sub-blocks of 16, 2-bit quants (plus a high bit for Q3_K)."""
+    bb = 110 if three else 84
+    for b in range(y.shape[0] // 256):
+        o = bb * b
+        d = _d(w, r, o + 108) if three else _d(w, r, o + 80)
+        dmin = np.float32(0.0) if three else _d(w, r, o + 82)
+        oq = o + 32 if three else o + 16
+        for n in range(2):
+            for s in range(4):
+                for lh in range(2):
+                    grp = 8 * n + 2 * s + lh
+                    if three:
+                        dl = d * np.float32(_q3k_scale(w, r, o + 96, grp))
+                        ml = np.float32(0.0)
+                    else:
+                        dl = d * np.float32(w[r, o + grp] & 15)
+                        ml = dmin * np.float32(w[r, o + grp] >> 4)
+                    for i in range(16):
+                        l = 16 * lh + i
+                        q = (np.int64(w[r, oq + 32 * n + l]) >> (2 * s)) & 3
+                        if three and not ((w[r, o + l] >> (4 * n + s)) & 1):
+                            q -= 4
+                        y[256 * b + 128 * n + 32 * s + l] = dl * np.float32(q) - ml
+
+
+@njit(cache=True, nogil=True, parallel=True)
+def rows_f32(w, ids, out):
+    for k in prange(ids.shape[0]):
+        _row_f32(w, ids[k], out[k])
+
+
+@njit(cache=True, nogil=True, parallel=True)
+def rows_f16(w, ids, out):
+    for k in prange(ids.shape[0]):
+        _row_f16(w, ids[k], out[k])
+
+
+@njit(cache=True, nogil=True, parallel=True)
+def rows_bf16(w, ids, out):
+    for k in prange(ids.shape[0]):
+        _row_bf16(w, ids[k], out[k])
+
+
+@njit(cache=True, nogil=True, parallel=True)
+def rows_q8_0(w, ids, out):
+    for k in prange(ids.shape[0]):
+        _row_q8_0(w, ids[k], out[k])
+
+
+@njit(cache=True, nogil=True, parallel=True)
+def rows_q4_0(w, ids, out):
+    for k in prange(ids.shape[0]):
+        _row_q4(w, ids[k], out[k], 18, 2, False, False, 0)
+
+
+@njit(cache=True, nogil=True, parallel=True)
+def rows_q4_1(w, ids, out):
+    for k in prange(ids.shape[0]):
+        _row_q4(w, ids[k], out[k], 20, 4, True, False, 0)
+
+
+@njit(cache=True, nogil=True, parallel=True)
+def rows_q5_0(w, ids, out):
+    for k in prange(ids.shape[0]):
+        _row_q4(w, ids[k], out[k], 22, 6, False, True, 2)
+
+
+@njit(cache=True, nogil=True, parallel=True)
+def rows_q5_1(w, ids, out):
+    for k in prange(ids.shape[0]):
+        _row_q4(w, ids[k], out[k], 24, 8, True, True, 4)
+
+
+@njit(cache=True, nogil=True, parallel=True)
+def rows_q2_k(w, ids, out):
+    for k in prange(ids.shape[0]):
+        _row_q23_k(w, ids[k], out[k], False)
+
+
+@njit(cache=True, nogil=True, parallel=True)
+def rows_q3_k(w, ids, out):
+    for k in prange(ids.shape[0]):
+        _row_q23_k(w, ids[k], out[k], True)
+
+
+@njit(cache=True, nogil=True, parallel=True)
+def rows_q4_k(w, ids, out):
+    for k in prange(ids.shape[0]):
+        _row_q45_k(w, ids[k], out[k], 144, False)
+
+
+@njit(cache=True, nogil=True, parallel=True)
+def rows_q5_k(w, ids, out):
+    for k in prange(ids.shape[0]):
+        _row_q45_k(w, ids[k], out[k], 176, True)
+
+
+@njit(cache=True, nogil=True, parallel=True)
+def rows_q6_k(w, ids, out):
+    for k in prange(ids.shape[0]):
+        _row_q6_k(w, ids[k], out[k])
