@@ -2,6 +2,7 @@
 from .format import build, format, format_parameters, quote
 from .params import DEPRECATED, TYPES
 from .parser import Command, Modelfile, ModelfileError, parse
+from .request import from_create_request
 
 __all__ = [
     "Command",
@@ -12,6 +13,7 @@ __all__ = [
     "build",
     "format",
     "format_parameters",
+    "from_create_request",
     "parse",
     "quote",
 ]

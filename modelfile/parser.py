@@ -57,6 +57,11 @@ class Command:
     def key(self) -> tuple:
         return (self.name, self.param, self.role, self.args)
 
+    @property
+    def message(self) -> tuple[str, str] | None:
+        """(role, content) of a MESSAGE; None for other instructions."""
+        return (self.role, self.args) if self.name == "message" else None
+
 
 @dataclass
 class Modelfile:

@@ -291,3 +291,13 @@ def test_quantize_hook(env, monkeypatch):
 )
 def test_human_number(n, text):
     assert human_number(n) == text
+
+
+def test_create_from_api_request_body(env):
+    d, src, s = env
+    digest = s.import_file(src).digest  # what POST /api/blobs/:digest stored
+    body = {"model": "api", "files": {"tiny.gguf": digest}, "system": "hello", "parameters": {"top_k": 3}}
+    events = run(s, body["model"], M.from_create_request(body), allow_local_paths=False)
+    assert events[-1] == {"status": "success"}
+    r = s.model_record("api")
+    assert r.system == "hello" and r.params == {"top_k": 3} and r.model_path == s.blob_path(digest)

@@ -328,3 +328,53 @@ def test_round_trip_property():
         assert again.system == system and again.messages[0]["content"] == message
 
     check()
+
+
+# ----- /api/create request bodies -----------------------------------------------------------------------
+
+D = "sha256:" + "b" * 64
+
+
+def test_from_create_request_full():
+    mf = M.from_create_request({
+        "model": "x", "files": {"model.gguf": D}, "adapters": {"lora.gguf": D}, "template": "{{ .Prompt }}",
+        "system": "s", "parameters": {"temperature": 1, "stop": "<|end|>", "num_ctx": 4096.0, "mirostat": 1},
+        "license": "MIT", "messages": [{"role": "user", "content": "hi"}],
+    })
+    assert mf.froms == ["@" + D] and mf.adapters == ["@" + D]
+    assert (mf.template, mf.system, mf.licenses) == ("{{ .Prompt }}", "s", ["MIT"])
+    assert mf.parameters == {"temperature": 1.0, "stop": ["<|end|>"], "num_ctx": 4096}
+    assert mf.messages == [{"role": "user", "content": "hi"}]
+    assert mf.warnings == ["parameter mirostat is deprecated and is ignored"]
+    assert M.parse(M.format(mf)).canonical() == mf.canonical()
+
+
+@pytest.mark.parametrize(
+    "body, msg",
+    [
+        ({}, "neither 'from' or 'files' was specified"),
+        ({"from": "m", "files": {"a.gguf": D}}, "either 'from' or 'files'"),
+        ({"files": {"../a.gguf": D}}, "file path must be relative"),
+        ({"files": {"/etc/a.gguf": D}}, "file path must be relative"),
+        ({"files": {"C:/a.gguf": D}}, "file path must be relative"),
+        ({"files": ["a"]}, "must be an object"),
+        ({"from": "m", "parameters": {"nope": 1}}, "unknown parameter 'nope'"),
+        ({"from": "m", "parameters": {"num_ctx": "big"}}, "should be int"),
+        ({"from": "m", "parameters": {"temperature": True}}, "should be float"),
+        ({"from": "m", "parameters": {"stop": [1]}}, "should be string list"),
+        ({"from": "m", "parameters": []}, "must be an object"),
+        ({"from": "m", "messages": [{"role": "tool", "content": "x"}]}, "message role"),
+        ({"from": "m", "messages": [{"role": "user", "content": 5}]}, "string 'content'"),
+        ({"from": "m", "license": [1]}, "'license'"),
+        ({"from": 5}, "'from' must be a string"),
+        ("not a dict", "JSON object"),
+    ],
+)
+def test_from_create_request_errors(body, msg):
+    with pytest.raises(M.ModelfileError, match=msg):
+        M.from_create_request(body)
+
+
+def test_command_message_tuple():
+    mf = M.parse("FROM m\nMESSAGE user hi\n")
+    assert mf.commands[1].message == ("user", "hi") and mf.commands[0].message is None
