@@ -107,6 +107,14 @@ def _amplifies(obj: Any, args: tuple, budget: _Budget) -> None:
                 raise TemplateError("template builds a value that is too long", kind="jinja")
 
 
+def _repeat_size(left: Any, right: Any) -> int:
+    """Length of `seq * n` (either order), or 0 when the operands are not a sequence and a count."""
+    seq, n = (left, right) if isinstance(left, (str, list, tuple)) else (right, left)
+    if isinstance(seq, (str, list, tuple)) and isinstance(n, int):
+        return len(seq) * max(n, 0)
+    return 0
+
+
 class _Env(ImmutableSandboxedEnvironment):
     intercepted_binops = frozenset({"*", "**", "+", "%", "//"})
 
@@ -121,11 +129,8 @@ class _Env(ImmutableSandboxedEnvironment):
         budget.tick()
         if operator == "**" and isinstance(right, int) and abs(right) > 64 and not isinstance(left, float):
             raise TemplateError("template exponent is too large", kind="jinja")
-        if operator == "*":
-            n = right if isinstance(right, int) else left if isinstance(left, int) else None
-            seq = left if isinstance(left, (str, list, tuple)) else right
-            if n is not None and isinstance(seq, (str, list, tuple)) and len(seq) * max(n, 0) > budget.limits.max_output:
-                raise TemplateError("template builds a value that is too long", kind="jinja")
+        if operator == "*" and _repeat_size(left, right) > budget.limits.max_output:
+            raise TemplateError("template builds a value that is too long", kind="jinja")
         if operator == "%" and isinstance(left, str):
             raise TemplateError("printf-style string formatting is not allowed in templates", kind="jinja")
         return budget.check_size(super().call_binop(context, operator, left, right))

@@ -191,20 +191,22 @@ def generate_prompt(template: ChatTemplate | None, prompt: str, *, system: str =
         raise InvalidRequest("images are not supported: this model has no vision projector")
     if raw:
         return Prompt(prompt, None, 0)
-    tmpl = GoChatTemplate(template_override) if template_override else (template or load_template(DEFAULT_TEMPLATE, "go"))
+    tmpl = GoChatTemplate(template_override) if template_override else template
+    tmpl = tmpl or load_template(DEFAULT_TEMPLATE, "go")
     if suffix:
         if not tmpl.supports_insert:
             raise InvalidRequest("model does not support insert")
-        if prompt:
-            return Prompt(context_text + tmpl.render_insert(prompt, suffix, think), None, 0)
+        # Ollama fills in the middle only with both parts; an empty prompt renders with no messages
+        text = tmpl.render_insert(prompt, suffix, think) if prompt else tmpl.render([], None, think)
+        return Prompt(context_text + text, None, 0)
     msgs: list[dict] = []
     if system or model_system:
         msgs.append({"role": "system", "content": system or model_system})
     if not has_context:
         msgs.extend(model_messages)
     msgs.append({"role": "user", "content": prompt})
-    checked = check_messages(msgs) if not suffix else []
-    if template_override or suffix:
+    checked = check_messages(msgs)
+    if template_override:
         return Prompt(context_text + tmpl.render(checked, None, think), None, 0)
     fitted = fit_messages(tmpl, checked, think=think, num_ctx=num_ctx, count_tokens=count_tokens,
                           truncate=truncate)
