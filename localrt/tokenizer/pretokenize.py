@@ -4,7 +4,10 @@ Each regex splits every current fragment into its matches and the gaps between t
 (llama.cpp's `unicode_regex_split`, a HF `Split(behavior="Isolated")` chain). The PyPI `regex` module's
 `\\s` is Unicode White_Space and its `\\p{L}`/`\\p{N}`/`\\p{P}`/`\\p{S}`/`\\p{M}` are the general categories,
 which is what llama.cpp's own tables give. Regexes that llama.cpp runs through `std::wregex` without
-categories and that use `\\d` or `\\b` are ASCII-only there, so they carry the ASCII flag here.
+categories and that use `\\d` or `\\b` are ASCII-only there, so they carry the ASCII flag here. Such
+regexes (no `\\p{..}`) also see every non-ASCII whitespace character as U+000B in llama.cpp, which matters
+when a literal character range covers one (U+3000 lies in deepseek-coder's U+0800-U+4E00), so they match
+against a copy of the text with that substitution here too.
 
 A missing `pre` key is llama.cpp's documented fallback to "default" (it warns that quality degrades); an unknown
 value is a load error, never a silent wrong split.
@@ -122,7 +125,10 @@ def _entries() -> dict[str, tuple[str, bool, bool]]:
 PRE_TYPES = _entries()
 _ADD_BOS = frozenset({"llama3", "llama-v3", "llama-bpe", "falcon3", "falcon-h1", "pixtral", "midm-2.0", "lfm2",
                       "jina-v5-nano", "tekken", "chameleon"})
-_compiled: dict[str, list[regex.Pattern]] = {}
+_compiled: dict[str, list[tuple[regex.Pattern, bool]]] = {}
+# Non-ASCII White_Space -> U+000B, as llama.cpp feeds std::wregex (its `\s` is ASCII-only there).
+_WIDE_WS = str.maketrans({c: "\x0b" for c in "\x85\xa0\u1680\u2028\u2029\u202f\u205f\u3000"}
+                         | {chr(c): "\x0b" for c in range(0x2000, 0x200B)})
 
 
 def pre_tokenizer(pre: str) -> PreTokenizer:
@@ -138,25 +144,27 @@ def pre_tokenizer(pre: str) -> PreTokenizer:
     return PreTokenizer(pre, kind, ignore_merges, clean_spaces, pre in _ADD_BOS)
 
 
-def compiled(kind: str) -> list[regex.Pattern]:
+def compiled(kind: str) -> list[tuple[regex.Pattern, bool]]:
+    """The regex chain of a pre-tokenizer kind, each with whether it runs on the whitespace-substituted text."""
     pats = _compiled.get(kind)
     if pats is None:
         pats = []
         for entry in REGEXES[kind]:
             pattern, flags = entry if isinstance(entry, tuple) else (entry, 0)
-            pats.append(regex.compile(pattern, flags | regex.V0))
+            pats.append((regex.compile(pattern, flags | regex.V0), "\\p{" not in pattern))
         _compiled[kind] = pats
     return pats
 
 
-def split(text: str, patterns: list[regex.Pattern]) -> list[str]:
+def split(text: str, patterns: list[tuple[regex.Pattern, bool]]) -> list[str]:
     """Apply the regex chain; every match and every gap between matches becomes its own fragment."""
     frags = [text]
-    for pat in patterns:
+    for pat, wide in patterns:
         out: list[str] = []
         for frag in frags:
             pos = 0
-            for m in pat.finditer(frag):
+            subject = frag.translate(_WIDE_WS) if wide else frag  # same length: offsets stay valid
+            for m in pat.finditer(subject):
                 start, end = m.span()
                 if start > pos:
                     out.append(frag[pos:start])

@@ -12,6 +12,7 @@ token contains c + U+2581, which holds for nearly every c in real SPM vocabulari
 from __future__ import annotations
 
 import heapq
+import re
 
 import regex
 
@@ -112,11 +113,12 @@ def _byte_tokens(vocab: Vocab) -> list[int | None]:
 
 def _word_splitter(tokens: list[str]) -> regex.Pattern:
     """A regex whose matches are the independent words of a space-escaped fragment."""
-    joined = "\n".join(tokens)
+    sep = "\uffff"  # a noncharacter, so no token text contains it
+    joined = sep.join(tokens)
+    if joined.count(sep) != len(tokens) - 1:
+        return regex.compile(".+", regex.DOTALL)  # cannot tell the tokens apart: one word, always correct
     # Characters c such that some token contains c + U+2581: no cut may go between them.
-    glued = sorted({m[0] for m in regex.findall("[^\u2581\n]\u2581", joined)} - {"\n"})
-    if "\n" + SPACE in joined and any("\n" + SPACE in t for t in tokens):
-        glued.append("\n")
+    glued = sorted({m[0] for m in re.findall(f"[^{SPACE}{sep}]{SPACE}", joined)})
     if not glued:
         return regex.compile(f"{SPACE}*[^{SPACE}]*|{SPACE}+", regex.V0)
     cls = regex.escape("".join(glued), special_only=False)
