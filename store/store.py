@@ -7,6 +7,7 @@ reference cannot be collected in between."""
 from __future__ import annotations
 
 import json
+import logging
 import os
 import tempfile
 from dataclasses import dataclass, field
@@ -31,6 +32,7 @@ from .errors import (
 from .locks import locked, store_lock_file
 from .names import ModelName
 
+log = logging.getLogger(__name__)
 MAX_TEXT_LAYER = 16 << 20  # template/system/params/messages/license blobs above this are not text layers
 
 
@@ -178,8 +180,12 @@ class Store:
             for path in self._walk(root):
                 try:
                     name = self._stored_name(root, path)
+                except InvalidName:
+                    continue  # temp files and strays are not models
+                try:
                     entry = self._entry(path, name, readonly)
-                except (StoreError, OSError):
+                except (StoreError, OSError) as e:
+                    log.warning("skipping unreadable manifest %s: %s", path, e)
                     continue
                 seen.setdefault(name.key, entry)
         return sorted(seen.values(), key=lambda e: e.modified_at, reverse=True)
@@ -336,6 +342,14 @@ class Store:
         return p.read_bytes()
 
     # ----- models ------------------------------------------------------------------------------------
+
+    def details(self, entry: ModelEntry) -> dict:
+        """The `details` object of /api/tags for a listed model (from its config blob; {} fields if unreadable)."""
+        try:
+            config = mf.parse_config(self.read_blob(entry.manifest.config.digest))
+        except StoreError:
+            config = {}
+        return mf.details(config)
 
     def _layer_text(self, layer: mf.Layer) -> str:
         data = self.read_blob(layer.digest)

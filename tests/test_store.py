@@ -463,3 +463,19 @@ def test_hostile_digests_touch_no_file(tmp_path, bad):
         with pytest.raises(st.InvalidDigest):
             call()
     assert tree(tmp_path) == before
+
+
+def test_details_for_list_and_broken_manifest_is_logged(tmp_path, caplog):
+    s = st.Store(tmp_path)
+    make_model(s, "m")
+    (entry,) = s.list()
+    assert s.details(entry) == {
+        "parent_model": "", "format": "gguf", "family": "llama", "families": ["llama"],
+        "parameter_size": "1M", "quantization_level": "F32",
+    }
+    bad = tmp_path / "manifests" / "registry.ollama.ai" / "library" / "broken" / "latest"
+    bad.parent.mkdir(parents=True)
+    bad.write_text("{")
+    with caplog.at_level("WARNING"):
+        assert [e.name.display for e in s.list()] == ["m:latest"]
+    assert "broken" in caplog.text
