@@ -237,38 +237,28 @@ def _create_body(client, model: str, file: Path, quantize: str | None) -> dict:
         body["quantize"] = quantize
     files: dict[str, str] = {}
     adapters: dict[str, str] = {}
-    params: dict[str, object] = {}
-    for cmd in mf.commands:
-        name, args = cmd.name.lower(), cmd.args
-        if name in ("from", "adapter"):
-            path = Path(os.path.expanduser(args))
-            path = path if path.is_absolute() else file.parent / path
-            if path.is_file():
-                digest = _upload(client, path)
-                (files if name == "from" else adapters)[path.name] = digest
-            elif name == "from":
-                body["from"] = args
-            else:
-                _fail(f"adapter file {args} not found")
-        elif name == "parameter":
-            key, value = cmd.param if hasattr(cmd, "param") else args
-            if key == "stop":
-                params.setdefault("stop", []).append(value)  # type: ignore[union-attr]
-            else:
-                params[key] = value
-        elif name == "message":
-            role, content = cmd.message if hasattr(cmd, "message") else args
-            body.setdefault("messages", []).append({"role": role, "content": content})
-        elif name == "license":
-            body.setdefault("license", []).append(args)
+    for kind, args in [("from", a) for a in mf.froms] + [("adapter", a) for a in mf.adapters]:
+        path = Path(os.path.expanduser(args))
+        path = path if path.is_absolute() else file.parent / path
+        if path.is_file():
+            (files if kind == "from" else adapters)[path.name] = _upload(client, path)
+        elif kind == "from":
+            body["from"] = args
         else:
-            body[name] = args
+            _fail(f"adapter file {args} not found")
+    for key, value in (("template", mf.template), ("system", mf.system)):
+        if value is not None:
+            body[key] = value
+    if mf.licenses:
+        body["license"] = mf.licenses
+    if mf.messages:
+        body["messages"] = mf.messages
+    if mf.parameters:
+        body["parameters"] = mf.parameters
     if files:
         body["files"] = files
     if adapters:
         body["adapters"] = adapters
-    if params:
-        body["parameters"] = params
     return body
 
 
