@@ -214,3 +214,13 @@ def test_source_size_cap() -> None:
 def test_non_string_template() -> None:
     with pytest.raises(TemplateError):
         GoTemplate(b"{{ . }}")  # type: ignore[arg-type]
+
+
+def test_date_functions() -> None:
+    import datetime
+
+    today = datetime.date.today()
+    got = GoTemplate("{{ currentDate }} {{ yesterdayDate }} {{ currentDate \"ignored\" }}").execute({}).split()
+    # a render that straddles midnight may see the next day; accept either side
+    assert got[0] in (today.isoformat(), (today + datetime.timedelta(days=1)).isoformat())
+    assert datetime.date.fromisoformat(got[1]) == datetime.date.fromisoformat(got[0]) - datetime.timedelta(days=1)

@@ -253,3 +253,17 @@ def test_messages_template_gets_no_prompt_field() -> None:
     # Ollama passes a map without Prompt in messages mode: it reads as nil
     t = GoTemplate("{{ range .Messages }}{{ end }}{{ .Prompt }}", add_response=True)
     assert execute(t, chat_messages([U1])) == "<no value>"
+
+
+def test_tool_property_types_and_nested_schema_marshal_like_ollama() -> None:
+    tools = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {
+        "x": {"type": ["string", "null"], "enum": ["a", None]},
+        "y": {"anyOf": [{"type": "integer"}, {"type": "boolean"}], "description": "<&>"}}}}}]
+    src = ("{{ range .Messages }}{{ end }}{{ range .Tools }}{{ .Function }}{{ range $k, $p := .Function.Parameters"
+           ".Properties }}#{{ $k }}={{ toTypeScriptType $p }}{{ end }}{{ end }}")
+    fn, x, y = render_prompt(src, "go", [U1], tools=tools).split("#")
+    assert json.loads(fn) == {"name": "f", "description": "", "parameters": {"type": "object", "properties": {
+        "x": {"type": ["string", "null"], "enum": ["a", None]},
+        "y": {"anyOf": [{"type": "integer"}, {"type": "boolean"}], "description": "<&>"}}}}
+    assert "\\u003c\\u0026\\u003e" in fn  # Go's json escapes HTML characters
+    assert (x, y) == ("x=string | null", "y=number | boolean")
