@@ -220,6 +220,7 @@ def config_layer(config: Any) -> dict[str, Any]:
 # ---------------------------------------------------------------------------------------------------
 # keep_alive durations
 
+_MAX_SECONDS = ((1 << 63) - 1) / 1e9
 _UNIT_SECONDS = {
     "ns": 1e-9, "us": 1e-6, "\u00b5s": 1e-6, "\u03bcs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0,
 }
@@ -240,15 +241,18 @@ def parse_duration(value: Any, *, bare_seconds: bool = False) -> float | None:
     seconds = float(value)
     if math.isnan(seconds):
         raise InvalidRequest("keep_alive must not be NaN")
-    if seconds < 0 or math.isinf(seconds):
-        return None
-    return seconds
+    return _forever_if_unbounded(seconds)
+
+
+def _forever_if_unbounded(seconds: float) -> float | None:
+    # Negative means forever; so does anything past Go's largest Duration (~292 years), which Ollama
+    # could not represent either.
+    return None if seconds < 0 or seconds > _MAX_SECONDS else seconds
 
 
 def _parse_go_duration(text: str, bare_seconds: bool) -> float | None:
     if bare_seconds and re.fullmatch(r"[+-]?\d+", text.strip()):
-        seconds = int(text.strip())
-        return None if seconds < 0 else float(seconds)
+        return _forever_if_unbounded(float(int(text.strip())))
     body = text[1:] if text[:1] in "+-" else text
     if body == "0":
         return 0.0
@@ -264,6 +268,4 @@ def _parse_go_duration(text: str, bare_seconds: bool) -> float | None:
         if re.fullmatch(r"[\d.]+", body[pos:]):
             raise InvalidRequest(f"invalid keep_alive duration {text!r}: missing unit (e.g. '5m', '300s')")
         raise InvalidRequest(f"invalid keep_alive duration {text!r}: use units ns, us, ms, s, m, h")
-    if text.startswith("-") and total > 0:
-        return None
-    return total
+    return _forever_if_unbounded(-total if text.startswith("-") and total else total)

@@ -167,6 +167,9 @@ def test_options_are_frozen():
         ("-1h", None),
         ("-5m", None),
         (float("inf"), None),
+        (1e12, None),  # beyond Go's largest Duration
+        ("3000000h", None),
+        ("-0s", 0.0),
     ],
 )
 def test_parse_duration(value, seconds):
