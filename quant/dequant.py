@@ -81,7 +81,7 @@ def _q2_k(b: np.ndarray) -> np.ndarray:
     return (dl[:, :, None] * q - ml[:, :, None]).reshape(n, 256)
 
 
-def _q3_k_scales(scales: np.ndarray) -> np.ndarray:
+def q3_k_scales(scales: np.ndarray) -> np.ndarray:
     """(n, 12) packed -> (n, 16) signed 6-bit scales (already minus 32)."""
     i = np.arange(16)
     low4 = np.where(i < 8, scales[:, i % 8] & 0x0F, scales[:, i % 8] >> 4)  # (n, 16)
@@ -98,7 +98,7 @@ def _q3_k(b: np.ndarray) -> np.ndarray:
     # a set high bit means "no offset"; a clear one subtracts 4, so q is in -4..3
     q = lo.astype(np.int8) - ((1 - hbit) * 4).astype(np.int8)
     q = q.reshape(n, 16, 16).astype(np.float32)  # (n, sub-block, element)
-    dl = b["d"].astype(np.float32)[:, None] * _q3_k_scales(b["scales"]).astype(np.float32)  # (n, 16)
+    dl = b["d"].astype(np.float32)[:, None] * q3_k_scales(b["scales"]).astype(np.float32)  # (n, 16)
     return (dl[:, :, None] * q).reshape(n, 256)
 
 

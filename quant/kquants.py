@@ -10,13 +10,14 @@ from __future__ import annotations
 import numpy as np
 
 from quant._numeric import F32, first_absmax, nearest_int, seqsum, via_f16
-from quant.dequant import k4_scales_mins, _q3_k_scales
+from quant.dequant import k4_scales_mins, q3_k_scales
 from quant.formats import FORMATS, GGMLType
 
 GROUP_MAX_EPS = F32(1e-15)  # ggml: a group whose absmax is below this is all zero
 
 
-def make_qkx2_quants(x, w, nmax, rmin, rdelta, nstep, use_mad=False):
+def make_qkx2_quants(x: np.ndarray, w: np.ndarray, nmax: int, rmin: float, rdelta: float, nstep: int,
+                     use_mad: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Affine fit x ~ scale*L - the_min per row of x (m, n), L in 0..nmax, by a weighted grid search.
 
     Returns scale (m,), the_min (m,) (>= 0) and L (m, n) uint8.
@@ -63,7 +64,7 @@ def make_qkx2_quants(x, w, nmax, rmin, rdelta, nstep, use_mad=False):
     return scale, (-mn).astype(F32), L.astype(np.uint8)
 
 
-def make_qx_quants(x, nmax):
+def make_qx_quants(x: np.ndarray, nmax: int) -> tuple[np.ndarray, np.ndarray]:
     """Symmetric fit x ~ scale*(L - nmax), L in 0..2*nmax-1, weights x*x (ggml rmse_type 1), per row of x (m, n).
 
     Returns scale (m,) and L (m, n) uint8; an all-zero row gets scale 0 and L = 0.
@@ -92,7 +93,7 @@ def make_qx_quants(x, nmax):
     return scale, np.where(zero[:, None], 0, L).astype(np.uint8)
 
 
-def make_q3_quants(x, nmax):
+def make_q3_quants(x: np.ndarray, nmax: int) -> tuple[np.ndarray, np.ndarray]:
     """Symmetric fit with ggml's coordinate-descent refinement (do_rmse), per row of x (m, n).
 
     Returns scale (m,) and L (m, n) uint8 in 0..2*nmax-1; an all-zero row gets scale 0 and L = 0.
@@ -122,7 +123,7 @@ def make_q3_quants(x, nmax):
     return scale, np.where(zero[:, None], 0, L + F32(nmax)).astype(np.uint8)
 
 
-def _requantize(x, L, d, offset, lo, hi):
+def _requantize(x: np.ndarray, L: np.ndarray, d: np.ndarray, offset: np.ndarray, lo: int, hi: int) -> np.ndarray:
     """Where d != 0, L = clip(nearest_int((x + offset)/d), lo, hi); elsewhere keep L. Shapes (nb, s, k)."""
     with np.errstate(divide="ignore", invalid="ignore"):
         fresh = np.clip(nearest_int((x + offset[..., None]) / d[..., None]), lo, hi)
@@ -139,7 +140,7 @@ def _pack_k4_scales(ls: np.ndarray, lm: np.ndarray) -> np.ndarray:
     return s
 
 
-def _k4_common(x, nmax, rmin, rdelta, nstep, out):
+def _k4_common(x: np.ndarray, nmax: int, rmin: float, rdelta: float, nstep: int, out: np.ndarray) -> np.ndarray:
     """Shared Q4_K/Q5_K body: fills d, dmin, scales of `out`, returns final levels L (nb, 8, 32) int."""
     nb = len(x)
     xs = x.reshape(nb, 8, 32)
@@ -265,7 +266,7 @@ def quantize_q3_k(x: np.ndarray) -> np.ndarray:
         out["d"] = np.where(live, F32(1) / iscale, F32(0))
     ls = np.clip(nearest_int(iscale[:, None] * scales), -32, 31) + 32  # (nb, 16) in 0..63
     out["scales"] = np.where(live[:, None], _pack_q3_scales(ls), 0)
-    d = out["d"].astype(F32)[:, None] * _q3_k_scales(out["scales"]).astype(F32)  # (nb, 16)
+    d = out["d"].astype(F32)[:, None] * q3_k_scales(out["scales"]).astype(F32)  # (nb, 16)
     L = (_requantize(xs, L - 4, d, np.zeros_like(d), -4, 3) + 4).reshape(nb, 256)
     high = L > 3
     # bit j // 32 of hmask[j % 32] holds element j's high bit
