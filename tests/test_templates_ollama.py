@@ -267,3 +267,24 @@ def test_tool_property_types_and_nested_schema_marshal_like_ollama() -> None:
         "y": {"anyOf": [{"type": "integer"}, {"type": "boolean"}], "description": "<&>"}}}}
     assert "\\u003c\\u0026\\u003e" in fn  # Go's json escapes HTML characters
     assert (x, y) == ("x=string | null", "y=number | boolean")
+
+
+@pytest.mark.parametrize("src,tag", [
+    (fixture_template("qwen2.5"), "<tool_call>"),
+    ("{{ range .Messages }}{{ if .ToolCalls }}\n[TOOL_CALLS] [{{ range .ToolCalls }}{}{{ end }}]{{ end }}{{ end }}",
+     "[TOOL_CALLS] ["),
+    ('{{ range .Messages }}{{ if .ToolCalls }}{{ range .ToolCalls }}{"name": 1}{{ end }}{{ end }}{{ end }}', "{"),
+    ('{{ if .ToolCalls }}{{ .Content }}<call>{{ end }}', "{"),
+    (fixture_template("chatml"), "{"),
+])
+def test_tool_call_tag(src: str, tag: str) -> None:
+    from localrt.templates.capabilities import tool_call_tag
+
+    assert tool_call_tag(GoTemplate(src)) == tag
+
+
+def test_capabilities() -> None:
+    from localrt.templates.capabilities import capabilities
+
+    assert capabilities(GoTemplate(fixture_template("qwen2.5"))) == {"completion", "tools"}
+    assert capabilities(GoTemplate("{{ .Prompt }}{{ .Suffix }}")) == {"completion", "insert"}
