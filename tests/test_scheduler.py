@@ -462,3 +462,15 @@ def test_estimate_errors_reach_the_consumer():
         assert zoo.loads == []
     finally:
         s.stop(timeout=2)
+
+
+def test_the_reaper_thread_unloads_on_time_with_the_real_clock():
+    zoo = Zoo()
+    s = Scheduler(zoo.load, Config(keep_alive="5m"), reap_interval=30.0)
+    try:
+        t0 = time.monotonic()
+        list(s.submit(req(id=1, keep_alive="150ms")))
+        wait_until(lambda: zoo.closed, timeout=5)
+        assert 0.1 <= time.monotonic() - t0 < 5.0  # woken by the expiry, not by the 30 s polling
+    finally:
+        s.stop(timeout=2)
