@@ -7,6 +7,7 @@ Typical use: `choice = choose_template(metadata, modelfile_template)`; `template
 from __future__ import annotations
 
 from .builtin import FAMILIES, TemplateChoice, choose_template
+from .capabilities import capabilities, tool_call_tag
 from .errors import TemplateError
 from .gotemplate import GoTemplate, Limits
 from .jinja import JinjaLimits, JinjaTemplate
@@ -15,6 +16,6 @@ from .prompt import (ChatTemplate, GoChatTemplate, JinjaChatTemplate, Prompt, ch
 
 __all__ = [
     "FAMILIES", "ChatTemplate", "GoChatTemplate", "GoTemplate", "JinjaChatTemplate", "JinjaLimits", "JinjaTemplate",
-    "Limits", "Prompt", "TemplateChoice", "TemplateError", "chat_messages", "chat_prompt", "choose_template",
-    "fit_messages", "generate_prompt", "load_template", "render_prompt",
+    "Limits", "Prompt", "TemplateChoice", "TemplateError", "capabilities", "chat_messages", "chat_prompt",
+    "choose_template", "fit_messages", "generate_prompt", "load_template", "render_prompt", "tool_call_tag",
 ]
