@@ -23,7 +23,6 @@ from store import manifests as mt
 from .errors import InvalidRequest
 
 PROGRESS_INTERVAL_S = 0.25  # at most this often a progress object while a file is imported
-QUANTIZE_FROM = ("F32", "F16", "BF16", "Q8_0")
 
 # llama.cpp's `general.file_type` ids (enum llama_ftype) -> the names Ollama shows.
 FILE_TYPES = {
@@ -224,9 +223,13 @@ class _Build:
         self.params: dict = {}
         self.messages: list = []
         self.parent = ""
+        self.created: set[str] = set()  # blobs this create wrote
+        self.orphans: list[str] = []  # blobs it wrote and then replaced (the unquantized import)
 
     def add_blob(self, media_type: str, info: st.BlobInfo, from_: str | None = None) -> dict:
         self.layers.append(mt.Layer(media_type, info.digest, info.size, from_))
+        if info.created:
+            self.created.add(info.digest)
         verb = "creating new layer" if info.created else "using existing layer"
         return status(f"{verb} {info.digest}")
 
@@ -313,40 +316,40 @@ def _adapter(b: _Build, arg: str, base_dir: Path | None, allow_paths: bool) -> I
 
 
 def _quantizer() -> Callable:
-    """`localrt.quantize.quantize_file(src, dst, level, progress=(done, total) -> None)`, or a CreateError."""
+    """`localrt.quantize.quantize_model(src, dst, level)`, a generator of (done, total, tensor) (H2's module)."""
     try:
         from . import quantize as q
     except ImportError:
         q = None
-    fn = getattr(q, "quantize_file", None)
+    fn = getattr(q, "quantize_model", None)
     if fn is None:
-        raise CreateError("quantization is not available in this build (localrt.quantize.quantize_file is missing)")
+        raise CreateError("quantization is not available in this build (localrt.quantize.quantize_model is missing)")
     return fn
 
 
-def _quantize(b: _Build, level: str, quantize_file: Callable) -> Iterator[dict]:
+def _quantize(b: _Build, level: str, quantize_model: Callable) -> Iterator[dict]:
     models = [x for x in b.layers if x.media_type == mt.MODEL]
     if len(models) != 1:
         raise CreateError("quantize needs exactly one model layer")
-    src_type = b.config.get("file_type", "")
-    if src_type not in QUANTIZE_FROM:
-        raise CreateError(f"quantization is only supported for {', '.join(QUANTIZE_FROM)} models, not {src_type}")
     src = b.store.blob_path(models[0].digest)
     tmp = b.store.new_temp_file()
-    text = f"quantizing {src_type} model to {level}"
-
-    def job(cb: Callable[[int], None]) -> st.BlobInfo:
-        quantize_file(src, tmp, level, progress=lambda done, total: cb(done))
-        return b.store.adopt_file(tmp)
-
+    text = f"quantizing {b.config.get('file_type') or 'the'} model to {level.upper()}"
     try:
-        info = yield from _with_progress(job, text, 100)
+        try:
+            for done, total, _tensor in quantize_model(src, tmp, level):
+                # Ollama sends this placeholder digest with quantization progress; clients key bars on it.
+                yield status(text, digest="0000000000000000000", total=total, completed=done)
+        except ValueError as e:  # quant.QuantError: unsupported level or source tensor types
+            raise CreateError(f"cannot quantize: {e}") from None
+        yield status("verifying conversion")
+        facts = gguf_facts(tmp)
+        info = b.store.adopt_file(tmp)
     finally:
         tmp.unlink(missing_ok=True)
-    yield status("verifying conversion")
-    facts = gguf_facts(b.store.blob_path(info.digest))
     b.drop(mt.MODEL)
     b.layers.insert(0, mt.Layer(mt.MODEL, info.digest, info.size, models[0].from_))
+    if models[0].digest in b.created:
+        b.orphans.append(models[0].digest)
     yield status(f"{'creating new' if info.created else 'using existing'} layer {info.digest}")
     b.config.update(config_from_gguf(facts))
 
@@ -415,7 +418,7 @@ def create(
     m = modelfile if isinstance(modelfile, mfile.Modelfile) else mfile.parse(modelfile)
     if len(m.froms) > 1:
         raise CreateError("more than one FROM (a vision projector) is not supported")
-    quantize_file = _quantizer() if quantize else None
+    quantize_model = _quantizer() if quantize else None
     yield status("parsing modelfile")
     for w in m.warnings:
         yield status(f"warning: {w}")
@@ -425,12 +428,12 @@ def create(
     for arg in m.adapters:
         yield from _adapter(b, arg, base, allow_local_paths)
     if quantize:
-        yield from _quantize(b, quantize.upper(), quantize_file)
+        yield from _quantize(b, quantize, quantize_model)
     yield from _text_layers(b, m)
     config = yield from _write_config(b)
     manifest = mt.build(config, b.layers)
     yield status("writing manifest")
     old = store.put_manifest(target, manifest)
-    if old is not None:
-        store.remove_unreferenced(set(old.digests) - set(manifest.digests))
+    replaced = set(old.digests) - set(manifest.digests) if old is not None else set()
+    store.remove_unreferenced(replaced | set(b.orphans))
     yield status("success")

@@ -13,7 +13,7 @@ import re
 from decimal import Decimal
 
 from . import params as P
-from .parser import _CONTROL, Command, Modelfile
+from .parser import _CONTROL, ROLES, Command, Modelfile
 
 _NEWLINE = re.compile(r"\r\n|\r|\n")
 
@@ -128,7 +128,7 @@ def build(
     messages: list[dict] = (),
 ) -> Modelfile:
     """A Modelfile from its parts (e.g. a stored model's layers), to be printed with `format`.
-    Unknown parameter names from a params layer are refused (ValueError)."""
+    Unknown parameter names, mistyped values and unknown message roles are refused (ValueError)."""
     cmds = [Command("from", f) for f in froms] + [Command("adapter", a) for a in adapters]
     if template is not None:
         cmds.append(Command("template", template))
@@ -144,6 +144,8 @@ def build(
             cmds.append(Command("parameter", param_text(v), param=name, value=v))
     cmds += [Command("license", x) for x in licenses]
     for m in messages:
+        if m.get("role") not in ROLES or not isinstance(m.get("content"), str):
+            raise ValueError('message role must be one of "system", "user", or "assistant", with string content')
         cmds.append(Command("message", m["content"], role=m["role"]))
     return Modelfile(cmds)
 

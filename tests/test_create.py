@@ -258,7 +258,7 @@ def test_progress_while_copying_and_cancel(env, monkeypatch):
     assert list((d / "models" / "blobs").glob(".tmp-*")) == []
 
 
-def test_quantize_hook(env, monkeypatch):
+def test_quantize_hook_missing(env, monkeypatch):
     d, src, s = env
     monkeypatch.setitem(sys.modules, "localrt.quantize", None)  # not installed
     gen = create(s, "q", f"FROM {src}\n", quantize="q8_0")
@@ -266,22 +266,27 @@ def test_quantize_hook(env, monkeypatch):
         next(gen)  # refused before the first event, before any copy
     assert not (d / "models").exists()
 
-    calls = []
 
-    def quantize_file(src_path, dst_path, level, progress=None):
-        calls.append(level)
-        progress(1, 2)
-        write_tiny_gguf(Path(dst_path), file_type=7, seed=9)
-
-    monkeypatch.setitem(sys.modules, "localrt.quantize", types.SimpleNamespace(quantize_file=quantize_file))
+def test_quantize_with_localrt_quantize(tmp_path):
+    pytest.importorskip("localrt.quantize")
+    src = write_tiny_gguf(tmp_path / "f32.gguf", n_embd=64)
+    s = st.Store(tmp_path / "models")
     events = run(s, "q", f"FROM {src}\n", quantize="q8_0")
-    assert calls == ["Q8_0"] and "quantizing F32 model to Q8_0" in statuses(events)
+    quantizing = [e for e in events if e["status"] == "quantizing F32 model to Q8_0"]
+    assert quantizing and quantizing[-1]["completed"] == quantizing[-1]["total"]
     assert "verifying conversion" in statuses(events)
-    assert s.model_record("q").details["quantization_level"] == "Q8_0"
-    assert list((d / "models" / "blobs").glob(".tmp-*")) == []
-    run(s, "q4", f"FROM {write_tiny_gguf(d / 'q4.gguf', file_type=2)}\n")
-    with pytest.raises(CreateError, match="only supported"):
-        run(s, "qq", "FROM q4\n", quantize="q4_K_M")
+    r = s.model_record("q")
+    assert r.details["quantization_level"] == "Q8_0"
+    with gguf_io.open(r.model_path) as f:
+        assert f.tensors["blk.0.attn_q.weight"].ggml_type == gguf_io.GGMLType.Q8_0
+    # The unquantized import is not kept, and no temp file is left behind.
+    assert s.verify(rehash=False).unreferenced == []
+    assert list((tmp_path / "models" / "blobs").glob(".tmp-*")) == []
+    run(s, "q4", f"FROM {write_tiny_gguf(tmp_path / 'q4.gguf', n_embd=64)}\n", quantize="q4_0")
+    with pytest.raises(CreateError, match="cannot quantize"):
+        run(s, "qq", "FROM q4\n", quantize="q4_K_M")  # already quantized: requantizing is refused
+    with pytest.raises(CreateError, match="cannot quantize"):
+        run(s, "bad", f"FROM {src}\n", quantize="q9_Z")
 
 
 @pytest.mark.parametrize(

@@ -282,6 +282,10 @@ def test_build_from_stored_layers_round_trips():
         M.build(["m"], parameters={"mirostat": 1})
     with pytest.raises(ValueError, match="should be int"):
         M.build(["m"], parameters={"num_ctx": "big"})
+    with pytest.raises(ValueError, match="message role"):
+        M.build(["m"], messages=[{"role": "tool", "content": "x"}])
+    with pytest.raises(ValueError, match="message role"):
+        M.build(["m"], messages=[{"role": "user", "content": None}])
 
 
 def test_format_parameters_like_api_show():
