@@ -126,9 +126,14 @@ def build(
     parameters: dict | None = None,
     licenses: list[str] = (),
     messages: list[dict] = (),
+    strict: bool = True,
 ) -> Modelfile:
     """A Modelfile from its parts (e.g. a stored model's layers), to be printed with `format`.
-    Unknown parameter names, mistyped values and unknown message roles are refused (ValueError)."""
+
+    Mistyped values and unknown message roles are refused (ValueError). An unknown or deprecated parameter
+    name is refused too when `strict`; otherwise (showing a params layer written by another Ollama version)
+    it is left out and named in `Modelfile.warnings`."""
+    warnings: list[str] = []
     cmds = [Command("from", f) for f in froms] + [Command("adapter", a) for a in adapters]
     if template is not None:
         cmds.append(Command("template", template))
@@ -136,7 +141,11 @@ def build(
         cmds.append(Command("system", system))
     for name, value in (parameters or {}).items():
         if name not in P.TYPES:
-            raise ValueError(f"unknown parameter '{name}'")
+            what = "deprecated" if name in P.DEPRECATED else "unknown"
+            if strict:
+                raise ValueError(f"{what} parameter '{name}'")
+            warnings.append(f"parameter {name} is {what} and is left out")
+            continue
         P.check_json_value(name, value)
         for v in value if isinstance(value, list) else [value]:
             if P.TYPES[name] == P.FLOAT:
@@ -147,7 +156,7 @@ def build(
         if m.get("role") not in ROLES or not isinstance(m.get("content"), str):
             raise ValueError('message role must be one of "system", "user", or "assistant", with string content')
         cmds.append(Command("message", m["content"], role=m["role"]))
-    return Modelfile(cmds)
+    return Modelfile(cmds, warnings)
 
 
 def format_parameters(parameters: dict) -> str:

@@ -278,8 +278,11 @@ def test_build_from_stored_layers_round_trips():
     again = M.parse(M.format(mf))
     assert again.parameters == {"stop": ["<|eot_id|>", "<|end|>"], "temperature": 1.0, "num_ctx": 8192, "use_mmap": True}
     assert (again.system, again.template, again.licenses) == (" sys ", "{{ .Prompt }}", ["L"])
-    with pytest.raises(ValueError, match="unknown parameter"):
+    with pytest.raises(ValueError, match="deprecated parameter 'mirostat'"):
         M.build(["m"], parameters={"mirostat": 1})
+    lenient = M.build(["m"], parameters={"penalize_newline": False, "draft_x": 1, "top_k": 3}, strict=False)
+    assert lenient.parameters == {"top_k": 3} and lenient.warnings == [
+        "parameter penalize_newline is deprecated and is left out", "parameter draft_x is unknown and is left out"]
     with pytest.raises(ValueError, match="should be int"):
         M.build(["m"], parameters={"num_ctx": "big"})
     with pytest.raises(ValueError, match="message role"):
