@@ -222,7 +222,6 @@ class _Build:
         self.config: dict = {}
         self.params: dict = {}
         self.messages: list = []
-        self.parent = ""
         self.created: set[str] = set()  # blobs this create wrote
         self.orphans: list[str] = []  # blobs it wrote and then replaced (the unquantized import)
 
@@ -282,7 +281,6 @@ def _inherit(b: _Build, name: st.ModelName) -> Iterator[dict]:
     b.config = {k: v for k, v in rec.config.items() if k not in ("rootfs", "architecture", "os")}
     b.params = dict(rec.params)
     b.messages = list(rec.messages)
-    b.parent = rec.parent_model or src
 
 
 def _base(b: _Build, arg: str, base_dir: Path | None, allow_paths: bool) -> Iterator[dict]:
@@ -411,6 +409,7 @@ def create(
     FROM may be a local .gguf path (relative to `base_dir`, default the working directory), a stored blob
     (`@sha256:<hex>`), or a model name (its layers are inherited; a built-in model is created on first use).
     With `allow_local_paths=False` (a request from another machine) file paths are refused outright.
+    `quantize` (e.g. "q4_K_M") converts the model layer with localrt.quantize.quantize_model.
     Raises ModelfileError, CreateError, gguf_io.InvalidGGUF, store errors (InvalidName, ManifestNotFound, ...)."""
     # Everything that can be refused without touching the store is checked before the first event, so a
     # server can answer 400 before sending a byte.
