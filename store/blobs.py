@@ -57,25 +57,54 @@ class BlobDir:
             raise UnsafePath(str(p))
         return p
 
+    def _legacy_path(self, digest: str) -> Path | None:
+        # Old Ollama versions named blobs `sha256:<hex>` (':' is not allowed in Windows file names).
+        return self.dir / dg.validate(digest) if os.name == "posix" else None
+
+    def find(self, digest: str) -> Path | None:
+        """The stored file of `digest` in this root (the `sha256-` name, else a legacy `sha256:` one), or None."""
+        p = self.path(digest)
+        if p.is_file():
+            return p
+        legacy = self._legacy_path(digest)
+        return legacy if legacy is not None and legacy.is_file() else None
+
     def exists(self, digest: str) -> bool:
-        return self.path(digest).is_file()
+        return self.find(digest) is not None
 
     def size(self, digest: str) -> int:
-        try:
-            return self.path(digest).stat().st_size
-        except FileNotFoundError:
-            raise BlobNotFound(digest) from None
+        p = self.find(digest)
+        if p is None:
+            raise BlobNotFound(digest)
+        return p.stat().st_size
 
     def digests(self) -> Iterator[str]:
-        """Every validly named blob file in this root."""
+        """Every validly named blob file in this root (each digest once)."""
         try:
             names = os.listdir(self.dir)
         except FileNotFoundError:
             return
+        seen = set()
         for name in sorted(names):
-            d = dg.from_filename(name)
-            if d is not None and (self.dir / name).is_file():
+            d = dg.from_filename(name) or (name if dg.is_digest(name) else None)
+            if d is not None and d not in seen and (self.dir / name).is_file():
+                seen.add(d)
                 yield d
+
+    def migrate_legacy(self) -> list[str]:
+        """Rename legacy `sha256:<hex>` blob files to `sha256-<hex>` (what Ollama does at start-up)."""
+        if not self.writable or os.name != "posix":
+            return []
+        moved = []
+        for name in os.listdir(self.dir) if self.dir.is_dir() else []:
+            if dg.is_digest(name):
+                with locked(digest_lock_file(self.root, name[7:])):
+                    if self.path(name).exists():
+                        (self.dir / name).unlink()
+                    else:
+                        os.replace(self.dir / name, self.path(name))
+                moved.append(name)
+        return moved
 
     def temp_files(self) -> list[Path]:
         try:
@@ -175,14 +204,17 @@ class BlobDir:
         if not self.writable:
             raise ReadOnlyStore(str(self.root))
         with locked(digest_lock_file(self.root, digest[7:])):
-            try:
-                self.path(digest).unlink()
-                return True
-            except FileNotFoundError:
+            p = self.find(digest)
+            if p is None:
                 return False
+            p.unlink()
+            return True
 
     def rehash(self, digest: str) -> str:
-        return dg.of_file(self.path(digest))[0]
+        p = self.find(digest)
+        if p is None:
+            raise BlobNotFound(digest)
+        return dg.of_file(p)[0]
 
     def stale_temp_files(self, older_than_s: float) -> list[Path]:
         now = time.time()

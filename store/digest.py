@@ -19,6 +19,10 @@ def validate(digest: object) -> str:
     return digest
 
 
+def is_digest(text: str) -> bool:
+    return bool(_DIGEST.fullmatch(text))
+
+
 def normalize(digest: object) -> str:
     """Accept `sha256:<hex>` or the file-name form `sha256-<hex>`; return the `sha256:` form."""
     if isinstance(digest, str) and _FILENAME.fullmatch(digest):

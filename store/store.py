@@ -82,6 +82,7 @@ class VerifyReport:
     invalid_manifests: dict[str, str] = field(default_factory=dict)  # manifest path -> error
     temp_files: list[str] = field(default_factory=list)  # leftovers of interrupted writes
     removed: list[str] = field(default_factory=list)  # what prune() deleted (digests or paths)
+    renamed: list[str] = field(default_factory=list)  # legacy `sha256:<hex>` blob files prune() renamed
 
     @property
     def ok(self) -> bool:
@@ -299,8 +300,8 @@ class Store:
         """Path of a stored blob (writable root first). Raises InvalidDigest or BlobNotFound."""
         d = dg.normalize(digest)
         for blobs in (self._blobs, *self._ro_blobs):
-            p = blobs.path(d)
-            if p.is_file():
+            p = blobs.find(d)
+            if p is not None:
                 return p
         raise BlobNotFound(d)
 
@@ -440,15 +441,16 @@ class Store:
 
         with locked(store_lock_file(self.root)):
             report = self.verify(rehash=rehash)
+            report.renamed = self._blobs.migrate_legacy()
             now = time.time()
             doomed = list(report.unreferenced)
             if remove_corrupt:
                 doomed += [d for d in report.corrupt if self._blobs.exists(d)]
             for d in dict.fromkeys(doomed):
-                try:
-                    old_enough = now - self._blobs.path(d).stat().st_mtime >= grace_s
-                except FileNotFoundError:
+                p = self._blobs.find(d)
+                if p is None:
                     continue
+                old_enough = now - p.stat().st_mtime >= grace_s
                 if (old_enough or d in report.corrupt) and self._blobs.remove(d):
                     report.removed.append(d)
             for p in self._blobs.stale_temp_files(grace_s):

@@ -479,3 +479,18 @@ def test_details_for_list_and_broken_manifest_is_logged(tmp_path, caplog):
     with caplog.at_level("WARNING"):
         assert [e.name.display for e in s.list()] == ["m:latest"]
     assert "broken" in caplog.text
+
+
+@pytest.mark.skipif(os.name != "posix", reason="':' cannot appear in Windows file names")
+def test_legacy_colon_blob_names_are_read_and_migrated(tmp_path):
+    write_ollama_style_dir(tmp_path)
+    blobs = tmp_path / "blobs"
+    for p in list(blobs.iterdir()):
+        p.rename(blobs / p.name.replace("sha256-", "sha256:"))  # as very old Ollama versions wrote them
+    s = st.Store(tmp_path)
+    assert s.model_record("mistral:7b").template == "[INST] {{ .Prompt }} [/INST]"
+    assert s.verify().ok and s.verify().unreferenced == []
+    r = s.prune(grace_s=0)
+    assert len(r.renamed) == 4 and r.removed == []
+    assert all(n.startswith("sha256-") for n in os.listdir(blobs))
+    assert s.model_record("mistral:7b").params["num_ctx"] == 4096

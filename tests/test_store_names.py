@@ -101,3 +101,26 @@ def test_digest_of_bytes_matches_hashlib():
     import hashlib
 
     assert dg.of_bytes(b"abc") == "sha256:" + hashlib.sha256(b"abc").hexdigest()
+
+
+def test_display_and_full_round_trip_property():
+    hypothesis = pytest.importorskip("hypothesis")
+    from hypothesis import strategies as s
+
+    first = "abcXYZ019_"
+    part = s.text(alphabet=first, min_size=1, max_size=3).flatmap(
+        lambda a: s.text(alphabet=first + "-.", max_size=12).map(lambda b: a + b)
+    ).filter(lambda p: ".." not in p and names.is_valid(p))
+    ns = part.filter(lambda p: "." not in p)
+
+    @hypothesis.given(part, ns, part, part)
+    @hypothesis.settings(max_examples=300, deadline=None)
+    def check(host, namespace, model, tag):
+        try:
+            n = names.parse(f"{host}/{namespace}/{model}:{tag}")
+        except store.InvalidName:
+            return  # e.g. a Windows device name or a drive-like host: refused, never mis-parsed
+        assert n.path_parts == (host, namespace, model, tag)
+        assert names.parse(n.display) == n and names.parse(n.full) == n
+
+    check()
