@@ -36,6 +36,20 @@ _DEEPSEEK3_MAIN = (r"[!\"#$%&'()*+,\-./:;<=>?@\[\\\]^_`{|}~][A-Za-z]+|[^\r\n\p{L
 
 ASCII = regex.ASCII
 
+# Unicode cased letters (L&) as deepseek-llm's tokenizer spells them out.
+_CASED = ("A-Za-z\u00b5\u00c0-\u00d6\u00d8-\u00f6\u00f8-\u01ba\u01bc-\u01bf\u01c4-\u0293\u0295-\u02af"
+          "\u0370-\u0373\u0376\u0377\u037b-\u037d\u037f\u0386\u0388-\u038a\u038c\u038e-\u03a1\u03a3-\u03f5"
+          "\u03f7-\u0481\u048a-\u052f\u0531-\u0556\u10a0-\u10c5\u13a0-\u13f5\u13f8-\u13fd\u1c90-\u1cba"
+          "\u1cbd-\u1cbf\u1d00-\u1d2b\u1d6b-\u1d77\u1d79-\u1d9a\u1e00-\u1f15\u1f18-\u1f1d\u1f20-\u1f45"
+          "\u1f48-\u1f4d\u1f50-\u1f57\u1f59\u1f5b\u1f5d\u1f5f-\u1f7d\u1f80-\u1fb4\u1fb6-\u1fbc\u1fbe"
+          "\u1fc2-\u1fc4\u1fc6-\u1fcc\u1fd0-\u1fd3\u1fd6-\u1fdb\u1fe0-\u1fec\u1ff2-\u1ff4\u1ff6-\u1ffc"
+          "\u2102\u2107\u210a-\u2113\u2115\u2119-\u211d\u2124\u2126\u2128\u212a-\u212d\u212f-\u2134\u2139"
+          "\u213c-\u213f\u2145-\u2149\u214e\u2183\u2184\u2c00-\u2c7b\u2c7e-\u2ce4\u2ceb-\u2cee\u2cf2\u2cf3"
+          "\ua640-\ua66d\ua680-\ua69b\ua722-\ua76f\ua771-\ua787\ua78b-\ua78e\uab70-\uabbf\ufb00-\ufb06"
+          "\ufb13-\ufb17\uff21-\uff3a\uff41-\uff5a\U00010400-\U0001044f\U000104b0-\U000104d3"
+          "\U000104d8-\U000104fb\U00010c80-\U00010cb2\U00010cc0-\U00010cf2\U000118a0-\U000118df"
+          "\U0001e900-\U0001e943")
+
 # pre-tokenizer type -> ordered regexes; an entry is a pattern or (pattern, flags).
 REGEXES: dict[str, tuple] = {
     "default": (r"[\p{P}\$\+<=>\^~\|]+", GPT2, r"\p{N}+", r"[0-9][0-9][0-9]"),
@@ -45,7 +59,13 @@ REGEXES: dict[str, tuple] = {
     "smollm": (r"\p{N}", GPT2),
     "falcon": (r"[\p{P}\$\+<=>\^~\|`]+", GPT2, r"[0-9][0-9][0-9]"),
     "deepseek-coder": ("[\r\n]", r"\s?\p{L}+", r"\s?\p{P}+", "[\u4e00-\u9fa5\u0800-\u4e00\uac00-\ud7ff]+", r"\p{N}"),
+    # std::regex's "$" is end of input only, which is Python's \\Z.
+    "deepseek-llm": ("[\r\n]", r"\s?[" + _CASED + "]+",
+                     r"\s?[!-/:-~\uff01-\uff0f\uff1a-\uff5e\u2018-\u201f\u3000-\u3002]+", r"\s+\Z",
+                     "[\u4e00-\u9fa5\u0800-\u4e00\uac00-\ud7ff]+", r"\p{N}+"),
     "deepseek3": (r"\p{N}{1,3}", _CJK_KANA, _DEEPSEEK3_MAIN),
+    "spark2_5": (r"\p{N}{1,3}", _CJK_KANA, r"[!\"#$%&'()*+,\-./:;<=>?@\[\\\]^_`{|}~][A-Za-z]+"
+                 r"|[^\r\n\p{L}\p{P}\p{S}]?[\p{L}\p{M}]+| ?[\p{P}\p{S}]+|[\r\n]|\s+(?!\S)|\s+", r"\p{N}"),
     "poro": (_PORO,),
     "viking": (_PORO, r"\p{N}"),
     "tekken": (r"[^\r\n\p{L}\p{N}]?" + _UPPERISH + "*" + _LOWERISH + r"+|[^\r\n\p{L}\p{N}]?" + _UPPERISH + "+"
@@ -53,6 +73,9 @@ REGEXES: dict[str, tuple] = {
     "gpt4o": (r"[^\r\n\p{L}\p{N}]?" + _UPPERISH + "*" + _LOWERISH + "+" + _CONTRACTIONS + r"?|[^\r\n\p{L}\p{N}]?"
               + _UPPERISH + "+" + _LOWERISH + "*" + _CONTRACTIONS
               + r"?|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+",),
+    "granite-multi": (r"[^\r\n\p{L}\p{N}]?((?=[\p{L}\p{M}])([^a-z]))*((?=[\p{L}\p{M}])([^A-Z]))+" + _CONTRACTIONS
+                      + r"?|[^\r\n\p{L}\p{N}]?((?=[\p{L}\p{M}])([^a-z]))+((?=[\p{L}\p{M}])([^A-Z]))*" + _CONTRACTIONS
+                      + r"?|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+",),
     "chameleon": (r"<sentinel:[0-9]+>", r"(IMGIMG)((A|B|C|D|E|F|G|H|I){1,4})Z", r"([\t\n]|    |  )", r"\p{N}",
                   r"[\p{P}!-/:-@\[-`{-~]", GPT2),
     "superbpe": (r"\p{N}+", (r"(?=(\d{3})+(?!\d))", ASCII)),
@@ -94,8 +117,11 @@ def _entries() -> dict[str, tuple[str, bool, bool]]:
     add("llama3 llama-v3 llama-bpe falcon3 falcon-h1 pixtral midm-2.0 lfm2 jina-v5-nano", "llama3", True)
     add("dbrx smaug-bpe", "llama3")
     add("glm4 chatglm-bpe", "llama3")
+    add("deepseek-llm", "deepseek-llm", clean_spaces=False)
     add("deepseek-coder", "deepseek-coder", clean_spaces=False)
     add("deepseek-v3 hunyuan-dense joyai-llm hy_v4", "deepseek3", clean_spaces=False)
+    add("spark2_5", "spark2_5", clean_spaces=False)
+    add("granite-embed-multi-97m", "granite-multi", True, False)
     add("falcon", "falcon")
     add("gpt-2 phi-2 jina-es jina-de gigachat jina-v2-es jina-v2-de a.x-4.0 mellum modern-bert jina-v1-en "
         "jina-v2-code roberta-bpe exaone4 mpt olmo jais", "gpt2")
