@@ -209,8 +209,21 @@ def test_stream_decoder_holds_incomplete_utf8():
 @given(st.lists(st.integers(0, 255), max_size=40))
 def test_stream_with_clean_spaces_equals_decode(ids):
     tok = Tokenizer.from_gguf(bpe_md([], [], pre="gpt-2"))
-    dec = tok.stream_decoder()
+    dec = tok.stream_decoder(as_detokenize=True)
     assert "".join(dec.add(t) for t in ids) + dec.flush() == tok.decode(ids)
+    dec = tok.stream_decoder()  # llama.cpp's generation output: raw pieces, no clean-up
+    raw = b"".join(tok.token_to_piece(t) for t in ids).decode("utf-8", "replace")
+    assert "".join(dec.add(t) for t in ids) + dec.flush() == raw
+
+
+def test_stream_decoder_keeps_the_first_space_unless_asked():
+    tok = Tokenizer.from_gguf(spm_md([("\u2581", -1, NORMAL), ("a", -1, NORMAL), ("\u2581a", -2, NORMAL)]))
+    ids = tok.encode("a a", add_special=False)
+    assert tok.decode(ids) == "a a"
+    dec = tok.stream_decoder()
+    assert "".join(dec.add(t) for t in ids) + dec.flush() == " a a"
+    dec = tok.stream_decoder(as_detokenize=True)
+    assert "".join(dec.add(t) for t in ids) + dec.flush() == "a a"
 
 
 @pytest.mark.parametrize("raw, cleaned", [

@@ -22,8 +22,9 @@ def clean_spaces(text: bytes) -> bytes:
 class StreamDecoder:
     """Feed token ids one at a time; `add` returns only text that can no longer change.
 
-    The concatenation of every `add` and the final `flush` equals `decode(all ids)`. An incomplete UTF-8
-    sequence is held back until its last byte arrives; `flush` renders what is left with U+FFFD.
+    An incomplete UTF-8 sequence is held back until its last byte arrives; `flush` renders what is left with
+    U+FFFD. With `first_lstrip` and `clean` set as the vocabulary says, the concatenation of every `add` and the
+    final `flush` equals `Tokenizer.decode(all ids)`.
     """
 
     def __init__(self, piece: Callable[[int, bool], bytes], first_lstrip: bool, clean: bool):

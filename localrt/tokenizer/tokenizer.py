@@ -143,7 +143,15 @@ class Tokenizer:
     def decode(self, ids: Iterable[int]) -> str:
         return self.decode_bytes(ids).decode("utf-8", "replace")
 
-    def stream_decoder(self) -> StreamDecoder:
+    def stream_decoder(self, as_detokenize: bool = False) -> StreamDecoder:
+        """Incremental text for generated tokens; it never emits part of a UTF-8 sequence.
+
+        By default it concatenates pieces as llama.cpp's generation output does (`common_token_to_piece`):
+        no leading-space strip, no `clean_spaces`. With `as_detokenize=True` its output equals `decode(ids)`.
+        The two agree whenever add_space_prefix and clean_spaces are both off, as for Gemma 3 and SmolLM2.
+        """
+        if not as_detokenize:
+            return StreamDecoder(self._piece_for_stream, False, False)
         return StreamDecoder(self._piece_for_stream, self.vocab.add_space_prefix, self.clean_spaces)
 
     def _check(self, token_id: int) -> int:
