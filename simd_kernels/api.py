@@ -54,6 +54,14 @@ def _kernel(table: dict, ggml_type: int):
         raise KernelArgumentError(f"ggml type {ggml_type!r} has no kernel (supported: {sorted(table)})") from None
 
 
+def _readonly(w: np.ndarray) -> np.ndarray:
+    """A read-only view of w: model weights are read-only mmap views, so only that kernel variant compiles."""
+    if w.flags.writeable:
+        w = w.view()
+        w.flags.writeable = False
+    return w
+
+
 def _cols(ggml_type: int, w: np.ndarray) -> int:
     """Elements per row of w, checking that w is a uint8 (rows, whole blocks) matrix."""
     if w.dtype != np.uint8 or w.ndim != 2:
@@ -79,7 +87,7 @@ def matvec(ggml_type: int, w: np.ndarray, x: np.ndarray, out: np.ndarray | None 
         out = np.empty(w.shape[0], np.float32)  # (rows,)
     else:
         _check_f32("out", out, (w.shape[0],))
-    kernel(w, x.reshape(1, cols), out.reshape(1, -1))
+    kernel(_readonly(w), x.reshape(1, cols), out.reshape(1, -1))
     return out
 
 
@@ -96,9 +104,9 @@ def matmul(ggml_type: int, w: np.ndarray, x: np.ndarray, out: np.ndarray | None 
     else:
         _check_f32("out", out, (x.shape[0], rows))
     if x.shape[0] < BLAS_MIN_TOKENS:
-        kernel(w, x, out)
+        kernel(_readonly(w), x, out)
     else:
-        _matmul_tiles(ROWS[ggml_type], w, x, out)
+        _matmul_tiles(ROWS[ggml_type], _readonly(w), x, out)
     return out
 
 
@@ -125,5 +133,5 @@ def get_rows(ggml_type: int, w: np.ndarray, ids) -> np.ndarray:
     if ids.size and (ids.min() < 0 or ids.max() >= w.shape[0]):
         raise KernelArgumentError(f"row ids must lie in [0, {w.shape[0]}), got {ids.min()}..{ids.max()}")
     out = np.empty((ids.size, cols), np.float32)  # (n, cols)
-    kernel(w, ids.astype(np.int64, copy=False), out)
+    kernel(_readonly(w), ids.astype(np.int64, copy=False), out)
     return out
