@@ -101,7 +101,7 @@ class Catalog:
         else:
             choice = None
         params = dict(rec.params)
-        mf = mfile.build([str(rec.model_path or "")], adapters=[str(p) for p in rec.adapter_paths],
+        mf = mfile.build([str(rec.model_path or "")], adapters=[str(p) for p in rec.adapter_paths], strict=False,
                          template=rec.template, system=rec.system, parameters=params, licenses=list(rec.licenses),
                          messages=rec.messages)
         caps = ["completion"]

@@ -38,7 +38,7 @@ def error_status(exc: BaseException) -> tuple[int, str, dict[str, str]]:
         return 499, "request canceled", {}
     if isinstance(exc, (errors.InvalidRequest, errors.InvalidModelName, errors.ContextLengthExceeded)) or name in (
         "InvalidName", "InvalidDigest", "DigestMismatch", "ModelfileError", "TemplateError", "InvalidGGUF",
-        "SchemaError",
+        "SchemaError", "QuantError", "CreateError", "ParamError",
     ):
         return 400, str(exc), {}
     if isinstance(exc, errors.LocalrtError):
