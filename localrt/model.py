@@ -149,6 +149,7 @@ class Model:
             config.n_layer, config.n_head_kv, config.head_dim, config.head_dim_v, num_ctx, n_slots, config.windows, num_batch
         )
         self.load_duration_ns = 0
+        self._slot_tokens: dict[int, list[int]] = {}  # slot -> ids whose keys the cache holds (prefix reuse)
         self._source = source  # the open GGUF file: keeps the mmap the weights view alive
 
     def close(self) -> None:
@@ -178,6 +179,7 @@ class Model:
         """Final-normed hidden states (len(ids), n_embd) of ids from an empty slot, in num_batch chunks."""
         ids = self._check_ids(ids)
         self.cache.clear(slot)
+        self._slot_tokens[slot] = []
         out = np.empty((len(ids), self.config.n_embd), np.float32)  # (n_tok, n_embd)
         for start in range(0, len(ids), self.num_batch):
             batch = self.batch(ids[start : start + self.num_batch], start, slot)

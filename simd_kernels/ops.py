@@ -117,11 +117,11 @@ def softmax_rows(x):
     return x
 
 
-@njit(cache=True, nogil=True, parallel=True)
+@njit(cache=True, nogil=True)
 def swiglu(gate, up, out):
     """out = silu(gate) * up.  All (n_tok, n_ff) f32."""
     n_tok, n = gate.shape
-    for t in prange(n_tok):
+    for t in range(n_tok):
         for i in range(n):
             g = gate[t, i]
             out[t, i] = g / (np.float32(1.0) + np.float32(math.exp(-g))) * up[t, i]
@@ -131,11 +131,11 @@ def swiglu(gate, up, out):
 _GELU_C = np.float32(math.sqrt(2.0 / math.pi))
 
 
-@njit(cache=True, nogil=True, parallel=True)
+@njit(cache=True, nogil=True)
 def geglu_tanh(gate, up, out):
     """out = gelu_tanh(gate) * up.  All (n_tok, n_ff) f32."""
     n_tok, n = gate.shape
-    for t in prange(n_tok):
+    for t in range(n_tok):
         for i in range(n):
             g = gate[t, i]
             inner = _GELU_C * g * (np.float32(1.0) + np.float32(0.044715) * g * g)
@@ -158,7 +158,6 @@ def kv_store(k, v, k_cache, v_cache, positions, slots):
             v_cache[s, h, j, :] = v[t, h, :]
 
 
-@njit(cache=True, nogil=True, parallel=True)
 def attention(q, k_cache, v_cache, positions, slots, window, scale, out):
     """Causal attention of each query token over its own slot's cache.
 
@@ -167,45 +166,64 @@ def attention(q, k_cache, v_cache, positions, slots, window, scale, out):
     full attention, else a key at p0 is visible to a query at p1 iff p1 - p0 < window.
     out: (n_tok, n_head, head_dim_v) f32.  Query head h reads KV head h // (n_head / n_kv).
     """
-    n_tok, n_head, hd = q.shape
-    n_kv = k_cache.shape[1]
+    # Threads pay off only with many (token, head) jobs; a decode step stays on one thread.
+    kernel = _attention_parallel if q.shape[0] * q.shape[1] >= 32 else _attention_serial
+    return kernel(q, k_cache, v_cache, positions, slots, window, scale, out)
+
+
+@njit(cache=True, nogil=True)
+def _attend(q, k_cache, v_cache, positions, slots, window, scale, out, job):
+    """One (token, head) job of `attention`."""
+    n_head = q.shape[1]
+    hd = q.shape[2]
     cap = k_cache.shape[2]
     hd_v = v_cache.shape[3]
-    group = n_head // n_kv
-    for job in prange(n_tok * n_head):
-        t = job // n_head
-        h = job % n_head
-        kvh = h // group
-        s = slots[t]
-        p = positions[t]
-        start = 0
-        if window > 0 and p - window + 1 > 0:
-            start = p - window + 1
-        n = p - start + 1
-        scores = np.empty(n, np.float32)  # (n_keys,)
-        m = -np.inf
-        for j in range(n):
-            kj = (start + j) % cap
-            acc = np.float32(0.0)
-            for d in range(hd):
-                acc += q[t, h, d] * k_cache[s, kvh, kj, d]
-            acc *= scale
-            scores[j] = acc
-            if acc > m:
-                m = acc
-        total = 0.0
-        for j in range(n):
-            e = np.float32(math.exp(scores[j] - m))
-            scores[j] = e
-            total += e
-        inv = np.float32(1.0 / total)
-        acc_v = np.zeros(hd_v, np.float32)  # (head_dim_v,)
-        for j in range(n):
-            kj = (start + j) % cap
-            w = scores[j] * inv
-            for d in range(hd_v):
-                acc_v[d] += w * v_cache[s, kvh, kj, d]
-        out[t, h, :] = acc_v
+    t = job // n_head
+    h = job % n_head
+    kvh = h // (n_head // k_cache.shape[1])
+    s = slots[t]
+    p = positions[t]
+    start = 0
+    if window > 0 and p - window + 1 > 0:
+        start = p - window + 1
+    n = p - start + 1
+    scores = np.empty(n, np.float32)  # (n_keys,)
+    m = -np.inf
+    for j in range(n):
+        kj = (start + j) % cap
+        acc = np.float32(0.0)
+        for d in range(hd):
+            acc += q[t, h, d] * k_cache[s, kvh, kj, d]
+        acc *= scale
+        scores[j] = acc
+        if acc > m:
+            m = acc
+    total = 0.0
+    for j in range(n):
+        e = np.float32(math.exp(scores[j] - m))
+        scores[j] = e
+        total += e
+    inv = np.float32(1.0 / total)
+    acc_v = np.zeros(hd_v, np.float32)  # (head_dim_v,)
+    for j in range(n):
+        kj = (start + j) % cap
+        w = scores[j] * inv
+        for d in range(hd_v):
+            acc_v[d] += w * v_cache[s, kvh, kj, d]
+    out[t, h, :] = acc_v
+
+
+@njit(cache=True, nogil=True, parallel=True)
+def _attention_parallel(q, k_cache, v_cache, positions, slots, window, scale, out):
+    for job in prange(q.shape[0] * q.shape[1]):
+        _attend(q, k_cache, v_cache, positions, slots, window, scale, out, job)
+    return out
+
+
+@njit(cache=True, nogil=True)
+def _attention_serial(q, k_cache, v_cache, positions, slots, window, scale, out):
+    for job in range(q.shape[0] * q.shape[1]):
+        _attend(q, k_cache, v_cache, positions, slots, window, scale, out, job)
     return out
 
 

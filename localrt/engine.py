@@ -1,0 +1,152 @@
+"""`generate`: prompt ids in, events out (Token ... then Done), prefill in chunks, then decode."""
+from __future__ import annotations
+
+import time
+from typing import Iterator
+
+import numpy as np
+
+from .errors import ContextLengthExceeded, InvalidRequest
+from .events import Done, Token
+from .options import Options, resolve
+
+
+def generate(model, ids, options: dict | Options | None = None, *, slot: int = 0, load_duration_ns: int = 0) -> Iterator[Token | Done]:
+    """Yield a Token per sampled token and a final Done.
+
+    Stops on the model's end-of-generation tokens (done_reason "stop"), on a stop string (never partly
+    emitted; "stop"), at num_predict or when prompt + output reach num_ctx ("length"). A prompt longer
+    than num_ctx raises ContextLengthExceeded before anything is yielded.
+    """
+    t_start = time.perf_counter_ns()
+    opts = options if isinstance(options, Options) else resolve(options)
+    prompt = [int(i) for i in ids]
+    n_ctx = model.num_ctx
+    if not prompt:
+        raise InvalidRequest("the prompt has no tokens")
+    if len(prompt) > n_ctx:
+        raise ContextLengthExceeded(len(prompt), n_ctx)
+    model._check_ids(prompt)  # token ids in range
+    sampler = _make_sampler(opts)
+    stop = _make_stop_matcher(list(opts.stop))
+    tok = model.tokenizer
+    decoder = tok.stream_decoder() if tok is not None else None
+    eog = tok.eog_ids if tok is not None else frozenset()
+
+    logits, n_evaluated = _prefill(model, prompt, slot, min(opts.num_batch, model.num_batch))
+    t_prefill = time.perf_counter_ns()
+
+    history = list(prompt)
+    n_gen = 0
+    limit = opts.num_predict if opts.num_predict >= 0 else None
+    reason = "length"
+    hit = False
+    while len(history) < n_ctx and (limit is None or n_gen < limit):
+        token = int(sampler.sample(logits, history))
+        history.append(token)
+        n_gen += 1
+        if token in eog:
+            reason = "stop"
+            break
+        emit, hit = stop.feed(decoder.add(token) if decoder is not None else "")
+        yield Token(token=token, text=emit)
+        if hit:
+            reason = "stop"
+            break
+        if len(history) < n_ctx:  # else the context is full: this token's keys have no room
+            logits = _decode(model, token, len(history) - 1, slot)
+    t_end = time.perf_counter_ns()
+    held = ""
+    if not hit:
+        # Text a stop string might still have completed, and bytes of an unfinished character.
+        held = stop.feed(decoder.flush() if decoder is not None else "")[0] + stop.flush()
+    model._slot_tokens[slot] = history[: int(model.cache.lengths[slot])]
+    yield Done(
+        done_reason=reason,
+        prompt_eval_count=n_evaluated,
+        prompt_eval_duration=t_prefill - t_start,
+        eval_count=n_gen,
+        eval_duration=t_end - t_prefill,
+        load_duration=load_duration_ns,
+        total_duration=t_end - t_start + load_duration_ns,
+        text=held,
+        context=history,
+    )
+
+
+def _prefill(model, prompt: list[int], slot: int, num_batch: int) -> tuple[np.ndarray, int]:
+    """Evaluate the prompt, reusing the longest cached prefix of this slot; logits of its last token."""
+    cache = model.cache
+    cached = model._slot_tokens.get(slot, [])
+    keep = 0
+    limit = min(len(cached), len(prompt) - 1, int(cache.lengths[slot]))  # evaluate at least one token
+    while keep < limit and cached[keep] == prompt[keep]:
+        keep += 1
+    if cache.can_trim(slot, keep):
+        cache.trim(slot, keep)
+    else:
+        keep = 0
+        cache.clear(slot)
+    model._slot_tokens[slot] = []  # invalid until this generation finishes
+    logits = None
+    for start in range(keep, len(prompt), num_batch):
+        chunk = prompt[start : start + num_batch]
+        batch = model.batch(chunk, start, slot)
+        logits = model.forward(batch, cache, output_rows=np.array([len(chunk) - 1]))[0]
+    return logits, len(prompt) - keep
+
+
+def _decode(model, token: int, pos: int, slot: int) -> np.ndarray:
+    return model.forward(model.batch([token], pos, slot), model.cache, output_rows=None)[0]
+
+
+def _make_sampler(opts: Options):
+    try:
+        from .sampler import make_sampler
+    except ImportError:  # TEMPORARY until localrt.sampler lands: greedy only
+        if opts.temperature != 0:
+            raise InvalidRequest("sampling with temperature > 0 needs localrt.sampler, which is not installed")
+        return _Greedy()
+    return make_sampler(opts)
+
+
+class _Greedy:
+    def sample(self, logits: np.ndarray, history: list[int]) -> int:
+        return int(np.argmax(logits))
+
+
+def _make_stop_matcher(stops: list[str]):
+    try:
+        from .stop import StopMatcher
+    except ImportError:  # TEMPORARY until localrt.stop lands
+        return _HoldBackStop(stops)
+    return StopMatcher(stops)
+
+
+class _HoldBackStop:
+    """Emit text except what might still become a stop string; `hit` once one appears."""
+
+    def __init__(self, stops: list[str]) -> None:
+        self.stops = [s for s in stops if s]
+        self.pending = ""
+
+    def feed(self, text: str) -> tuple[str, bool]:
+        self.pending += text
+        for s in self.stops:
+            i = self.pending.find(s)
+            if i >= 0:
+                out, self.pending = self.pending[:i], ""
+                return out, True
+        keep = 0
+        for s in self.stops:
+            for n in range(min(len(s) - 1, len(self.pending)), 0, -1):
+                if self.pending.endswith(s[:n]):
+                    keep = max(keep, n)
+                    break
+        cut = len(self.pending) - keep
+        out, self.pending = self.pending[:cut], self.pending[cut:]
+        return out, False
+
+    def flush(self) -> str:
+        out, self.pending = self.pending, ""
+        return out
