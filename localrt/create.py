@@ -314,15 +314,10 @@ def _adapter(b: _Build, arg: str, base_dir: Path | None, allow_paths: bool) -> I
 
 
 def _quantizer() -> Callable:
-    """`localrt.quantize.quantize_model(src, dst, level)`, a generator of (done, total, tensor) (H2's module)."""
-    try:
-        from . import quantize as q
-    except ImportError:
-        q = None
-    fn = getattr(q, "quantize_model", None)
-    if fn is None:
-        raise CreateError("quantization is not available in this build (localrt.quantize.quantize_model is missing)")
-    return fn
+    """`localrt.quantize.quantize_model(src, dst, level)`, a generator of (done, total, tensor)."""
+    from .quantize import quantize_model
+
+    return quantize_model
 
 
 def _quantize(b: _Build, level: str, quantize_model: Callable) -> Iterator[dict]:

@@ -258,15 +258,6 @@ def test_progress_while_copying_and_cancel(env, monkeypatch):
     assert list((d / "models" / "blobs").glob(".tmp-*")) == []
 
 
-def test_quantize_hook_missing(env, monkeypatch):
-    d, src, s = env
-    monkeypatch.setitem(sys.modules, "localrt.quantize", None)  # not installed
-    gen = create(s, "q", f"FROM {src}\n", quantize="q8_0")
-    with pytest.raises(CreateError, match="quantization is not available"):
-        next(gen)  # refused before the first event, before any copy
-    assert not (d / "models").exists()
-
-
 def test_quantize_with_localrt_quantize(tmp_path):
     pytest.importorskip("localrt.quantize")
     src = write_tiny_gguf(tmp_path / "f32.gguf", n_embd=64)
