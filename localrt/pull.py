@@ -18,6 +18,7 @@ us at internal addresses. Nothing is written anywhere but the store's blobs dire
 """
 from __future__ import annotations
 
+import contextlib
 import errno
 import hashlib
 import json
@@ -452,7 +453,7 @@ class BlobDownload:
 
     def _stream_part(self, fd: int, p: _Part) -> None:
         start, end = p.start + p.done, p.start + p.size - 1
-        with self.src.open_blob(self.digest, {"Range": f"bytes={start}-{end}"}) as r:
+        with contextlib.closing(self.src.open_blob(self.digest, {"Range": f"bytes={start}-{end}"})) as r:
             self._check_reply(r, start, end)
             for chunk in r.iter_raw(CHUNK):
                 if p.done + len(chunk) > p.size:

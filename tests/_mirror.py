@@ -148,6 +148,7 @@ class RawMirror(socketserver.ThreadingMixIn, http.server.HTTPServer):
         super().__init__(("127.0.0.1", 0), RawHandler)
         self.routes: list[tuple[str, str, Handler]] = []
         self.served = 0
+        self.ranges: list[tuple[str, int, int]] = []  # (digest, first byte, last byte) of each blob GET
         self.lock = threading.Lock()
         self.thread = threading.Thread(target=self.serve_forever, daemon=True)
 
@@ -198,6 +199,8 @@ class RawMirror(socketserver.ThreadingMixIn, http.server.HTTPServer):
             h.send_raw(code, headers)
             if h.command == "HEAD":
                 return
+            with self.lock:
+                self.ranges.append((m.group(1), start, end))
             cut = drops.pop(m.group(1), None)
             pos = start
             while pos <= end:
