@@ -150,7 +150,7 @@ class RawMirror(socketserver.ThreadingMixIn, http.server.HTTPServer):
         self.served = 0
         self.ranges: list[tuple[str, int, int]] = []  # (digest, first byte, last byte) of each blob GET
         self.lock = threading.Lock()
-        self.thread = threading.Thread(target=self.serve_forever, daemon=True)
+        self.thread = threading.Thread(target=self.serve_forever, args=(0.05,), daemon=True)
 
     @property
     def host(self) -> str:
