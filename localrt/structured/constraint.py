@@ -1,0 +1,163 @@
+"""`Constraint`: per-request decoding state over a compiled format; masks come from the token index."""
+from __future__ import annotations
+
+import json
+import threading
+from collections import OrderedDict
+from typing import Any
+
+import numpy as np
+
+from .dfa import DFA, determinize
+from .errors import SchemaError
+from .nfa import POP, PUSH
+from .schema import build_nfa
+from .vocab import TokenIndex, allowed_tokens, token_index
+
+MAX_STACK = 256  # free-form JSON nesting depth
+_MASK_CACHE = 256  # masks kept per compiled format and tokenizer
+_FORMAT_CACHE = 64
+
+
+class Grammar:
+    """A compiled format bound to one tokenizer's index; shared by requests, masks cached by state."""
+
+    def __init__(self, dfa: DFA, index: TokenIndex) -> None:
+        self.dfa = dfa
+        self.index = index
+        self._masks: OrderedDict = OrderedDict()
+        self._lock = threading.Lock()
+
+    def mask(self, state: int, stack: tuple) -> np.ndarray:
+        key = (state, stack)
+        with self._lock:
+            m = self._masks.get(key)
+            if m is not None:
+                self._masks.move_to_end(key)
+                return m
+        ix, d = self.index, self.dfa
+        m = np.zeros(ix.n_vocab, bool)  # (n_vocab,)
+        allowed_tokens(ix.ids, ix.offsets, ix.data, ix.lcp, ix.max_len, d.trans, d.action, d.ret,
+                       state, np.asarray(stack, np.int32), m)
+        if len(stack) >= MAX_STACK:
+            m &= ~self._pushes(state)
+        if d.accept[state] and not stack:
+            m[ix.eog] = True
+        m.flags.writeable = False
+        with self._lock:
+            self._masks[key] = m
+            if len(self._masks) > _MASK_CACHE:
+                self._masks.popitem(last=False)
+        return m
+
+    def _pushes(self, state: int) -> np.ndarray:
+        """Tokens whose walk from `state` would push: refused at the depth bound."""
+        m = np.zeros(self.index.n_vocab, bool)  # (n_vocab,)
+        for tok, piece in enumerate(self.index.pieces):
+            if piece and self.dfa.action[state, piece[0]] == PUSH:
+                m[tok] = True
+        return m
+
+
+class Constraint:
+    """Which tokens may come next. Use: `logits = c.apply(logits)`; sample; `c.advance(token)`;
+    `c.done()` says whether end-of-generation is allowed now (the text so far is a complete document)."""
+
+    def __init__(self, grammar: Grammar) -> None:
+        self.grammar = grammar
+        self.state = grammar.dfa.start
+        self.stack: list[int] = []
+        self.text = bytearray()
+
+    def allowed_mask(self) -> np.ndarray:
+        """bool (n_vocab,): True where the token keeps the output a valid prefix (EOG iff complete)."""
+        return self.grammar.mask(self.state, tuple(self.stack))
+
+    def apply(self, logits: np.ndarray) -> np.ndarray:
+        """logits float32 (n_vocab,) with disallowed tokens at -inf (a new array)."""
+        mask = self.allowed_mask()
+        return np.where(mask, logits[: len(mask)], np.float32(-np.inf)).astype(np.float32, copy=False)
+
+    def advance(self, token: int) -> None:
+        ix = self.grammar.index
+        if token in ix.eog:
+            if not self.done():
+                raise SchemaError("end of generation before the document is complete")
+            return
+        piece = ix.pieces[token]
+        if not piece:
+            raise SchemaError(f"token {token} has no text and cannot extend a constrained document")
+        d = self.grammar.dfa
+        state, stack = self.state, list(self.stack)
+        for b in piece:
+            nxt = int(d.trans[state, b])
+            if nxt < 0:
+                raise SchemaError(f"token {token} ({piece!r}) does not continue the document {bytes(self.text)[-40:]!r}")
+            act = d.action[state, b]
+            if act == PUSH:
+                if len(stack) >= MAX_STACK:
+                    raise SchemaError(f"JSON nested deeper than {MAX_STACK} levels")
+                stack.append(int(d.ret[state, b]))
+                state = nxt
+            elif act == POP:
+                if not stack:
+                    raise SchemaError("unbalanced bracket")
+                state = stack.pop()
+            else:
+                state = nxt
+        self.state, self.stack = state, stack
+        self.text += piece
+
+    def done(self) -> bool:
+        return bool(self.grammar.dfa.accept[self.state]) and not self.stack
+
+    def finished(self) -> bool:
+        """Complete and nothing but end-of-generation may follow."""
+        if not self.done():
+            return False
+        m = self.allowed_mask()
+        return int(m.sum()) == int(m[self.grammar.index.eog].sum())
+
+
+_formats: OrderedDict = OrderedDict()
+_formats_lock = threading.Lock()
+
+
+def compile_dfa(fmt: Any) -> DFA:
+    """The automaton of a format ("json" or a schema dict), cached by its canonical JSON."""
+    key = json.dumps(fmt, sort_keys=True)
+    with _formats_lock:
+        dfa = _formats.get(key)
+        if dfa is not None:
+            _formats.move_to_end(key)
+            return dfa
+    dfa = determinize(build_nfa(fmt))
+    with _formats_lock:
+        _formats[key] = dfa
+        if len(_formats) > _FORMAT_CACHE:
+            _formats.popitem(last=False)
+    return dfa
+
+
+_grammars: "OrderedDict[tuple, Grammar]" = OrderedDict()
+
+
+def compile_format(fmt: Any, tokenizer) -> Constraint | None:
+    """A fresh Constraint for an Ollama `format` value, or None when it asks for no constraint ("" / None).
+
+    Raises SchemaError (an InvalidRequest: HTTP 400) for anything that is neither "json" nor a supported
+    schema, before any token is generated."""
+    if fmt is None or fmt == "":
+        return None
+    dfa = compile_dfa(fmt)
+    index = token_index(tokenizer)
+    key = (id(dfa), id(index))
+    with _formats_lock:
+        grammar = _grammars.get(key)
+        if grammar is None or grammar.dfa is not dfa or grammar.index is not index:
+            grammar = _grammars[key] = Grammar(dfa, index)
+            if len(_grammars) > _FORMAT_CACHE:
+                _grammars.popitem(last=False)
+        else:
+            _grammars.move_to_end(key)
+    return Constraint(grammar)
