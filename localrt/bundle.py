@@ -219,6 +219,14 @@ def _member_name(member: tarfile.TarInfo) -> str:
     return "/".join(parts)
 
 
+_STRAY = re.compile(r"\.locks(/.*)?|blobs/(\.tmp-[^/]*|sha256-[0-9a-f]{64}-partial(\.json)?)")
+
+
+def _stray(rel: str) -> bool:
+    """Leftovers a live models directory holds (lock files, temp files, partial downloads): never read."""
+    return bool(_STRAY.fullmatch(rel))
+
+
 def _allowed(rel: str) -> bool:
     parts = rel.split("/")
     if rel in (MARKER, SUMS, "manifests", "blobs"):
@@ -262,6 +270,8 @@ class TarSource(Source):
             if prefix and rel + "/" == prefix:
                 continue
             rel = rel[len(prefix):]
+            if _stray(rel):
+                continue
             if not _allowed(rel):
                 raise BundleError(f"archive member {member.name!r} is not part of a models directory; refused")
             if rel in self.members:
