@@ -306,5 +306,46 @@ def version() -> None:
     typer.echo(f"localrt version is {mine}")
 
 
+
+def _local_store():
+    """The daemon's store, opened directly: export and import need no daemon."""
+    import store as st
+    from localrt import config
+
+    cfg = config.load()
+    return st.Store(cfg.models_dir, cfg.readonly_models_dirs)
+
+
+@app.command("export")
+def export_model(model: str, path: Path) -> None:
+    """Write MODEL as a bundle (a directory, or a single file if PATH ends in .tar) with a SHA256SUMS list."""
+    from localrt.bundle import export
+    from localrt.errors import LocalrtError
+    from store import StoreError
+
+    try:
+        dest = export(_local_store(), model, path)
+    except (LocalrtError, StoreError, OSError) as e:
+        _fail(str(e))
+    typer.echo(f"exported '{model}' to {dest}")
+
+
+@app.command("import")
+def import_model(
+    path: Path,
+    model: Optional[str] = typer.Option(None, "--model", help="Import only this model from the bundle or folder"),
+) -> None:
+    """Import a bundle, an Ollama models directory (or one manifest file in it), or a tar of either."""
+    from localrt.bundle import import_bundle
+    from localrt.errors import LocalrtError
+    from store import StoreError
+
+    try:
+        imported = import_bundle(_local_store(), path, model=model)
+    except (LocalrtError, StoreError, OSError) as e:
+        _fail(str(e))
+    for name in imported:
+        typer.echo(f"imported '{name}'")
+
 if __name__ == "__main__":
     app()
