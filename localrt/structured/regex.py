@@ -26,11 +26,16 @@ _CONTROL_ESC = {"n": 0x0A, "t": 0x09, "r": 0x0D, "f": 0x0C, "v": 0x0B, "0": 0}
 _ANY_BUT_NL = complement([(0x0A, 0x0A)])
 
 
-def compile_pattern(nfa: NFA, s: int, pattern: str) -> int:
-    """Extend the NFA at s with the JSON-string body (no quotes) of strings matching `pattern`."""
+def parse_pattern(pattern: str):
+    """(syntax tree, anchored at start, anchored at end); PatternError for anything outside the subset."""
     if len(pattern) > MAX_PATTERN:
         raise PatternError(pattern, f"longer than {MAX_PATTERN} characters")
-    ast, anchored_start, anchored_end = _Parser(pattern).parse()
+    return _Parser(pattern).parse()
+
+
+def compile_pattern(nfa: NFA, s: int, pattern: str) -> int:
+    """Extend the NFA at s with the JSON-string body (no quotes) of strings matching `pattern`."""
+    ast, anchored_start, anchored_end = parse_pattern(pattern)
     if not anchored_start:
         s = nfa.star(s, lambda t: any_char(nfa, t))
     s = _build(nfa, s, ast)

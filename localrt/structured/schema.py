@@ -16,7 +16,7 @@ import jsonschema
 from . import grammar as g
 from .errors import SchemaError, SchemaTooComplex, UnsupportedSchema
 from .nfa import NFA
-from .regex import compile_pattern
+from .regex import compile_pattern, parse_pattern
 
 ANNOTATIONS = frozenset({"title", "description", "$schema", "$id", "$comment", "examples", "default",
                          "deprecated", "readOnly", "writeOnly", "$defs", "definitions"})
@@ -46,10 +46,25 @@ def build_nfa(fmt: Any) -> NFA:
 
 def check_schema(schema: dict) -> None:
     _check_depth(schema)
+    _check_patterns(schema)  # before jsonschema, whose own check compiles patterns with Python's re
     try:
         jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator).check_schema(schema)
     except jsonschema.SchemaError as e:
         raise SchemaError(f"invalid JSON schema in format: {e.message}") from None
+    except RecursionError:
+        raise SchemaTooComplex("the schema is nested too deeply to check") from None
+
+
+def _check_patterns(doc: Any) -> None:
+    stack = [doc]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, dict):
+            if isinstance(node.get("pattern"), str):
+                parse_pattern(node["pattern"])
+            stack.extend(node.values())
+        elif isinstance(node, list):
+            stack.extend(node)
 
 
 def _check_depth(doc: Any) -> None:

@@ -1,0 +1,72 @@
+"""Helpers for the structured-output tests: a byte-level walk of a compiled automaton (no tokenizer) and a
+constrained generation loop over the model's forward + KV cache (no engine hook needed)."""
+from __future__ import annotations
+
+import random
+
+import numpy as np
+
+from localrt.structured.dfa import DFA
+from localrt.structured.nfa import POP, PUSH
+
+
+def accepts(d: DFA, data: bytes) -> bool:
+    """Whether the automaton accepts the whole byte string."""
+    state, stack = d.start, []
+    for b in data:
+        if not _allowed(d, state, stack, b):
+            return False
+        state = _step(d, state, stack, b)
+    return bool(d.accept[state]) and not stack
+
+
+def random_document(d: DFA, rng: random.Random, soft_limit: int = 200) -> bytes:
+    """A random document the automaton accepts; past soft_limit it prefers bytes that close things."""
+    state, stack, out = d.start, [], bytearray()
+    while True:
+        done = bool(d.accept[state]) and not stack
+        options = [b for b in range(256) if _allowed(d, state, stack, b)]
+        if done and (not options or rng.random() < 0.3 or len(out) > soft_limit):
+            return bytes(out)
+        if len(out) > soft_limit:
+            for preferred in (b'"', b"}]", b","):
+                closing = [b for b in options if b in preferred or (preferred == b"}]" and d.action[state, b] == POP)]
+                if closing:
+                    options = closing
+                    break
+        assert options, f"dead end after {bytes(out)!r}"
+        b = rng.choice(options)
+        state = _step(d, state, stack, b)
+        out.append(b)
+        assert len(out) < 20_000, "runaway document"
+
+
+def _allowed(d: DFA, state: int, stack: list, b: int) -> bool:
+    return d.trans[state, b] >= 0 and not (d.action[state, b] == POP and not stack)
+
+
+def _step(d: DFA, state: int, stack: list, b: int) -> int:
+    a = d.action[state, b]
+    if a == PUSH:
+        stack.append(int(d.ret[state, b]))
+        return int(d.trans[state, b])
+    if a == POP:
+        return stack.pop()
+    return int(d.trans[state, b])
+
+
+def constrained_generate(model, prompt: list[int], constraint, sampler, max_tokens: int) -> tuple[list[int], bool]:
+    """Sample up to max_tokens under the constraint; (generated ids without EOG, whether EOG was chosen)."""
+    eog = model.tokenizer.eog_ids
+    model.cache.clear(0)
+    logits = model.forward(model.batch(prompt, 0, 0), model.cache, output_rows=np.array([len(prompt) - 1]))[0]
+    history, out = list(prompt), []
+    for _ in range(max_tokens):
+        tok = int(sampler.sample(constraint.apply(logits), history))
+        constraint.advance(tok)
+        if tok in eog:
+            return out, True
+        history.append(tok)
+        out.append(tok)
+        logits = model.forward(model.batch([tok], len(history) - 1, 0), model.cache, output_rows=None)[0]
+    return out, False
