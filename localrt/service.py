@@ -37,6 +37,11 @@ class Loaded:
     record: st.ModelRecord
     template: Any  # templates.ChatTemplate
     template_stop: tuple[str, ...]
+    unreported_load_ns: int = 0  # the load's duration, reported once, by the request that waited for it
+
+    def take_load_ns(self) -> int:
+        ns, self.unreported_load_ns = self.unreported_load_ns, 0
+        return ns
 
     def close(self) -> None:
         self.model.close()
@@ -93,10 +98,11 @@ class Service:
             raise ModelLoadError(f"model '{name}' has a LoRA adapter; adapters are not supported by this runtime yet")
         if rec.projector_paths:
             raise ModelLoadError(f"model '{name}' has a vision projector; vision is not supported yet")
+        t0 = time.perf_counter_ns()
         model = self._load_model(rec.model_path, num_ctx=load_options["num_ctx"], num_batch=load_options["num_batch"])
         try:
             choice = templates.choose_template(model.metadata, rec.template)
-            return Loaded(name, model, rec, choice.load(), tuple(choice.stop))
+            return Loaded(name, model, rec, choice.load(), tuple(choice.stop), time.perf_counter_ns() - t0)
         except BaseException:
             model.close()
             raise
@@ -144,7 +150,7 @@ class Service:
             ids = model.tokenize(prompt.text)
             for ev in _run(loaded, ids, opts, cancelled):
                 if isinstance(ev, Done):
-                    out = {**base(), "response": ev.text, **_metrics(ev)}
+                    out = {**base(), "response": ev.text, **_metrics(ev, loaded.take_load_ns())}
                     if not req.raw:
                         out["context"] = list(ev.context)
                     yield out
@@ -175,7 +181,8 @@ class Service:
             ids = model.tokenize(prompt.text)
             for ev in _run(loaded, ids, opts, cancelled):
                 if isinstance(ev, Done):
-                    yield {**base(), "message": {"role": "assistant", "content": ev.text}, **_metrics(ev)}
+                    yield {**base(), "message": {"role": "assistant", "content": ev.text},
+                           **_metrics(ev, loaded.take_load_ns())}
                 else:
                     yield {**base(), "message": {"role": "assistant", "content": ev.text}, "done": False}
 
@@ -203,7 +210,7 @@ class Service:
                     ids = ids[: model.num_ctx]
                 count += len(ids)
                 vectors.append(np.asarray(model.embed(ids), dtype=np.float64))
-            yield {"vectors": vectors, "count": count, "load": getattr(model, "load_duration_ns", 0)}
+            yield {"vectors": vectors, "count": count, "load": loaded.take_load_ns()}
 
         out = list(self._submit(name, opts, req.keep_alive, work))
         if not out:
@@ -213,7 +220,7 @@ class Service:
             return {"embedding": [float(x) for x in result["vectors"][0]]}
         embeddings = [_normalize(v, req.dimensions) for v in result["vectors"]]
         return {"model": req.model, "embeddings": embeddings, "total_duration": time.perf_counter_ns() - t0,
-                "load_duration": 0, "prompt_eval_count": result["count"]}
+                "load_duration": result["load"], "prompt_eval_count": result["count"]}
 
     # ---- models ------------------------------------------------------------------------------------
 
@@ -304,9 +311,9 @@ def _run(loaded: Loaded, ids: list[int], opts: Options, cancelled: threading.Eve
         gen.close()
 
 
-def _metrics(ev: Done) -> dict:
-    return {"done": True, "done_reason": ev.done_reason, "total_duration": ev.total_duration,
-            "load_duration": ev.load_duration, "prompt_eval_count": ev.prompt_eval_count,
+def _metrics(ev: Done, load_ns: int) -> dict:
+    return {"done": True, "done_reason": ev.done_reason, "total_duration": ev.total_duration + load_ns,
+            "load_duration": ev.load_duration + load_ns, "prompt_eval_count": ev.prompt_eval_count,
             "prompt_eval_duration": ev.prompt_eval_duration, "eval_count": ev.eval_count,
             "eval_duration": ev.eval_duration}
 
