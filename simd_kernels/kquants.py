@@ -13,7 +13,9 @@ from numba import njit, prange
 
 from .actquant import QK_K, quantize_q8_k
 from .half import f16_to_f32
-from .simd import rowdot_q4_k, rowdot_q5_k, rowdot_q6_k
+from .simd import rowdot1_q4_k, rowdot1_q5_k, rowdot1_q6_k, rowdot4_q4_k, rowdot4_q5_k, rowdot4_q6_k
+
+TOKEN_CHUNK = 64  # tokens per pass over the weights: (64, cols) int8 activations stay in L2
 
 I32 = np.int32  # Numba widens int arithmetic to int64; truncating each step keeps 32-bit SIMD lanes
 
@@ -32,28 +34,52 @@ def _k_final(w, r, o, dx, isum, msum):
 @njit(cache=True, nogil=True, parallel=True)
 def mul_q4_k(w, x, out):
     """Q4_K super-block (144 B): d, dmin f16; scales[12]; qs[128]; y = d*sc*q - dmin*m."""
-    xq, xd, bsums = quantize_q8_k(x)
-    for r in prange(w.shape[0]):
-        for t in range(x.shape[0]):
-            out[t, r] = rowdot_q4_k(w[r], xq[t], xd[t], bsums[t])
+    xq, xd, xs = quantize_q8_k(x)  # xs: bsums int32 (n_tok, cols/16)
+    for t0 in range(0, x.shape[0], TOKEN_CHUNK):
+        t1 = min(t0 + TOKEN_CHUNK, x.shape[0])
+        for r in prange(w.shape[0]):
+            row = w[r]
+            t = t0
+            while t + 4 <= t1:
+                out[t, r], out[t + 1, r], out[t + 2, r], out[t + 3, r] = rowdot4_q4_k(row, xq, xd, xs, t)
+                t += 4
+            while t < t1:
+                (out[t, r],) = rowdot1_q4_k(row, xq, xd, xs, t)
+                t += 1
 
 
 @njit(cache=True, nogil=True, parallel=True)
 def mul_q5_k(w, x, out):
     """Q5_K super-block (176 B): d, dmin f16; scales[12]; qh[32]; qs[128]; y = d*sc*q - dmin*m."""
-    xq, xd, bsums = quantize_q8_k(x)
-    for r in prange(w.shape[0]):
-        for t in range(x.shape[0]):
-            out[t, r] = rowdot_q5_k(w[r], xq[t], xd[t], bsums[t])
+    xq, xd, xs = quantize_q8_k(x)  # xs: bsums int32 (n_tok, cols/16)
+    for t0 in range(0, x.shape[0], TOKEN_CHUNK):
+        t1 = min(t0 + TOKEN_CHUNK, x.shape[0])
+        for r in prange(w.shape[0]):
+            row = w[r]
+            t = t0
+            while t + 4 <= t1:
+                out[t, r], out[t + 1, r], out[t + 2, r], out[t + 3, r] = rowdot4_q5_k(row, xq, xd, xs, t)
+                t += 4
+            while t < t1:
+                (out[t, r],) = rowdot1_q5_k(row, xq, xd, xs, t)
+                t += 1
 
 
 @njit(cache=True, nogil=True, parallel=True)
 def mul_q6_k(w, x, out):
     """Q6_K super-block (210 B): ql[128]; qh[64]; scales int8[16]; d f16; y = d*scale*(q - 32)."""
-    xq, xd, bsums = quantize_q8_k(x)
-    for r in prange(w.shape[0]):
-        for t in range(x.shape[0]):
-            out[t, r] = rowdot_q6_k(w[r], xq[t], xd[t], bsums[t])
+    xq, xd, xs = quantize_q8_k(x)  # xs: bsums int32 (n_tok, cols/16)
+    for t0 in range(0, x.shape[0], TOKEN_CHUNK):
+        t1 = min(t0 + TOKEN_CHUNK, x.shape[0])
+        for r in prange(w.shape[0]):
+            row = w[r]
+            t = t0
+            while t + 4 <= t1:
+                out[t, r], out[t + 1, r], out[t + 2, r], out[t + 3, r] = rowdot4_q6_k(row, xq, xd, xs, t)
+                t += 4
+            while t < t1:
+                (out[t, r],) = rowdot1_q6_k(row, xq, xd, xs, t)
+                t += 1
 
 
 @njit(inline="always")

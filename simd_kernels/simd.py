@@ -87,56 +87,86 @@ def _c(v):
     return ir.Constant(ir.IntType(64), v)
 
 
-def _make_rowdot(name):
+class _Acts:
+    """Pointers into one call's activation arrays (2-D, C-contiguous: one row per token)."""
+
+    def __init__(self, context, builder, sig, args, first):
+        self.builder = builder
+        self.rows = []
+        for ty, val in zip(sig.args[first:first + 3], args[first:first + 3]):
+            ary = context.make_array(ty)(context, builder, val)
+            self.rows.append((ary.data, cgutils.unpack_tuple(builder, ary.strides, 2)[0]))
+        xd = context.make_array(sig.args[first + 1])(context, builder, args[first + 1])
+        self.n_blocks = cgutils.unpack_tuple(builder, xd.shape, 2)[1]
+
+    def row(self, which, t):
+        """Element pointer to row t of activation array which (0: quants, 1: scales, 2: sums)."""
+        data, stride = self.rows[which]
+        b = self.builder
+        return b.bitcast(b.gep(b.bitcast(data, _I8.as_pointer()), [b.mul(t, stride)]), data.type)
+
+
+def _token_indices(builder, t0, n_tok):
+    t0 = builder.sext(t0, ir.IntType(64)) if t0.type.width < 64 else t0
+    return [builder.add(t0, _c(k)) for k in range(n_tok)]
+
+
+def _make_rowdot(name, n_tok):
     block_bytes, min_offset, decode = _LAYOUTS[name]
 
     @intrinsic
-    def rowdot(typingctx, w, xq, xd, xs):
-        """Σ_b d_w*d_x*Σ q*xq (+ m_w*s_x for the formats with a min), over one row's blocks.
+    def rowdot(typingctx, w, xq, xd, xs, t0):
+        """Tokens t0..t0+n_tok-1: Σ_b d_w*d_x*Σ q*xq (+ m_w*s_x for the formats with a min) over a row.
 
-        w: uint8 (row_bytes,) raw blocks; xq: int8 (cols,); xd: float32 (cols/32,) activation scales;
-        xs: float32 (cols/32,) Q8_1 block sums s (read only by the formats with a min).
+        w: uint8 (row_bytes,) raw blocks; xq: int8 (n_tok_all, cols); xd: float32 (n_tok_all, cols/32)
+        activation scales; xs: float32 (n_tok_all, cols/32) Q8_1 block sums s (read by formats with a min).
+        Returns a tuple of n_tok float32.
         """
-        sig = types.float32(w, xq, xd, xs)
+        sig = types.UniTuple(types.float32, n_tok)(w, xq, xd, xs, t0)
 
         def codegen(context, builder, sig, args):
             wd = _data(context, builder, sig.args[0], args[0])
-            xqd = _data(context, builder, sig.args[1], args[1])
-            xdd = _data(context, builder, sig.args[2], args[2])
-            xsd = _data(context, builder, sig.args[3], args[3])
-            n_blocks = context.make_array(sig.args[2])(context, builder, args[2]).nitems
-            acc = cgutils.alloca_once_value(builder, ir.Constant(_V8F, [0.0] * 8))
-            acc_min = cgutils.alloca_once_value(builder, ir.Constant(_F32, 0.0))
-            with cgutils.for_range(builder, n_blocks) as loop:
+            acts = _Acts(context, builder, sig, args, 1)
+            toks = [(acts.row(0, t), acts.row(1, t), acts.row(2, t)) for t in _token_indices(builder, args[4], n_tok)]
+            accs = [cgutils.alloca_once_value(builder, ir.Constant(_V8F, [0.0] * 8)) for _ in toks]
+            acc_mins = [cgutils.alloca_once_value(builder, ir.Constant(_F32, 0.0)) for _ in toks]
+            with cgutils.for_range(builder, acts.n_blocks) as loop:
                 blk = loop.index
                 o = builder.mul(blk, _c(block_bytes))
                 q = decode(builder, wd, o)
-                xv = _load_vec(builder, xqd, builder.mul(blk, _c(32)), 32)
-                dx = builder.load(builder.gep(xdd, [blk]))
-                scale = _splat(builder, builder.fmul(_load_half(builder, wd, o), dx), 8)
-                part = builder.fmul(scale, _dot32_lanes(builder, q, xv))
-                builder.store(builder.fadd(builder.load(acc), part), acc)
-                if min_offset is not None:
-                    m = _load_half(builder, wd, builder.add(o, _c(min_offset)))
-                    sx = builder.load(builder.gep(xsd, [blk]))
-                    builder.store(builder.fadd(builder.load(acc_min), builder.fmul(m, sx)), acc_min)
-            lanes = builder.load(acc)
-            total = builder.load(acc_min)
-            for i in range(8):
-                total = builder.fadd(total, builder.extract_element(lanes, ir.Constant(_I32, i)))
-            return total
+                dw = _load_half(builder, wd, o)
+                m = _load_half(builder, wd, builder.add(o, _c(min_offset))) if min_offset is not None else None
+                for (xqd, xdd, xsd), acc, acc_min in zip(toks, accs, acc_mins):
+                    xv = _load_vec(builder, xqd, builder.mul(blk, _c(32)), 32)
+                    dx = builder.load(builder.gep(xdd, [blk]))
+                    part = builder.fmul(_splat(builder, builder.fmul(dw, dx), 8), _dot32_lanes(builder, q, xv))
+                    builder.store(builder.fadd(builder.load(acc), part), acc)
+                    if m is not None:
+                        sx = builder.load(builder.gep(xsd, [blk]))
+                        builder.store(builder.fadd(builder.load(acc_min), builder.fmul(m, sx)), acc_min)
+            totals = [builder.fadd(builder.load(am), _reduce_f(builder, builder.load(a), 8))
+                      for a, am in zip(accs, acc_mins)]
+            return context.make_tuple(builder, sig.return_type, totals)
 
         return sig, codegen
 
-    rowdot.__name__ = f"rowdot_{name}"
+    rowdot.__name__ = f"rowdot{n_tok}_{name}"
     return rowdot
 
 
-rowdot_q8_0 = _make_rowdot("q8_0")
-rowdot_q4_0 = _make_rowdot("q4_0")
-rowdot_q4_1 = _make_rowdot("q4_1")
-rowdot_q5_0 = _make_rowdot("q5_0")
-rowdot_q5_1 = _make_rowdot("q5_1")
+def _reduce_f(builder, vec, n):
+    total = builder.extract_element(vec, ir.Constant(_I32, 0))
+    for i in range(1, n):
+        total = builder.fadd(total, builder.extract_element(vec, ir.Constant(_I32, i)))
+    return total
+
+
+# rowdot{1,4}_<type>(w_row, xq, xd, xs, t0): one row against 1 or 4 consecutive tokens
+rowdot1_q8_0, rowdot4_q8_0 = _make_rowdot("q8_0", 1), _make_rowdot("q8_0", 4)
+rowdot1_q4_0, rowdot4_q4_0 = _make_rowdot("q4_0", 1), _make_rowdot("q4_0", 4)
+rowdot1_q4_1, rowdot4_q4_1 = _make_rowdot("q4_1", 1), _make_rowdot("q4_1", 4)
+rowdot1_q5_0, rowdot4_q5_0 = _make_rowdot("q5_0", 1), _make_rowdot("q5_0", 4)
+rowdot1_q5_1, rowdot4_q5_1 = _make_rowdot("q5_1", 1), _make_rowdot("q5_1", 4)
 
 
 @intrinsic
@@ -190,34 +220,36 @@ def _k4_scales_mins(builder, wd, o):
     return bytes8(sc_lo, sc_hi), bytes8(m_lo, m_hi)
 
 
-def _reduce_f(builder, vec, n):
-    total = builder.extract_element(vec, ir.Constant(_I32, 0))
-    for i in range(1, n):
-        total = builder.fadd(total, builder.extract_element(vec, ir.Constant(_I32, i)))
-    return total
+def _k_row_loop(context, builder, sig, args, block_bytes, decode, n_tok):
+    """Row loop over super-blocks for n_tok tokens.
 
-
-def _k_row_loop(context, builder, sig, args, block_bytes, body):
-    """Shared row loop: body(builder, wd, o, xqd, xo, sb) -> (<16 x i32> scaled sums, d f32, min f32 or None)."""
+    decode(builder, wd, o) -> (d, dmin or None, mins <8 x i32> or None, [(quants <32 x i8>, scales <16 x i32>,
+    element offset)]): the super-block's quants decoded once, each 32-element piece with its lane scales.
+    """
     wd = _data(context, builder, sig.args[0], args[0])
-    xqd = _data(context, builder, sig.args[1], args[1])
-    xdd = _data(context, builder, sig.args[2], args[2])
-    bsd = _data(context, builder, sig.args[3], args[3])
-    n_blocks = context.make_array(sig.args[2])(context, builder, args[2]).nitems
-    acc = cgutils.alloca_once_value(builder, ir.Constant(_V16F, [0.0] * 16))
-    with cgutils.for_range(builder, n_blocks) as loop:
+    acts = _Acts(context, builder, sig, args, 1)
+    toks = [(acts.row(0, t), acts.row(1, t), acts.row(2, t)) for t in _token_indices(builder, args[4], n_tok)]
+    accs = [cgutils.alloca_once_value(builder, ir.Constant(_V16F, [0.0] * 16)) for _ in toks]
+    with cgutils.for_range(builder, acts.n_blocks) as loop:
         blk = loop.index
         o = builder.mul(blk, _c(block_bytes))
-        dx = builder.load(builder.gep(xdd, [blk]))
-        isum, d, mins = body(builder, wd, o, xqd, builder.mul(blk, _c(256)), bsd, builder.mul(blk, _c(16)))
-        part = builder.fmul(_splat(builder, builder.fmul(d, dx), 16), builder.sitofp(isum, _V16F))
-        total = builder.fadd(builder.load(acc), part)
-        if mins is not None:
-            mterm, dmin = mins  # <16 x i32>, f32: subtract dmin*dx*Σ m*bsum
-            total = builder.fsub(total, builder.fmul(_splat(builder, builder.fmul(dmin, dx), 16),
-                                                     builder.sitofp(mterm, _V16F)))
-        builder.store(total, acc)
-    return _reduce_f(builder, builder.load(acc), 16)
+        d, dmin, mins, pieces = decode(builder, wd, o)
+        for (xqd, xdd, bsd), acc in zip(toks, accs):
+            xo = builder.mul(blk, _c(256))
+            isum = ir.Constant(_V16I, [0] * 16)
+            for q, sc, eo in pieces:
+                xv = _load_vec(builder, xqd, builder.add(xo, _c(eo)), 32)
+                isum = builder.add(isum, builder.mul(sc, _pairs(builder, q, xv)))
+            dx = builder.load(builder.gep(xdd, [blk]))
+            total = builder.fadd(builder.load(acc), builder.fmul(_splat(builder, builder.fmul(d, dx), 16),
+                                                                  builder.sitofp(isum, _V16F)))
+            if mins is not None:
+                # subtract dmin*dx*Σ_j m_j * (activation sum of sub-block j)
+                mterm = _widen8(builder, builder.mul(mins, _bsum_pairs(builder, bsd, builder.mul(blk, _c(16)))))
+                total = builder.fsub(total, builder.fmul(_splat(builder, builder.fmul(dmin, dx), 16),
+                                                         builder.sitofp(mterm, _V16F)))
+            builder.store(total, acc)
+    return [_reduce_f(builder, builder.load(a), 16) for a in accs]
 
 
 def _bsum_pairs(builder, bsd, bo):
@@ -233,41 +265,35 @@ def _widen8(builder, v8):
     return _shuffle(builder, v8, zero, range(16))
 
 
-def _q45k_body(five):
-    def body(builder, wd, o, xqd, xo, bsd, bo):
+def _q45k_decode(five):
+    def decode(builder, wd, o):
         d = _load_half(builder, wd, o)
         dmin = _load_half(builder, wd, builder.add(o, _c(2)))
         scales, mins = _k4_scales_mins(builder, wd, builder.add(o, _c(4)))
         oq = 48 if five else 16
         qh = _load_vec(builder, wd, builder.add(o, _c(16)), 32) if five else None
-        isum = ir.Constant(_V16I, [0] * 16)
+        pieces = []
         for c in range(4):
             v = _load_vec(builder, wd, builder.add(o, _c(oq + 32 * c)), 32)
-            lo = builder.and_(v, _const_vec(_I8, [15] * 32))
-            hi = builder.lshr(v, _const_vec(_I8, [4] * 32))
-            if five:
-                # qh byte l bit k is the fifth bit of element 32k + l
-                for k, half in ((2 * c, "lo"), (2 * c + 1, "hi")):
-                    bit = builder.shl(builder.and_(builder.lshr(qh, _const_vec(_I8, [k] * 32)),
-                                                   _const_vec(_I8, [1] * 32)), _const_vec(_I8, [4] * 32))
-                    if half == "lo":
-                        lo = builder.or_(lo, bit)
-                    else:
-                        hi = builder.or_(hi, bit)
-            for j, q in ((2 * c, lo), (2 * c + 1, hi)):
-                xv = _load_vec(builder, xqd, builder.add(xo, _c(32 * j)), 32)
+            halves = [builder.and_(v, _const_vec(_I8, [15] * 32)), builder.lshr(v, _const_vec(_I8, [4] * 32))]
+            for h in range(2):
+                j = 2 * c + h  # sub-block: elements 32j..32j+31
+                q = halves[h]
+                if five:
+                    # qh byte l bit j is the fifth bit of element 32j + l
+                    bit = builder.and_(builder.lshr(qh, _const_vec(_I8, [j] * 32)), _const_vec(_I8, [1] * 32))
+                    q = builder.or_(q, builder.shl(bit, _const_vec(_I8, [4] * 32)))
                 sc = _splat(builder, builder.extract_element(scales, ir.Constant(_I32, j)), 16)
-                isum = builder.add(isum, builder.mul(sc, _pairs(builder, q, xv)))
-        mterm = _widen8(builder, builder.mul(mins, _bsum_pairs(builder, bsd, bo)))
-        return isum, d, (mterm, dmin)
-    return body
+                pieces.append((q, sc, 32 * j))
+        return d, dmin, mins, pieces
+    return decode
 
 
-def _q6k_body(builder, wd, o, xqd, xo, bsd, bo):
+def _q6k_decode(builder, wd, o):
     d = _load_half(builder, wd, builder.add(o, _c(208)))
     sc16 = builder.sext(_load_vec(builder, wd, builder.add(o, _c(192)), 16), _V16I)
-    isum = ir.Constant(_V16I, [0] * 16)
     m15, m3 = _const_vec(_I8, [15] * 32), _const_vec(_I8, [3] * 32)
+    pieces = []
     for n in range(2):
         qa = _load_vec(builder, wd, builder.add(o, _c(64 * n)), 32)
         qb = _load_vec(builder, wd, builder.add(o, _c(64 * n + 32)), 32)
@@ -281,32 +307,32 @@ def _q6k_body(builder, wd, o, xqd, xo, bsd, bo):
                   builder.or_(builder.lshr(qa, _const_vec(_I8, [4] * 32)), high(4)),
                   builder.or_(builder.lshr(qb, _const_vec(_I8, [4] * 32)), high(6)))
         for k, q in enumerate(quants):
-            q = builder.sub(q, _const_vec(_I8, [32] * 32))  # 0..63 -> -32..31
-            xv = _load_vec(builder, xqd, builder.add(xo, _c(128 * n + 32 * k)), 32)
             g = 8 * n + 2 * k  # scale of elements l < 16; g + 1 for l >= 16
             sc = _shuffle(builder, sc16, sc16, [g] * 8 + [g + 1] * 8)
-            isum = builder.add(isum, builder.mul(sc, _pairs(builder, q, xv)))
-    return isum, d, None
+            pieces.append((builder.sub(q, _const_vec(_I8, [32] * 32)), sc, 128 * n + 32 * k))  # 0..63 -> -32..31
+    return d, None, None, pieces
 
 
-def _make_krowdot(name, block_bytes, body):
+def _make_krowdot(name, block_bytes, decode, n_tok):
     @intrinsic
-    def rowdot(typingctx, w, xq, xd, bsums):
-        """One row of K-quant super-blocks . Q8_K activations.
+    def rowdot(typingctx, w, xq, xd, bsums, t0):
+        """One row of K-quant super-blocks . Q8_K activations of tokens t0..t0+n_tok-1.
 
-        w: uint8 (row_bytes,); xq: int8 (cols,); xd: float32 (cols/256,); bsums: int32 (cols/16,).
+        w: uint8 (row_bytes,); xq: int8 (n_tok_all, cols); xd: float32 (n_tok_all, cols/256);
+        bsums: int32 (n_tok_all, cols/16). Returns a tuple of n_tok float32.
         """
-        sig = types.float32(w, xq, xd, bsums)
+        sig = types.UniTuple(types.float32, n_tok)(w, xq, xd, bsums, t0)
 
         def codegen(context, builder, sig, args):
-            return _k_row_loop(context, builder, sig, args, block_bytes, body)
+            totals = _k_row_loop(context, builder, sig, args, block_bytes, decode, n_tok)
+            return context.make_tuple(builder, sig.return_type, totals)
 
         return sig, codegen
 
-    rowdot.__name__ = f"rowdot_{name}"
+    rowdot.__name__ = f"rowdot{n_tok}_{name}"
     return rowdot
 
 
-rowdot_q4_k = _make_krowdot("q4_k", 144, _q45k_body(False))
-rowdot_q5_k = _make_krowdot("q5_k", 176, _q45k_body(True))
-rowdot_q6_k = _make_krowdot("q6_k", 210, _q6k_body)
+rowdot1_q4_k, rowdot4_q4_k = (_make_krowdot("q4_k", 144, _q45k_decode(False), n) for n in (1, 4))
+rowdot1_q5_k, rowdot4_q5_k = (_make_krowdot("q5_k", 176, _q45k_decode(True), n) for n in (1, 4))
+rowdot1_q6_k, rowdot4_q6_k = (_make_krowdot("q6_k", 210, _q6k_decode, n) for n in (1, 4))

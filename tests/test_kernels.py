@@ -64,15 +64,19 @@ def test_matvec_random_blocks(t: int, rows: int) -> None:
 
 @pytest.mark.parametrize("t", ALL)
 def test_matmul_fused_and_tiled_paths(t: int) -> None:
+    """Both matmul paths: the fused kernel (raw sk.MUL, any n_tok) and sk.matmul's choice for a batch."""
     rng = np.random.default_rng(7 + t)
     rows, cols = 131, 768 if t in (Q8_0, Q4_1, Q5_0) else 512
     w = random_weights(rng, t, rows, cols)
-    for n_tok in (3, sk.api.BLAS_MIN_TOKENS + 1):
+    for n_tok in (6, 70, sk.api.BLAS_MIN_TOKENS + 1):
         x = rng.standard_normal((n_tok, cols)).astype(np.float32)
-        out = sk.matmul(t, w, x)
-        if n_tok < sk.api.BLAS_MIN_TOKENS:
+        if n_tok < sk.api.BLAS_MIN_TOKENS or n_tok == 70:
+            # fused kernel: 4 tokens per pass plus a remainder, over more than one token chunk for 70
+            out = np.full((n_tok, rows), np.nan, np.float32)
+            sk.MUL[t](w, x, out)
             check(t, w, x, out)
         else:
+            out = sk.matmul(t, w, x)
             # tiles of dequantized rows through BLAS: float32 activations, no quantization
             wd = weights(t, w)
             ref = x.astype(np.float64) @ wd.T
