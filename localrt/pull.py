@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import hashlib
+import http.client
 import json
 import os
 import re
@@ -28,7 +29,8 @@ import shutil
 import threading
 import time
 import urllib.parse
-from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
+import urllib.request
+from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, Callable, Iterator
@@ -49,11 +51,12 @@ try:
 except ImportError:  # Windows: a process-local lock stands in for flock
     fcntl = None  # type: ignore[assignment]
 
-STREAMS = 4  # parallel range requests per blob (Ollama's newest default)
+STREAMS = 4  # at most this many range requests per blob at once (Ollama's newest default)
+SLOW_STREAM_BPS = 32 << 20  # below this per stream the link is the limit and another stream may help
 MAX_PARTS = 16
-PART_MIN = 64 << 20  # bytes; smaller blobs download in one request
+PART_MIN = 16 << 20  # bytes; smaller blobs download in one request
 PART_MAX = 1000 * 10**6
-CHUNK = 1 << 20  # bytes per read from a response
+CHUNK = 256 << 10  # bytes per read from a response: progress granularity on slow links
 RETRIES = 6  # per part, counted only while no byte arrives
 BACKOFF_S = 0.5
 BACKOFF_MAX_S = 8.0
@@ -169,6 +172,7 @@ class RegistrySource:
         headers = {"User-Agent": USER_AGENT, "Accept-Encoding": "identity"}
         if token:
             headers["Authorization"] = f"Bearer {token}"
+        self.headers = headers
         self.client = httpx.Client(
             headers=headers, follow_redirects=False,
             timeout=httpx.Timeout(connect=10.0, read=STALL_S, write=60.0, pool=None),
@@ -205,11 +209,12 @@ class RegistrySource:
             raise MirrorError(f"the manifest does not hash to the Docker-Content-Digest the mirror sent ({claimed})")
         return self.name, data
 
-    def open_blob(self, digest: str, headers: dict) -> httpx.Response:
-        """A streamed GET of the blob, following allowed redirects. The caller closes the response."""
+    def open_blob(self, digest: str, headers: dict) -> "_BlobResponse":
+        """A GET of the blob, following allowed redirects. The caller closes the response.
+        Network failures come out as _Transient."""
         url = self.direct.get(digest) or f"{self._repo()}/blobs/{digest}"
         for _ in range(MAX_REDIRECTS + 1):
-            r = self.client.send(self.client.build_request("GET", url, headers=headers), stream=True)
+            r = _BlobResponse.get(url, {**self.headers, **headers})
             location = r.headers.get("location")
             if r.status_code in (301, 302, 303, 307, 308) and location:
                 r.close()
@@ -232,7 +237,7 @@ def _peek(r: httpx.Response) -> str:
         return ""
 
 
-def _refuse_encoding(r: httpx.Response, what: str) -> None:
+def _refuse_encoding(r, what: str) -> None:
     enc = r.headers.get("content-encoding", "identity").strip().lower()
     if enc not in ("", "identity"):
         raise MirrorError(f"the mirror sent the {what} {enc}-encoded although identity was requested; refused "
@@ -256,6 +261,59 @@ class _Transient(Exception):
 
 class _NoRanges(Exception):
     """The mirror ignores Range; the blob is fetched in one request from byte 0."""
+
+
+def _proxy_for(url: urllib.parse.ParseResult) -> urllib.parse.ParseResult | None:
+    if is_loopback(url.hostname or "") or urllib.request.proxy_bypass(url.hostname or ""):
+        return None
+    proxy = urllib.request.getproxies().get(url.scheme)
+    return urllib.parse.urlparse(proxy) if proxy else None
+
+
+class _BlobResponse:
+    """One blob GET over http.client: its `readinto` fills a reused buffer straight from the socket, about
+    2.5x the throughput of httpx's streaming on this path (the bulk of a pull)."""
+
+    def __init__(self, conn: http.client.HTTPConnection, resp: http.client.HTTPResponse):
+        self.conn, self.resp = conn, resp
+        self.status_code = resp.status
+        self.headers = {k.lower(): v for k, v in resp.getheaders()}
+
+    @classmethod
+    def get(cls, url: str, headers: dict) -> "_BlobResponse":
+        u = urllib.parse.urlparse(url)
+        proxy = _proxy_for(u)
+        target = url if proxy is not None and u.scheme == "http" else (u.path or "/") + (f"?{u.query}" if u.query else "")
+        via = proxy or u
+        conn_cls = http.client.HTTPSConnection if via.scheme == "https" else http.client.HTTPConnection
+        conn = conn_cls(via.hostname, via.port, timeout=STALL_S)
+        if proxy is not None and u.scheme == "https":
+            conn.set_tunnel(u.hostname, u.port or 443)
+        try:
+            conn.request("GET", target, headers=headers)
+            return cls(conn, conn.getresponse())
+        except (OSError, http.client.HTTPException) as e:
+            conn.close()
+            raise _Transient(f"{type(e).__name__}: {e}") from None
+
+    def chunks(self, buf: memoryview) -> Iterator[memoryview]:
+        while True:
+            try:
+                n = self.resp.readinto(buf)
+            except (OSError, http.client.HTTPException) as e:
+                raise _Transient(f"{type(e).__name__}: {e}") from None
+            if not n:
+                return
+            yield buf[:n]
+
+    def peek(self) -> str:
+        try:
+            return self.resp.read(4096).decode("utf-8", "replace").strip()
+        except (OSError, http.client.HTTPException):
+            return ""
+
+    def close(self) -> None:
+        self.conn.close()
 
 
 @dataclass
@@ -304,6 +362,52 @@ def _write_at(fd: int, data: bytes, offset: int) -> None:
         view, offset = view[n:], offset + n
 
 
+class _TrailingHash:
+    """sha256 of a blob's contiguous downloaded prefix, computed in its own thread while the parts are still
+    downloading (pread and hashlib release the GIL), so verifying mostly overlaps the transfer."""
+
+    def __init__(self, fd: int, size: int, frontier: Callable[[], int]):
+        self.fd, self.size, self.frontier = fd, size, frontier
+        self.h = hashlib.sha256()
+        self.pos = 0
+        self.failed = False
+        self.quit = threading.Event()
+        self.thread = threading.Thread(target=self._run, name="pull-hash", daemon=True)
+        self.thread.start()
+
+    def _step(self, end: int) -> bool:
+        if end <= self.pos:
+            return False
+        block = os.pread(self.fd, min(dg.CHUNK, end - self.pos), self.pos)
+        if not block:
+            return False
+        self.h.update(block)
+        self.pos += len(block)
+        return True
+
+    def _run(self) -> None:
+        try:
+            while not self.quit.is_set():
+                if not self._step(self.frontier()):
+                    self.quit.wait(0.02)
+        except OSError:
+            self.failed = True  # finish() starts over in the calling thread, where the error surfaces
+
+    def close(self) -> None:
+        self.quit.set()
+        self.thread.join()
+
+    def finish(self, stop: threading.Event) -> tuple[str, int]:
+        """Hash the rest (all parts are done) and return (digest, bytes hashed)."""
+        self.close()
+        if self.failed:
+            self.h, self.pos = hashlib.sha256(), 0
+        while self._step(self.size):
+            if stop.is_set():
+                raise errors.Cancelled()
+        return "sha256:" + self.h.hexdigest(), self.pos
+
+
 _local_locks: dict[str, threading.Lock] = {}
 _local_guard = threading.Lock()
 
@@ -317,6 +421,7 @@ class BlobDownload:
         self.final = store.root / "blobs" / dg.to_filename(digest)
         self.parts: list[_Part] = []
         self.state_lock = threading.Lock()
+        self.hasher: _TrailingHash | None = None
 
     # -- locking ---------------------------------------------------------------------------------------------
 
@@ -362,6 +467,8 @@ class BlobDownload:
                     self._verify_and_commit(fd)
                     return
                 finally:
+                    if self.hasher is not None:
+                        self.hasher.close()
                     self._unlock(fd)
             finally:
                 os.close(fd)
@@ -393,7 +500,7 @@ class BlobDownload:
             os.replace(tmp, self.state)
 
     def _report(self) -> None:
-        self.progress(sum(p.done for p in self.parts))
+        self.progress(self._done())
 
     def _download(self, fd: int) -> None:
         self.parts = _load_state(self.state, self.digest, self.size) or _plan(self.size)
@@ -406,35 +513,83 @@ class BlobDownload:
                 self._raise_os(e)
         self._persist(fd)
         self._report()
+        self.hasher = _TrailingHash(fd, self.size, self._frontier)
         try:
             self._run_parts(fd)
         except _NoRanges:
+            self.hasher.close()  # the single request rewrites from byte 0: hash what it writes
             self.parts = [_Part(0, self.size)]
             self._persist(fd)
+            self.hasher = _TrailingHash(fd, self.size, self._frontier)
             self._run_parts(fd)
 
+    def _frontier(self) -> int:
+        """Bytes from offset 0 that are on disk without a gap."""
+        n = 0
+        for p in self.parts:
+            n += p.done
+            if p.done < p.size:
+                break
+        return n
+
     def _run_parts(self, fd: int) -> None:
-        todo = [p for p in self.parts if p.done < p.size]
+        """Fetch the unfinished parts in offset order from a shared queue. One stream to start with; another is
+        added (up to STREAMS) while each stream is slower than SLOW_STREAM_BPS, i.e. the link, not this machine,
+        is the limit. Parts taken in order keep the written prefix contiguous for the trailing hash."""
+        todo = deque(p for p in self.parts if p.done < p.size)
         if not todo:
             return
         self.abort.clear()
-        with ThreadPoolExecutor(max_workers=min(STREAMS, len(todo))) as pool:
-            futures = [pool.submit(self._fetch_part, fd, p) for p in todo]
+        failures: list[BaseException] = []
+        guard = threading.Lock()
+        ended = threading.Event()  # a stream finished or failed: the coordinator looks again
+
+        def worker() -> None:
             try:
-                while True:
-                    finished, pending = wait(futures, timeout=PERSIST_S, return_when=FIRST_EXCEPTION)
-                    if not pending or any(f.exception() is not None for f in finished):
-                        break
-                    self._persist(fd)
+                while not self.abort.is_set():
+                    with guard:
+                        if not todo:
+                            return
+                        part = todo.popleft()
+                    self._fetch_part(fd, part)
+            except BaseException as e:  # noqa: BLE001 - collected, re-raised by the coordinating thread
+                failures.append(e)
+                self.abort.set()  # the other streams stop at their next chunk
             finally:
-                if not all(f.done() for f in futures):
-                    self.abort.set()  # a part failed (or we are unwinding): the others stop at their next chunk
-        self._persist(fd)
-        errs = [f.exception() for f in futures if f.exception() is not None]
-        if errs:
-            # The most telling error first: a refusal beats the cancellations it caused in the other parts.
-            errs.sort(key=lambda e: isinstance(e, errors.Cancelled))
-            raise errs[0]
+                ended.set()
+
+        threads: list[threading.Thread] = []
+
+        def add_stream() -> None:
+            t = threading.Thread(target=worker, name=f"pull-part-{len(threads)}", daemon=True)
+            threads.append(t)
+            t.start()
+
+        add_stream()
+        try:
+            last_done, last_t = self._done(), time.monotonic()
+            while any(t.is_alive() for t in threads):
+                ended.wait(PERSIST_S)
+                ended.clear()
+                self._persist(fd)
+                now, done = time.monotonic(), self._done()
+                active = sum(t.is_alive() for t in threads)
+                rate = (done - last_done) / max(now - last_t, 1e-6) / max(active, 1)
+                if todo and len(threads) < STREAMS and rate < SLOW_STREAM_BPS and not self.abort.is_set():
+                    add_stream()
+                last_done, last_t = done, now
+        finally:
+            self.abort.set()  # no-op when all finished; on unwinding, the streams stop
+            for t in threads:
+                t.join()
+            self._persist(fd)
+        if failures:
+            # The most telling error first: a refusal beats the cancellations it caused in the other streams.
+            failures.sort(key=lambda e: isinstance(e, errors.Cancelled))
+            raise failures[0]
+
+    def _done(self) -> int:
+        return sum(p.done for p in self.parts)
 
     def _fetch_part(self, fd: int, p: _Part) -> None:
         attempts = 0
@@ -444,7 +599,7 @@ class BlobDownload:
             before = p.done
             try:
                 self._stream_part(fd, p)
-            except (httpx.TransportError, _Transient) as e:
+            except _Transient as e:
                 attempts = 1 if p.done > before else attempts + 1
                 if attempts > RETRIES:
                     raise MirrorError(f"downloading {self.digest} failed after {RETRIES} retries: {e}") from None
@@ -453,9 +608,10 @@ class BlobDownload:
 
     def _stream_part(self, fd: int, p: _Part) -> None:
         start, end = p.start + p.done, p.start + p.size - 1
+        buf = memoryview(bytearray(CHUNK))  # (CHUNK,) bytes reused for every read of this request
         with contextlib.closing(self.src.open_blob(self.digest, {"Range": f"bytes={start}-{end}"})) as r:
             self._check_reply(r, start, end)
-            for chunk in r.iter_raw(CHUNK):
+            for chunk in r.chunks(buf):
                 if p.done + len(chunk) > p.size:
                     raise MirrorError(f"the mirror sent more bytes than the {self.size} the manifest declares for "
                                       f"{self.digest}; refused")
@@ -470,7 +626,7 @@ class BlobDownload:
         if p.done < p.size:
             raise _Transient(f"the connection ended {p.size - p.done} bytes early")
 
-    def _check_reply(self, r: httpx.Response, start: int, end: int) -> None:
+    def _check_reply(self, r: "_BlobResponse", start: int, end: int) -> None:
         code = r.status_code
         if code in (408, 429, 500, 502, 503, 504):
             raise _Transient(f"HTTP {code}")
@@ -485,7 +641,7 @@ class BlobDownload:
                 raise MirrorError(f"the mirror answered Content-Range {r.headers.get('content-range')!r} for a "
                                   f"request of {want}; refused")
         else:
-            raise MirrorError(f"unexpected HTTP {code} for blob {self.digest}: {_peek(r)}")
+            raise MirrorError(f"unexpected HTTP {code} for blob {self.digest}: {r.peek()}")
         _refuse_encoding(r, f"blob {self.digest}")
         length = r.headers.get("content-length")
         if length is not None and length.strip() != str(end - start + 1):
@@ -502,17 +658,8 @@ class BlobDownload:
     # -- verification ------------------------------------------------------------------------------------------
 
     def _verify_and_commit(self, fd: int) -> None:
-        h = hashlib.sha256()
-        pos = 0
-        while pos < self.size:
-            block = os.pread(fd, min(dg.CHUNK, self.size - pos), pos)
-            if not block:
-                break
-            h.update(block)
-            pos += len(block)
-            if self.stop.is_set():
-                raise errors.Cancelled()
-        actual = "sha256:" + h.hexdigest()
+        assert self.hasher is not None  # made by _download
+        actual, pos = self.hasher.finish(self.stop)
         if actual != self.digest or pos != self.size:
             self.partial.unlink(missing_ok=True)
             self.state.unlink(missing_ok=True)

@@ -149,6 +149,8 @@ class RawMirror(socketserver.ThreadingMixIn, http.server.HTTPServer):
         self.routes: list[tuple[str, str, Handler]] = []
         self.served = 0
         self.ranges: list[tuple[str, int, int]] = []  # (digest, first byte, last byte) of each blob GET
+        self.active = 0  # blob bodies being sent right now
+        self.max_active = 0
         self.lock = threading.Lock()
         self.thread = threading.Thread(target=self.serve_forever, args=(0.05,), daemon=True)
 
@@ -170,6 +172,22 @@ class RawMirror(socketserver.ThreadingMixIn, http.server.HTTPServer):
     def count(self, n: int) -> None:
         with self.lock:
             self.served += n
+
+    def _send_body(self, h: RawHandler, data: bytes, start: int, end: int, chunk: int, cut: int | None) -> None:
+        pos = start
+        while pos <= end:
+            piece = data[pos:min(pos + chunk, end + 1)]
+            if cut is not None and pos - start + len(piece) > cut:
+                h.wfile.write(piece[:max(cut - (pos - start), 0)])
+                h.wfile.flush()
+                h.close_connection = True
+                h.connection.shutdown(2)
+                return
+            h.wfile.write(piece)
+            self.count(len(piece))
+            pos += len(piece)
+            if self.throttle:
+                time.sleep(self.throttle)
 
     def serve_model(self, repo: str, tag: str, manifest_bytes: bytes, blobs: dict[str, bytes], *,
                     delay_s: float = 0.0, chunk: int = 64 << 10, drop_after: dict | None = None) -> None:
@@ -201,21 +219,13 @@ class RawMirror(socketserver.ThreadingMixIn, http.server.HTTPServer):
                 return
             with self.lock:
                 self.ranges.append((m.group(1), start, end))
-            cut = drops.pop(m.group(1), None)
-            pos = start
-            while pos <= end:
-                piece = data[pos:min(pos + chunk, end + 1)]
-                if cut is not None and pos - start + len(piece) > cut:
-                    h.wfile.write(piece[:max(cut - (pos - start), 0)])
-                    h.wfile.flush()
-                    h.close_connection = True
-                    h.connection.shutdown(2)
-                    return
-                h.wfile.write(piece)
-                self.count(len(piece))
-                pos += len(piece)
-                if self.throttle:
-                    time.sleep(self.throttle)
+                self.active += 1
+                self.max_active = max(self.max_active, self.active)
+            try:
+                self._send_body(h, data, start, end, chunk, drops.pop(m.group(1), None))
+            finally:
+                with self.lock:
+                    self.active -= 1
 
         self.route("GET", rf"/v2/{repo}/manifests/{tag}", manifest)
         self.route("HEAD", rf"/v2/{repo}/manifests/{tag}", manifest)

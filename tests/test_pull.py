@@ -111,6 +111,7 @@ def test_cancel_then_resume(tmp_path, fast):
                     t.cancel()
         done = pl.partial_done(dst, big, size)
         assert 0 < done < size and not dst.has_blob(big)
+        assert mirror.max_active > 1  # a slow link got parallel range requests
         mirror.throttle = 0
         seen = len(mirror.ranges)
         events = list(pl.pull(dst, name, insecure=True))
@@ -134,7 +135,7 @@ def test_killed_client_resumes(tmp_path, fast):
         name = f"{mirror.host}/library/big:1"
         code = textwrap.dedent(f"""
             import store, localrt.pull as pl
-            pl.PART_MIN = {MB}; pl.PERSIST_S = 0.05
+            pl.PART_MIN = {MB}; pl.PERSIST_S = 0.05; pl.CHUNK = 65536
             for ev in pl.pull(store.Store({str(dst.root)!r}), {name!r}, insecure=True):
                 pass
         """)

@@ -136,7 +136,8 @@ def endless(handler, digest):
 
 
 def shorter(handler, digest):
-    handler.send_raw(206, _ok_headers(handler, len(BLOB)), BLOB[:1000])
+    a, b = map(int, re.fullmatch(r"bytes=(\d+)-(\d+)", handler.headers["Range"]).groups())
+    handler.send_raw(206, _ok_headers(handler, b - a + 1))  # declares the range, sends nothing, hangs up
     handler.close_connection = True
 
 
