@@ -355,11 +355,27 @@ def partial_done(store: st.Store, digest: str, size: int) -> int:
     return sum(p.done for p in parts) if parts else 0
 
 
+_seek_lock = threading.Lock()  # only where os.pwrite/os.pread are missing (Windows): seek+io must not interleave
+
+
 def _write_at(fd: int, data: bytes, offset: int) -> None:
     view = memoryview(data)
     while view:
-        n = os.pwrite(fd, view, offset)
+        if hasattr(os, "pwrite"):
+            n = os.pwrite(fd, view, offset)
+        else:
+            with _seek_lock:
+                os.lseek(fd, offset, os.SEEK_SET)
+                n = os.write(fd, view)
         view, offset = view[n:], offset + n
+
+
+def _read_at(fd: int, n: int, offset: int) -> bytes:
+    if hasattr(os, "pread"):
+        return os.pread(fd, n, offset)
+    with _seek_lock:
+        os.lseek(fd, offset, os.SEEK_SET)
+        return os.read(fd, n)
 
 
 class _TrailingHash:
@@ -378,7 +394,7 @@ class _TrailingHash:
     def _step(self, end: int) -> bool:
         if end <= self.pos:
             return False
-        block = os.pread(self.fd, min(dg.CHUNK, end - self.pos), self.pos)
+        block = _read_at(self.fd, min(dg.CHUNK, end - self.pos), self.pos)
         if not block:
             return False
         self.h.update(block)
@@ -455,7 +471,7 @@ class BlobDownload:
     def run(self) -> None:
         self.partial.parent.mkdir(parents=True, exist_ok=True)
         while True:
-            fd = os.open(self.partial, os.O_RDWR | os.O_CREAT, 0o644)
+            fd = os.open(self.partial, os.O_RDWR | os.O_CREAT | getattr(os, "O_BINARY", 0), 0o644)
             try:
                 self._wait_lock(fd)
                 try:
