@@ -141,10 +141,10 @@ def main() -> None:
         "ratio_vs_copy_then_sha256": round(pull_bps / verified_bps, 3),
         "goal_ratio": 0.7,
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform()},
-        "notes": "pull = HTTP range download from a mirror process (uvicorn/h11) read with http.client, sha256 trailing "
-                 "+ fsync + rename; copy = shutil.copyfile + fsync (in-kernel, no hashing); copy_then_sha256 adds the hash a "
-                 "verified copy needs. Both read from the page cache. The mirror process, the client and the hash "
-                 "share the machine's cores.",
+        "notes": "pull = HTTP range download from a mirror process (uvicorn/h11) read with http.client, sha256 "
+                 "trailing + fsync + rename; copy = shutil.copyfile + fsync (in-kernel, no hashing); copy_then_sha256 "
+                 "adds the hash a verified copy needs. Both read from the page cache. The mirror process, the "
+                 "client and the hash share the machine's cores.",
     }
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(result, indent=1) + "\n")

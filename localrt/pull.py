@@ -283,7 +283,9 @@ class _BlobResponse:
     def get(cls, url: str, headers: dict) -> "_BlobResponse":
         u = urllib.parse.urlparse(url)
         proxy = _proxy_for(u)
-        target = url if proxy is not None and u.scheme == "http" else (u.path or "/") + (f"?{u.query}" if u.query else "")
+        # Through an http proxy the request line carries the whole URL; otherwise (or tunnelled) just the path.
+        path = (u.path or "/") + (f"?{u.query}" if u.query else "")
+        target = url if proxy is not None and u.scheme == "http" else path
         via = proxy or u
         conn_cls = http.client.HTTPSConnection if via.scheme == "https" else http.client.HTTPConnection
         conn = conn_cls(via.hostname, via.port, timeout=STALL_S)
@@ -783,6 +785,12 @@ def _run_fetch(fetch: Callable, digest: str, size: int, stop: threading.Event) -
     yield _event(digest, size, size)
 
 
+def _fetcher(source, store: st.Store, digest: str, size: int, stop: threading.Event) -> Callable:
+    if isinstance(source, RegistrySource):
+        return lambda progress: source.fetch(store, digest, size, progress, stop)
+    return lambda progress: fetch_local(source, store, digest, size, progress, stop)
+
+
 def _pull(store: st.Store, name: str, insecure: bool, default_registry: str | None, stop: threading.Event,
           token: str | None) -> Iterator[dict]:
     source, local_name, pick = resolve(name, insecure, default_registry, token)
@@ -808,11 +816,7 @@ def _pull(store: st.Store, name: str, insecure: bool, default_registry: str | No
             if (d, size) not in missing:
                 yield _event(d, size, size)
                 continue
-            if isinstance(source, RegistrySource):
-                fetch = lambda progress, d=d, size=size: source.fetch(store, d, size, progress, stop)  # noqa: E731
-            else:
-                fetch = lambda progress, d=d, size=size: fetch_local(source, store, d, size, progress, stop)  # noqa: E731
-            yield from _run_fetch(fetch, d, size, stop)
+            yield from _run_fetch(_fetcher(source, store, d, size, stop), d, size, stop)
         yield {"status": "verifying sha256 digest"}
         for d, size in blobs:
             if _stored_size(store, d) != size:

@@ -17,9 +17,9 @@ import pytest
 import store as st
 from localrt import pull as pl
 from localrt import errors
-from localrt.registry import BlobMismatch, InsufficientSpace, RegistryError
+from localrt.registry import InsufficientSpace, RegistryError
 
-from _mirror import RawMirror, blob_bytes, daemon, env_pythonpath, make_model, model_payload, tree
+from _mirror import RawMirror, blob_bytes, daemon, env_pythonpath, make_model, model_payload
 
 MB = 1 << 20
 
