@@ -314,13 +314,20 @@ class TarSource(Source):
 
 
 def open_source(path: Path) -> Source:
-    """A folder holding a store or bundle, or a tar of one. Raises BundleError when it is neither."""
+    """A folder holding a store or bundle, or a tar of one. Raises BundleError when it is neither.
+
+    Missing, unreadable and unrelated paths all get the same message, so /api/pull with a path cannot be used
+    to probe which files exist on the daemon's machine (the CVE-2024-39719 oracle)."""
     path = Path(path)
-    if path.is_dir():
-        return DirSource(path)
-    if path.is_file():
-        return TarSource(path)
-    raise BundleError(f"{path} does not exist")
+    nothing = BundleError(f"{path} is not a models folder, bundle or tar archive")
+    try:
+        if path.is_dir() and (path / "manifests").is_dir():
+            return DirSource(path)
+        if path.is_file() and tarfile.is_tarfile(path):
+            return TarSource(path)
+    except OSError:
+        raise nothing from None
+    raise nothing
 
 
 def _manifest_file_source(path: Path) -> tuple[Source, str] | None:

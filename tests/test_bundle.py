@@ -212,3 +212,14 @@ def test_folder_source_refuses_fifo_and_wrong_size(src, tmp_path):
     blob.write_bytes(b"short")
     with pytest.raises(BlobMismatch, match="has 5 bytes"):
         list(pl.pull(st.Store(tmp_path / "d"), str(tmp_path / "b")))
+
+
+def test_path_sources_are_no_existence_oracle(tmp_path):
+    (tmp_path / "plain.txt").write_text("not a tar")
+    (tmp_path / "somedir").mkdir()
+    messages = set()
+    for path in (tmp_path / "missing", tmp_path / "plain.txt", tmp_path / "somedir"):
+        with pytest.raises(bd.BundleError) as e:
+            list(pl.pull(st.Store(tmp_path / "d"), str(path)))
+        messages.add(str(e.value).replace(str(path), "<path>"))
+    assert messages == {"<path> is not a models folder, bundle or tar archive"}

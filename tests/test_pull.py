@@ -255,3 +255,28 @@ def test_pull_replaces_old_layers(two, tmp_path):
     events = list(pl.pull(c, f"{host}/library/tiny:1", insecure=True))
     assert {"status": "removing unused layers"} in events
     assert not c.has_blob(manifest.layers[0].digest) and c.has_blob(newer.layers[0].digest)
+
+
+def test_concurrent_pulls_across_processes_one_transfer(tmp_path, fast):
+    src = st.Store(tmp_path / "a")
+    make_model(src, "big:1", tmp_path / "src", n_bytes=2 * MB)
+    raw, blobs = model_payload(src, "big:1")
+    dst = st.Store(tmp_path / "b")
+    with RawMirror() as mirror:
+        mirror.serve_model("library/big", "1", raw, blobs, delay_s=0.02)
+        name = f"{mirror.host}/library/big:1"
+        big = max(blobs, key=lambda d: len(blobs[d]))
+        code = textwrap.dedent(f"""
+            import store, localrt.pull as pl
+            pl.PART_MIN = {MB}; pl.CHUNK = 65536
+            print(list(pl.pull(store.Store({str(dst.root)!r}), {name!r}, insecure=True))[-1]["status"])
+        """)
+        proc = subprocess.Popen([sys.executable, "-c", code], env=env_pythonpath(), stdout=subprocess.PIPE, text=True)
+        deadline = time.monotonic() + 30
+        while not mirror.ranges:  # the other process is downloading: this pull must wait for it, not refetch
+            assert proc.poll() is None and time.monotonic() < deadline
+            time.sleep(0.01)
+        mine = list(pl.pull(dst, name, insecure=True))[-1]
+        out, _ = proc.communicate(timeout=60)
+    assert mine == {"status": "success"} and out.strip() == "success"
+    assert mirror.served == sum(len(v) for v in blobs.values())
