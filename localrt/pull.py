@@ -795,39 +795,53 @@ def _pull(store: st.Store, name: str, insecure: bool, default_registry: str | No
           token: str | None) -> Iterator[dict]:
     source, local_name, pick = resolve(name, insecure, default_registry, token)
     try:
-        yield {"status": "pulling manifest"}
-        src_name, raw = source.manifest() if isinstance(source, RegistrySource) else source.manifest(pick)
-        local_name = local_name or src_name
-        try:
-            manifest = mf.parse(raw, local_name.display)
-        except st.InvalidManifest as e:
-            raise MirrorError(f"the source sent a bad manifest: {e}") from None
-        blobs = _blob_list(manifest)
-        missing = []
-        for d, size in blobs:
-            have = _stored_size(store, d)
-            if have is not None and have != size:
-                raise MirrorError(f"the manifest says {d} has {size} bytes, but the stored blob with that digest "
-                                  f"has {have}")
-            if have is None:
-                missing.append((d, size))
-        preflight(store, missing)
-        for d, size in blobs:
-            if (d, size) not in missing:
-                yield _event(d, size, size)
-                continue
-            yield from _run_fetch(_fetcher(source, store, d, size, stop), d, size, stop)
-        yield {"status": "verifying sha256 digest"}
-        for d, size in blobs:
-            if _stored_size(store, d) != size:
-                raise BlobMismatch(f"blob {d} is missing or has the wrong size after the download")
-        yield {"status": "writing manifest"}
-        old = store.put_manifest(local_name, manifest)
-        if old is not None:
-            unused = [d for d in old.digests if d not in manifest.digests]
-            if unused:
-                yield {"status": "removing unused layers"}
-                store.remove_unreferenced(unused)
-        yield {"status": "success"}
+        yield from _pull_from(store, source, local_name, pick, stop)
+    except OSError as e:
+        if e.errno in (errno.ENOSPC, errno.EDQUOT):
+            raise InsufficientSpace(f"disk full while pulling {name}; the store is unchanged apart from "
+                                    "resumable partial downloads") from None
+        raise
     finally:
         source.close()
+
+
+def _missing(store: st.Store, blobs: list[tuple[str, int]]) -> list[tuple[str, int]]:
+    """The blobs not stored yet. A stored blob of another size than the manifest says means the manifest lies."""
+    out = []
+    for d, size in blobs:
+        have = _stored_size(store, d)
+        if have is not None and have != size:
+            raise MirrorError(f"the manifest says {d} has {size} bytes, but the stored blob with that digest "
+                              f"has {have}")
+        if have is None:
+            out.append((d, size))
+    return out
+
+
+def _pull_from(store: st.Store, source, local_name: names.ModelName | None, pick: str | None,
+               stop: threading.Event) -> Iterator[dict]:
+    yield {"status": "pulling manifest"}
+    src_name, raw = source.manifest() if isinstance(source, RegistrySource) else source.manifest(pick)
+    local_name = local_name or src_name
+    try:
+        manifest = mf.parse(raw, local_name.display)
+    except st.InvalidManifest as e:
+        raise MirrorError(f"the source sent a bad manifest: {e}") from None
+    blobs = _blob_list(manifest)
+    missing = _missing(store, blobs)
+    preflight(store, missing)
+    for d, size in blobs:
+        if (d, size) in missing:
+            yield from _run_fetch(_fetcher(source, store, d, size, stop), d, size, stop)
+        else:
+            yield _event(d, size, size)  # already stored: one line, as Ollama reports a cache hit
+    yield {"status": "verifying sha256 digest"}
+    if _missing(store, blobs):
+        raise BlobMismatch("a blob is missing after the download; pull again")
+    yield {"status": "writing manifest"}
+    old = store.put_manifest(local_name, manifest)
+    unused = [d for d in old.digests if d not in manifest.digests] if old is not None else []
+    if unused:
+        yield {"status": "removing unused layers"}
+        store.remove_unreferenced(unused)
+    yield {"status": "success"}

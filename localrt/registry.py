@@ -41,7 +41,7 @@ MANIFEST_TYPE = mf.MANIFEST_MEDIA_TYPE
 READ_CHUNK = 1 << 20  # bytes per read while serving a blob: few thread hops, small memory
 UPLOAD_BUFFER = 4 << 20  # bytes gathered before one write+hash in a worker thread
 MAX_UPLOADS = 32  # open upload sessions; each holds a temp file
-UPLOAD_IDLE_S = 3600.0  # an upload session untouched this long is dropped
+UPLOAD_IDLE_S = 900.0  # an upload session untouched this long is dropped (its temp file with it)
 BLOB_MODE = 0o644
 
 
