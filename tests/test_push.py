@@ -71,3 +71,18 @@ def test_push_needs_the_token_of_a_keyed_mirror(tmp_path):
             list(ps.push(s, target, insecure=True))
         assert list(ps.push(s, target, insecure=True, token="k3y"))[-1] == {"status": "success"}
         assert mirror.service.store.get("tiny:1").manifest.digests == manifest.digests
+
+
+def test_push_refuses_upload_location_on_another_host(tmp_path):
+    from _mirror import RawMirror
+
+    s = st.Store(tmp_path / "s")
+    make_model(s, "tiny:1", tmp_path / "src")
+    with RawMirror() as reg:
+        reg.route("HEAD", r"/v2/library/tiny/blobs/.*", lambda h, m: h.send_json(404, {}))
+        reg.route("POST", r"/v2/library/tiny/blobs/uploads/", lambda h, m: h.send_raw(
+            202, {"Location": "http://169.254.169.254/upload", "Content-Length": "0"}))
+        target = f"{reg.host}/library/tiny:1"
+        s.copy("tiny:1", target)
+        with pytest.raises(RegistryError, match="another host"):
+            list(ps.push(s, target, insecure=True))
