@@ -5,6 +5,7 @@ called directly from other nopython code. Only cheap shape/dtype checks run per 
 """
 from __future__ import annotations
 
+import numba
 import numpy as np
 
 from . import dequant, floats, kquants, legacy
@@ -38,8 +39,8 @@ ROWS = {
 }
 
 # Batches at least this large go through dequantized row tiles and BLAS; smaller ones use the fused
-# integer kernel, which reads each weight byte once per call.
-BLAS_MIN_TOKENS = 16
+# integer kernel (4 tokens per decoded weight block), which measured as fast or faster below this.
+BLAS_MIN_TOKENS = 256
 TILE_ROWS = 128  # weight rows per dequantized tile: (128, cols) f32 stays in L2 for cols up to ~2k
 
 
@@ -111,16 +112,25 @@ def matmul(ggml_type: int, w: np.ndarray, x: np.ndarray, out: np.ndarray | None 
 
 
 def _matmul_tiles(rows_kernel, w: np.ndarray, x: np.ndarray, out: np.ndarray) -> None:
-    """Dequantize TILE_ROWS weight rows at a time into a scratch tile and let BLAS multiply it."""
+    """Dequantize TILE_ROWS weight rows at a time into a scratch tile and let BLAS multiply it.
+
+    The tile dequantizes on this thread alone: Numba's OpenMP workers and OpenBLAS's threads spin-wait
+    after each parallel region, and alternating the two pools on 2 cores starves both.
+    """
     rows = w.shape[0]
     ids = np.arange(rows, dtype=np.int64)  # (rows,)
     tile = np.empty((TILE_ROWS, x.shape[1]), np.float32)  # (TILE_ROWS, cols)
     part = np.empty((x.shape[0], TILE_ROWS), np.float32)  # (n_tok, TILE_ROWS)
-    for r0 in range(0, rows, TILE_ROWS):
-        n = min(TILE_ROWS, rows - r0)
-        rows_kernel(w, ids[r0:r0 + n], tile[:n])
-        np.matmul(x, tile[:n].T, out=part[:, :n])
-        out[:, r0:r0 + n] = part[:, :n]
+    threads = numba.get_num_threads()
+    numba.set_num_threads(1)  # thread-local setting
+    try:
+        for r0 in range(0, rows, TILE_ROWS):
+            n = min(TILE_ROWS, rows - r0)
+            rows_kernel(w, ids[r0:r0 + n], tile[:n])
+            np.matmul(x, tile[:n].T, out=part[:, :n])
+            out[:, r0:r0 + n] = part[:, :n]
+    finally:
+        numba.set_num_threads(threads)
 
 
 def get_rows(ggml_type: int, w: np.ndarray, ids) -> np.ndarray:

@@ -55,9 +55,9 @@ def test_real_tensors_in_place(which: str, request) -> None:
 
 
 def test_real_prefill_tiles(gemma3) -> None:
-    """The BLAS tile path on a real Q4_K matrix with a 20-token batch."""
+    """The BLAS tile path on a real Q4_K matrix with a batch just large enough to take it."""
     info = gemma3.tensors["blk.0.ffn_gate.weight"]
-    x = np.random.default_rng(2).standard_normal((20, info.shape[-1])).astype(np.float32)
+    x = np.random.default_rng(2).standard_normal((sk.api.BLAS_MIN_TOKENS, info.shape[-1])).astype(np.float32)
     wd = quant.dequantize(info.data, info.ggml_type, info.shape).astype(np.float64)
     out = sk.matmul(info.ggml_type, info.data, x)
     assert np.all(np.abs(out - x @ wd.T) <= 1e-5 * (np.abs(x) @ np.abs(wd).T))
