@@ -1,7 +1,9 @@
 """Public entry points: matvec (decode), matmul (a batch of tokens), get_rows (embedding lookup).
 
 Each dispatches on the GGML type id to a raw @njit kernel; the raw kernels (`MUL`, `ROWS`) may also be
-called directly from other nopython code. Only cheap shape/dtype checks run per call.
+called directly from other nopython code, with the same argument contract: w C-contiguous uint8
+(rows, row_bytes) raw blocks, x C-contiguous float32 (n_tok, cols), out float32 (n_tok, rows); the raw
+kernels check nothing. Only cheap shape/dtype checks run per call here.
 """
 from __future__ import annotations
 
@@ -65,8 +67,9 @@ def _readonly(w: np.ndarray) -> np.ndarray:
 
 def _cols(ggml_type: int, w: np.ndarray) -> int:
     """Elements per row of w, checking that w is a uint8 (rows, whole blocks) matrix."""
-    if w.dtype != np.uint8 or w.ndim != 2:
-        raise KernelArgumentError(f"weights must be uint8 (rows, row_bytes), got {w.dtype} {w.shape}")
+    if w.dtype != np.uint8 or w.ndim != 2 or not w.flags.c_contiguous:
+        raise KernelArgumentError(f"weights must be C-contiguous uint8 (rows, row_bytes), got {w.dtype} {w.shape}"
+                                  f"{'' if w.flags.c_contiguous else ' (not contiguous)'}")
     per_block, block_bytes = BLOCKS[ggml_type]
     if w.shape[1] % block_bytes or w.shape[0] == 0:
         raise KernelArgumentError(f"weight rows of {w.shape[1]} bytes are not whole {block_bytes}-byte blocks "

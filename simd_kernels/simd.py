@@ -1,8 +1,9 @@
 """LLVM vector code for the hot loops, as Numba intrinsics (Numba itself widens int8 math to int64 lanes).
 
 Written in generic LLVM IR (no target intrinsics): LLVM picks AVX-512, AVX2 or SSE as the host has.
-`f16_at` reads one IEEE half; `rowdot_*` dot one whole row of 32-element blocks against Q8_0/Q8_1
-activations, keeping eight float lanes of partial sums and reducing them once per row, as ggml does.
+`rowdot{1,4}_<type>` dot one whole weight row against the Q8 activations of 1 or 4 tokens, decoding each
+weight block once, keeping 8 (or 16) float lanes of partial sums per token and reducing them once per
+row, as ggml's SIMD code does. f16 scales are read as LLVM `half` (one vcvtph2ps with F16C).
 """
 from __future__ import annotations
 
@@ -167,19 +168,6 @@ rowdot1_q4_0, rowdot4_q4_0 = _make_rowdot("q4_0", 1), _make_rowdot("q4_0", 4)
 rowdot1_q4_1, rowdot4_q4_1 = _make_rowdot("q4_1", 1), _make_rowdot("q4_1", 4)
 rowdot1_q5_0, rowdot4_q5_0 = _make_rowdot("q5_0", 1), _make_rowdot("q5_0", 4)
 rowdot1_q5_1, rowdot4_q5_1 = _make_rowdot("q5_1", 1), _make_rowdot("q5_1", 4)
-
-
-@intrinsic
-def f16_at(typingctx, a, offset):
-    """The IEEE half stored little-endian at byte offset of the 1-D uint8 array a, as float32."""
-    sig = types.float32(a, offset)
-
-    def codegen(context, builder, sig, args):
-        base = _data(context, builder, sig.args[0], args[0])
-        return _load_half(builder, base, builder.sext(args[1], ir.IntType(64))
-                          if args[1].type.width < 64 else args[1])
-
-    return sig, codegen
 
 
 # ---- K-quants: one row of 256-element super-blocks against Q8_K activations ----

@@ -118,9 +118,11 @@ def test_bad_arguments_raise_typed_errors() -> None:
     with pytest.raises(sk.KernelArgumentError, match="out"):
         sk.matvec(Q8_0, w, x, np.empty(5, np.float32))
     with pytest.raises(sk.KernelArgumentError, match="whole 34-byte blocks"):
-        sk.matvec(Q8_0, w[:, :40], np.ones(32, np.float32))
+        sk.matvec(Q8_0, np.ascontiguousarray(w[:, :40]), np.ones(32, np.float32))
     with pytest.raises(sk.KernelArgumentError, match="uint8"):
         sk.matvec(Q8_0, w.view(np.int8), x)
+    with pytest.raises(sk.KernelArgumentError, match="not contiguous"):
+        sk.matvec(Q8_0, np.concatenate([w, w], axis=1)[:, ::2], x)
     with pytest.raises(sk.KernelArgumentError, match="row ids"):
         sk.get_rows(Q8_0, w, [0, 4])
     with pytest.raises(sk.KernelArgumentError, match="row ids"):
