@@ -275,9 +275,13 @@ def _upload(client, path: Path) -> str:
 @app.command()
 @_guard
 def pull(model: str, insecure: bool = typer.Option(False, "--insecure")) -> None:
-    """Pull a model from a registry or mirror."""
+    """Pull a model from a registry or mirror, or from a local folder / bundle / file:// path."""
     from localrt.progress import render_progress
 
+    local = Path(os.path.expanduser(model.split("#", 1)[0]))
+    if "://" not in model and local.exists():
+        # the daemon resolves paths against its own working directory: send an absolute one
+        model = str(local.resolve()) + (("#" + model.split("#", 1)[1]) if "#" in model else "")
     render_progress(_client().pull(model, insecure=insecure))
 
 

@@ -53,7 +53,9 @@ class Config:
     max_queue: int = 512
     origins: tuple[str, ...] = ()
     api_key: str | None = None
-    registry: str | None = None
+    registry: str | None = None  # default mirror for short names in pull (http(s):// or file://)
+    registry_token: str | None = None  # bearer token sent to mirrors that require one
+    registry_public: bool = False  # serve the store's registry routes on a non-loopback bind without a token
     context_length: int = 4096
     num_threads: int = 0  # 0: all cores
 
@@ -71,6 +73,15 @@ def _int(env: dict, key: str, default: int) -> int:
         return int(raw)
     except ValueError:
         raise ValueError(f"{key} must be an integer, got {raw!r}") from None
+
+
+def _bool(env: dict, key: str) -> bool:
+    raw = (env.get(key) or "").strip().lower()
+    if raw in ("", "0", "false", "no", "off"):
+        return False
+    if raw in ("1", "true", "yes", "on"):
+        return True
+    raise ValueError(f"{key} must be true or false, got {raw!r}")
 
 
 def load(env: dict | None = None) -> Config:
@@ -95,6 +106,8 @@ def load(env: dict | None = None) -> Config:
         origins=origins,
         api_key=env.get("LOCALRT_API_KEY") or None,
         registry=env.get("LOCALRT_REGISTRY") or None,
+        registry_token=env.get("LOCALRT_REGISTRY_TOKEN") or None,
+        registry_public=_bool(env, "LOCALRT_REGISTRY_PUBLIC"),
         context_length=_int(env, "LOCALRT_CONTEXT_LENGTH", 4096),
         num_threads=_int(env, "LOCALRT_NUM_THREADS", 0),
     )

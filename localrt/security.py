@@ -62,13 +62,15 @@ class Guard:
     """ASGI middleware. `loopback_bind` turns the Host check on, as Ollama does for a loopback listener."""
 
     def __init__(self, app, *, loopback_bind: bool, origins: tuple[str, ...] = (), api_key: str | None = None,
-                 max_body: int = 64 * 1024 * 1024, unlimited_body_prefixes: tuple[str, ...] = ("/api/blobs/",)):
+                 max_body: int = 64 * 1024 * 1024, unlimited_body_prefixes: tuple[str, ...] = ("/api/blobs/", "/v2/"),
+                 public_read_prefixes: tuple[str, ...] = ()):
         self.app = app
         self.loopback_bind = loopback_bind
         self.origins = origins
         self.api_key = api_key
         self.max_body = max_body
         self.unlimited = unlimited_body_prefixes
+        self.public_read = public_read_prefixes  # GET/HEAD here need no token (a public LAN mirror)
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
@@ -88,7 +90,8 @@ class Guard:
                     (b"access-control-allow-headers", CORS_HEADERS.encode())]
         if method == "OPTIONS":
             return await _reply(send, 204, None, cors)
-        if self.api_key and not (path == "/" and method in ("GET", "HEAD")):
+        public = method in ("GET", "HEAD") and (path == "/" or path.startswith(self.public_read))
+        if self.api_key and not public:
             auth = headers.get("authorization", "")
             token = auth[7:].strip() if auth.lower().startswith("bearer ") else ""
             if not hmac.compare_digest(token.encode(), self.api_key.encode()):

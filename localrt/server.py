@@ -17,7 +17,7 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response, Strea
 from starlette.routing import Route
 
 from . import api_types, errors, openai_compat
-from .security import BodyTooLarge, Guard
+from .security import BodyTooLarge, Guard, is_loopback
 
 log = logging.getLogger("localrt.server")
 
@@ -291,10 +291,14 @@ def make_app(service, config) -> Starlette:
         Route("/v1/models", openai(v1_models), methods=["GET"]),
         Route("/v1/models/{model}", openai(v1_model), methods=["GET"]),
     ]
-    app = Starlette(routes=routes)
-    from .security import is_loopback
+    from .registry import registry_enabled, registry_routes
 
-    return Guard(app, loopback_bind=is_loopback(config.host), origins=config.origins, api_key=config.api_key)
+    if registry_enabled(config):
+        routes += registry_routes(lambda: service.store, config)
+    app = Starlette(routes=routes)
+    public = ("/v2/",) if getattr(config, "registry_public", False) else ()
+    return Guard(app, loopback_bind=is_loopback(config.host), origins=config.origins, api_key=config.api_key,
+                 public_read_prefixes=public)
 
 
 def fold_generate(items: list[dict]) -> dict:

@@ -266,13 +266,14 @@ class Service:
         from . import pull as _pull
 
         name, insecure = self.catalog.pull_args(body)
-        return _pull.pull(self.store, name, insecure=insecure, default_registry=self.config.registry)
+        return _pull.pull(self.store, name, insecure=insecure, default_registry=self.config.registry,
+                          token=self.config.registry_token)
 
     def push(self, body: dict) -> Iterator[dict]:
         from . import push as _push
 
         name, insecure = self.catalog.pull_args(body)
-        return _push.push(self.store, name, insecure=insecure)
+        return _push.push(self.store, name, insecure=insecure, token=self.config.registry_token)
 
 
 def estimate_memory(path, num_ctx: int, num_batch: int) -> MemoryNeed:
