@@ -73,6 +73,9 @@ def serve() -> None:
     from localrt.daemon import InsecureBind, serve_forever
     from localrt.service import Service
 
+    import logging
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     cfg = config.load()
     try:
         service = Service(cfg)

@@ -48,6 +48,12 @@ def describe(info: dict, verbose: bool = False) -> str:
     out = ["  Model"] + [f"    {k:<20}{v}" for k, v in rows if v != ""]
     if info.get("capabilities"):
         out += ["", "  Capabilities"] + [f"    {c}" for c in info["capabilities"]]
+    ti = info.get("template_info")
+    if ti:
+        stops = ", ".join(json.dumps(x, ensure_ascii=False) for x in ti.get("stop") or [])
+        stops = stops or "(end-of-generation tokens only)"
+        out += ["", "  Template", f"    {ti.get('origin', '')} ({ti.get('kind', '')}): {ti.get('reason', '')}",
+                f"    stop: {stops}"]
     if info.get("parameters"):
         out += ["", "  Parameters"] + ["    " + line for line in info["parameters"].splitlines()]
     for key in ("system", "license"):

@@ -5,6 +5,7 @@ on that worker. Model management (tags, show, create, copy, delete, blobs) is in
 """
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from dataclasses import dataclass
@@ -22,6 +23,8 @@ from .errors import InvalidRequest, ModelLoadError, ModelNotFound
 from .events import Done, Token
 from .options import Options, config_layer, parse_duration, resolve
 from .scheduler import MemoryNeed, Request, Scheduler
+
+log = logging.getLogger("localrt.service")
 
 
 def now_rfc3339() -> str:
@@ -114,7 +117,10 @@ class Service:
         return estimate_memory(rec.model_path, load_options["num_ctx"], load_options["num_batch"])
 
     def options(self, rec: st.ModelRecord, request_options: dict) -> Options:
-        return resolve(config_layer(self.config), rec.params, request_options)
+        opts = resolve(config_layer(self.config), rec.params, request_options)
+        if opts.ignored:
+            log.info("ignoring deprecated option(s) %s, as Ollama does", ", ".join(opts.ignored))
+        return opts
 
     def _submit(self, name: str, opts: Options, keep_alive, work) -> Events:
         stream = self.scheduler.submit(Request(model=name, options=opts, keep_alive=keep_alive, work=work))
