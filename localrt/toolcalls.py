@@ -284,3 +284,18 @@ def _call_of(value: Any) -> tuple[str, dict] | None:
         return None
     extra = set(value) - {"name", "arguments", "parameters", "type", "id"}
     return None if extra else (name, args)
+
+
+def tool_call_schema(tools: list[dict]) -> dict:
+    """A JSON schema matching one call `{"name": ..., "arguments": {...}}` of any offered tool, arguments
+    checked against that tool's `parameters`: hand it to `localrt.structured.compile_format` to constrain
+    a call body once the tag has been generated."""
+    alts = []
+    for t in tools:
+        fn = t.get("function", t)
+        params = fn.get("parameters") or {"type": "object"}
+        alts.append({"type": "object", "properties": {"name": {"const": fn["name"]}, "arguments": params},
+                     "required": ["name", "arguments"], "additionalProperties": False})
+    if not alts:
+        raise ValueError("no tools")
+    return alts[0] if len(alts) == 1 else {"anyOf": alts}

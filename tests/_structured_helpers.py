@@ -58,8 +58,7 @@ def _step(d: DFA, state: int, stack: list, b: int) -> int:
 def constrained_generate(model, prompt: list[int], constraint, sampler, max_tokens: int) -> tuple[list[int], bool]:
     """Sample up to max_tokens under the constraint; (generated ids without EOG, whether EOG was chosen)."""
     eog = model.tokenizer.eog_ids
-    model.cache.clear(0)
-    logits = model.forward(model.batch(prompt, 0, 0), model.cache, output_rows=np.array([len(prompt) - 1]))[0]
+    logits = _prefill(model, prompt)
     history, out = list(prompt), []
     for _ in range(max_tokens):
         tok = int(sampler.sample(constraint.apply(logits), history))
@@ -70,3 +69,19 @@ def constrained_generate(model, prompt: list[int], constraint, sampler, max_toke
         out.append(tok)
         logits = model.forward(model.batch([tok], len(history) - 1, 0), model.cache, output_rows=None)[0]
     return out, False
+
+
+_last_prefill: dict[int, tuple[list[int], np.ndarray]] = {}  # id(model) -> (prompt, logits of its last token)
+
+
+def _prefill(model, prompt: list[int]) -> np.ndarray:
+    """Logits after the prompt, reusing the cached prompt keys when the same prompt ran last (prefill is
+    the slow part of these tests)."""
+    seen = _last_prefill.get(id(model))
+    if seen is not None and seen[0] == prompt and model.cache.can_trim(0, len(prompt)):
+        model.cache.trim(0, len(prompt))
+        return seen[1]
+    model.cache.clear(0)
+    logits = model.forward(model.batch(prompt, 0, 0), model.cache, output_rows=np.array([len(prompt) - 1]))[0]
+    _last_prefill[id(model)] = (list(prompt), logits.copy())
+    return logits

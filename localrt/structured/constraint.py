@@ -43,6 +43,8 @@ class Grammar:
             m &= ~self._pushes(state)
         if d.accept[state] and not stack:
             m[ix.eog] = True
+        if not m.any():  # the automaton continues only through bytes no token spells
+            raise SchemaError("no token of this model can continue the document; the schema needs characters outside its vocabulary")
         m.flags.writeable = False
         with self._lock:
             self._masks[key] = m

@@ -1,0 +1,94 @@
+"""Token masks from the trie walk agree with a brute-force walk of every token, on both real tokenizers;
+Constraint bookkeeping (EOG only when complete, bad tokens refused)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from localrt.structured import SchemaError, compile_format, token_index
+from localrt.structured.nfa import POP, PUSH
+from localrt.tokenizer import Tokenizer
+
+import gguf_io
+
+SCHEMA = {"type": "object", "properties": {"name": {"type": "string", "maxLength": 8}, "n": {"type": "integer"},
+                                           "any": {}}, "required": ["name", "n", "any"], "additionalProperties": False}
+
+
+@pytest.fixture(scope="module", params=["smollm2", "gemma3"])
+def tokenizer(request):
+    path = request.getfixturevalue(f"{request.param}_path")
+    with gguf_io.open(path) as f:
+        return Tokenizer.from_gguf(f.metadata)
+
+
+def _brute_mask(constraint) -> np.ndarray:
+    d, ix = constraint.grammar.dfa, constraint.grammar.index
+    out = np.zeros(ix.n_vocab, bool)  # (n_vocab,)
+    for tok, piece in enumerate(ix.pieces):
+        if not piece:
+            continue
+        state, stack, ok = constraint.state, list(constraint.stack), True
+        for b in piece:
+            if d.trans[state, b] < 0 or (d.action[state, b] == POP and not stack):
+                ok = False
+                break
+            if d.action[state, b] == PUSH:
+                stack.append(int(d.ret[state, b]))
+                state = int(d.trans[state, b])
+            elif d.action[state, b] == POP:
+                state = stack.pop()
+            else:
+                state = int(d.trans[state, b])
+        out[tok] = ok
+    if constraint.done():
+        out[ix.eog] = True
+    return out
+
+
+PREFIXES = ["", '{"name": "ab', '{"name":"abcdefgh"', '{"name": "x", "n": -1', '{"name": "x", "n": 0, "any": [{"k": [',
+            '{"name": "x", "n": 0, "any": {"a": "\\u00', '{"name": "x", "n": 0, "any": 1}']
+
+
+def test_trie_walk_equals_brute_force(tokenizer):
+    for prefix in PREFIXES:
+        c = compile_format(SCHEMA, tokenizer)
+        for tok in tokenizer.encode(prefix, add_special=False, parse_special=False):
+            c.advance(tok)
+        assert c.text.decode() == prefix
+        fast = c.allowed_mask()
+        np.testing.assert_array_equal(fast, _brute_mask(c), err_msg=prefix)
+        assert fast.any()
+
+
+def test_eog_only_when_complete(tokenizer):
+    c = compile_format("json", tokenizer)
+    eog = sorted(tokenizer.eog_ids)
+    assert not c.allowed_mask()[eog].any() and not c.done()
+    for tok in tokenizer.encode('{"a": [1, 2]}', add_special=False, parse_special=False):
+        assert not c.allowed_mask()[eog].any()
+        c.advance(tok)
+    assert c.done() and c.allowed_mask()[eog].all()
+    with pytest.raises(SchemaError):
+        c.advance(tokenizer.encode("x", add_special=False)[0])
+    c.advance(eog[0])
+
+
+def test_apply_masks_logits(tokenizer):
+    c = compile_format({"enum": ["yes", "no"]}, tokenizer)
+    logits = np.zeros(tokenizer.n_vocab, np.float32)  # (n_vocab,)
+    out = c.apply(logits)
+    allowed = np.isfinite(out)
+    assert allowed.sum() == c.allowed_mask().sum() > 0
+    for tok in np.flatnonzero(allowed):
+        assert tokenizer.token_to_piece(int(tok))[:1] == b'"'
+    with pytest.raises(SchemaError):  # EOG before the document is complete
+        c.advance(sorted(tokenizer.eog_ids)[0])
+
+
+def test_index_covers_json_syntax(tokenizer):
+    """Every printable ASCII byte, tab and newline is a token of its own, so any JSON syntax is spellable."""
+    ix = token_index(tokenizer)
+    singles = {p for p in ix.pieces if len(p) == 1}
+    assert all(bytes([b]) in singles for b in [9, 10, *range(0x20, 0x7F)])
+    assert len(ix.ids) == sum(1 for p in ix.pieces if p)
