@@ -67,10 +67,11 @@ def _nibbles(builder, base, offset):
 
 def _fifth_bits(builder, base, offset):
     """The little-endian uint32 qh at offset -> <32 x i8> with 16 where bit i is set."""
-    ptr = builder.bitcast(_byte_ptr(builder, base, offset), _I32.as_pointer())
-    qh = _splat(builder, builder.load(ptr, align=1), 32)
-    bits = builder.and_(builder.lshr(qh, _const_vec(_I32, range(32))), _const_vec(_I32, [1] * 32))
-    return builder.shl(builder.trunc(bits, ir.VectorType(_I8, 32)), _const_vec(_I8, [4] * 32))
+    qh = _load_vec(builder, base, offset, 4)
+    spread = _shuffle(builder, qh, qh, [i // 8 for i in range(32)])  # lane i holds byte i // 8
+    bit = builder.and_(spread, _const_vec(_I8, [1 << (i % 8) for i in range(32)]))
+    is_set = builder.icmp_unsigned("!=", bit, _const_vec(_I8, [0] * 32))
+    return builder.select(is_set, _const_vec(_I8, [16] * 32), _const_vec(_I8, [0] * 32))
 
 
 # name -> (block bytes, offset of the min f16 or None, decoder of the 32 signed quants of the block at o)
@@ -129,15 +130,16 @@ def _make_rowdot(name, n_tok):
             wd = _data(context, builder, sig.args[0], args[0])
             acts = _Acts(context, builder, sig, args, 1)
             toks = [(acts.row(0, t), acts.row(1, t), acts.row(2, t)) for t in _token_indices(builder, args[4], n_tok)]
-            accs = [cgutils.alloca_once_value(builder, ir.Constant(_V8F, [0.0] * 8)) for _ in toks]
-            acc_mins = [cgutils.alloca_once_value(builder, ir.Constant(_F32, 0.0)) for _ in toks]
-            with cgutils.for_range(builder, acts.n_blocks) as loop:
-                blk = loop.index
+            # two accumulator sets, for even and odd blocks: halves the float-add dependency chain
+            accs = [[cgutils.alloca_once_value(builder, ir.Constant(_V8F, [0.0] * 8)) for _ in toks] for _ in "eo"]
+            acc_mins = [[cgutils.alloca_once_value(builder, ir.Constant(_F32, 0.0)) for _ in toks] for _ in "eo"]
+
+            def block(blk, k):
                 o = builder.mul(blk, _c(block_bytes))
                 q = decode(builder, wd, o)
                 dw = _load_half(builder, wd, o)
                 m = _load_half(builder, wd, builder.add(o, _c(min_offset))) if min_offset is not None else None
-                for (xqd, xdd, xsd), acc, acc_min in zip(toks, accs, acc_mins):
+                for (xqd, xdd, xsd), acc, acc_min in zip(toks, accs[k], acc_mins[k]):
                     xv = _load_vec(builder, xqd, builder.mul(blk, _c(32)), 32)
                     dx = builder.load(builder.gep(xdd, [blk]))
                     part = builder.fmul(_splat(builder, builder.fmul(dw, dx), 8), _dot32_lanes(builder, q, xv))
@@ -145,8 +147,17 @@ def _make_rowdot(name, n_tok):
                     if m is not None:
                         sx = builder.load(builder.gep(xsd, [blk]))
                         builder.store(builder.fadd(builder.load(acc_min), builder.fmul(m, sx)), acc_min)
-            totals = [builder.fadd(builder.load(am), _reduce_f(builder, builder.load(a), 8))
-                      for a, am in zip(accs, acc_mins)]
+
+            with cgutils.for_range(builder, builder.udiv(acts.n_blocks, _c(2))) as loop:
+                block(builder.mul(loop.index, _c(2)), 0)
+                block(builder.add(builder.mul(loop.index, _c(2)), _c(1)), 1)
+            with builder.if_then(builder.trunc(acts.n_blocks, ir.IntType(1))):  # odd count: the last block
+                block(builder.sub(acts.n_blocks, _c(1)), 0)
+            totals = []
+            for i in range(n_tok):
+                lanes = builder.fadd(builder.load(accs[0][i]), builder.load(accs[1][i]))
+                mins = builder.fadd(builder.load(acc_mins[0][i]), builder.load(acc_mins[1][i]))
+                totals.append(builder.fadd(mins, _reduce_f(builder, lanes, 8)))
             return context.make_tuple(builder, sig.return_type, totals)
 
         return sig, codegen
