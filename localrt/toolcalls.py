@@ -111,8 +111,7 @@ class ToolCallParser:
         if self.tag == JSON_START:
             if self.seen_text:
                 return None
-            stripped = self.buf.lstrip()
-            return len(self.buf) - len(stripped) if stripped.startswith("{") else None
+            return 0 if self.buf.lstrip().startswith("{") else None  # leading blanks stay with the call
         i = self.buf.find(self.tag)
         return i if i >= 0 else None
 
