@@ -10,7 +10,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-F32, F16 = 0, 1
+import simd_kernels
+
+F32 = 0
 
 
 @dataclass(frozen=True, eq=False)
@@ -22,44 +24,22 @@ class QTensor:
     shape: tuple[int, ...]  # NumPy order: (rows, cols) for a matrix, (n,) for a vector
     data: np.ndarray
 
-    @property
-    def rows(self) -> int:
-        return self.shape[0]
-
 
 class CPUBackend:
-    """NumPy + Numba on the host. Stateless apart from a per-tensor cache for the fallback path."""
+    """NumPy + Numba on the host: fused dequantize x dot kernels read the blocks in place."""
 
     name = "cpu"
 
-    def __init__(self) -> None:
-        self._dequant: dict[int, np.ndarray] = {}
-
     def vector(self, w: QTensor) -> np.ndarray:
-        """A small F32/F16 tensor (norm weights, biases) as float32 (shape,), zero-copy when F32."""
+        """A small tensor (norm weights, biases) as float32 (shape,): zero-copy when F32."""
         if w.ggml_type == F32:
             return w.data.reshape(-1).view(np.float32).reshape(w.shape)
-        return self._full(w).reshape(w.shape)
+        return simd_kernels.get_rows(w.ggml_type, w.data, np.arange(w.data.shape[0])).reshape(w.shape)
 
     def embed(self, w: QTensor, ids: np.ndarray) -> np.ndarray:
         """Rows `ids` of an embedding matrix: (len(ids), n_embd) float32."""
-        from gguf import quants
-
-        return quants.dequantize(w.data[ids], w.ggml_type).reshape(len(ids), w.shape[1])
+        return simd_kernels.get_rows(w.ggml_type, w.data, ids)
 
     def linear(self, w: QTensor, x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
         """y = x @ W.T: x (n_tok, cols) float32 -> (n_tok, rows) float32."""
-        full = self._full(w)
-        if out is None:
-            return x @ full.T
-        np.matmul(x, full.T, out=out)
-        return out
-
-    def _full(self, w: QTensor) -> np.ndarray:
-        # Temporary path until the fused kernels land: dequantize once per tensor.
-        key = id(w)
-        if key not in self._dequant:
-            from gguf import quants
-
-            self._dequant[key] = np.ascontiguousarray(quants.dequantize(w.data, w.ggml_type))
-        return self._dequant[key]
+        return simd_kernels.matmul(w.ggml_type, w.data, x, out)

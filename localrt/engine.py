@@ -9,6 +9,8 @@ import numpy as np
 from .errors import ContextLengthExceeded, InvalidRequest
 from .events import Done, Token
 from .options import Options, resolve
+from .sampler import make_sampler
+from .stop import StopMatcher
 
 
 def generate(model, ids, options: dict | Options | None = None, *, slot: int = 0, load_duration_ns: int = 0) -> Iterator[Token | Done]:
@@ -27,8 +29,8 @@ def generate(model, ids, options: dict | Options | None = None, *, slot: int = 0
     if len(prompt) > n_ctx:
         raise ContextLengthExceeded(len(prompt), n_ctx)
     model._check_ids(prompt)  # token ids in range
-    sampler = _make_sampler(opts)
-    stop = _make_stop_matcher(list(opts.stop))
+    sampler = make_sampler(opts)
+    stop = StopMatcher(opts.stop)
     tok = model.tokenizer
     decoder = tok.stream_decoder() if tok is not None else None
     eog = tok.eog_ids if tok is not None else frozenset()
@@ -98,55 +100,3 @@ def _prefill(model, prompt: list[int], slot: int, num_batch: int) -> tuple[np.nd
 
 def _decode(model, token: int, pos: int, slot: int) -> np.ndarray:
     return model.forward(model.batch([token], pos, slot), model.cache, output_rows=None)[0]
-
-
-def _make_sampler(opts: Options):
-    try:
-        from .sampler import make_sampler
-    except ImportError:  # TEMPORARY until localrt.sampler lands: greedy only
-        if opts.temperature != 0:
-            raise InvalidRequest("sampling with temperature > 0 needs localrt.sampler, which is not installed")
-        return _Greedy()
-    return make_sampler(opts)
-
-
-class _Greedy:
-    def sample(self, logits: np.ndarray, history: list[int]) -> int:
-        return int(np.argmax(logits))
-
-
-def _make_stop_matcher(stops: list[str]):
-    try:
-        from .stop import StopMatcher
-    except ImportError:  # TEMPORARY until localrt.stop lands
-        return _HoldBackStop(stops)
-    return StopMatcher(stops)
-
-
-class _HoldBackStop:
-    """Emit text except what might still become a stop string; `hit` once one appears."""
-
-    def __init__(self, stops: list[str]) -> None:
-        self.stops = [s for s in stops if s]
-        self.pending = ""
-
-    def feed(self, text: str) -> tuple[str, bool]:
-        self.pending += text
-        for s in self.stops:
-            i = self.pending.find(s)
-            if i >= 0:
-                out, self.pending = self.pending[:i], ""
-                return out, True
-        keep = 0
-        for s in self.stops:
-            for n in range(min(len(s) - 1, len(self.pending)), 0, -1):
-                if self.pending.endswith(s[:n]):
-                    keep = max(keep, n)
-                    break
-        cut = len(self.pending) - keep
-        out, self.pending = self.pending[:cut], self.pending[cut:]
-        return out, False
-
-    def flush(self) -> str:
-        out, self.pending = self.pending, ""
-        return out
