@@ -121,6 +121,20 @@ class Constraint:
         return int(m.sum()) == int(m[self.grammar.index.eog].sum())
 
 
+class ConstrainedSampler:
+    """Wraps a `localrt.sampler` Sampler: masks the logits before each draw and advances the constraint
+    with the drawn token, so an engine only swaps its sampler (EOG is drawn once the document is done)."""
+
+    def __init__(self, sampler, constraint: Constraint) -> None:
+        self.sampler = sampler
+        self.constraint = constraint
+
+    def sample(self, logits: np.ndarray, history: list[int]) -> int:
+        token = int(self.sampler.sample(self.constraint.apply(logits), history))
+        self.constraint.advance(token)
+        return token
+
+
 _formats: OrderedDict = OrderedDict()
 _formats_lock = threading.Lock()
 
@@ -139,6 +153,12 @@ def compile_dfa(fmt: Any) -> DFA:
         if len(_formats) > _FORMAT_CACHE:
             _formats.popitem(last=False)
     return dfa
+
+
+def check_format(fmt: Any) -> None:
+    """Validate and compile an Ollama `format` value without a tokenizer (the 400 before any byte)."""
+    if fmt is not None and fmt != "":
+        compile_dfa(fmt)
 
 
 _grammars: "OrderedDict[tuple, Grammar]" = OrderedDict()
