@@ -1,0 +1,196 @@
+"""A scripted engine for daemon tests: a real daemon (uvicorn, Guard, server, Service, Scheduler) whose model
+loader returns a fake model that blocks where a test tells it to and records what it was asked to do.
+
+Markers in the prompt text choose the behaviour of one generation:
+  [prefill-gate]  block before the first token (prompt evaluation) until `lab.prefill_release` is set
+  [decode-gate]   block after the first token until `lab.decode_release` is set
+  [slow]          sleep SLOW_TOKEN_S before every token
+Every wait is bounded (GATE_TIMEOUT_S), so a broken test cannot hang the worker forever.
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import socket
+import threading
+import time
+from pathlib import Path
+from typing import Iterator
+
+from localrt import config as cfg
+from localrt.daemon import BackgroundServer, free_port
+from localrt.events import Done, Token
+from localrt.service import Service
+
+MODEL = "smollm2:135m"  # the built-in record (real manifest, template, params); only the loader is fake
+GATE_TIMEOUT_S = 20.0
+SLOW_TOKEN_S = 0.005
+DEFAULT_TOKENS = 10_000  # num_predict -1: a bounded "long" answer (~50 s when [slow]) that only a cancel cuts short
+
+
+@dataclasses.dataclass
+class Run:
+    """One call of FakeModel.generate, as the worker saw it."""
+
+    text: str
+    num_predict: int
+    tokens: int = 0
+    started: threading.Event = dataclasses.field(default_factory=threading.Event)
+    in_prefill: threading.Event = dataclasses.field(default_factory=threading.Event)
+    in_decode: threading.Event = dataclasses.field(default_factory=threading.Event)
+    closed: threading.Event = dataclasses.field(default_factory=threading.Event)
+    cancelled: bool = False  # the consumer closed the generator before it finished (GeneratorExit)
+    finished: bool = False  # it yielded its Done
+
+
+class Lab:
+    """What the fake loader and models share with the test: gates, and a record of loads and runs."""
+
+    def __init__(self) -> None:
+        self.load_gate = threading.Event()
+        self.load_gate.set()  # loads pass unless a test clears this
+        self.load_entered = threading.Event()
+        self.prefill_release = threading.Event()
+        self.decode_release = threading.Event()
+        self.loads = 0
+        self.closes = 0
+        self.runs: list[Run] = []
+        self._lock = threading.Lock()
+
+    def load_model(self, path, num_ctx: int = 4096, num_batch: int = 512) -> "FakeModel":
+        with self._lock:
+            self.loads += 1
+        self.load_entered.set()
+        if not self.load_gate.wait(GATE_TIMEOUT_S):
+            raise RuntimeError("test load gate never opened")
+        return FakeModel(self, num_ctx)
+
+    def runs_with(self, marker: str) -> list[Run]:
+        with self._lock:
+            return [r for r in self.runs if marker in r.text]
+
+    def wait_run(self, marker: str, timeout: float = 10.0) -> Run:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            found = self.runs_with(marker)
+            if found:
+                return found[-1]
+            time.sleep(0.01)
+        raise AssertionError(f"no generation with {marker!r} started within {timeout} s")
+
+    def generate(self, model: "FakeModel", ids, options: dict) -> Iterator:
+        text = model.detokenize(ids)
+        limit = options.get("num_predict", -1)
+        run = Run(text, limit if limit >= 0 else DEFAULT_TOKENS)
+        with self._lock:
+            self.runs.append(run)
+        return self._events(run, len(ids))
+
+    def _events(self, run: Run, n_prompt: int) -> Iterator:
+        run.started.set()
+        try:
+            if "[prefill-gate]" in run.text:
+                run.in_prefill.set()
+                self.prefill_release.wait(GATE_TIMEOUT_S)
+            for i in range(run.num_predict):
+                if "[decode-gate]" in run.text and i == 1:
+                    run.in_decode.set()
+                    self.decode_release.wait(GATE_TIMEOUT_S)
+                if "[slow]" in run.text:
+                    time.sleep(SLOW_TOKEN_S)
+                run.tokens += 1
+                yield Token(token=ord("x"), text="x")
+            run.finished = True
+            yield Done(done_reason="length", prompt_eval_count=n_prompt, prompt_eval_duration=1, eval_count=run.tokens,
+                       eval_duration=1, total_duration=2, context=[])
+        except GeneratorExit:
+            run.cancelled = True
+            raise
+        finally:
+            run.closed.set()
+
+
+class FakeModel:
+    """What Service needs from a loaded model: generate, tokenize, detokenize, metadata, num_ctx, close."""
+
+    metadata: dict = {}  # the built-in record carries its own TEMPLATE, so no GGUF template is needed
+
+    def __init__(self, lab: Lab, num_ctx: int):
+        self.lab = lab
+        self.num_ctx = num_ctx
+
+    def tokenize(self, text: str, special: bool = True) -> list[int]:
+        return [ord(c) for c in text]  # one id per character: the prompt text round-trips exactly
+
+    def detokenize(self, ids) -> str:
+        return "".join(chr(i) for i in ids)
+
+    def generate(self, ids, options: dict) -> Iterator:
+        return self.lab.generate(self, ids, options)
+
+    def close(self) -> None:
+        with self.lab._lock:
+            self.lab.closes += 1
+
+
+def make_config(models_dir: Path, **overrides) -> cfg.Config:
+    base = dataclasses.replace(cfg.load({}), host="127.0.0.1", port=free_port(), models_dir=Path(models_dir),
+                               readonly_models_dirs=())
+    return dataclasses.replace(base, **overrides)
+
+
+@contextlib.contextmanager
+def fake_daemon(models_dir: Path, **overrides):
+    """A real daemon on a free loopback port over a Service whose loader is a Lab. Yields (server, lab)."""
+    lab = Lab()
+    conf = make_config(models_dir, **overrides)
+    service = Service(conf, load_model=lab.load_model)
+    try:
+        with BackgroundServer(service, conf) as srv:
+            srv.service = service
+            yield srv, lab
+    finally:
+        lab.load_gate.set()  # never leave a worker waiting on a gate
+        lab.prefill_release.set()
+        lab.decode_release.set()
+        service.close()
+
+
+def raw_request(port: int, data: bytes, timeout: float = 10.0) -> bytes:
+    """Send bytes on a fresh socket and read the reply until the server closes or the status line and headers
+    (and, with Content-Length, the body) are in."""
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as s:
+        s.sendall(data)
+        return read_reply(s)
+
+
+def read_reply(s: socket.socket) -> bytes:
+    buf = b""
+    while True:
+        try:
+            chunk = s.recv(65536)
+        except (ConnectionResetError, socket.timeout):
+            return buf
+        if not chunk:
+            return buf
+        buf += chunk
+        head, sep, body = buf.partition(b"\r\n\r\n")
+        if sep:
+            length = [int(line.split(b":", 1)[1]) for line in head.split(b"\r\n")
+                      if line.lower().startswith(b"content-length:")]
+            if length and len(body) >= length[0]:
+                return buf
+
+
+def status_of(reply: bytes) -> int:
+    assert reply.startswith(b"HTTP/1.1 "), reply[:200]
+    return int(reply.split(b" ", 2)[1])
+
+
+def wait_until(pred, timeout: float, what: str, interval: float = 0.01) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if pred():
+            return
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
