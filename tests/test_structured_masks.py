@@ -22,7 +22,7 @@ def tokenizer(request):
         return Tokenizer.from_gguf(f.metadata)
 
 
-def _brute_mask(constraint) -> np.ndarray:
+def _brute_mask(constraint, max_depth: int = 1 << 30) -> np.ndarray:
     d, ix = constraint.grammar.dfa, constraint.grammar.index
     out = np.zeros(ix.n_vocab, bool)  # (n_vocab,)
     for tok, piece in enumerate(ix.pieces):
@@ -34,6 +34,9 @@ def _brute_mask(constraint) -> np.ndarray:
                 ok = False
                 break
             if d.action[state, b] == PUSH:
+                if len(stack) >= max_depth:
+                    ok = False
+                    break
                 stack.append(int(d.ret[state, b]))
                 state = int(d.trans[state, b])
             elif d.action[state, b] == POP:
@@ -130,3 +133,15 @@ def test_random_logits_always_produce_valid_documents(tokenizer, schema):
                 break
         assert c.done(), bytes(c.text)
         jsonschema.validate(json.loads(bytes(c.text).decode("utf-8")), schema)
+
+
+def test_nesting_depth_bound(tokenizer):
+    from localrt.structured.constraint import MAX_STACK
+
+    c = compile_format("json", tokenizer)
+    for tok in tokenizer.encode('{"a":' + "[" * (MAX_STACK - 1), add_special=False, parse_special=False):
+        c.advance(tok)
+    assert len(c.stack) == MAX_STACK
+    allowed = c.allowed_mask()
+    np.testing.assert_array_equal(allowed, _brute_mask(c, MAX_STACK))
+    assert not allowed[tokenizer.encode("[", add_special=False)[0]] and allowed[tokenizer.encode("]", add_special=False)[0]]

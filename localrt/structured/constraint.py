@@ -38,9 +38,7 @@ class Grammar:
         ix, d = self.index, self.dfa
         m = np.zeros(ix.n_vocab, bool)  # (n_vocab,)
         allowed_tokens(ix.ids, ix.offsets, ix.data, ix.lcp, ix.max_len, d.trans, d.action, d.ret,
-                       state, np.asarray(stack, np.int32), m)
-        if len(stack) >= MAX_STACK:
-            m &= ~self._pushes(state)
+                       state, np.asarray(stack, np.int32), MAX_STACK, m)
         if d.accept[state] and not stack:
             m[ix.eog] = True
         if not m.any():  # the automaton continues only through bytes no token spells
@@ -50,14 +48,6 @@ class Grammar:
             self._masks[key] = m
             if len(self._masks) > _MASK_CACHE:
                 self._masks.popitem(last=False)
-        return m
-
-    def _pushes(self, state: int) -> np.ndarray:
-        """Tokens whose walk from `state` would push: refused at the depth bound."""
-        m = np.zeros(self.index.n_vocab, bool)  # (n_vocab,)
-        for tok, piece in enumerate(self.index.pieces):
-            if piece and self.dfa.action[state, piece[0]] == PUSH:
-                m[tok] = True
         return m
 
 

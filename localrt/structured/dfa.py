@@ -36,7 +36,6 @@ class DFA:
 def determinize(nfa: NFA) -> DFA:
     classes, reps = _byte_classes(nfa)
     by_class = [_edges_by_class(e, classes) for e in nfa.edges]
-    closures: dict[int, frozenset] = {}
 
     def closure(states) -> frozenset:
         seen = set(states)

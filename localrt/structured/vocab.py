@@ -63,11 +63,12 @@ def build_index(tokenizer) -> TokenIndex:
 
 
 @njit(cache=True, nogil=True)
-def allowed_tokens(ids, offsets, data, lcp, max_len, trans, action, ret, state, stack, out):
+def allowed_tokens(ids, offsets, data, lcp, max_len, trans, action, ret, state, stack, max_depth, out):
     """out[id] = True for every token whose bytes the automaton accepts from (state, stack).
 
     Pushes during a token go to a node pool (value, parent) so that resuming from a shared prefix
-    restores the stack by restoring one pointer. `stack` is int32 (depth,), bottom first.
+    restores the stack by restoring one pointer. `stack` is int32 (depth,), bottom first; a push past
+    max_depth kills the token.
     """
     n_base = stack.shape[0]
     pool_val = np.empty(n_base + data.shape[0], np.int32)  # (n_base + total_bytes,)
@@ -78,8 +79,10 @@ def allowed_tokens(ids, offsets, data, lcp, max_len, trans, action, ret, state, 
     n_nodes = n_base
     path_state = np.empty(max_len + 1, np.int32)  # (max_len + 1,): state after each byte of the walked token
     path_top = np.empty(max_len + 1, np.int32)  # (max_len + 1,): stack top node after each byte
+    path_depth = np.empty(max_len + 1, np.int32)  # (max_len + 1,): stack depth after each byte
     path_state[0] = state
     path_top[0] = n_base - 1
+    path_depth[0] = n_base
     valid = 0  # positions of path_* that hold the previous token's walk
     died = False  # whether that walk died reading the byte at `valid`
     for k in range(ids.shape[0]):
@@ -92,6 +95,7 @@ def allowed_tokens(ids, offsets, data, lcp, max_len, trans, action, ret, state, 
         pos = min(shared, valid)
         s = path_state[pos]
         top = path_top[pos]
+        depth = path_depth[pos]
         died = False
         while pos < length:
             b = data[start + pos]
@@ -101,6 +105,10 @@ def allowed_tokens(ids, offsets, data, lcp, max_len, trans, action, ret, state, 
                 break
             a = action[s, b]
             if a == PUSH:
+                if depth >= max_depth:
+                    died = True
+                    break
+                depth += 1
                 pool_val[n_nodes] = ret[s, b]
                 pool_parent[n_nodes] = top
                 top = n_nodes
@@ -112,10 +120,12 @@ def allowed_tokens(ids, offsets, data, lcp, max_len, trans, action, ret, state, 
                     break
                 s = pool_val[top]
                 top = pool_parent[top]
+                depth -= 1
             else:
                 s = nxt
             pos += 1
             path_state[pos] = s
             path_top[pos] = top
+            path_depth[pos] = depth
         valid = pos
         out[ids[k]] = not died
