@@ -55,14 +55,13 @@ def _step(d: DFA, state: int, stack: list, b: int) -> int:
     return int(d.trans[state, b])
 
 
-def constrained_generate(model, prompt: list[int], constraint, sampler, max_tokens: int) -> tuple[list[int], bool]:
-    """Sample up to max_tokens under the constraint; (generated ids without EOG, whether EOG was chosen)."""
+def constrained_generate(model, prompt: list[int], sampler, max_tokens: int) -> tuple[list[int], bool]:
+    """Sample up to max_tokens with a ConstrainedSampler; (generated ids without EOG, whether EOG was chosen)."""
     eog = model.tokenizer.eog_ids
     logits = _prefill(model, prompt)
     history, out = list(prompt), []
     for _ in range(max_tokens):
-        tok = int(sampler.sample(constraint.apply(logits), history))
-        constraint.advance(tok)
+        tok = int(sampler.sample(logits, history))
         if tok in eog:
             return out, True
         history.append(tok)

@@ -145,3 +145,27 @@ def test_nesting_depth_bound(tokenizer):
     allowed = c.allowed_mask()
     np.testing.assert_array_equal(allowed, _brute_mask(c, MAX_STACK))
     assert not allowed[tokenizer.encode("[", add_special=False)[0]] and allowed[tokenizer.encode("]", add_special=False)[0]]
+
+
+def test_compact_sampling_draws_as_masked_vocabulary(tokenizer):
+    """ConstrainedSampler samples among few allowed ids directly; the draws equal sampling the -inf-masked
+    vocabulary with the same seed (penalties on the history included)."""
+    from localrt.options import resolve
+    from localrt.sampler import make_sampler
+    from localrt.structured import ConstrainedSampler
+
+    schema = {"enum": ["alpha", "beta", "gamma", "delta", "alphabet"]}
+    rng = np.random.default_rng(0)
+    for seed in range(8):
+        opts = resolve({"temperature": 1.5, "seed": seed, "repeat_penalty": 1.3})
+        fast = ConstrainedSampler(make_sampler(opts), compile_format(schema, tokenizer))
+        plain, c = make_sampler(opts), compile_format(schema, tokenizer)
+        history = [5, 6, 7]
+        for _ in range(8):
+            logits = rng.normal(0, 2, tokenizer.n_vocab).astype(np.float32)  # (n_vocab,)
+            a, b = fast.sample(logits, history), int(plain.sample(c.apply(logits), history))
+            assert a == b
+            c.advance(b)
+            if a in tokenizer.eog_ids:
+                break
+            history.append(a)

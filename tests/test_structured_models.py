@@ -10,7 +10,7 @@ import pytest
 import localrt
 from localrt.options import resolve
 from localrt.sampler import make_sampler
-from localrt.structured import compile_format
+from localrt.structured import ConstrainedSampler, compile_format
 from localrt.toolcalls import parse_tool_calls, tool_call_schema
 
 from _structured_helpers import constrained_generate
@@ -44,7 +44,7 @@ def _prompt(model, text: str) -> list[int]:
 def _run(model, fmt, prompt: str, seed: int, max_tokens: int, temperature: float = 0.9):
     c = compile_format(fmt, model.tokenizer)
     sampler = make_sampler(resolve({"temperature": temperature, "seed": seed, "top_k": 0, "top_p": 1.0}))
-    ids, finished = constrained_generate(model, _prompt(model, prompt), c, sampler, max_tokens)
+    ids, finished = constrained_generate(model, _prompt(model, prompt), ConstrainedSampler(sampler, c), max_tokens)
     text = model.detokenize(ids)
     assert text.encode() == bytes(c.text)
     return text, finished, c

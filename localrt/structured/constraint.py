@@ -15,6 +15,7 @@ from .schema import build_nfa
 from .vocab import TokenIndex, allowed_tokens, token_index
 
 MAX_STACK = 256  # free-form JSON nesting depth
+_COMPACT_MAX = 4096  # at most this many allowed tokens: sample over them alone
 _MASK_CACHE = 256  # masks kept per compiled format and tokenizer
 _FORMAT_CACHE = 64
 
@@ -29,12 +30,16 @@ class Grammar:
         self._lock = threading.Lock()
 
     def mask(self, state: int, stack: tuple) -> np.ndarray:
+        return self.allowed(state, stack)[0]
+
+    def allowed(self, state: int, stack: tuple) -> tuple[np.ndarray, np.ndarray]:
+        """(mask bool (n_vocab,), allowed ids int64 ascending (n_allowed,)), cached per automaton state."""
         key = (state, stack)
         with self._lock:
-            m = self._masks.get(key)
-            if m is not None:
+            hit = self._masks.get(key)
+            if hit is not None:
                 self._masks.move_to_end(key)
-                return m
+                return hit
         ix, d = self.index, self.dfa
         m = np.zeros(ix.n_vocab, bool)  # (n_vocab,)
         allowed_tokens(ix.ids, ix.offsets, ix.data, ix.lcp, ix.max_len, d.trans, d.action, d.ret,
@@ -43,12 +48,14 @@ class Grammar:
             m[ix.eog] = True
         if not m.any():  # the automaton continues only through bytes no token spells
             raise SchemaError("no token of this model can continue the document; the schema needs characters outside its vocabulary")
+        ids = np.flatnonzero(m)  # (n_allowed,)
         m.flags.writeable = False
+        ids.flags.writeable = False
         with self._lock:
-            self._masks[key] = m
+            self._masks[key] = (m, ids)
             if len(self._masks) > _MASK_CACHE:
                 self._masks.popitem(last=False)
-        return m
+        return m, ids
 
 
 class Constraint:
@@ -64,6 +71,10 @@ class Constraint:
     def allowed_mask(self) -> np.ndarray:
         """bool (n_vocab,): True where the token keeps the output a valid prefix (EOG iff complete)."""
         return self.grammar.mask(self.state, tuple(self.stack))
+
+    def allowed_ids(self) -> np.ndarray:
+        """int64 (n_allowed,) ascending: the ids allowed_mask marks."""
+        return self.grammar.allowed(self.state, tuple(self.stack))[1]
 
     def apply(self, logits: np.ndarray) -> np.ndarray:
         """logits float32 (n_vocab,) with disallowed tokens at -inf (a new array)."""
@@ -120,7 +131,18 @@ class ConstrainedSampler:
         self.constraint = constraint
 
     def sample(self, logits: np.ndarray, history: list[int]) -> int:
-        token = int(self.sampler.sample(self.constraint.apply(logits), history))
+        ids = self.constraint.allowed_ids()
+        if len(ids) <= _COMPACT_MAX:
+            # Sample among the allowed tokens only: same draw as over the -inf-masked vocabulary (order and
+            # penalties kept: ids ascend, history mapped into the small index space), but the sampler's
+            # filters then run on a few entries instead of a vocabulary of mostly -inf ties.
+            hist = np.asarray(history, np.int64)  # (n_hist,)
+            pos = np.searchsorted(ids, hist)  # (n_hist,)
+            known = pos < len(ids)
+            known[known] = ids[pos[known]] == hist[known]
+            token = int(ids[int(self.sampler.sample(logits[ids], pos[known]))])
+        else:
+            token = int(self.sampler.sample(self.constraint.apply(logits), history))
         self.constraint.advance(token)
         return token
 
