@@ -3,14 +3,15 @@
 Each dispatches on the GGML type id to a raw @njit kernel; the raw kernels (`MUL`, `ROWS`) may also be
 called directly from other nopython code, with the same argument contract: w C-contiguous uint8
 (rows, row_bytes) raw blocks, x C-contiguous float32 (n_tok, cols), out float32 (n_tok, rows); the raw
-kernels check nothing. Only cheap shape/dtype checks run per call here.
+kernels check nothing. Only cheap shape/dtype checks run per call here, and `threads.use_threads_for`
+picks one thread or all for the call (callers of the raw kernels may do the same).
 """
 from __future__ import annotations
 
-import numba
 import numpy as np
 
 from . import dequant, floats, kquants, legacy
+from .threads import use_threads_for
 
 F32, F16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 = 0, 1, 2, 3, 6, 7, 8
 Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, BF16 = 10, 11, 12, 13, 14, 30
@@ -91,6 +92,7 @@ def matvec(ggml_type: int, w: np.ndarray, x: np.ndarray, out: np.ndarray | None 
         out = np.empty(w.shape[0], np.float32)  # (rows,)
     else:
         _check_f32("out", out, (w.shape[0],))
+    use_threads_for(w.nbytes)
     kernel(_readonly(w), x.reshape(1, cols), out.reshape(1, -1))
     return out
 
@@ -108,6 +110,7 @@ def matmul(ggml_type: int, w: np.ndarray, x: np.ndarray, out: np.ndarray | None 
     else:
         _check_f32("out", out, (x.shape[0], rows))
     if x.shape[0] < BLAS_MIN_TOKENS:
+        use_threads_for(w.nbytes * x.shape[0])
         kernel(_readonly(w), x, out)
     else:
         _matmul_tiles(ROWS[ggml_type], _readonly(w), x, out)
@@ -124,16 +127,12 @@ def _matmul_tiles(rows_kernel, w: np.ndarray, x: np.ndarray, out: np.ndarray) ->
     ids = np.arange(rows, dtype=np.int64)  # (rows,)
     tile = np.empty((TILE_ROWS, x.shape[1]), np.float32)  # (TILE_ROWS, cols)
     part = np.empty((x.shape[0], TILE_ROWS), np.float32)  # (n_tok, TILE_ROWS)
-    threads = numba.get_num_threads()
-    numba.set_num_threads(1)  # thread-local setting
-    try:
-        for r0 in range(0, rows, TILE_ROWS):
-            n = min(TILE_ROWS, rows - r0)
-            rows_kernel(w, ids[r0:r0 + n], tile[:n])
-            np.matmul(x, tile[:n].T, out=part[:, :n])
-            out[:, r0:r0 + n] = part[:, :n]
-    finally:
-        numba.set_num_threads(threads)
+    use_threads_for(0)
+    for r0 in range(0, rows, TILE_ROWS):
+        n = min(TILE_ROWS, rows - r0)
+        rows_kernel(w, ids[r0:r0 + n], tile[:n])
+        np.matmul(x, tile[:n].T, out=part[:, :n])
+        out[:, r0:r0 + n] = part[:, :n]
 
 
 def get_rows(ggml_type: int, w: np.ndarray, ids) -> np.ndarray:
@@ -146,5 +145,6 @@ def get_rows(ggml_type: int, w: np.ndarray, ids) -> np.ndarray:
     if ids.size and (ids.min() < 0 or ids.max() >= w.shape[0]):
         raise KernelArgumentError(f"row ids must lie in [0, {w.shape[0]}), got {ids.min()}..{ids.max()}")
     out = np.empty((ids.size, cols), np.float32)  # (n, cols)
+    use_threads_for(out.nbytes)
     kernel(_readonly(w), ids.astype(np.int64, copy=False), out)
     return out
