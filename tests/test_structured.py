@@ -46,6 +46,8 @@ SCHEMAS = [
     {"type": "object", "properties": {"e": {"enum": ["x", 1, None, True, {"k": [1]}]}, "s": {"type": "string"}},
      "required": ["e", "s"], "additionalProperties": False, "title": "T", "description": "annotations are fine"},
     {"type": "integer"},
+    {"type": "object", "properties": {f: {"type": "string", "format": f} for f in ("date", "time", "date-time", "uuid")},
+     "required": ["date", "time", "date-time", "uuid"]},
 ]
 
 
@@ -103,7 +105,8 @@ def test_string_lengths_count_characters():
     ({"type": "object", "properties": {"a": {"type": "integer", "minimum": 0}}}, "minimum"),
     ({"type": "object", "properties": {"a": {"oneOf": [{"type": "integer"}]}}}, "oneOf"),
     ({"type": "object", "patternProperties": {"^a": {}}}, "patternProperties"),
-    ({"type": "string", "format": "date-time"}, "format"),
+    ({"type": "string", "format": "email"}, "format"),
+    ({"type": "string", "format": "date", "maxLength": 3}, "format"),
     ({"type": "array", "prefixItems": [{}]}, "prefixItems"),
     ({"type": "object", "not": {}}, "not"),
     ({"allOf": [{"type": "object"}, {"required": ["a"]}]}, "allOf"),
@@ -176,3 +179,11 @@ def test_nesting_within_bounds_compiles():
     d = compile_dfa(_nested(40))
     doc = b'{"a":' * 40 + b"7" + b"}" * 40
     assert accepts(d, doc)
+
+
+def test_string_formats_generate_checked_values():
+    schema = SCHEMAS[-1]
+    d = compile_dfa(schema)
+    rng = random.Random(5)
+    for _ in range(30):
+        jsonschema.validate(json.loads(random_document(d, rng)), schema, format_checker=jsonschema.Draft202012Validator.FORMAT_CHECKER)
