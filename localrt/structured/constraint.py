@@ -32,27 +32,30 @@ class Grammar:
     def mask(self, state: int, stack: tuple) -> np.ndarray:
         return self.allowed(state, stack)[0]
 
-    def allowed(self, state: int, stack: tuple) -> tuple[np.ndarray, np.ndarray]:
-        """(mask bool (n_vocab,), allowed ids int64 ascending (n_allowed,)), cached per automaton state."""
+    def allowed(self, state: int, stack: tuple) -> tuple[np.ndarray, np.ndarray | None]:
+        """(mask bool (n_vocab,), allowed ids int64 ascending (n_allowed,) or None when there are more than
+        _COMPACT_MAX). Cached per automaton state as packed bits (32 KB for a 262k vocabulary)."""
         key = (state, stack)
         with self._lock:
             hit = self._masks.get(key)
             if hit is not None:
                 self._masks.move_to_end(key)
-                return hit
+        if hit is not None:
+            packed, ids = hit
+            return np.unpackbits(packed, count=self.index.n_vocab).view(bool), ids
         ix, d = self.index, self.dfa
         m = np.zeros(ix.n_vocab, bool)  # (n_vocab,)
         allowed_tokens(ix.ids, ix.offsets, ix.data, ix.lcp, ix.max_len, d.trans, d.action, d.ret,
                        state, np.asarray(stack, np.int32), MAX_STACK, m)
         if d.accept[state] and not stack:
             m[ix.eog] = True
-        if not m.any():  # the automaton continues only through bytes no token spells
+        n_allowed = int(np.count_nonzero(m))
+        if n_allowed == 0:  # the automaton continues only through bytes no token spells
             raise SchemaError("no token of this model can continue the document; the schema needs characters outside its vocabulary")
-        ids = np.flatnonzero(m)  # (n_allowed,)
-        m.flags.writeable = False
-        ids.flags.writeable = False
+        ids = np.flatnonzero(m) if n_allowed <= _COMPACT_MAX else None  # (n_allowed,)
+        packed = np.packbits(m)  # (ceil(n_vocab / 8),) uint8
         with self._lock:
-            self._masks[key] = (m, ids)
+            self._masks[key] = (packed, ids)
             if len(self._masks) > _MASK_CACHE:
                 self._masks.popitem(last=False)
         return m, ids
@@ -72,8 +75,8 @@ class Constraint:
         """bool (n_vocab,): True where the token keeps the output a valid prefix (EOG iff complete)."""
         return self.grammar.mask(self.state, tuple(self.stack))
 
-    def allowed_ids(self) -> np.ndarray:
-        """int64 (n_allowed,) ascending: the ids allowed_mask marks."""
+    def allowed_ids(self) -> np.ndarray | None:
+        """int64 (n_allowed,) ascending: the ids allowed_mask marks; None when there are many."""
         return self.grammar.allowed(self.state, tuple(self.stack))[1]
 
     def apply(self, logits: np.ndarray) -> np.ndarray:
@@ -132,7 +135,7 @@ class ConstrainedSampler:
 
     def sample(self, logits: np.ndarray, history: list[int]) -> int:
         ids = self.constraint.allowed_ids()
-        if len(ids) <= _COMPACT_MAX:
+        if ids is not None:
             # Sample among the allowed tokens only: same draw as over the -inf-masked vocabulary (order and
             # penalties kept: ids ascend, history mapped into the small index space), but the sampler's
             # filters then run on a few entries instead of a vocabulary of mostly -inf ties.
