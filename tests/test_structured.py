@@ -102,7 +102,7 @@ def test_string_lengths_count_characters():
 
 
 @pytest.mark.parametrize("schema, keyword", [
-    ({"type": "object", "properties": {"a": {"type": "integer", "minimum": 0}}}, "minimum"),
+    ({"type": "object", "properties": {"a": {"type": "integer", "multipleOf": 2}}}, "multipleOf"),
     ({"type": "object", "properties": {"a": {"oneOf": [{"type": "integer"}]}}}, "oneOf"),
     ({"type": "object", "patternProperties": {"^a": {}}}, "patternProperties"),
     ({"type": "string", "format": "email"}, "format"),
@@ -187,3 +187,27 @@ def test_string_formats_generate_checked_values():
     rng = random.Random(5)
     for _ in range(30):
         jsonschema.validate(json.loads(random_document(d, rng)), schema, format_checker=jsonschema.Draft202012Validator.FORMAT_CHECKER)
+
+
+@pytest.mark.parametrize("lo, hi", [(7, 123), (0, 9), (-15, 4), (-130, -7), (19, 21), (0, 0), (995, 1003), (-1, 1)])
+def test_integer_ranges_exact(lo, hi):
+    d = compile_dfa({"type": "integer", "minimum": lo, "maximum": hi})
+    for v in range(lo - 30, hi + 31):
+        assert accepts(d, str(v).encode()) == (lo <= v <= hi), v
+    assert not accepts(d, b"-0") and not accepts(d, b"007")
+
+
+def test_exclusive_and_float_bounds():
+    d = compile_dfa({"type": "integer", "exclusiveMinimum": 2, "exclusiveMaximum": 5.5})
+    assert [v for v in range(-3, 9) if accepts(d, str(v).encode())] == [3, 4, 5]
+    n = {"type": "number", "minimum": -2, "maximum": 3}
+    dn = compile_dfa(n)
+    assert accepts(dn, b"2.75") and accepts(dn, b"-2") and accepts(dn, b"3")
+    assert not accepts(dn, b"3.5") and not accepts(dn, b"-3") and not accepts(dn, b"4")
+    rng = random.Random(3)
+    for _ in range(100):
+        jsonschema.validate(json.loads(random_document(dn, rng)), n)
+    with pytest.raises(SchemaError):
+        compile_dfa({"type": "integer", "minimum": 5, "maximum": 4})
+    with pytest.raises(SchemaError):
+        compile_dfa({"type": "integer", "minimum": 1e20})

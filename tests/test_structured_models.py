@@ -15,7 +15,7 @@ from localrt.toolcalls import parse_tool_calls, tool_call_schema
 
 from _structured_helpers import constrained_generate
 
-SMALL = {"type": "object", "properties": {"ok": {"type": "boolean"}, "count": {"type": "integer"},
+SMALL = {"type": "object", "properties": {"ok": {"type": "boolean"}, "count": {"type": "integer", "minimum": 0, "maximum": 20},
                                           "color": {"enum": ["red", "green", "blue"]}},
          "required": ["ok", "count", "color"], "additionalProperties": False}
 RICH = {"type": "object", "properties": {

@@ -3,7 +3,8 @@
 The automaton generates a subset of what the schema accepts, chosen so that every document it finishes
 validates: properties come in the order the schema declares them; properties not listed in `properties`
 are never generated (additionalProperties with a schema is honoured only when `properties` is empty);
-numbers have at most 16 integer and 16 fraction digits; whitespace is bounded (grammar.ws).
+numbers have at most 16 integer and 16 fraction digits, and bounded numbers (minimum/maximum)
+are integers in range or non-negative decimals without exponent; whitespace is bounded (grammar.ws).
 Annotation keywords are ignored; every other keyword outside SUPPORTED raises UnsupportedSchema.
 """
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import Any
 import jsonschema
 
 from . import grammar as g
+from . import numbers as num
 from .errors import SchemaError, SchemaTooComplex, UnsupportedSchema
 from .nfa import NFA
 from .regex import compile_pattern, parse_pattern
@@ -22,7 +24,8 @@ ANNOTATIONS = frozenset({"title", "description", "$schema", "$id", "$comment", "
                          "deprecated", "readOnly", "writeOnly", "$defs", "definitions"})
 SUPPORTED = frozenset({"type", "properties", "required", "additionalProperties", "items", "enum", "const",
                        "anyOf", "allOf", "minItems", "maxItems", "minLength", "maxLength", "pattern", "$ref",
-                       "format"})
+                       "format", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"})
+_BOUNDS = ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum")
 TYPES = ("object", "array", "string", "number", "integer", "boolean", "null")
 # String `format`s generated through a pattern of the subset (JSON Schema treats format as an annotation by
 # default, so the stricter pattern only narrows what is generated).
@@ -149,10 +152,11 @@ class _Builder:
         nfa = self.nfa
         if kind == "string":
             return self.string(schema, s, where)
+        bounded = any(k in schema for k in _BOUNDS)
         if kind == "integer":
-            return g.integer(nfa, s)
+            return num.int_range(nfa, s, *num.integer_bounds(schema, where)) if bounded else g.integer(nfa, s)
         if kind == "number":
-            return g.number(nfa, s)
+            return num.bounded_number(nfa, s, schema, where) if bounded else g.number(nfa, s)
         if kind == "boolean":
             return nfa.alt(s, [lambda t: nfa.lit(t, b"true"), lambda t: nfa.lit(t, b"false")])
         if kind == "null":
@@ -290,6 +294,8 @@ def _infer_type(keys: set) -> str | None:
         return "array"
     if keys & {"minLength", "maxLength", "pattern", "format"}:
         return "string"
+    if keys & set(_BOUNDS):
+        return "number"
     return None
 
 
