@@ -11,8 +11,13 @@ from dataclasses import dataclass
 import numpy as np
 
 import simd_kernels
+from simd_kernels import ops
+
+from .errors import ModelLoadError
 
 F32 = 0
+BLAS_MIN_TOKENS = 16  # from this many tokens on, dequantize the weight into scratch and let BLAS multiply
+SCRATCH_ELEMS = 1 << 22  # (rows, cols) f32 chunk of a dequantized weight: 16 MiB
 
 
 @dataclass(frozen=True, eq=False)
@@ -30,6 +35,14 @@ class CPUBackend:
 
     name = "cpu"
 
+    def __init__(self) -> None:
+        self._scratch = np.empty(SCRATCH_ELEMS, np.float32)  # flat; viewed as (chunk_rows, cols)
+
+    def check(self, w: QTensor) -> None:
+        """Raise ModelLoadError if no kernel here reads this weight's format."""
+        if w.ggml_type not in simd_kernels.MUL or w.ggml_type not in simd_kernels.ROWS:
+            raise ModelLoadError(f"tensor {w.name!r} has ggml type {w.ggml_type}, which this runtime cannot compute with")
+
     def vector(self, w: QTensor) -> np.ndarray:
         """A small tensor (norm weights, biases) as float32 (shape,): zero-copy when F32."""
         if w.ggml_type == F32:
@@ -42,4 +55,63 @@ class CPUBackend:
 
     def linear(self, w: QTensor, x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
         """y = x @ W.T: x (n_tok, cols) float32 -> (n_tok, rows) float32."""
-        return simd_kernels.matmul(w.ggml_type, w.data, x, out)
+        if x.shape[0] < BLAS_MIN_TOKENS:
+            if out is None:
+                out = np.empty((x.shape[0], w.shape[0]), np.float32)  # (n_tok, rows)
+            # The raw kernel, without the checked wrapper: decode makes hundreds of these calls per
+            # token; shapes were checked once at load and activations are our own contiguous f32.
+            simd_kernels.MUL[w.ggml_type](w.data, x, out)
+            return out
+        # Prefill is compute-bound: dequantize big row chunks (one chunk for most layer weights) and
+        # multiply with BLAS, which beats the fused integer kernel once a few tokens share each weight.
+        rows, cols = w.shape
+        if out is None:
+            out = np.empty((x.shape[0], rows), np.float32)  # (n_tok, rows)
+        chunk = max(1, min(rows, SCRATCH_ELEMS // cols))
+        rows_kernel = simd_kernels.ROWS[w.ggml_type]
+        for r0 in range(0, rows, chunk):
+            n = min(chunk, rows - r0)
+            tile = self._scratch[: n * cols].reshape(n, cols)  # (n, cols) dequantized rows r0..r0+n
+            rows_kernel(w.data, np.arange(r0, r0 + n, dtype=np.int64), tile)
+            if n == rows:
+                np.matmul(x, tile.T, out=out)
+            else:
+                out[:, r0 : r0 + n] = x @ tile.T
+        return out
+
+    def attention(self, q, k_cache, v_cache, positions, slots, window: int, scale: float, out: np.ndarray) -> np.ndarray:
+        """Causal attention over the cache; see `ops.attention` for shapes and the window rule."""
+        n = len(positions)
+        one_run = n >= BLAS_MIN_TOKENS and (slots == slots[0]).all() and (np.diff(positions) == 1).all()
+        if not one_run:
+            return ops.attention(q, k_cache, v_cache, positions, slots, window, scale, out)
+        # A prefill chunk of one sequence: per KV head, scores and mixing are two BLAS products.
+        n_head, n_kv, cap = q.shape[1], k_cache.shape[1], k_cache.shape[2]
+        group = n_head // n_kv
+        p0, p1 = int(positions[0]), int(positions[-1])
+        k0 = max(0, p0 - window + 1) if window > 0 else 0
+        keys = np.arange(k0, p1 + 1)  # (n_keys,) positions
+        idx = keys % cap  # ring slots of those positions (identity for full layers)
+        rel = positions[:, None] - keys[None, :]  # (n_tok, n_keys) query pos - key pos
+        hidden = rel < 0
+        if window > 0:
+            hidden |= rel >= window
+        mask = np.where(hidden, np.float32(-np.inf), np.float32(0.0))  # (n_tok, n_keys) additive
+        s = int(slots[0])
+        wrapped = k0 > 0 or p1 >= cap
+        for kvh in range(n_kv):
+            k = k_cache[s, kvh][idx] if wrapped else k_cache[s, kvh, : p1 + 1]  # (n_keys, hd)
+            v = v_cache[s, kvh][idx] if wrapped else v_cache[s, kvh, : p1 + 1]  # (n_keys, hd_v)
+            heads = slice(kvh * group, (kvh + 1) * group)
+            # (group * n_tok, hd): 2-D operands keep numpy on BLAS (stacked matmul with a transposed
+            # operand falls back to a slow loop).
+            qg = np.ascontiguousarray(q[:, heads, :].transpose(1, 0, 2)).reshape(group * n, -1)
+            sc = (qg @ k.T).reshape(group, n, len(keys))  # (group, n_tok, n_keys)
+            sc *= np.float32(scale)
+            sc += mask
+            sc -= sc.max(axis=2, keepdims=True)
+            np.exp(sc, out=sc)
+            sc /= sc.sum(axis=2, keepdims=True)
+            mixed = sc.reshape(group * n, -1) @ v  # (group * n_tok, hd_v)
+            out[:, heads, :] = mixed.reshape(group, n, -1).transpose(1, 0, 2)
+        return out

@@ -67,6 +67,7 @@ class TensorSource:
         t = self._get(name)
         if t.shape != (rows, cols):
             raise ModelLoadError(f"tensor {name!r} has shape {t.shape}, expected {(rows, cols)}")
+        self.backend.check(t)
         return t
 
     def vector(self, name: str, n: int, required: bool = True) -> np.ndarray | None:
@@ -148,7 +149,7 @@ def attention(be, cfg, w: Weights, L: Layer, il: int, h: np.ndarray, batch: Batc
     ops.rope(k3, batch.positions, cfg.n_rot, rope_base, freq_scale, w.rope_freqs, cfg.rope_mode)
     ops.kv_store(k3, v.reshape(n, cfg.n_head_kv, cfg.head_dim_v), cache.k[il], cache.v[il], batch.positions, batch.slots)
     a = np.empty((n, cfg.n_head, cfg.head_dim_v), np.float32)  # (n_tok, n_head, head_dim_v)
-    ops.attention(q3, cache.k[il], cache.v[il], batch.positions, batch.slots, cfg.windows[il], cfg.attn_scale, a)
+    be.attention(q3, cache.k[il], cache.v[il], batch.positions, batch.slots, cfg.windows[il], cfg.attn_scale, a)
     out = be.linear(L.attn_output, a.reshape(n, -1))  # (n_tok, n_embd)
     if L.attn_output_bias is not None:
         ops.add_bias(out, L.attn_output_bias)
