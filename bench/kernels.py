@@ -34,6 +34,7 @@ import numpy as np  # noqa: E402
 import gguf_io  # noqa: E402
 import quant  # noqa: E402
 import simd_kernels as sk  # noqa: E402
+from simd_kernels import threads  # noqa: E402
 from localrt import builtin_models  # noqa: E402
 
 NAMES = {8: "Q8_0", 3: "Q4_1", 12: "Q4_K", 6: "Q5_0", 14: "Q6_K"}
@@ -116,10 +117,16 @@ def bench_matvec(rng, bandwidth: float, budget_s: float) -> list[dict]:
         out = np.empty(w.shape[0], np.float32)  # (rows,)
         r = timed(lambda: sk.matvec(t, w, x, out), budget_s)
         gbps = w.nbytes / r["best_s"] / 1e9
+        # the same call forced onto all threads (sk.matvec runs calls under 4 MiB on one thread)
+        threads.force(numba.config.NUMBA_NUM_THREADS)
+        forced = timed(lambda: sk.MUL[t](w, x.reshape(1, -1), out.reshape(1, -1)), budget_s)
+        threads.force(1)
         rows_out.append({"type": NAMES[t], "tensor": label, "shape": [w.shape[0], cols], "bytes": w.nbytes,
                          "us_per_call_best": r["best_s"] * 1e6, "us_per_call_median": r["median_s"] * 1e6,
                          "GBps_best": gbps, "GBps_median": w.nbytes / r["median_s"] / 1e9,
-                         "fraction_of_bandwidth": gbps / bandwidth})
+                         "fraction_of_bandwidth": gbps / bandwidth,
+                         "threads_used": 1 if w.nbytes < threads.PARALLEL_MIN_BYTES else numba.config.NUMBA_NUM_THREADS,
+                         "GBps_best_all_threads": w.nbytes / forced["best_s"] / 1e9})
     return rows_out
 
 

@@ -2,11 +2,13 @@
 
 Q8_0 and Q8_1 follow ggml's x86 AVX path (`id = 127/amax`, round half to even, d stored as f16);
 Q8_K follows the reference quantizer (largest-|x| element becomes -127, d kept in float32).
+Serial on purpose: it is ~1% of a prefill call, and a parallel region here would cost each small
+decode call another thread wake-up.
 """
 from __future__ import annotations
 
 import numpy as np
-from numba import njit, prange
+from numba import njit
 
 from .half import round_f16
 
@@ -77,37 +79,37 @@ def quantize_row_q8_k(x, q, d, bsums):
             bsums[b * (QK_K // KGROUP) + g] = total
 
 
-@njit(cache=True, nogil=True, parallel=True)
+@njit(cache=True, nogil=True)
 def quantize_q8_0(x):
     """x: f32 (n_tok, cols) -> (q int8 (n_tok, cols), d f32 (n_tok, cols/32), qsum int32 (n_tok, cols/32))."""
     n_tok, cols = x.shape
     q = np.empty((n_tok, cols), np.int8)  # (n_tok, cols)
     d = np.empty((n_tok, cols // QK), np.float32)  # (n_tok, cols/32)
     qsum = np.empty((n_tok, cols // QK), np.int32)  # (n_tok, cols/32)
-    for t in prange(n_tok):
+    for t in range(n_tok):
         quantize_row_q8_0(x[t], q[t], d[t], qsum[t])
     return q, d, qsum
 
 
-@njit(cache=True, nogil=True, parallel=True)
+@njit(cache=True, nogil=True)
 def quantize_q8_1(x):
     """x: f32 (n_tok, cols) -> (q int8 (n_tok, cols), d f32 (n_tok, cols/32), s f32 (n_tok, cols/32))."""
     n_tok, cols = x.shape
     q = np.empty((n_tok, cols), np.int8)  # (n_tok, cols)
     d = np.empty((n_tok, cols // QK), np.float32)  # (n_tok, cols/32)
     s = np.empty((n_tok, cols // QK), np.float32)  # (n_tok, cols/32)
-    for t in prange(n_tok):
+    for t in range(n_tok):
         quantize_row_q8_1(x[t], q[t], d[t], s[t])
     return q, d, s
 
 
-@njit(cache=True, nogil=True, parallel=True)
+@njit(cache=True, nogil=True)
 def quantize_q8_k(x):
     """x: f32 (n_tok, cols) -> (q int8 (n_tok, cols), d f32 (n_tok, cols/256), bsums int32 (n_tok, cols/16))."""
     n_tok, cols = x.shape
     q = np.empty((n_tok, cols), np.int8)  # (n_tok, cols)
     d = np.empty((n_tok, cols // QK_K), np.float32)  # (n_tok, cols/256)
     bsums = np.empty((n_tok, cols // KGROUP), np.int32)  # (n_tok, cols/16)
-    for t in prange(n_tok):
+    for t in range(n_tok):
         quantize_row_q8_k(x[t], q[t], d[t], bsums[t])
     return q, d, bsums

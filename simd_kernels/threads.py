@@ -23,3 +23,9 @@ def use_threads_for(work_bytes: int) -> None:
     if getattr(_set, "threads", None) != want:
         numba.set_num_threads(want)
         _set.threads = want
+
+
+def force(threads: int) -> None:
+    """Set this thread's Numba thread count directly (benchmarks); later calls re-pick as usual."""
+    numba.set_num_threads(threads)
+    _set.threads = threads
