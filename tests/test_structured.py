@@ -211,3 +211,16 @@ def test_exclusive_and_float_bounds():
         compile_dfa({"type": "integer", "minimum": 5, "maximum": 4})
     with pytest.raises(SchemaError):
         compile_dfa({"type": "integer", "minimum": 1e20})
+
+
+def test_large_realistic_schema_compiles():
+    props = {}
+    for i in range(60):
+        props[f"p{i}"] = ({"type": "string", "maxLength": 50} if i % 3 == 0 else
+                          {"enum": [f"v{j}" for j in range(20)]} if i % 3 == 1 else
+                          {"type": "array", "items": {"type": "integer", "minimum": 0, "maximum": 1000}, "maxItems": 5})
+    schema = {"type": "object", "properties": props, "required": list(props)[::2]}
+    d = compile_dfa(schema)
+    rng = random.Random(4)
+    for _ in range(5):
+        jsonschema.validate(json.loads(random_document(d, rng, soft_limit=2000)), schema)

@@ -16,8 +16,8 @@ import numpy as np
 from .errors import SchemaTooComplex
 from .nfa import NFA, NORMAL, POP, PUSH
 
-MAX_DFA_STATES = 60_000
-MAX_SECONDS = 20.0  # determinization wall time bound
+MAX_DFA_STATES = 40_000
+MAX_SECONDS = 10.0  # determinization wall time bound
 
 
 @dataclass(frozen=True)

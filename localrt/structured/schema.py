@@ -40,7 +40,8 @@ FORMATS = {  # dates without Feb 29 and years from 1000: a subset that every dat
 MAX_SCHEMA_DEPTH = 64  # nesting of schema objects, $ref expansions included
 MAX_JSON_DEPTH = 128  # raw nesting of the format document before any validation
 MAX_ENUM = 4096
-MAX_STATES = 200_000
+MAX_COUNT = 4096  # minLength / maxLength / minItems / maxItems above this are refused, not approximated
+MAX_STATES = 100_000
 
 
 def build_nfa(fmt: Any) -> NFA:
@@ -181,6 +182,7 @@ class _Builder:
             return self.nfa.lit(q, b'"')
         if hi is not None and hi < lo:
             raise SchemaError(f"maxLength below minLength at {where}")
+        _check_count(schema, ("minLength", "maxLength"), where)
         return g.string(self.nfa, s, lo, hi)
 
     def array(self, schema: dict, s: int, where: str, depth: int) -> int:
@@ -188,6 +190,7 @@ class _Builder:
         lo, hi = schema.get("minItems", 0), schema.get("maxItems")
         if hi is not None and hi < lo:
             raise SchemaError(f"maxItems below minItems at {where}")
+        _check_count(schema, ("minItems", "maxItems"), where)
         items = schema.get("items", True)
 
         def item(t: int) -> int:
@@ -285,6 +288,12 @@ class _Builder:
             return self.value(target, s, ref, depth + 1)
         finally:
             self.active_refs.pop()
+
+
+def _check_count(schema: dict, keys: tuple[str, str], where: str) -> None:
+    for key in keys:
+        if schema.get(key, 0) > MAX_COUNT:
+            raise SchemaTooComplex(f"{key} {schema[key]} at {where} is above the supported {MAX_COUNT}")
 
 
 def _infer_type(keys: set) -> str | None:
