@@ -16,7 +16,8 @@ from simd_kernels import ops
 from .errors import ModelLoadError
 
 F32 = 0
-BLAS_MIN_TOKENS = 16  # from this many tokens on, dequantize the weight into scratch and let BLAS multiply
+BLAS_MIN_TOKENS = 256  # from this many tokens on, dequantize the weight into scratch and let BLAS multiply
+ATTN_BLAS_MIN_TOKENS = 16  # prefill chunks of at least this many tokens attend with BLAS products
 SCRATCH_ELEMS = 1 << 22  # (rows, cols) f32 chunk of a dequantized weight: 16 MiB
 
 
@@ -58,8 +59,9 @@ class CPUBackend:
         if x.shape[0] < BLAS_MIN_TOKENS:
             if out is None:
                 out = np.empty((x.shape[0], w.shape[0]), np.float32)  # (n_tok, rows)
-            # The raw kernel, without the checked wrapper: decode makes hundreds of these calls per
-            # token; shapes were checked once at load and activations are our own contiguous f32.
+            # The raw fused kernel (8-bit activations, as llama.cpp), without the checked wrapper: decode
+            # makes hundreds of these calls per token; shapes were checked at load and activations are
+            # our own contiguous f32.
             simd_kernels.MUL[w.ggml_type](w.data, x, out)
             return out
         # Prefill is compute-bound: dequantize big row chunks (one chunk for most layer weights) and
@@ -82,7 +84,7 @@ class CPUBackend:
     def attention(self, q, k_cache, v_cache, positions, slots, window: int, scale: float, out: np.ndarray) -> np.ndarray:
         """Causal attention over the cache; see `ops.attention` for shapes and the window rule."""
         n = len(positions)
-        one_run = n >= BLAS_MIN_TOKENS and (slots == slots[0]).all() and (np.diff(positions) == 1).all()
+        one_run = n >= ATTN_BLAS_MIN_TOKENS and (slots == slots[0]).all() and (np.diff(positions) == 1).all()
         if not one_run:
             return ops.attention(q, k_cache, v_cache, positions, slots, window, scale, out)
         # A prefill chunk of one sequence: per KV head, scores and mixing are two BLAS products.
