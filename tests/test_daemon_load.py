@@ -10,6 +10,8 @@ import threading
 import time
 
 import httpx
+import ollama
+import openai
 import pytest
 
 from _daemon_fakes import MODEL, fake_daemon, status_of, wait_until
@@ -87,6 +89,13 @@ def test_full_queue_is_503_with_retry_after(models_dir):
             assert r.status_code == 503, r.text
             assert int(r.headers["retry-after"]) > 0
             assert "server busy" in r.json()["error"]
+        with pytest.raises(ollama.ResponseError) as e:  # what the official clients make of it
+            ollama.Client(host=srv.url).generate(model=MODEL, prompt="over")
+        assert e.value.status_code == 503
+        oa = openai.OpenAI(base_url=srv.url + "/v1", api_key="unused", max_retries=0)
+        with pytest.raises(openai.APIStatusError) as e:
+            oa.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "over"}])
+        assert e.value.status_code == 503 and int(e.value.response.headers["retry-after"]) > 0
         lab.decode_release.set()
         first.join(15)
         second.join(15)
