@@ -6,17 +6,17 @@ import random
 
 import numpy as np
 
-from localrt.structured.dfa import DFA
-from localrt.structured.nfa import POP, PUSH
+from localrt.structured.constraint import MAX_STACK
+from localrt.structured.dfa import DFA, step
 
 
 def accepts(d: DFA, data: bytes) -> bool:
     """Whether the automaton accepts the whole byte string."""
     state, stack = d.start, []
     for b in data:
-        if not _allowed(d, state, stack, b):
+        state = step(d, state, stack, b, MAX_STACK)
+        if state < 0:
             return False
-        state = _step(d, state, stack, b)
     return bool(d.accept[state]) and not stack
 
 
@@ -25,34 +25,20 @@ def random_document(d: DFA, rng: random.Random, soft_limit: int = 200) -> bytes:
     state, stack, out = d.start, [], bytearray()
     while True:
         done = bool(d.accept[state]) and not stack
-        options = [b for b in range(256) if _allowed(d, state, stack, b)]
+        options = [b for b in range(256) if step(d, state, list(stack), b, MAX_STACK) >= 0]
         if done and (not options or rng.random() < 0.3 or len(out) > soft_limit):
             return bytes(out)
         if len(out) > soft_limit:
             for preferred in (b'"', b"}]", b","):
-                closing = [b for b in options if b in preferred or (preferred == b"}]" and d.action[state, b] == POP)]
+                closing = [b for b in options if b in preferred]
                 if closing:
                     options = closing
                     break
         assert options, f"dead end after {bytes(out)!r}"
         b = rng.choice(options)
-        state = _step(d, state, stack, b)
+        state = step(d, state, stack, b, MAX_STACK)
         out.append(b)
         assert len(out) < 20_000, "runaway document"
-
-
-def _allowed(d: DFA, state: int, stack: list, b: int) -> bool:
-    return d.trans[state, b] >= 0 and not (d.action[state, b] == POP and not stack)
-
-
-def _step(d: DFA, state: int, stack: list, b: int) -> int:
-    a = d.action[state, b]
-    if a == PUSH:
-        stack.append(int(d.ret[state, b]))
-        return int(d.trans[state, b])
-    if a == POP:
-        return stack.pop()
-    return int(d.trans[state, b])
 
 
 def constrained_generate(model, prompt: list[int], sampler, max_tokens: int) -> tuple[list[int], bool]:

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from localrt.structured import SchemaError, compile_format, token_index
-from localrt.structured.nfa import POP, PUSH
+from localrt.structured.dfa import step
 from localrt.tokenizer import Tokenizer
 
 import gguf_io
@@ -28,22 +28,12 @@ def _brute_mask(constraint, max_depth: int = 1 << 30) -> np.ndarray:
     for tok, piece in enumerate(ix.pieces):
         if not piece:
             continue
-        state, stack, ok = constraint.state, list(constraint.stack), True
+        state, stack = constraint.state, list(constraint.stack)
         for b in piece:
-            if d.trans[state, b] < 0 or (d.action[state, b] == POP and not stack):
-                ok = False
+            state = step(d, state, stack, b, max_depth)
+            if state < 0:
                 break
-            if d.action[state, b] == PUSH:
-                if len(stack) >= max_depth:
-                    ok = False
-                    break
-                stack.append(int(d.ret[state, b]))
-                state = int(d.trans[state, b])
-            elif d.action[state, b] == POP:
-                state = stack.pop()
-            else:
-                state = int(d.trans[state, b])
-        out[tok] = ok
+        out[tok] = state >= 0
     if constraint.done():
         out[ix.eog] = True
     return out

@@ -8,9 +8,8 @@ from typing import Any
 
 import numpy as np
 
-from .dfa import DFA, determinize
+from .dfa import DFA, determinize, step
 from .errors import SchemaError
-from .nfa import POP, PUSH
 from .schema import build_nfa
 from .vocab import TokenIndex, allowed_tokens, token_index
 
@@ -96,21 +95,9 @@ class Constraint:
         d = self.grammar.dfa
         state, stack = self.state, list(self.stack)
         for b in piece:
-            nxt = int(d.trans[state, b])
-            if nxt < 0:
+            state = step(d, state, stack, b, MAX_STACK)
+            if state < 0:
                 raise SchemaError(f"token {token} ({piece!r}) does not continue the document {bytes(self.text)[-40:]!r}")
-            act = d.action[state, b]
-            if act == PUSH:
-                if len(stack) >= MAX_STACK:
-                    raise SchemaError(f"JSON nested deeper than {MAX_STACK} levels")
-                stack.append(int(d.ret[state, b]))
-                state = nxt
-            elif act == POP:
-                if not stack:
-                    raise SchemaError("unbalanced bracket")
-                state = stack.pop()
-            else:
-                state = nxt
         self.state, self.stack = state, stack
         self.text += piece
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .errors import SchemaTooComplex
-from .nfa import NFA, NORMAL, POP, PUSH
+from .nfa import NFA, NORMAL, POP, PUSH, RET
 
 MAX_DFA_STATES = 40_000
 MAX_SECONDS = 10.0  # determinization wall time bound
@@ -22,8 +22,8 @@ MAX_SECONDS = 10.0  # determinization wall time bound
 
 @dataclass(frozen=True)
 class DFA:
-    trans: np.ndarray  # int32 (n_states, 256): next state, -1 = dead (for POP: 0, the state comes off the stack)
-    action: np.ndarray  # int8 (n_states, 256): NORMAL / PUSH / POP
+    trans: np.ndarray  # int32 (n_states, 256): next state, -1 = dead (POP/RET: 0, the state comes off the stack)
+    action: np.ndarray  # int8 (n_states, 256): NORMAL / PUSH / POP / RET
     ret: np.ndarray  # int32 (n_states, 256): state pushed by PUSH, else -1
     accept: np.ndarray  # bool (n_states,)
     start: int = 0
@@ -70,7 +70,7 @@ def determinize(nfa: NFA) -> DFA:
         t_row = np.full(n_cls, -1, np.int32)  # (n_classes,)
         a_row = np.zeros(n_cls, np.int8)  # (n_classes,)
         r_row = np.full(n_cls, -1, np.int32)  # (n_classes,)
-        moves: dict[int, list] = {}  # class -> [ordinary targets, (push target, return) pairs, pops]
+        moves: dict[int, list] = {}  # class -> [ordinary targets, (push target, return) pairs, pop kind]
         for q in order[i]:
             for c, targets in by_class[q].items():
                 move = moves.setdefault(c, [set(), set(), False])
@@ -80,7 +80,7 @@ def determinize(nfa: NFA) -> DFA:
                     elif kind == PUSH:
                         move[1].add((target, ret))
                     else:
-                        move[2] = True
+                        move[2] = kind
         for c, (normal, rets, pop) in moves.items():
             if normal:
                 t_row[c] = state_id(closure(normal))
@@ -91,7 +91,7 @@ def determinize(nfa: NFA) -> DFA:
                 r_row[c] = state_id(closure({r for _, r in rets}))
             elif pop:
                 t_row[c] = 0
-                a_row[c] = POP
+                a_row[c] = pop
         rows_t.append(t_row)
         rows_a.append(a_row)
         rows_r.append(r_row)
@@ -127,3 +127,24 @@ def _edges_by_class(edges, classes: list[int]) -> dict[int, list[tuple[int, int,
         for c in range(classes[lo], classes[hi] + 1):
             out.setdefault(c, []).append((target, kind, ret))
     return out
+
+
+def step(d: DFA, state: int, stack: list[int], b: int, max_depth: int) -> int:
+    """The state after byte b (the stack updated in place), or -1 when b is not allowed."""
+    while True:
+        nxt = int(d.trans[state, b])
+        if nxt < 0:
+            return -1
+        act = d.action[state, b]
+        if act == NORMAL:
+            return nxt
+        if act == PUSH:
+            if len(stack) >= max_depth:
+                return -1
+            stack.append(int(d.ret[state, b]))
+            return nxt
+        if not stack:
+            return -1
+        state = stack.pop()
+        if act == POP:
+            return state

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from .errors import SchemaTooComplex
 
-NORMAL, PUSH, POP = 0, 1, 2
+NORMAL, PUSH, POP, RET = 0, 1, 2, 3  # RET: pop, then read the same byte again from the popped state
 MAX_CODEPOINT = 0x10FFFF
 
 

@@ -55,7 +55,7 @@ def build_nfa(fmt: Any) -> NFA:
         end = _Builder(nfa, fmt).value(fmt, start, "#", 0)
     else:
         raise SchemaError(f'invalid format: {json.dumps(fmt)[:100]}; expected "json" or a valid JSON Schema object')
-    nfa.final = g.ws(nfa, end)
+    nfa.final = g.final_ws(nfa, end)
     return nfa
 
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 from numba import njit
 
-from .nfa import POP, PUSH
+from .nfa import POP, PUSH, RET
 
 
 @dataclass(frozen=True)
@@ -114,13 +114,15 @@ def allowed_tokens(ids, offsets, data, lcp, max_len, trans, action, ret, state, 
                 top = n_nodes
                 n_nodes += 1
                 s = nxt
-            elif a == POP:
+            elif a == POP or a == RET:
                 if top < 0:
                     died = True
                     break
                 s = pool_val[top]
                 top = pool_parent[top]
                 depth -= 1
+                if a == RET:  # read the same byte again from the returned-to state
+                    continue
             else:
                 s = nxt
             pos += 1
