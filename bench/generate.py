@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import resource
 import subprocess
@@ -134,7 +135,9 @@ def main() -> None:
     results = {
         "setup": {"n_prompt": N_PROMPT, "n_decode": N_DECODE, "n_ctx": N_CTX, "threads": THREADS,
                   "machine": platform.machine(), "python": platform.python_version(),
-                  "llama_cpp_python": llama_version},
+                  "llama_cpp_python": llama_version,
+                  # Both engines spin worker threads: on a shared machine the figures move a lot.
+                  "loadavg_1m_at_start": round(os.getloadavg()[0], 2)},
         "models": {},
     }
     for model in args.models:
@@ -151,6 +154,7 @@ def main() -> None:
                 entry["ratio"]["peak_rss"] = round(ours["peak_rss_mb"] / ref["peak_rss_mb"], 2)
         results["models"][model] = entry
         print(model, json.dumps(entry), flush=True)
+    results["setup"]["loadavg_1m_at_end"] = round(os.getloadavg()[0], 2)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(results, indent=2) + "\n")
 
