@@ -44,7 +44,7 @@ ROWS = {
 # Batches at least this large go through dequantized row tiles and BLAS; smaller ones use the fused
 # integer kernel (4 tokens per decoded weight block), which measured as fast or faster below this.
 BLAS_MIN_TOKENS = 256
-TILE_ROWS = 128  # weight rows per dequantized tile: (128, cols) f32 stays in L2 for cols up to ~2k
+TILE_BYTES = 8 << 20  # f32 bytes per dequantized tile: whole matrices for small models, big BLAS calls
 
 
 class KernelArgumentError(ValueError):
@@ -118,18 +118,19 @@ def matmul(ggml_type: int, w: np.ndarray, x: np.ndarray, out: np.ndarray | None 
 
 
 def _matmul_tiles(rows_kernel, w: np.ndarray, x: np.ndarray, out: np.ndarray) -> None:
-    """Dequantize TILE_ROWS weight rows at a time into a scratch tile and let BLAS multiply it.
+    """Dequantize TILE_BYTES of weight rows at a time into a scratch tile and let BLAS multiply it.
 
     The tile dequantizes on this thread alone: Numba's OpenMP workers and OpenBLAS's threads spin-wait
     after each parallel region, and alternating the two pools on 2 cores starves both.
     """
     rows = w.shape[0]
+    tile_rows = min(rows, max(64, TILE_BYTES // (4 * x.shape[1])))
     ids = np.arange(rows, dtype=np.int64)  # (rows,)
-    tile = np.empty((TILE_ROWS, x.shape[1]), np.float32)  # (TILE_ROWS, cols)
-    part = np.empty((x.shape[0], TILE_ROWS), np.float32)  # (n_tok, TILE_ROWS)
+    tile = np.empty((tile_rows, x.shape[1]), np.float32)  # (tile_rows, cols)
+    part = np.empty((x.shape[0], tile_rows), np.float32)  # (n_tok, tile_rows)
     use_threads_for(0)
-    for r0 in range(0, rows, TILE_ROWS):
-        n = min(TILE_ROWS, rows - r0)
+    for r0 in range(0, rows, tile_rows):
+        n = min(tile_rows, rows - r0)
         rows_kernel(w, ids[r0:r0 + n], tile[:n])
         np.matmul(x, tile[:n].T, out=part[:, :n])
         out[:, r0:r0 + n] = part[:, :n]

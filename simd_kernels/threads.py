@@ -2,9 +2,9 @@
 
 Waking Numba's OpenMP workers costs microseconds on an idle machine, and a scheduler time slice
 (measured 12-20 ms per call here) while other processes keep the cores busy; so a call whose work is
-below PARALLEL_MIN_BYTES runs its parallel loops on one thread. Numba's thread count is per calling
-thread; switching it costs ~1.5 us, so the last value set is remembered per thread and only changed
-when a call needs the other one.
+below PARALLEL_MIN_BYTES (about 25 us of single-thread work) runs its parallel loops on one thread.
+Numba's thread count is per calling thread; switching it costs ~1.5 us, so the last value set is
+remembered per thread and only changed when a call needs the other one.
 """
 from __future__ import annotations
 
@@ -12,7 +12,9 @@ import threading
 
 import numba
 
-PARALLEL_MIN_BYTES = 4 << 20  # work (weight bytes x tokens, or bytes written) below which one thread runs a call
+# Work (weight bytes x tokens, or bytes written) below which one thread runs a call. Read at each call:
+# a process that shares its cores with other busy processes should raise it.
+PARALLEL_MIN_BYTES = 256 << 10
 
 _set = threading.local()
 
