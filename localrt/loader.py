@@ -48,7 +48,4 @@ def _open_gguf(path: Path):
 
     if not path.is_file():
         raise ModelLoadError(f"model file {str(path)!r} does not exist")
-    try:
-        return gguf_io.open(path)
-    except gguf_io.InvalidGGUF:
-        raise
+    return gguf_io.open(path)  # InvalidGGUF (a ValueError) names what is wrong and where

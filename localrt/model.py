@@ -7,11 +7,12 @@ from typing import Iterator
 
 import numpy as np
 
-from . import arch as archs
-from .backend import CPUBackend, QTensor
-from .errors import ModelLoadError
-from .kv_cache import KVCache
 from simd_kernels import ops
+
+from . import arch as archs
+from .arch.common import Batch
+from .errors import ContextLengthExceeded, InvalidRequest, ModelLoadError
+from .kv_cache import KVCache
 
 
 @dataclass(frozen=True)
@@ -72,6 +73,8 @@ def config_from_metadata(md: dict) -> ModelConfig:
     n_rot = int(key("rope.dimension_count", head_dim))
     tokens = md.get("tokenizer.ggml.tokens")
     n_vocab = int(key("vocab_size", len(tokens) if tokens is not None else 0))
+    if n_vocab <= 0:
+        raise ModelLoadError(f"model file has neither {arch}.vocab_size nor tokenizer.ggml.tokens")
 
     scaling = key("rope.scaling.type", "none")
     factor = float(key("rope.scaling.factor", 0.0) or 0.0)
@@ -159,7 +162,7 @@ class Model:
 
     # -- compute ---------------------------------------------------------------------------------
 
-    def forward(self, batch: "archs.common.Batch", cache: KVCache, output_rows: np.ndarray | None = None) -> np.ndarray:
+    def forward(self, batch: Batch, cache: KVCache, output_rows: np.ndarray | None = None) -> np.ndarray:
         """Run one batch; logits (len(output_rows), n_vocab) float32 for the chosen rows (all if None)."""
         cache.check_batch(batch.positions, batch.slots)
         h = self.arch.forward(self.backend, self.config, self.weights, batch, cache)  # (n_tok, n_embd)
@@ -188,17 +191,15 @@ class Model:
             self.cache.advance(batch.positions, batch.slots)
         return out
 
-    def batch(self, ids, start_pos: int, slot: int = 0) -> "archs.common.Batch":
+    def batch(self, ids, start_pos: int, slot: int = 0) -> Batch:
         n = len(ids)
-        return archs.common.Batch(
+        return Batch(
             tokens=np.asarray(ids, np.int64),
             positions=np.arange(start_pos, start_pos + n, dtype=np.int64),
             slots=np.full(n, slot, np.int64),
         )
 
     def _check_ids(self, ids) -> np.ndarray:
-        from .errors import ContextLengthExceeded, InvalidRequest
-
         arr = np.asarray(ids, np.int64).reshape(-1)
         if len(arr) == 0:
             raise InvalidRequest("no tokens to evaluate")

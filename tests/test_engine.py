@@ -173,7 +173,8 @@ def test_missing_tensor_and_unknown_arch_are_named(files, tmp_path):
 def test_config_from_metadata_rope_and_windows():
     md = {"general.architecture": "gemma3", "gemma3.embedding_length": 640, "gemma3.block_count": 12,
           "gemma3.attention.head_count": 4, "gemma3.attention.head_count_kv": 1, "gemma3.feed_forward_length": 2048,
-          "gemma3.attention.key_length": 256, "gemma3.attention.sliding_window": 512, "gemma3.rope.freq_base": 1e6}
+          "gemma3.attention.key_length": 256, "gemma3.attention.sliding_window": 512, "gemma3.rope.freq_base": 1e6,
+          "gemma3.vocab_size": 262144}
     cfg = config_from_metadata(md)
     assert cfg.rope_mode == ops.ROPE_NEOX and cfg.head_dim == 256 and cfg.attn_scale == 1 / 16
     assert [il for il, w in enumerate(cfg.windows) if w == 0] == [5, 11]
