@@ -24,6 +24,8 @@ def generate(model, ids, options: dict | Options | None = None, *, slot: int = 0
     opts = options if isinstance(options, Options) else resolve(options)
     prompt = [int(i) for i in ids]
     n_ctx = model.num_ctx
+    if isinstance(options, Options) or (options is not None and "num_ctx" in options):
+        n_ctx = min(n_ctx, opts.num_ctx)  # a request may ask for less context than was loaded
     if not prompt:
         raise InvalidRequest("the prompt has no tokens")
     if len(prompt) > n_ctx:
@@ -43,7 +45,11 @@ def generate(model, ids, options: dict | Options | None = None, *, slot: int = 0
     limit = opts.num_predict if opts.num_predict >= 0 else None
     reason = "length"
     hit = False
-    while len(history) < n_ctx and (limit is None or n_gen < limit):
+
+    def more() -> bool:  # room in the context and in num_predict for another token
+        return len(history) < n_ctx and (limit is None or n_gen < limit)
+
+    while more():
         token = int(sampler.sample(logits, history))
         history.append(token)
         n_gen += 1
@@ -55,7 +61,7 @@ def generate(model, ids, options: dict | Options | None = None, *, slot: int = 0
         if hit:
             reason = "stop"
             break
-        if len(history) < n_ctx:  # else the context is full: this token's keys have no room
+        if more():  # only then is this token's forward pass needed
             logits = _decode(model, token, len(history) - 1, slot)
     t_end = time.perf_counter_ns()
     held = ""

@@ -117,6 +117,28 @@ def test_generation_reuses_the_cached_prefix(files):
     assert [t.token for t in again] == [t.token for t in first[1:]]
 
 
+def test_prefix_reuse_falls_back_when_a_window_ring_was_overwritten(files):
+    path = files["gemma3"][0]
+    model = load_model(path, num_ctx=64, num_batch=3)  # local layers keep a ring of 4 + 3 positions
+    _run(model, list(IDS), num_predict=2)
+    prompt = list(IDS[:12]) + [7, 8]
+    tokens, done = _run(model, prompt, num_predict=4)
+    assert done.prompt_eval_count == len(prompt)  # 8+ positions back is beyond what the ring holds
+    fresh = _run(load_model(path, num_ctx=64, num_batch=3), prompt, num_predict=4)[0]
+    assert [t.token for t in tokens] == [t.token for t in fresh]
+    again, done = _run(model, prompt + [tokens[0].token], num_predict=3)
+    assert done.prompt_eval_count == 1  # a short step back stays inside the ring
+    assert [t.token for t in again] == [t.token for t in tokens[1:]]
+
+
+def test_request_num_ctx_below_the_loaded_one(files):
+    model = load_model(files["llama"][0], num_ctx=32)
+    with pytest.raises(ContextLengthExceeded):
+        list(model.generate(list(IDS[:12]), {"num_ctx": 8}))
+    tokens, done = _run(model, list(IDS[:5]), num_ctx=8)
+    assert len(tokens) == 3 and done.done_reason == "length"
+
+
 def test_stop_string_is_never_emitted(files):
     model = load_model(files["gemma3"][0], num_ctx=64)
     prompt = model.tokenize("the the")
