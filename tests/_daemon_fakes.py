@@ -78,20 +78,24 @@ class Lab:
             time.sleep(0.01)
         raise AssertionError(f"no generation with {marker!r} started within {timeout} s")
 
-    def generate(self, model: "FakeModel", ids, options: dict) -> Iterator:
+    def generate(self, model: "FakeModel", ids, options: dict, cancelled: threading.Event | None) -> Iterator:
         text = model.detokenize(ids)
         limit = options.get("num_predict", -1)
         run = Run(text, limit if limit >= 0 else DEFAULT_TOKENS)
         with self._lock:
             self.runs.append(run)
-        return self._events(run, len(ids))
+        return self._events(run, len(ids), cancelled)
 
-    def _events(self, run: Run, n_prompt: int) -> Iterator:
+    def _events(self, run: Run, n_prompt: int, cancelled: threading.Event | None) -> Iterator:
         run.started.set()
         try:
             if "[prefill-gate]" in run.text:
                 run.in_prefill.set()
-                self.prefill_release.wait(GATE_TIMEOUT_S)
+                deadline = time.monotonic() + GATE_TIMEOUT_S
+                while not self.prefill_release.wait(0.01) and time.monotonic() < deadline:
+                    if cancelled is not None and cancelled.is_set():
+                        run.cancelled = True  # stopped inside prompt evaluation, as a chunked prefill would
+                        return
             for i in range(run.num_predict):
                 if "[decode-gate]" in run.text and i == 1:
                     run.in_decode.set()
@@ -125,8 +129,9 @@ class FakeModel:
     def detokenize(self, ids) -> str:
         return "".join(chr(i) for i in ids)
 
-    def generate(self, ids, options: dict) -> Iterator:
-        return self.lab.generate(self, ids, options)
+    def generate(self, ids, options: dict, cancelled: threading.Event | None = None) -> Iterator:
+        # `cancelled`: a cancel signal the engine contract may grow (checked between prefill chunks); optional
+        return self.lab.generate(self, ids, options, cancelled)
 
     def close(self) -> None:
         with self.lab._lock:
