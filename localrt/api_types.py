@@ -24,6 +24,8 @@ def parse_json_body(raw: bytes) -> dict:
         data = json.loads(raw)
     except (UnicodeDecodeError, ValueError) as e:
         raise InvalidRequest(f"invalid JSON in request body: {e}") from None
+    except RecursionError:
+        raise InvalidRequest("invalid JSON in request body: nested too deeply") from None
     if not isinstance(data, dict):
         raise InvalidRequest("request body must be a JSON object")
     return data

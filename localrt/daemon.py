@@ -6,6 +6,7 @@ import threading
 import time
 
 import uvicorn
+from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from .security import is_loopback
 from .server import make_app
@@ -24,9 +25,40 @@ def check_bind(config) -> None:
         )
 
 
+HEADER_TIMEOUT_S = 5.0  # a connection must send a whole request head within this, or it is closed
+
+
+class _DeadlineH11(H11Protocol):
+    """uvicorn's HTTP/1.1 protocol plus a deadline for the request head: a client that connects and trickles
+    (or never sends) its headers is dropped, so stalled sockets cannot use up the connection limit (slowloris)."""
+
+    _deadline = None
+
+    def connection_made(self, transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self._deadline = self.loop.call_later(HEADER_TIMEOUT_S, self._head_overdue)
+
+    def handle_events(self) -> None:
+        super().handle_events()
+        if self.cycle is not None and self._deadline is not None:
+            self._deadline.cancel()
+            self._deadline = None
+
+    def connection_lost(self, exc) -> None:
+        if self._deadline is not None:
+            self._deadline.cancel()
+            self._deadline = None
+        super().connection_lost(exc)
+
+    def _head_overdue(self) -> None:
+        self._deadline = None
+        if self.cycle is None:
+            self.transport.close()
+
+
 def _uvicorn_config(app, config, sock_host: str, port: int) -> uvicorn.Config:
     return uvicorn.Config(
-        app, host=sock_host, port=port, log_level="warning", access_log=False,
+        app, host=sock_host, port=port, log_level="warning", access_log=False, http=_DeadlineH11,
         timeout_keep_alive=5, limit_concurrency=256, lifespan="off",
     )
 

@@ -6,6 +6,7 @@ a failure after the first byte becomes one `{"error": ...}` line.
 """
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 from typing import Any, Callable, Iterator
@@ -73,13 +74,37 @@ class EventPump:
             cancel()  # thread-safe: the worker stops at its next step
 
 
-async def _first(pump: EventPump) -> Any:
-    """The first event, pulled before any byte is written (errors here become HTTP statuses)."""
+async def _first(pump: EventPump, request: Request) -> Any:
+    """The first event, pulled before any byte is written (errors here become HTTP statuses).
+
+    Waiting for it can take long (queued behind other requests, loading, prompt eval), so the client's
+    disconnect is watched meanwhile: a client that leaves cancels its work at once."""
+    nxt = asyncio.ensure_future(pump.next())
+    gone = asyncio.ensure_future(_disconnected(request))
     try:
-        return await pump.next()
+        done, _ = await asyncio.wait({nxt, gone}, return_when=asyncio.FIRST_COMPLETED)
     except BaseException:
         pump.cancel()
         raise
+    finally:
+        gone.cancel()
+    if nxt in done:
+        try:
+            return nxt.result()
+        except BaseException:
+            pump.cancel()
+            raise
+    pump.cancel()
+    nxt.add_done_callback(lambda t: t.cancelled() or t.exception())  # the thread ends after the cancel
+    raise errors.Cancelled()
+
+
+async def _disconnected(request: Request) -> None:
+    """Returns when the client goes away. The body has been read already, so receive() only sees that."""
+    while True:
+        message = await request.receive()
+        if message["type"] == "http.disconnect":
+            return
 
 
 def _stream(pump: EventPump, first: Any, frame: Callable[[Any], bytes], tail: Callable[[], bytes] | None = None,
@@ -123,7 +148,7 @@ def make_app(service, config) -> Starlette:
 
     async def streamed(request: Request, events: Iterator[dict], stream: bool, fold: Callable[[list], dict]):
         pump = EventPump(events)
-        first = await _first(pump)
+        first = await _first(pump, request)
         if first is _END:
             return JSONResponse(fold([]))
         if first.get("done") and first.get("done_reason") in ("load", "unload"):
@@ -240,7 +265,7 @@ def make_app(service, config) -> Starlette:
 
     async def _openai_stream(request: Request, events, opts, fmt) -> Response:
         pump = EventPump(events)
-        first = await _first(pump)
+        first = await _first(pump, request)
         if not opts.stream:
             items = [] if first is _END else await _drain(pump, request, first)
             return JSONResponse(fmt.whole(items))

@@ -152,9 +152,6 @@ def test_fifty_stalled_connections_do_not_block_others(daemon):
     _served(srv)
 
 
-@pytest.mark.xfail(strict=True, reason="daemon.py runs uvicorn with limit_concurrency=256 and uvicorn has no timeout "
-                                       "for a request whose headers never finish: 256 stalled sockets make every "
-                                       "other client get 503 for as long as they stay open")
 def test_hundreds_of_stalled_connections_do_not_lock_the_daemon(daemon):
     srv, _lab = daemon
     socks = _stall(srv.config.port, 300, half_body=False)
@@ -222,9 +219,6 @@ def test_disconnect_during_load_leaves_the_daemon_serving(daemon):
     assert lab.loads == 1
 
 
-@pytest.mark.xfail(strict=True, reason="server.py awaits the first event (_first) without watching for http.disconnect, "
-                                       "so a client that leaves during the load is noticed only once its first token "
-                                       "is out: the abandoned request still runs prompt evaluation after the load")
 def test_disconnect_during_load_withdraws_the_request(daemon):
     srv, lab = daemon
     lab.load_gate.clear()
@@ -237,8 +231,6 @@ def test_disconnect_during_load_withdraws_the_request(daemon):
     assert not lab.runs_with("withdrawn"), "the abandoned request was run after the load"
 
 
-@pytest.mark.xfail(strict=True, reason="server.py only notices a disconnect after the first event (see above), so a "
-                                       "client that leaves while its request waits in the queue still gets it run")
 def test_disconnect_while_queued_withdraws_the_request(daemon):
     srv, lab = daemon
     holder = threading.Thread(target=lambda: httpx.post(srv.url + GEN, json=_body("[decode-gate] holder",
