@@ -10,6 +10,9 @@ from __future__ import annotations
 import numpy as np
 
 
+KV_TYPES = ("f16", "f32")
+
+
 class KVCache:
     def __init__(
         self,
@@ -21,9 +24,15 @@ class KVCache:
         n_slots: int = 1,
         windows: tuple[int, ...] | None = None,
         n_batch: int = 512,
+        kv_type: str = "f16",
     ) -> None:
         if n_ctx <= 0 or n_slots <= 0:
             raise ValueError(f"KV cache needs n_ctx > 0 and n_slots > 0, got {n_ctx}, {n_slots}")
+        if kv_type not in KV_TYPES:
+            raise ValueError(f"kv_type must be one of {KV_TYPES}, got {kv_type!r}")
+        # "f16": float32 storage holding float16-rounded values, the numerics of llama.cpp's default
+        # F16 cache (Numba has no float16 type); "f32": full precision.
+        self.as_f16 = kv_type == "f16"
         self.n_ctx = n_ctx
         self.n_slots = n_slots
         self.n_batch = n_batch

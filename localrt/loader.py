@@ -9,16 +9,23 @@ from . import arch as archs
 from .arch.common import TensorSource
 from .backend import CPUBackend, QTensor
 from .errors import ModelLoadError
+from .kv_cache import KV_TYPES
 from .model import Model, config_from_metadata
 
 DEFAULT_NUM_CTX = 4096
 
 
-def load_model(path: str | os.PathLike, num_ctx: int = DEFAULT_NUM_CTX, *, num_batch: int = 512, n_slots: int = 1, tokenizer: bool = True) -> Model:
-    """Load a GGUF model for inference. num_ctx is capped by the model's trained context length."""
+def load_model(path: str | os.PathLike, num_ctx: int = DEFAULT_NUM_CTX, *, num_batch: int = 512, n_slots: int = 1, kv_type: str = "f16", tokenizer: bool = True) -> Model:
+    """Load a GGUF model for inference. num_ctx is capped by the model's trained context length.
+
+    kv_type "f16" (default) keeps keys and values at float16 precision as llama.cpp does; "f32" keeps
+    them exact. n_slots is the number of sequences the KV cache holds at once.
+    """
     t0 = time.perf_counter_ns()
     if num_ctx <= 0 or num_batch <= 0 or n_slots <= 0:
         raise ModelLoadError(f"num_ctx, num_batch and n_slots must be positive, got {num_ctx}, {num_batch}, {n_slots}")
+    if kv_type not in KV_TYPES:
+        raise ModelLoadError(f"kv_type must be one of {KV_TYPES}, got {kv_type!r}")
     f = _open_gguf(Path(path))
     try:
         cfg = config_from_metadata(f.metadata)
@@ -28,7 +35,7 @@ def load_model(path: str | os.PathLike, num_ctx: int = DEFAULT_NUM_CTX, *, num_b
         tok = _tokenizer(f.metadata) if tokenizer else None
         model = Model(
             cfg, f.metadata, weights, backend, tok,
-            num_ctx=min(num_ctx, cfg.n_ctx_train), num_batch=min(num_batch, num_ctx), n_slots=n_slots, source=f,
+            num_ctx=min(num_ctx, cfg.n_ctx_train), num_batch=min(num_batch, num_ctx), n_slots=n_slots, kv_type=kv_type, source=f,
         )
     except BaseException:
         f.close()

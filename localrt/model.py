@@ -139,7 +139,7 @@ def _swa_layers(pattern, n_layer: int) -> list[bool]:
 class Model:
     """A loaded model: config, weights viewed in the mmap, one KV cache, and the public API."""
 
-    def __init__(self, config: ModelConfig, metadata: dict, weights, backend, tokenizer, *, num_ctx: int, num_batch: int = 512, n_slots: int = 1, source=None) -> None:
+    def __init__(self, config: ModelConfig, metadata: dict, weights, backend, tokenizer, *, num_ctx: int, num_batch: int = 512, n_slots: int = 1, kv_type: str = "f16", source=None) -> None:
         self.config = config
         self.metadata = metadata
         self.weights = weights
@@ -149,7 +149,7 @@ class Model:
         self.num_batch = num_batch
         self.arch = archs.get(config.arch)
         self.cache = KVCache(
-            config.n_layer, config.n_head_kv, config.head_dim, config.head_dim_v, num_ctx, n_slots, config.windows, num_batch
+            config.n_layer, config.n_head_kv, config.head_dim, config.head_dim_v, num_ctx, n_slots, config.windows, num_batch, kv_type
         )
         self.load_duration_ns = 0
         self._slot_tokens: dict[int, list[int]] = {}  # slot -> ids whose keys the cache holds (prefix reuse)

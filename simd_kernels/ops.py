@@ -144,18 +144,35 @@ def geglu_tanh(gate, up, out):
 
 
 @njit(cache=True, nogil=True)
-def kv_store(k, v, k_cache, v_cache, positions, slots):
+def round_f16(x):
+    """The float16 value nearest to x (ties to even, overflow to inf), as float32: what an F16 cache keeps."""
+    a = abs(x)
+    if a >= 65520.0:
+        return np.float32(math.copysign(np.inf, x))
+    if a < 6.103515625e-05:
+        q = 5.960464477539063e-08  # subnormal float16: a fixed step of 2^-24
+    else:
+        _, e = math.frexp(a)
+        q = math.ldexp(1.0, e - 11)  # 11 significant bits
+    return np.float32(math.copysign(np.rint(a / q) * q, x))
+
+
+@njit(cache=True, nogil=True)
+def kv_store(k, v, k_cache, v_cache, positions, slots, as_f16):
     """Write k, v (n_tok, n_kv, head_dim) into the caches (n_slots, n_kv, cap, head_dim) at pos % cap.
 
-    cap is n_ctx for full layers and a ring of window + n_batch for sliding-window layers.
+    cap is n_ctx for full layers and a ring of window + n_batch for sliding-window layers. With as_f16
+    the values are rounded to float16 first, as llama.cpp's default F16 cache holds them.
     """
     cap = k_cache.shape[2]
     for t in range(k.shape[0]):
         s = slots[t]
         j = positions[t] % cap
         for h in range(k.shape[1]):
-            k_cache[s, h, j, :] = k[t, h, :]
-            v_cache[s, h, j, :] = v[t, h, :]
+            for d in range(k.shape[2]):
+                k_cache[s, h, j, d] = round_f16(k[t, h, d]) if as_f16 else k[t, h, d]
+            for d in range(v.shape[2]):
+                v_cache[s, h, j, d] = round_f16(v[t, h, d]) if as_f16 else v[t, h, d]
 
 
 def attention(q, k_cache, v_cache, positions, slots, window, scale, out):

@@ -35,11 +35,25 @@ def files(tmp_path_factory):
 @pytest.mark.parametrize("num_batch", [20, 3])
 def test_logits_match_float64_reference(files, name, num_batch):
     path, spec, weights = files[name]
-    model = load_model(path, num_ctx=64, num_batch=num_batch)
+    model = load_model(path, num_ctx=64, num_batch=num_batch, kv_type="f32")
     got = model.logits(IDS)
     ref = reference_logits(spec, weights, IDS)
     assert got.shape == (len(IDS), spec.n_vocab) and got.dtype == np.float32
     np.testing.assert_allclose(got, ref, atol=2e-4 * np.abs(ref).max())
+
+
+def test_f16_cache_rounds_like_float16_and_stays_close(files):
+    path, spec, weights = files["gemma3"]
+    model = load_model(path, num_ctx=64)  # kv_type "f16", llama.cpp's default
+    got = model.logits(IDS)
+    for k in model.cache.k + model.cache.v:
+        np.testing.assert_array_equal(k, k.astype(np.float16).astype(np.float32))
+    ref = reference_logits(spec, weights, IDS)
+    assert np.abs(got - ref).max() < 5e-3 * np.abs(ref).max()
+    x = np.array([1 + 2**-11, 1 + 3 * 2**-11, 2.0**-25, 3 * 2.0**-25, 65519, 65520, -1e-3], np.float32)
+    with np.errstate(over="ignore"):  # 65520 overflows float16 to inf, as it should
+        expected = x.astype(np.float16).astype(np.float32)
+    np.testing.assert_array_equal([ops.round_f16(v) for v in x], expected)
 
 
 def test_quantized_weights_close_to_reference(files):
@@ -62,7 +76,7 @@ def test_sliding_window_layers_keep_a_ring(files):
 
 def test_mixed_sequence_batch_equals_separate_runs(files):
     path, spec, _ = files["llama"]
-    model = load_model(path, num_ctx=32, n_slots=2)
+    model = load_model(path, num_ctx=32, n_slots=2, kv_type="f32")
     a, b = IDS[:6], IDS[6:10]
     ref_a, ref_b = model.logits(a), model.logits(b)
     cache = model.cache
@@ -97,7 +111,7 @@ def _run(model, ids, **options):
 
 def test_greedy_generation_follows_reference_argmax(files):
     path, spec, weights = files["qwen2"]
-    model = load_model(path, num_ctx=64)
+    model = load_model(path, num_ctx=64, kv_type="f32")
     prompt = list(IDS[:8])
     tokens, done = _run(model, prompt, num_predict=10)
     out = [t.token for t in tokens]

@@ -147,7 +147,7 @@ def attention(be, cfg, w: Weights, L: Layer, il: int, h: np.ndarray, batch: Batc
         ops.rms_norm_heads(k3, L.attn_k_norm, cfg.rms_eps)
     ops.rope(q3, batch.positions, cfg.n_rot, rope_base, freq_scale, w.rope_freqs, cfg.rope_mode)
     ops.rope(k3, batch.positions, cfg.n_rot, rope_base, freq_scale, w.rope_freqs, cfg.rope_mode)
-    ops.kv_store(k3, v.reshape(n, cfg.n_head_kv, cfg.head_dim_v), cache.k[il], cache.v[il], batch.positions, batch.slots)
+    ops.kv_store(k3, v.reshape(n, cfg.n_head_kv, cfg.head_dim_v), cache.k[il], cache.v[il], batch.positions, batch.slots, cache.as_f16)
     a = np.empty((n, cfg.n_head, cfg.head_dim_v), np.float32)  # (n_tok, n_head, head_dim_v)
     be.attention(q3, cache.k[il], cache.v[il], batch.positions, batch.slots, cfg.windows[il], cfg.attn_scale, a)
     out = be.linear(L.attn_output, a.reshape(n, -1))  # (n_tok, n_embd)
