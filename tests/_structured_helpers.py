@@ -21,14 +21,16 @@ def accepts(d: DFA, data: bytes) -> bool:
 
 
 def random_document(d: DFA, rng: random.Random, soft_limit: int = 200) -> bytes:
-    """A random document the automaton accepts; past soft_limit it prefers bytes that close things."""
+    """A random document the automaton accepts; past soft_limit it ends by a shortest completion."""
     state, stack, out = d.start, [], bytearray()
     while True:
         done = bool(d.accept[state]) and not stack
         options = [b for b in range(256) if step(d, state, list(stack), b, MAX_STACK) >= 0]
-        if done and (not options or rng.random() < 0.3 or len(out) > soft_limit):
+        if done and (not options or rng.random() < 0.3):
             return bytes(out)
-        if len(out) > soft_limit:
+        if len(out) > 4 * soft_limit:
+            return bytes(out) + _shortest_completion(d, state, stack)
+        if len(out) > soft_limit:  # steer toward the end: close strings, then containers, then separators
             for preferred in (b'"', b"}]", b","):
                 closing = [b for b in options if b in preferred]
                 if closing:
@@ -38,7 +40,33 @@ def random_document(d: DFA, rng: random.Random, soft_limit: int = 200) -> bytes:
         b = rng.choice(options)
         state = step(d, state, stack, b, MAX_STACK)
         out.append(b)
-        assert len(out) < 20_000, "runaway document"
+
+
+def _shortest_completion(d: DFA, state: int, stack: list, limit: int = 500_000) -> bytes:
+    """Breadth-first search over (state, stack) for the fewest bytes that complete the document."""
+    start = (state, tuple(stack))
+    parent: dict = {start: None}
+    frontier = [start]
+    while frontier:
+        nxt = []
+        for node in frontier:
+            s, st = node
+            if d.accept[s] and not st:
+                path = bytearray()
+                while parent[node] is not None:
+                    node, b = parent[node]
+                    path.append(b)
+                return bytes(reversed(path))
+            for b in range(256):
+                stack2 = list(st)
+                s2 = step(d, s, stack2, b, MAX_STACK)
+                child = (s2, tuple(stack2))
+                if s2 >= 0 and child not in parent:
+                    parent[child] = (node, b)
+                    nxt.append(child)
+        assert len(parent) < limit, "no completion found"
+        frontier = nxt
+    raise AssertionError("the automaton cannot complete this document")
 
 
 def constrained_generate(model, prompt: list[int], sampler, max_tokens: int) -> tuple[list[int], bool]:

@@ -224,3 +224,34 @@ def test_large_realistic_schema_compiles():
     rng = random.Random(4)
     for _ in range(5):
         jsonschema.validate(json.loads(random_document(d, rng, soft_limit=2000)), schema)
+
+
+def _random_pattern(rng: random.Random, depth: int = 0) -> str:
+    """Small random patterns; groups get only bounded quantifiers and no wide classes, so that the DFA stays
+    small (nested unbounded repeats of `.` are the classic subset-construction blow-up, rejected by bound)."""
+    wide = ["\\w", "\\s", ".", "[^ab]", "[^\\d]"]
+    narrow = ["a", "b", "\\d", "[a-c]", "[\\d_x]", "é", '"', "\\\\", "\\.", "\\n"]
+    parts = []
+    for _ in range(rng.randint(1, 3)):
+        if depth == 0 and rng.random() < 0.3:
+            group = "|".join(_random_pattern(rng, 1) for _ in range(rng.randint(1, 2)))
+            parts.append("(" + group + ")" + rng.choice(["", "?", "{2}", "{0,2}"]))
+        else:
+            atom = rng.choice(narrow + (wide if depth == 0 else []))
+            parts.append(atom + rng.choice(["", "", "*", "+", "?", "{2}", "{1,3}", "{0,2}"]))
+    return "".join(parts)
+
+
+def test_random_patterns_match_python_re():
+    """Strings generated for a pattern always satisfy re.search, as jsonschema checks them."""
+    import re
+
+    rng = random.Random(7)
+    for _ in range(30):
+        body = _random_pattern(rng)
+        pattern = rng.choice(["^{}$", "^{}", "{}$", "{}"]).format(body)
+        schema = {"type": "string", "pattern": pattern}
+        d = compile_dfa(schema)
+        for _ in range(10):
+            value = json.loads(random_document(d, rng, soft_limit=60))
+            assert re.search(pattern, value), (pattern, value)

@@ -17,7 +17,7 @@ from .errors import SchemaTooComplex
 from .nfa import NFA, NORMAL, POP, PUSH, RET
 
 MAX_DFA_STATES = 40_000
-MAX_SECONDS = 10.0  # determinization wall time bound
+MAX_SECONDS = 8.0  # determinization wall time bound
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,8 @@ The automaton generates a subset of what the schema accepts, chosen so that ever
 validates: properties come in the order the schema declares them; properties not listed in `properties`
 are never generated (additionalProperties with a schema is honoured only when `properties` is empty);
 numbers have at most 16 integer and 16 fraction digits, and bounded numbers (minimum/maximum)
-are integers in range or non-negative decimals without exponent; whitespace is bounded (grammar.ws).
+are integers in range or non-negative decimals without exponent; string formats date, time, date-time and
+uuid are generated through fixed patterns; whitespace is bounded (grammar.ws).
 Annotation keywords are ignored; every other keyword outside SUPPORTED raises UnsupportedSchema.
 """
 from __future__ import annotations
@@ -41,7 +42,7 @@ MAX_SCHEMA_DEPTH = 64  # nesting of schema objects, $ref expansions included
 MAX_JSON_DEPTH = 128  # raw nesting of the format document before any validation
 MAX_ENUM = 4096
 MAX_COUNT = 4096  # minLength / maxLength / minItems / maxItems above this are refused, not approximated
-MAX_STATES = 100_000
+MAX_STATES = 50_000
 
 
 def build_nfa(fmt: Any) -> NFA:
