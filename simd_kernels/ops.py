@@ -131,15 +131,35 @@ def swiglu(gate, up, out):
 _GELU_C = np.float32(math.sqrt(2.0 / math.pi))
 
 
-@njit(cache=True, nogil=True)
 def geglu_tanh(gate, up, out):
-    """out = gelu_tanh(gate) * up.  All (n_tok, n_ff) f32."""
-    n_tok, n = gate.shape
-    for t in range(n_tok):
-        for i in range(n):
-            g = gate[t, i]
-            inner = _GELU_C * g * (np.float32(1.0) + np.float32(0.044715) * g * g)
-            out[t, i] = np.float32(0.5) * g * (np.float32(1.0) + np.float32(math.tanh(inner))) * up[t, i]
+    """out = gelu_tanh(gate) * up, all (n_tok, n_ff) f32, gelu computed exactly in float32.
+
+    (ggml's float16 GELU lookup table was tried: it moved Gemma 3 away from llama.cpp's reference
+    logits, so the vectorized CPU path evidently computes it directly.)
+    """
+    kernel = _geglu_parallel if gate.shape[0] >= 16 else _geglu_serial
+    return kernel(gate, up, out)
+
+
+@njit(cache=True, nogil=True)
+def _geglu_row(gate, up, out, t):
+    for i in range(gate.shape[1]):
+        g = gate[t, i]
+        inner = _GELU_C * g * (np.float32(1.0) + np.float32(0.044715) * g * g)
+        out[t, i] = np.float32(0.5) * g * (np.float32(1.0) + np.float32(math.tanh(inner))) * up[t, i]
+
+
+@njit(cache=True, nogil=True)
+def _geglu_serial(gate, up, out):
+    for t in range(gate.shape[0]):
+        _geglu_row(gate, up, out, t)
+    return out
+
+
+@njit(cache=True, nogil=True, parallel=True)
+def _geglu_parallel(gate, up, out):
+    for t in prange(gate.shape[0]):
+        _geglu_row(gate, up, out, t)
     return out
 
 
