@@ -3,12 +3,13 @@
 # NVIDIA GPU (it has no internet: bring the CuPy wheel along).
 #
 #   Before the call, on the session machine (which has the network):
-#       mkdir -p shared/wheels && pip download --only-binary=:all: --no-deps -d shared/wheels 'cupy-cuda12x>=13' fastrlock
+#       mkdir -p shared/wheels && pip download --only-binary=:all: -d shared/wheels 'cupy-cuda12x[ctk]>=14'
+#   ([ctk] brings NVRTC, cuBLAS and the CUDA runtime as nvidia-* wheels: the GPU machine need not have a toolkit.)
 #   Then, with the device tool (shared/ travels with the working tree):
 #       run(command="bash bench/gpu_check.sh", timeout_s=540)
 #
 # What it does, writing everything under $OUT (or ./gpu_check_out when $OUT is unset):
-#   1. installs cupy-cuda12x (+ fastrlock) from shared/wheels without the network, unless CuPy already imports;
+#   1. installs cupy-cuda12x[ctk] from shared/wheels without the network, unless CuPy already imports;
 #   2. prints the GPU CuPy sees (nvidia-smi and localrt.devices.probe);
 #   3. runs tests/test_gpu_backend.py (per-format kernels, layer ops, whole-model logits with 0/half/all
 #      layers on the GPU vs all-CPU, greedy decode) and the always-on CPU seam tests -> $OUT/pytest_gpu.txt;
@@ -25,9 +26,9 @@ nvidia-smi --query-gpu=name,memory.total,memory.used,driver_version --format=csv
 
 if ! python3 -c "import cupy" 2>/dev/null; then
     if ls shared/wheels/cupy_cuda12x-*.whl >/dev/null 2>&1; then
-        python3 -m pip install --no-index --find-links shared/wheels cupy-cuda12x fastrlock 2>&1 | tail -2
+        python3 -m pip install --no-index --find-links shared/wheels 'cupy-cuda12x[ctk]' 2>&1 | tail -2
     else
-        python3 -m pip install 'cupy-cuda12x>=13' 2>&1 | tail -2  # only works where the network is reachable
+        python3 -m pip install 'cupy-cuda12x[ctk]>=14' 2>&1 | tail -2  # only works where the network is reachable
     fi
 fi
 python3 - <<'EOF'
