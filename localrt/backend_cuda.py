@@ -214,11 +214,11 @@ class CudaOps:
         self._dev._k("softcap")(self._grid(x.size), (THREADS,), (x, np.int64(x.size), np.float32(cap)))
         return x
 
-    def kv_store(self, k, v, k_cache, v_cache, positions, slots):
+    def kv_store(self, k, v, k_cache, v_cache, positions, slots, as_f16=False):
         n_tok, n_kv, hd = k.shape
         hd_v = v.shape[2]
         total = n_tok * n_kv * max(hd, hd_v)
         self._dev._k("kv_store")(self._grid(total), (THREADS,), (
             self._dev.cp.ascontiguousarray(k), self._dev.cp.ascontiguousarray(v), k_cache, v_cache,
             self._dev.host_constant(positions), self._dev.host_constant(slots), np.int32(n_tok), np.int32(n_kv),
-            np.int32(k_cache.shape[2]), np.int32(hd), np.int32(hd_v)))
+            np.int32(k_cache.shape[2]), np.int32(hd), np.int32(hd_v), np.int32(1 if as_f16 else 0)))

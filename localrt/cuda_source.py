@@ -50,6 +50,16 @@ DEV float f16(const u8* p) {
     return bits_f32(sign | ((e + 112u) << 23) | (m << 13));
 }
 
+/* The float16 value nearest to x (ties to even, overflow to inf) as float: what an F16 KV cache holds. */
+DEV float round_f16(float x) {
+    float a = fabsf(x), q;
+    int e;
+    if (a >= 65520.0f) return copysignf(bits_f32(0x7F800000u), x);
+    if (a < 6.103515625e-05f) q = 5.9604644775390625e-8f; /* subnormal half: a fixed step of 2^-24 */
+    else { frexpf(a, &e); q = ldexpf(1.0f, e - 11); }  /* 11 significant bits */
+    return copysignf(rintf(a / q) * q, x);
+}
+
 DEV float deq_f32(const u8* b, int i) { (void)i; return bits_f32((u32)b[0] | ((u32)b[1] << 8) | ((u32)b[2] << 16) | ((u32)b[3] << 24)); }
 DEV float deq_f16(const u8* b, int i) { (void)i; return f16(b); }
 DEV float deq_bf16(const u8* b, int i) { (void)i; return bits_f32(((u32)b[0] | ((u32)b[1] << 8)) << 16); }
@@ -235,9 +245,9 @@ extern "C" __global__ void softcap(float* x, long long n, float cap) {
         x[i] = cap * (float)tanh((double)(x[i] / cap));
 }
 
-/* k, v (n_tok, n_kv, hd) -> caches (n_slots, n_kv, cap, hd) at row pos % cap of the token's slot. */
+/* k, v (n_tok, n_kv, hd) -> caches (n_slots, n_kv, cap, hd) at row pos % cap of the token's slot (f16-rounded if as_f16). */
 extern "C" __global__ void kv_store(const float* k, const float* v, float* kc, float* vc, const long long* pos,
-                                    const long long* slots, int n_tok, int n_kv, int cap, int hd, int hd_v) {
+                                    const long long* slots, int n_tok, int n_kv, int cap, int hd, int hd_v, int as_f16) {
     int w = hd > hd_v ? hd : hd_v;
     long long total = (long long)n_tok * n_kv * w;
     for (long long idx = blockIdx.x * (long long)blockDim.x + threadIdx.x; idx < total; idx += (long long)gridDim.x * blockDim.x) {
@@ -245,8 +255,14 @@ extern "C" __global__ void kv_store(const float* k, const float* v, float* kc, f
         long long th = idx / w;
         int h = (int)(th % n_kv), t = (int)(th / n_kv);
         long long row = (slots[t] * n_kv + h) * (long long)cap + pos[t] % cap;
-        if (d < hd) kc[row * hd + d] = k[((long long)t * n_kv + h) * hd + d];
-        if (d < hd_v) vc[row * hd_v + d] = v[((long long)t * n_kv + h) * hd_v + d];
+        if (d < hd) {
+            float x = k[((long long)t * n_kv + h) * hd + d];
+            kc[row * hd + d] = as_f16 ? round_f16(x) : x;
+        }
+        if (d < hd_v) {
+            float x = v[((long long)t * n_kv + h) * hd_v + d];
+            vc[row * hd_v + d] = as_f16 ? round_f16(x) : x;
+        }
     }
 }
 

@@ -17,6 +17,7 @@ import quant
 from localrt import cuda_source
 
 _HARNESS = r"""
+#include <math.h>
 #define DEV static inline
 %s
 typedef float (*deq_fn)(const u8*, int);
@@ -34,6 +35,7 @@ int deq_rows(int ggml_type, const u8* w, long long row_bytes, int rows, int cols
             out[(long long)r * cols + e] = f(w + r * row_bytes + (long long)(e / qk) * bb, e %% qk);
     return 0;
 }
+void round_f16_n(const float* x, int n, float* out) { for (int i = 0; i < n; ++i) out[i] = round_f16(x[i]); }
 """
 
 
@@ -125,3 +127,15 @@ def test_kernel_module_compiles_with_nvcc(tmp_path):
         assert f".entry rows_{name}" in ptx and f".entry mul_{name}" in ptx
     for kernel in ("add_rms_norm", "rope", "gated", "softcap", "kv_store", "attention"):
         assert f".entry {kernel}" in ptx
+
+
+def test_f16_rounding_matches_numpy(host_lib):
+    """The F16 KV cache's rounding: ties to even, subnormals, overflow to inf, as float16 conversion does."""
+    rng = np.random.default_rng(11)
+    x = np.concatenate([rng.standard_normal(4000) * 10.0 ** rng.integers(-9, 6, 4000), [65504.0, 65519.9, 65520.0, -7e4,
+                        0.0, -0.0, 1 + 2.0**-11, 1 + 3 * 2.0**-11, 2.0**-25, 3 * 2.0**-25]]).astype(np.float32)
+    out = np.empty_like(x)
+    host_lib.round_f16_n(x.ctypes.data_as(ctypes.c_void_p), len(x), out.ctypes.data_as(ctypes.c_void_p))
+    with np.errstate(over="ignore"):
+        want = x.astype(np.float16).astype(np.float32)
+    np.testing.assert_array_equal(out.view(np.uint32), want.view(np.uint32))

@@ -84,8 +84,9 @@ def test_norms_rope_activations_match_ops(gpu):
     np.testing.assert_allclose(gpu.to_host(gpu.ops.softcap(gpu.put(g), 30.0)), want_c, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("as_f16", [False, True])
 @pytest.mark.parametrize("window", [0, 5])
-def test_kv_store_and_attention_match_ops(gpu, window):
+def test_kv_store_and_attention_match_ops(gpu, window, as_f16):
     rng = np.random.default_rng(5)
     n_slots, n_kv, cap, hd, n_head = 2, 2, 32, 16, 4
     kc, vc = np.zeros((2, n_slots, n_kv, cap, hd), np.float32)
@@ -95,8 +96,8 @@ def test_kv_store_and_attention_match_ops(gpu, window):
         slots = np.full(n, slot, np.int64)
         k, v = rng.standard_normal((2, n, n_kv, hd)).astype(np.float32)
         q = rng.standard_normal((n, n_head, hd)).astype(np.float32)
-        ops.kv_store(k, v, kc, vc, pos, slots)
-        gpu.ops.kv_store(gpu.put(k), gpu.put(v), gk, gv, pos, slots)
+        ops.kv_store(k, v, kc, vc, pos, slots, as_f16)
+        gpu.ops.kv_store(gpu.put(k), gpu.put(v), gk, gv, pos, slots, as_f16)
         want = ops.attention(q, kc, vc, pos, slots, window, 0.25, np.empty((n, n_head, hd), np.float32))
         got = gpu.attention(gpu.put(q), gk, gv, pos, slots, window, 0.25, gpu.zeros((n, n_head, hd)))
         np.testing.assert_allclose(gpu.to_host(got), want, rtol=1e-5, atol=1e-5)
