@@ -29,11 +29,10 @@ def run_ours(model_path: str, ids: list[int], num_gpu: int) -> dict:
     import numpy as np
 
     from localrt import load_model
-    from localrt.offload import offload
 
     t0 = time.perf_counter()
-    model = load_model(model_path, num_ctx=N_CTX)
-    plan = offload(model, num_gpu)
+    model = load_model(model_path, num_ctx=N_CTX, num_gpu=num_gpu)
+    plan = model.placement
     load_s = time.perf_counter() - t0
     warm = model.forward(model.batch(ids[:16], 0), model.cache, output_rows=np.array([15]))  # compiles kernels
     assert warm.shape[0] == 1

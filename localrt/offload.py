@@ -24,6 +24,8 @@ def offload(model, num_gpu: int, main_gpu: int = 0, *, probe: Callable = devices
     log line and an explicit num_gpu > 0 raises `placement.GPUUnavailable`.
     """
     cfg = model.config
+    if model.weights.devices:
+        raise ValueError("this model's layers were already placed; load it again to place them differently")
     if num_gpu == 0:
         plan = placement.cpu_only(cfg.n_layer, "num_gpu is 0: CPU only")
     else:

@@ -106,12 +106,10 @@ def test_kv_store_and_attention_match_ops(gpu, window, as_f16):
 
 def _logits_with(path, num_gpu: int, ids) -> np.ndarray:
     from localrt import load_model
-    from localrt.offload import offload
 
-    model = load_model(path, num_ctx=256)
+    model = load_model(path, num_ctx=256, num_gpu=num_gpu)
     try:
-        plan = offload(model, num_gpu)
-        assert plan.n_gpu == num_gpu
+        assert model.placement.n_gpu == num_gpu
         return model.logits(ids)
     finally:
         model.close()
@@ -122,7 +120,7 @@ def test_whole_model_logits_agree_with_cpu(which, smollm2_path, gemma3_path, lla
     from localrt import load_model
 
     path = smollm2_path if which == "smollm2" else gemma3_path
-    cpu = load_model(path, num_ctx=256)
+    cpu = load_model(path, num_ctx=256, num_gpu=0)
     ids = cpu.tokenize("The capital of France is Paris. The capital of Italy is")
     want = cpu.logits(ids)
     n_layer = cpu.config.n_layer
@@ -138,12 +136,12 @@ def test_whole_model_logits_agree_with_cpu(which, smollm2_path, gemma3_path, lla
 
 def test_decode_on_gpu_matches_cpu_greedy(smollm2_path):
     from localrt import load_model
-    from localrt.offload import offload
 
     def greedy(all_on_gpu: bool):
-        m = load_model(smollm2_path, num_ctx=256)
+        m = load_model(smollm2_path, num_ctx=256, num_gpu=0)
         if all_on_gpu:
-            offload(m, m.config.n_layer + 1)
+            m.close()
+            m = load_model(smollm2_path, num_ctx=256, num_gpu=m.config.n_layer + 1)
         ids = m.tokenize("Once upon a time")
         toks = [e.token for e in m.generate(ids, {"temperature": 0, "num_predict": 16, "seed": 1}) if hasattr(e, "token")]
         m.close()
