@@ -16,13 +16,14 @@ import numpy as np
 
 import store as st
 
-from . import library, templates
+from . import library, structured, templates
 from .api_types import ChatRequest, EmbedRequest, GenerateRequest
 from .catalog import Catalog
 from .errors import InvalidRequest, ModelLoadError, ModelNotFound
 from .events import Done, Token
 from .options import Options, config_layer, parse_duration, resolve
 from .scheduler import MemoryNeed, Request, Scheduler
+from .toolcalls import ToolCallParser, tag_for_template
 
 log = logging.getLogger("localrt.service")
 
@@ -138,8 +139,7 @@ class Service:
         rec = self.record(req.model)
         name = rec.name.display
         opts = self.options(rec, req.options)
-        if req.format is not None:
-            raise InvalidRequest("format (structured outputs) is not supported yet")
+        structured.check_format(req.format)  # a bad schema is a 400 before anything is scheduled
         base = lambda: {"model": req.model, "created_at": now_rfc3339()}  # noqa: E731
         if not req.prompt and not req.suffix:
             return self._load_or_unload(name, opts, req.keep_alive,
@@ -154,7 +154,8 @@ class Service:
                 template_override=req.template or "", context_text=context_text, has_context=req.context is not None,
                 num_ctx=model.num_ctx, count_tokens=lambda t: len(model.tokenize(t)), truncate=req.truncate)
             ids = model.tokenize(prompt.text)
-            for ev in _run(loaded, ids, opts, cancelled):
+            constraint = structured.compile_format(req.format, model.tokenizer)
+            for ev in _run(loaded, ids, opts, cancelled, constraint):
                 if isinstance(ev, Done):
                     out = {**base(), "response": ev.text, **_metrics(ev, loaded.take_load_ns())}
                     if not req.raw:
@@ -169,28 +170,40 @@ class Service:
         rec = self.record(req.model)
         name = rec.name.display
         opts = self.options(rec, req.options)
-        if req.format is not None:
-            raise InvalidRequest("format (structured outputs) is not supported yet")
-        if req.tools:
-            raise InvalidRequest(f"{rec.name.display} does not support tools")
+        structured.check_format(req.format)
         base = lambda: {"model": req.model, "created_at": now_rfc3339()}  # noqa: E731
         if not req.messages:
             return self._load_or_unload(name, opts, req.keep_alive, lambda why: {
                 **base(), "message": {"role": "assistant", "content": ""}, "done": True, "done_reason": why})
         messages = [m.to_dict() for m in req.messages]
 
+        def reply(content: str, calls: list, **extra) -> dict:
+            msg: dict = {"role": "assistant", "content": content}
+            if calls:
+                msg["tool_calls"] = [c.native() for c in calls]
+            return {**base(), "message": msg, **extra}
+
         def work(loaded: Loaded, _req, cancelled: threading.Event) -> Iterator[dict]:
             model = loaded.model
+            if req.tools and not loaded.template.supports_tools:
+                raise InvalidRequest(f"{rec.name.full} does not support tools")
             prompt = templates.chat_prompt(
                 loaded.template, messages, model_system=rec.system or "", model_messages=rec.messages,
-                num_ctx=model.num_ctx, count_tokens=lambda t: len(model.tokenize(t)), truncate=req.truncate)
+                tools=req.tools or None, num_ctx=model.num_ctx, count_tokens=lambda t: len(model.tokenize(t)),
+                truncate=req.truncate)
             ids = model.tokenize(prompt.text)
-            for ev in _run(loaded, ids, opts, cancelled):
+            constraint = structured.compile_format(req.format, model.tokenizer)
+            parser = ToolCallParser(tag_for_template(loaded.template), req.tools) if req.tools else None
+            for ev in _run(loaded, ids, opts, cancelled, constraint):
+                got = parser.feed(ev.text) if parser else None
+                content, calls = (got.content, got.calls) if got else (ev.text, [])
                 if isinstance(ev, Done):
-                    yield {**base(), "message": {"role": "assistant", "content": ev.text},
-                           **_metrics(ev, loaded.take_load_ns())}
-                else:
-                    yield {**base(), "message": {"role": "assistant", "content": ev.text}, "done": False}
+                    if parser:
+                        rest = parser.flush()
+                        content, calls = content + rest.content, calls + rest.calls
+                    yield reply(content, calls, **_metrics(ev, loaded.take_load_ns()))
+                elif content or calls:
+                    yield reply(content, calls, done=False)
 
         return self._submit(name, opts, req.keep_alive, work)
 
@@ -303,12 +316,14 @@ def estimate_memory(path, num_ctx: int, num_batch: int) -> MemoryNeed:
     return MemoryNeed(private=kv + scratch + (32 << 20), mapped=mapped)
 
 
-def _run(loaded: Loaded, ids: list[int], opts: Options, cancelled: threading.Event) -> Iterator[Token | Done]:
+def _run(loaded: Loaded, ids: list[int], opts: Options, cancelled: threading.Event,
+         constraint=None) -> Iterator[Token | Done]:
     """The engine's events for one request, with the template's stop strings added, stopping on cancel."""
     options = opts.to_dict()
     if not options["stop"] and loaded.template_stop:
         options["stop"] = list(loaded.template_stop)
-    gen = loaded.model.generate(ids, options)
+    extra = {"constraint": constraint} if constraint is not None else {}
+    gen = loaded.model.generate(ids, options, **extra)
     try:
         for ev in gen:
             if cancelled.is_set():
