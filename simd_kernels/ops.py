@@ -146,6 +146,8 @@ def _geglu_row(gate, up, out, t):
     for i in range(gate.shape[1]):
         g = gate[t, i]
         inner = _GELU_C * g * (np.float32(1.0) + np.float32(0.044715) * g * g)
+        # tanhf as ggml_gelu_f32 has it (1 / (1 + exp(-2u)) is faster but moved greedy decoding on
+        # Gemma 3 off llama.cpp's path at a near-tie).
         out[t, i] = np.float32(0.5) * g * (np.float32(1.0) + np.float32(math.tanh(inner))) * up[t, i]
 
 
@@ -164,35 +166,18 @@ def _geglu_parallel(gate, up, out):
 
 
 @njit(cache=True, nogil=True)
-def round_f16(x):
-    """The float16 value nearest to x (ties to even, overflow to inf), as float32: what an F16 cache keeps."""
-    a = abs(x)
-    if a >= 65520.0:
-        return np.float32(math.copysign(np.inf, x))
-    if a < 6.103515625e-05:
-        q = 5.960464477539063e-08  # subnormal float16: a fixed step of 2^-24
-    else:
-        _, e = math.frexp(a)
-        q = math.ldexp(1.0, e - 11)  # 11 significant bits
-    return np.float32(math.copysign(np.rint(a / q) * q, x))
-
-
-@njit(cache=True, nogil=True)
-def kv_store(k, v, k_cache, v_cache, positions, slots, as_f16):
+def kv_store(k, v, k_cache, v_cache, positions, slots):
     """Write k, v (n_tok, n_kv, head_dim) into the caches (n_slots, n_kv, cap, head_dim) at pos % cap.
 
-    cap is n_ctx for full layers and a ring of window + n_batch for sliding-window layers. With as_f16
-    the values are rounded to float16 first, as llama.cpp's default F16 cache holds them.
+    cap is n_ctx for full layers and a ring of window + n_batch for sliding-window layers.
     """
     cap = k_cache.shape[2]
     for t in range(k.shape[0]):
         s = slots[t]
         j = positions[t] % cap
         for h in range(k.shape[1]):
-            for d in range(k.shape[2]):
-                k_cache[s, h, j, d] = round_f16(k[t, h, d]) if as_f16 else k[t, h, d]
-            for d in range(v.shape[2]):
-                v_cache[s, h, j, d] = round_f16(v[t, h, d]) if as_f16 else v[t, h, d]
+            k_cache[s, h, j, :] = k[t, h, :]
+            v_cache[s, h, j, :] = v[t, h, :]
 
 
 def attention(q, k_cache, v_cache, positions, slots, window, scale, out):
