@@ -1,7 +1,7 @@
 """Building blocks shared by the decoder-only architectures: weight lookup, attention, gated FFN."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -53,7 +53,6 @@ class Weights:
     output: QTensor  # token_embd itself when the file ties the output
     layers: list[Layer]
     rope_freqs: np.ndarray  # (n_rot/2,) f32, ones unless the file has rope_freqs
-    extra: dict = field(default_factory=dict)
 
 
 class TensorSource:
