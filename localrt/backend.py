@@ -35,9 +35,28 @@ class CPUBackend:
     """NumPy + Numba on the host: fused dequantize x dot kernels read the blocks in place."""
 
     name = "cpu"
+    xp = np  # the array module of this device (cupy for the CUDA one)
+    ops = ops  # the simd_kernels.ops functions the arch code calls on this device's arrays
 
     def __init__(self) -> None:
         self._scratch = np.empty(SCRATCH_ELEMS, np.float32)  # flat; viewed as (chunk_rows, cols)
+
+    def put(self, a: np.ndarray) -> np.ndarray:
+        """An f32 array moved onto this device (the hidden state crossing a device boundary)."""
+        return np.ascontiguousarray(a, dtype=np.float32)
+
+    def to_host(self, a: np.ndarray) -> np.ndarray:
+        return a
+
+    def zeros(self, shape: tuple[int, ...]) -> np.ndarray:
+        return np.zeros(shape, np.float32)
+
+    def upload(self, w: QTensor) -> QTensor:
+        return w
+
+    def adopt_layer(self, layer):
+        """The layer as this device computes with it: host weights are used in place."""
+        return layer
 
     def check(self, w: QTensor) -> None:
         """Raise ModelLoadError if no kernel here reads this weight's format."""

@@ -11,15 +11,18 @@ from .backend import CPUBackend, QTensor
 from .errors import ModelLoadError
 from .kv_cache import KV_TYPES
 from .model import Model, config_from_metadata
+from .offload import offload
 
 DEFAULT_NUM_CTX = 4096
 
 
-def load_model(path: str | os.PathLike, num_ctx: int = DEFAULT_NUM_CTX, *, num_batch: int = 512, n_slots: int = 1, kv_type: str = "f16", tokenizer: bool = True) -> Model:
+def load_model(path: str | os.PathLike, num_ctx: int = DEFAULT_NUM_CTX, *, num_batch: int = 512, n_slots: int = 1, kv_type: str = "f16", tokenizer: bool = True, num_gpu: int = -1, main_gpu: int = 0) -> Model:
     """Load a GGUF model for inference. num_ctx is capped by the model's trained context length.
 
     kv_type "f16" (default) keeps keys and values at float16 precision as llama.cpp does; "f32" keeps
-    them exact. n_slots is the number of sequences the KV cache holds at once.
+    them exact. n_slots is the number of sequences the KV cache holds at once. num_gpu / main_gpu place
+    the last layers on a GPU as Ollama's options do (-1 automatic, 0 CPU only; see localrt.placement);
+    `model.placement` records the decision and its VRAM bytes.
     """
     t0 = time.perf_counter_ns()
     if num_ctx <= 0 or num_batch <= 0 or n_slots <= 0:
@@ -37,6 +40,7 @@ def load_model(path: str | os.PathLike, num_ctx: int = DEFAULT_NUM_CTX, *, num_b
             cfg, f.metadata, weights, backend, tok,
             num_ctx=min(num_ctx, cfg.n_ctx_train), num_batch=min(num_batch, num_ctx), n_slots=n_slots, kv_type=kv_type, source=f,
         )
+        offload(model, num_gpu, main_gpu)
     except BaseException:
         f.close()
         raise

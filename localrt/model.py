@@ -168,12 +168,19 @@ class Model:
         h = self.arch.forward(self.backend, self.config, self.weights, batch, cache)  # (n_tok, n_embd)
         cache.advance(batch.positions, batch.slots)
         if output_rows is not None:
-            h = np.ascontiguousarray(h[output_rows])
+            xp = self.output_device.xp
+            h = xp.ascontiguousarray(h[xp.asarray(output_rows)])
         return self.project(h)
 
-    def project(self, h: np.ndarray) -> np.ndarray:
-        """Final-normed hidden states (n, n_embd) -> logits (n, n_vocab) float32."""
-        logits = self.backend.linear(self.weights.output, h)
+    @property
+    def output_device(self):
+        """The device of output_norm + output (the model's backend unless offloaded)."""
+        return self.weights.devices[-1] if self.weights.devices else self.backend
+
+    def project(self, h) -> np.ndarray:
+        """Final-normed hidden states (n, n_embd) on the output device -> logits (n, n_vocab) float32 on the host."""
+        dev = self.output_device
+        logits = dev.to_host(dev.linear(self.weights.output, h))
         if self.config.final_logit_softcap > 0:
             ops.softcap(logits, np.float32(self.config.final_logit_softcap))
         return logits
@@ -187,7 +194,8 @@ class Model:
         for start in range(0, len(ids), self.num_batch):
             batch = self.batch(ids[start : start + self.num_batch], start, slot)
             self.cache.check_batch(batch.positions, batch.slots)
-            out[start : start + len(batch)] = self.arch.forward(self.backend, self.config, self.weights, batch, self.cache)
+            h = self.arch.forward(self.backend, self.config, self.weights, batch, self.cache)
+            out[start : start + len(batch)] = self.output_device.to_host(h)
             self.cache.advance(batch.positions, batch.slots)
         return out
 
@@ -213,7 +221,7 @@ class Model:
 
     def logits(self, ids) -> np.ndarray:
         """Teacher-forced logits (len(ids), n_vocab) float32 from an empty cache."""
-        return self.project(self.hidden(ids))
+        return self.project(self.output_device.put(self.hidden(ids)))
 
     def embed(self, ids) -> np.ndarray:
         """Mean-pooled final-normed hidden state (n_embd,) float32."""

@@ -1,11 +1,9 @@
 """Building blocks shared by the decoder-only architectures: weight lookup, attention, gated FFN."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
-
-from simd_kernels import ops
 
 from ..backend import QTensor
 from ..errors import MissingTensor, ModelLoadError
@@ -53,6 +51,32 @@ class Weights:
     output: QTensor  # token_embd itself when the file ties the output
     layers: list[Layer]
     rope_freqs: np.ndarray  # (n_rot/2,) f32, ones unless the file has rope_freqs
+    # Device per layer, then one for output_norm + output (see localrt.offload); empty: all on the model's backend.
+    devices: list = field(default_factory=list)
+
+
+def layer_devices(be, w: Weights) -> list:
+    """The device of each layer and, last, of the output layer."""
+    return w.devices or [be] * (len(w.layers) + 1)
+
+
+def cross(x, src, dst):
+    """The residual stream x moved from device src to dst (a no-op on the same device)."""
+    return x if dst is src else dst.put(src.to_host(x))
+
+
+def add_norm_next(dev, nxt, x, delta, norm_w, eps: float, h):
+    """x += delta on dev, then h = rms_norm(x) * norm_w on nxt (the next layer's or the output's device).
+
+    Returns (x, h) as they live on nxt: only the residual crosses a device boundary."""
+    if nxt is dev:
+        dev.ops.add_rms_norm(x, delta, norm_w, eps, h)
+        return x, h
+    x += delta
+    x = cross(x, dev, nxt)
+    h = nxt.xp.empty_like(x)  # (n_tok, n_embd) on nxt
+    nxt.ops.rms_norm(x, norm_w, eps, h)
+    return x, h
 
 
 class TensorSource:
@@ -138,28 +162,28 @@ def attention(be, cfg, w: Weights, L: Layer, il: int, h: np.ndarray, batch: Batc
     v = be.linear(L.attn_v, h)  # (n_tok, n_head_kv * head_dim_v)
     for x, b in ((q, L.attn_q_bias), (k, L.attn_k_bias), (v, L.attn_v_bias)):
         if b is not None:
-            ops.add_bias(x, b)
+            be.ops.add_bias(x, b)
     q3 = q.reshape(n, cfg.n_head, cfg.head_dim)
     k3 = k.reshape(n, cfg.n_head_kv, cfg.head_dim)
     if L.attn_q_norm is not None:
-        ops.rms_norm_heads(q3, L.attn_q_norm, cfg.rms_eps)
-        ops.rms_norm_heads(k3, L.attn_k_norm, cfg.rms_eps)
-    ops.rope(q3, batch.positions, cfg.n_rot, rope_base, freq_scale, w.rope_freqs, cfg.rope_mode)
-    ops.rope(k3, batch.positions, cfg.n_rot, rope_base, freq_scale, w.rope_freqs, cfg.rope_mode)
+        be.ops.rms_norm_heads(q3, L.attn_q_norm, cfg.rms_eps)
+        be.ops.rms_norm_heads(k3, L.attn_k_norm, cfg.rms_eps)
+    be.ops.rope(q3, batch.positions, cfg.n_rot, rope_base, freq_scale, w.rope_freqs, cfg.rope_mode)
+    be.ops.rope(k3, batch.positions, cfg.n_rot, rope_base, freq_scale, w.rope_freqs, cfg.rope_mode)
     v3 = v.reshape(n, cfg.n_head_kv, cfg.head_dim_v)
     if cache.as_f16:  # what llama.cpp's default F16 cache keeps (NumPy converts with F16C, fast)
         k3, v3 = k3.astype(np.float16).astype(np.float32), v3.astype(np.float16).astype(np.float32)
-    ops.kv_store(k3, v3, cache.k[il], cache.v[il], batch.positions, batch.slots)
-    a = np.empty((n, cfg.n_head, cfg.head_dim_v), np.float32)  # (n_tok, n_head, head_dim_v)
+    be.ops.kv_store(k3, v3, cache.k[il], cache.v[il], batch.positions, batch.slots)
+    a = be.xp.empty((n, cfg.n_head, cfg.head_dim_v), np.float32)  # (n_tok, n_head, head_dim_v)
     be.attention(q3, cache.k[il], cache.v[il], batch.positions, batch.slots, cfg.windows[il], cfg.attn_scale, a)
     out = be.linear(L.attn_output, a.reshape(n, -1))  # (n_tok, n_embd)
     if L.attn_output_bias is not None:
-        ops.add_bias(out, L.attn_output_bias)
+        be.ops.add_bias(out, L.attn_output_bias)
     return out
 
 
 def gated_ffn(be, L: Layer, m: np.ndarray, act) -> np.ndarray:
-    """Wdown . (act(Wgate m) * Wup m) for m (n_tok, n_embd); act is ops.swiglu or ops.geglu_tanh."""
+    """Wdown . (act(Wgate m) * Wup m) for m (n_tok, n_embd); act is be.ops.swiglu or be.ops.geglu_tanh."""
     gate = be.linear(L.ffn_gate, m)  # (n_tok, n_ff)
     up = be.linear(L.ffn_up, m)  # (n_tok, n_ff)
     act(gate, up, gate)

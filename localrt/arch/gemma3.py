@@ -7,9 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from simd_kernels import ops
-
-from .common import Batch, TensorSource, Weights, attention, gated_ffn, load_common, load_layer
+from .common import Batch, TensorSource, Weights, attention, cross, gated_ffn, layer_devices, load_common, load_layer
 
 
 def load(cfg, src: TensorSource) -> Weights:
@@ -18,18 +16,26 @@ def load(cfg, src: TensorSource) -> Weights:
 
 def forward(be, cfg, w: Weights, batch: Batch, cache) -> np.ndarray:
     """Final-normed hidden states (n_tok, n_embd) of the batch; stores its keys in the cache."""
+    devs = layer_devices(be, w)
     x = be.embed(w.token_embd, batch.tokens)  # (n_tok, n_embd) residual stream
     x *= np.float32(cfg.embed_scale)
-    h = np.empty_like(x)  # (n_tok, n_embd) normed input of the next sub-block
+    prev = be
     for il, L in enumerate(w.layers):
+        dev = devs[il]
+        if il == 0 or dev is not prev:
+            x = cross(x, prev, dev)
+            h = dev.xp.empty_like(x)  # (n_tok, n_embd) normed input of the next sub-block
+        prev = dev
         local = cfg.windows[il] > 0
         base = cfg.rope_base_swa if local else cfg.rope_base
         scale = 1.0 if local else cfg.rope_freq_scale
-        ops.rms_norm(x, L.attn_norm, cfg.rms_eps, h)
-        a = attention(be, cfg, w, L, il, h, batch, cache, base, scale)
-        ops.rms_norm(a, L.post_attention_norm, cfg.rms_eps, a)
-        ops.add_rms_norm(x, a, L.ffn_norm, cfg.rms_eps, h)
-        f = gated_ffn(be, L, h, ops.geglu_tanh)
-        ops.rms_norm(f, L.post_ffw_norm, cfg.rms_eps, f)
+        dev.ops.rms_norm(x, L.attn_norm, cfg.rms_eps, h)
+        a = attention(dev, cfg, w, L, il, h, batch, cache, base, scale)
+        dev.ops.rms_norm(a, L.post_attention_norm, cfg.rms_eps, a)
+        dev.ops.add_rms_norm(x, a, L.ffn_norm, cfg.rms_eps, h)
+        f = gated_ffn(dev, L, h, dev.ops.geglu_tanh)
+        dev.ops.rms_norm(f, L.post_ffw_norm, cfg.rms_eps, f)
         x += f
-    return ops.rms_norm(x, w.output_norm, cfg.rms_eps, h)
+    out_dev = devs[-1]
+    x = cross(x, prev, out_dev)
+    return out_dev.ops.rms_norm(x, w.output_norm, cfg.rms_eps, out_dev.xp.empty_like(x))  # on the output's device
