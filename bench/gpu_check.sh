@@ -39,7 +39,7 @@ EOF
 
 # The real models' packages must be importable (the project's own install provides them).
 python3 -m pytest -q -rs tests/test_gpu_backend.py tests/test_backend_seam.py tests/test_placement.py \
-    tests/test_devices.py tests/test_cuda_source.py 2>&1 | tee "$OUT/pytest_gpu.txt" | tail -40
+    tests/test_devices.py tests/test_cuda_source.py tests/test_cuda_glue.py 2>&1 | tee "$OUT/pytest_gpu.txt" | tail -40
 status=${PIPESTATUS[0]}
 
 timeout 300 python3 bench/gpu.py --out "$OUT/gpu.json" > "$OUT/bench_gpu.log" 2>&1 || echo "bench/gpu.py failed: see bench_gpu.log"
