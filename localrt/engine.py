@@ -1,24 +1,28 @@
 """`generate`: prompt ids in, events out (Token ... then Done), prefill in chunks, then decode."""
 from __future__ import annotations
 
+import threading
 import time
 from typing import Iterator
 
 import numpy as np
 
-from .errors import ContextLengthExceeded, InvalidRequest
+from .errors import Cancelled, ContextLengthExceeded, InvalidRequest
 from .events import Done, Token
 from .options import Options, resolve
 from .sampler import make_sampler
 from .stop import StopMatcher
 
 
-def generate(model, ids, options: dict | Options | None = None, *, slot: int = 0, load_duration_ns: int = 0) -> Iterator[Token | Done]:
+def generate(model, ids, options: dict | Options | None = None, *, slot: int = 0, load_duration_ns: int = 0,
+             cancelled: threading.Event | None = None, constraint=None) -> Iterator[Token | Done]:
     """Yield a Token per sampled token and a final Done.
 
     Stops on the model's end-of-generation tokens (done_reason "stop"), on a stop string (never partly
     emitted; "stop"), at num_predict or when prompt + output reach num_ctx ("length"). A prompt longer
-    than num_ctx raises ContextLengthExceeded before anything is yielded.
+    than num_ctx raises ContextLengthExceeded before anything is yielded. `cancelled` is checked between
+    prefill chunks (raising Cancelled) and before each decode step (ending without Done). `constraint`
+    (localrt.structured) limits each step to tokens that keep the output valid for a `format`.
     """
     t_start = time.perf_counter_ns()
     opts = options if isinstance(options, Options) else resolve(options)
@@ -32,12 +36,16 @@ def generate(model, ids, options: dict | Options | None = None, *, slot: int = 0
         raise ContextLengthExceeded(len(prompt), n_ctx)
     model._check_ids(prompt)  # token ids in range
     sampler = make_sampler(opts)
+    if constraint is not None:
+        from .structured import ConstrainedSampler
+
+        sampler = ConstrainedSampler(sampler, constraint)
     stop = StopMatcher(opts.stop)
     tok = model.tokenizer
     decoder = tok.stream_decoder() if tok is not None else None
     eog = tok.eog_ids if tok is not None else frozenset()
 
-    logits, n_evaluated = _prefill(model, prompt, slot, min(opts.num_batch, model.num_batch))
+    logits, n_evaluated = _prefill(model, prompt, slot, min(opts.num_batch, model.num_batch), cancelled)
     t_prefill = time.perf_counter_ns()
 
     history = list(prompt)
@@ -50,6 +58,8 @@ def generate(model, ids, options: dict | Options | None = None, *, slot: int = 0
         return len(history) < n_ctx and (limit is None or n_gen < limit)
 
     while more():
+        if cancelled is not None and cancelled.is_set():
+            return  # the consumer is gone: no Done to send
         token = int(sampler.sample(logits, history))
         history.append(token)
         n_gen += 1
@@ -82,7 +92,8 @@ def generate(model, ids, options: dict | Options | None = None, *, slot: int = 0
     )
 
 
-def _prefill(model, prompt: list[int], slot: int, num_batch: int) -> tuple[np.ndarray, int]:
+def _prefill(model, prompt: list[int], slot: int, num_batch: int,
+             cancelled: threading.Event | None = None) -> tuple[np.ndarray, int]:
     """Evaluate the prompt, reusing the longest cached prefix of this slot; logits of its last token."""
     cache = model.cache
     cached = model._slot_tokens.get(slot, [])
@@ -98,6 +109,8 @@ def _prefill(model, prompt: list[int], slot: int, num_batch: int) -> tuple[np.nd
     model._slot_tokens[slot] = []  # invalid until this generation finishes
     logits = None
     for start in range(keep, len(prompt), num_batch):
+        if cancelled is not None and cancelled.is_set():
+            raise Cancelled()  # between chunks: the cache stays consistent, _slot_tokens says nothing is cached
         chunk = prompt[start : start + num_batch]
         batch = model.batch(chunk, start, slot)
         logits = model.forward(batch, cache, output_rows=np.array([len(chunk) - 1]))[0]

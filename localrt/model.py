@@ -234,11 +234,11 @@ class Model:
     def detokenize(self, ids) -> str:
         return self._tok().decode(list(ids))
 
-    def generate(self, ids, options: dict | None = None) -> Iterator:
+    def generate(self, ids, options: dict | None = None, *, cancelled=None, constraint=None) -> Iterator:
         """Events (`localrt.events.Token`... then `Done`) for a prompt of token ids; see engine.generate."""
         from .engine import generate
 
-        return generate(self, ids, options or {})
+        return generate(self, ids, options or {}, cancelled=cancelled, constraint=constraint)
 
     def _tok(self):
         if self.tokenizer is None:

@@ -154,7 +154,7 @@ class Service:
                 template_override=req.template or "", context_text=context_text, has_context=req.context is not None,
                 num_ctx=model.num_ctx, count_tokens=lambda t: len(model.tokenize(t)), truncate=req.truncate)
             ids = model.tokenize(prompt.text)
-            constraint = structured.compile_format(req.format, model.tokenizer)
+            constraint = structured.compile_format(req.format, model.tokenizer) if req.format else None
             for ev in _run(loaded, ids, opts, cancelled, constraint):
                 if isinstance(ev, Done):
                     out = {**base(), "response": ev.text, **_metrics(ev, loaded.take_load_ns())}
@@ -192,7 +192,7 @@ class Service:
                 tools=req.tools or None, num_ctx=model.num_ctx, count_tokens=lambda t: len(model.tokenize(t)),
                 truncate=req.truncate)
             ids = model.tokenize(prompt.text)
-            constraint = structured.compile_format(req.format, model.tokenizer)
+            constraint = structured.compile_format(req.format, model.tokenizer) if req.format else None
             parser = ToolCallParser(tag_for_template(loaded.template), req.tools) if req.tools else None
             for ev in _run(loaded, ids, opts, cancelled, constraint):
                 got = parser.feed(ev.text) if parser else None
@@ -322,8 +322,7 @@ def _run(loaded: Loaded, ids: list[int], opts: Options, cancelled: threading.Eve
     options = opts.to_dict()
     if not options["stop"] and loaded.template_stop:
         options["stop"] = list(loaded.template_stop)
-    extra = {"constraint": constraint} if constraint is not None else {}
-    gen = loaded.model.generate(ids, options, **extra)
+    gen = loaded.model.generate(ids, options, cancelled=cancelled, constraint=constraint)
     try:
         for ev in gen:
             if cancelled.is_set():

@@ -129,8 +129,9 @@ class FakeModel:
     def detokenize(self, ids) -> str:
         return "".join(chr(i) for i in ids)
 
-    def generate(self, ids, options: dict, cancelled: threading.Event | None = None) -> Iterator:
-        # `cancelled`: a cancel signal the engine contract may grow (checked between prefill chunks); optional
+    def generate(self, ids, options: dict, cancelled: threading.Event | None = None, constraint=None) -> Iterator:
+        if constraint is not None:
+            raise AssertionError("the fake model does not do structured outputs")
         return self.lab.generate(self, ids, options, cancelled)
 
     def close(self) -> None:
