@@ -68,6 +68,7 @@ class RunnerInfo:
     load_options: dict[str, Any]
     busy: bool
     queued: int
+    size_vram: int = 0  # bytes of the model in GPU memory (0: CPU only)
 
 
 def system_available_memory() -> int:
@@ -513,6 +514,7 @@ class Scheduler:
             load_options=dict(r.load_options),
             busy=r.active is not None,
             queued=len(r.queue),
+            size_vram=min(int(getattr(r.loaded, "size_vram", 0) or 0), total),
         )
 
 

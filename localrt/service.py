@@ -43,6 +43,11 @@ class Loaded:
     template_stop: tuple[str, ...]
     unreported_load_ns: int = 0  # the load's duration, reported once, by the request that waited for it
 
+    @property
+    def size_vram(self) -> int:
+        plan = getattr(self.model, "placement", None)
+        return int(getattr(plan, "vram_bytes", 0) or 0)
+
     def take_load_ns(self) -> int:
         ns, self.unreported_load_ns = self.unreported_load_ns, 0
         return ns
@@ -103,7 +108,8 @@ class Service:
         if rec.projector_paths:
             raise ModelLoadError(f"model '{name}' has a vision projector; vision is not supported yet")
         t0 = time.perf_counter_ns()
-        model = self._load_model(rec.model_path, num_ctx=load_options["num_ctx"], num_batch=load_options["num_batch"])
+        model = self._load_model(rec.model_path, num_ctx=load_options["num_ctx"], num_batch=load_options["num_batch"],
+                                 num_gpu=load_options["num_gpu"], main_gpu=load_options["main_gpu"])
         try:
             choice = templates.choose_template(model.metadata, rec.template)
             return Loaded(name, model, rec, choice.load(), tuple(choice.stop), time.perf_counter_ns() - t0)
@@ -252,7 +258,7 @@ class Service:
             except st.StoreError:
                 rec_details, digest = {}, ""
             expires = info.expires_at or datetime(2318, 1, 1, tzinfo=timezone.utc)
-            models.append({"name": info.name, "model": info.name, "size": int(info.size), "size_vram": 0,
+            models.append({"name": info.name, "model": info.name, "size": int(info.size), "size_vram": info.size_vram,
                            "digest": digest, "details": rec_details,
                            "expires_at": expires.strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
                            "context_length": int(info.context_length)})

@@ -57,7 +57,7 @@ class Lab:
         self.runs: list[Run] = []
         self._lock = threading.Lock()
 
-    def load_model(self, path, num_ctx: int = 4096, num_batch: int = 512) -> "FakeModel":
+    def load_model(self, path, num_ctx: int = 4096, num_batch: int = 512, **_device) -> "FakeModel":
         with self._lock:
             self.loads += 1
         self.load_entered.set()
