@@ -136,6 +136,22 @@ def _logprobs(f: Fields) -> None:
     f.int("top_logprobs", 0, 0, 20)
 
 
+def _inference_fields(f: Fields, r: "GenerateRequest | ChatRequest") -> None:
+    """The fields /api/generate and /api/chat share; then no field may be left unread."""
+    r.format = _format(f.any("format"))
+    r.keep_alive = _keep_alive(f.any("keep_alive"))
+    r.options = f.obj("options") or {}
+    _think(f.any("think"))
+    _logprobs(f)
+    r.truncate = bool(f.bool("truncate", True))
+    if f.bool("shift"):
+        # the engine stops at num_ctx with done_reason "length"; it never drops old tokens to go on
+        raise InvalidRequest("shift (context shifting) is not supported: generation stops when the context is full")
+    if f.bool("_debug_render_only"):
+        raise InvalidRequest("_debug_render_only is not supported")
+    f.finish()
+
+
 @dataclass
 class Message:
     role: str
@@ -195,7 +211,6 @@ class GenerateRequest:
     keep_alive: float | str | None = None
     options: dict = field(default_factory=dict)
     truncate: bool = True
-    shift: bool = True
 
     @classmethod
     def from_json(cls, data: dict) -> "GenerateRequest":
@@ -216,17 +231,8 @@ class GenerateRequest:
         r.raw = bool(f.bool("raw", False))
         if r.raw and (r.template or r.system or r.context):
             raise InvalidRequest("raw mode does not support template, system, or context")
-        r.format = _format(f.any("format"))
-        r.keep_alive = _keep_alive(f.any("keep_alive"))
-        r.options = f.obj("options") or {}
         _no_images(f.list("images"), "request")
-        _think(f.any("think"))
-        _logprobs(f)
-        r.truncate = f.bool("truncate", True)
-        r.shift = f.bool("shift", True)
-        if f.bool("_debug_render_only"):
-            raise InvalidRequest("_debug_render_only is not supported")
-        f.finish()
+        _inference_fields(f, r)
         return r
 
 
@@ -240,7 +246,6 @@ class ChatRequest:
     keep_alive: float | str | None = None
     options: dict = field(default_factory=dict)
     truncate: bool = True
-    shift: bool = True
 
     @classmethod
     def from_json(cls, data: dict) -> "ChatRequest":
@@ -258,16 +263,7 @@ class ChatRequest:
                 raise InvalidRequest("tools entries must be objects with a function")
         r.tools = tools
         r.stream = f.bool("stream", True)
-        r.format = _format(f.any("format"))
-        r.keep_alive = _keep_alive(f.any("keep_alive"))
-        r.options = f.obj("options") or {}
-        _think(f.any("think"))
-        _logprobs(f)
-        r.truncate = f.bool("truncate", True)
-        r.shift = f.bool("shift", True)
-        if f.bool("_debug_render_only"):
-            raise InvalidRequest("_debug_render_only is not supported")
-        f.finish()
+        _inference_fields(f, r)
         return r
 
 

@@ -204,6 +204,12 @@ def _tool_calls(calls: list[dict], start: int) -> list[dict]:
     return out
 
 
+def _tail(base: dict, opts: Opts, done: dict | None) -> bytes:
+    """The end of an SSE stream: the usage chunk when asked for (`choices: []`), then [DONE]."""
+    extra = sse({**base, "choices": [], "usage": _usage(done)}) if opts.include_usage else b""
+    return extra + b"data: [DONE]\n\n"
+
+
 class ChatStream:
     """Native /api/chat events -> chat.completion(.chunk) objects."""
 
@@ -232,13 +238,7 @@ class ChatStream:
         return sse(out)
 
     def tail(self) -> bytes:
-        extra = b""
-        if self.opts.include_usage:
-            out = self._base("chat.completion.chunk")
-            out["choices"] = []
-            out["usage"] = _usage(self.done)
-            extra = sse(out)
-        return extra + b"data: [DONE]\n\n"
+        return _tail(self._base("chat.completion.chunk"), self.opts, self.done)
 
     def whole(self, items: list[dict]) -> dict:
         done = items[-1] if items else {}
@@ -275,13 +275,7 @@ class CompletionStream:
         return sse(out)
 
     def tail(self) -> bytes:
-        extra = b""
-        if self.opts.include_usage:
-            out = self._base()
-            out["choices"] = []
-            out["usage"] = _usage(self.done)
-            extra = sse(out)
-        return extra + b"data: [DONE]\n\n"
+        return _tail(self._base(), self.opts, self.done)
 
     def whole(self, items: list[dict]) -> dict:
         done = items[-1] if items else {}
