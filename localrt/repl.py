@@ -6,6 +6,9 @@ import shutil
 import sys
 
 from .cli_format import verbose_stats
+from .client import ApiError
+from .errors import InvalidRequest
+from .options import resolve
 
 HELP = """Available Commands:
   /set            Set session variables
@@ -26,7 +29,17 @@ SET_HELP = """Available Commands:
   /set verbose           Show LLM stats
   /set quiet             Disable LLM stats
   /set wordwrap          Enable wordwrap
-  /set nowordwrap        Disable wordwrap"""
+  /set nowordwrap        Disable wordwrap
+
+Use \"\"\" to begin a multi-line system message."""
+
+SHOW_HELP = """Available Commands:
+  /show info         Show details for this model
+  /show license      Show model license
+  /show modelfile    Show Modelfile for this model
+  /show parameters   Show parameters for this model
+  /show system       Show system message
+  /show template     Show prompt template"""
 
 
 def _parse_value(raw: str):
@@ -83,9 +96,12 @@ class Repl:
             return None
         if not line.lstrip().startswith('"""'):
             return line
-        first = line.lstrip()[3:]
-        if first.endswith('"""'):
-            return first[:-3]
+        return self._multiline(line.lstrip()[3:])
+
+    def _multiline(self, first: str) -> str:
+        """The rest of a \"\"\"-quoted block whose first line (after the opening quotes) is `first`."""
+        if first.rstrip().endswith('"""'):
+            return first.rstrip()[:-3]
         lines = [first]
         while True:
             try:
@@ -119,29 +135,53 @@ class Repl:
         parts = line.split(maxsplit=2)
         cmd = parts[0]
         if cmd in ("/?", "/help"):
-            print(HELP)
+            topic = parts[1].lstrip("/") if len(parts) > 1 else ""
+            print({"set": SET_HELP, "show": SHOW_HELP}.get(topic, HELP))
         elif cmd == "/clear":
             self.messages = []
             print("Cleared session context")
         elif cmd == "/set":
             self._set(parts[1:])
         elif cmd == "/show":
-            self._show(parts[1] if len(parts) > 1 else "")
-        elif cmd == "/load" and len(parts) > 1:
-            self.client.show(parts[1])
-            self.model, self.messages = parts[1], []
-            print(f"Loading model '{self.model}'")
-            list(self.client.generate(self.model, "", stream=False))
-        elif cmd == "/save" and len(parts) > 1:
-            body = {"model": parts[1], "from": self.model, "messages": self.messages}
-            if self.system:
-                body["system"] = self.system
-            if self.options:
-                body["parameters"] = self.options
-            list(self.client.create(body))
-            print(f"Created new model '{parts[1]}'")
+            self._show(parts[1:])
+        elif cmd == "/load":
+            self._load(line.split())
+        elif cmd == "/save":
+            self._save(line.split())
         else:
             print(f"Unknown command '{cmd}'. Type /? for help")
+
+    def _load(self, args: list[str]) -> None:
+        if len(args) != 2:
+            print("Usage:\n  /load <modelname>")
+            return
+        print(f"Loading model '{args[1]}'")
+        try:
+            self.client.show(args[1])
+            list(self.client.generate(args[1], "", stream=False, keep_alive=self.keepalive))
+        except ApiError as e:
+            # the session stays on the model it had, as Ollama's /load does
+            print(f"Couldn't find model '{args[1]}'" if e.status == 404 else f"error: {e.message}")
+            return
+        self.model, self.messages = args[1], []
+
+    def _save(self, args: list[str]) -> None:
+        if len(args) != 2:
+            print("Usage:\n  /save <modelname>")
+            return
+        body = {"model": args[1], "from": self.model}
+        if self.system:
+            body["system"] = self.system
+        if self.options:
+            body["parameters"] = self.options
+        if self.messages:
+            body["messages"] = self.messages
+        try:
+            list(self.client.create(body))
+        except ApiError as e:
+            print(f"error: {e.message}")
+            return
+        print(f"Created new model '{args[1]}'")
 
     def _set(self, args: list[str]) -> None:
         if not args:
@@ -149,16 +189,20 @@ class Repl:
             return
         what, rest = args[0], (args[1] if len(args) > 1 else "")
         if what == "parameter":
-            name, _, value = rest.partition(" ")
-            if not name or not value:
-                print("Usage: /set parameter <name> <value>")
-                return
-            self.options[name] = value.split() if name == "stop" else _parse_value(value)
-            print(f"Set parameter '{name}' to '{value}'")
+            self._set_parameter(rest)
         elif what == "system":
-            self.system = rest.strip().strip('"')
+            if not rest.strip():
+                print(SET_HELP)
+                return
+            text = rest.strip()
+            if text.startswith('"""'):
+                text = self._multiline(text[3:])
+            self.system = text
             print("Set system message.")
-        elif what == "format" and rest == "json":
+        elif what == "format":
+            if rest.strip() != "json":
+                print("Invalid or missing format. For 'json' mode use '/set format json'")
+                return
             self.format = "json"
             print("Set format to 'json' mode.")
         elif what == "noformat":
@@ -171,14 +215,52 @@ class Repl:
             self.wordwrap = what == "wordwrap"
             print("Set 'wordwrap' mode." if self.wordwrap else "Set 'nowordwrap' mode.")
         else:
-            print(SET_HELP)
+            print(f"Unknown command '/set {what}'. Type /? for help")
 
-    def _show(self, what: str) -> None:
+    def _set_parameter(self, rest: str) -> None:
+        name, _, value = rest.strip().partition(" ")
+        values = value.split()
+        if not name or not values:
+            print("Usage: /set parameter <name> <value>")
+            return
+        parsed = values if name == "stop" else _parse_value(value.strip())
+        try:
+            resolve({name: parsed})  # the daemon's own checks: a bad name or value is refused here, not mid-chat
+        except InvalidRequest as e:
+            print(f"Couldn't set parameter: {e}")
+            return
+        self.options[name] = parsed
+        print(f"Set parameter '{name}' to '{', '.join(values)}'")
+
+    def _show(self, args: list[str]) -> None:
+        if not args:
+            print(SHOW_HELP)
+            return
+        what = args[0]
+        if what not in ("info", "license", "modelfile", "parameters", "system", "template"):
+            print(f"Unknown command '/show {what}'. Type /? for help")
+            return
         info = self.client.show(self.model)
-        if what in ("license", "modelfile", "parameters", "system", "template"):
-            print(info.get(what) or f"No {what} was specified for this model.")
-        else:
+        if what == "info":
             print(describe(info))
+        elif what == "parameters":
+            print(self._parameters_text(info.get("parameters") or ""))
+        elif what == "system":
+            # the session's system message wins over the model's, as it does in the chat requests
+            print(self.system or info.get("system") or "No system message was specified for this model.")
+        elif what == "template":
+            print(info.get("template") or "No prompt template was specified for this model.")
+        else:
+            print(info.get(what) or f"No {what} was specified for this model.")
+
+    def _parameters_text(self, model_params: str) -> str:
+        out = ["Model defined parameters:"]
+        out += ["  " + ln for ln in model_params.splitlines()] or ["  No additional parameters were specified for "
+                                                                   "this model."]
+        if self.options:
+            out += ["", "User defined parameters:"]
+            out += [f"  {k:<30} {json.dumps(v) if not isinstance(v, str) else v}" for k, v in self.options.items()]
+        return "\n".join(out) + "\n"
 
     # a chat turn -------------------------------------------------------------------------------------------
     def turn(self, text: str) -> None:
@@ -196,6 +278,10 @@ class Repl:
                     done = ev
         except KeyboardInterrupt:
             print()
+            return
+        except ApiError as e:
+            # the turn is dropped from the history; the session goes on
+            print(f"\nError: {e.message}")
             return
         print("\n")
         self.messages += [{"role": "user", "content": text}, {"role": "assistant", "content": "".join(reply)}]

@@ -1,0 +1,169 @@
+"""`localrt run MODEL` as an interactive chat, driven in a pseudo-terminal as a user types it, against a real daemon
+(`python -m cli serve` in a subprocess over a temporary store) and the built-in SmolLM2."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pexpect
+import pytest
+
+from localrt.daemon import free_port
+
+REPO = Path(__file__).resolve().parent.parent
+MODEL = "smollm2:135m"
+PROMPT = ">>> "
+ANSWER_S = 60  # a model answer (8 tokens) or a model load on a slow, shared machine
+QUICK_S = 20  # a slash command: one HTTP call at most
+
+
+@pytest.fixture(scope="module")
+def daemon(tmp_path_factory):
+    """A real `localrt serve` on a free loopback port; always stopped at teardown."""
+    root = tmp_path_factory.mktemp("repl")
+    env = dict(os.environ, LOCALRT_HOST=f"127.0.0.1:{free_port()}", LOCALRT_MODELS=str(root / "models"),
+               LOCALRT_DATA=str(root / "data"), LOCALRT_API_KEY="",
+               PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    url = "http://" + env["LOCALRT_HOST"]
+    with open(root / "serve.log", "wb") as log:
+        proc = subprocess.Popen([sys.executable, "-m", "cli", "serve"], cwd=REPO, env=env, stdout=log,
+                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    try:
+        _wait_up(proc, url, root / "serve.log")
+        yield env, url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=5)
+
+
+def _wait_up(proc: subprocess.Popen, url: str, log: Path) -> None:
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"daemon exited with {proc.returncode}: {log.read_text(errors='replace')}")
+        try:
+            httpx.get(url + "/", timeout=2)
+            return
+        except httpx.HTTPError:
+            time.sleep(0.2)
+    raise RuntimeError("daemon did not answer within 60 s")
+
+
+class Session:
+    """One `localrt run` in a pty. `say` types a line and returns what was printed before the next prompt."""
+
+    def __init__(self, env: dict, *args: str):
+        self.child = pexpect.spawn(sys.executable, ["-m", "cli", "run", MODEL, *args], cwd=str(REPO), env=env,
+                                   encoding="utf-8", timeout=ANSWER_S, dimensions=(40, 200))
+        self.child.expect_exact(PROMPT)  # the model is preloaded before the first prompt
+
+    def say(self, line: str, timeout: float = QUICK_S, prompt: str = PROMPT) -> str:
+        self.child.sendline(line)
+        self.child.expect_exact(prompt, timeout=timeout)
+        out = self.child.before.replace("\r\n", "\n")
+        echoed, _, rest = out.partition("\n")  # the tty echoes the typed line first
+        assert echoed.strip() == line.strip(), out
+        return rest
+
+    def ask(self, line: str) -> str:
+        answer = self.say(line, timeout=ANSWER_S)
+        assert answer.strip(), f"no answer to {line!r}"
+        return answer
+
+    def close(self) -> None:
+        if self.child.isalive():
+            self.child.terminate(force=True)
+
+
+@pytest.fixture
+def session(daemon):
+    made: list[Session] = []
+
+    def start(*args: str) -> Session:
+        s = Session(daemon[0], *args)
+        made.append(s)
+        return s
+
+    yield start
+    for s in made:
+        s.close()
+
+
+def _show(url: str, model: str) -> dict:
+    r = httpx.post(url + "/api/show", json={"model": model}, timeout=30)
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+def test_interactive_session_commands_and_save_load(daemon, session):
+    env, url = daemon
+    s = session()
+    assert s.say("/set parameter num_predict 8").strip() == "Set parameter 'num_predict' to '8'"
+    assert s.say("/set parameter temperature 0").strip() == "Set parameter 'temperature' to '0'"
+    assert "Couldn't set parameter" in s.say("/set parameter bogus 1")  # refused before it can break a turn
+    assert "Couldn't set parameter" in s.say("/set parameter temperature -1")
+    first = s.ask("What is 2+2?")
+
+    assert s.say("/set system You are terse.").strip() == "Set system message."
+    assert s.say("/show system").strip() == "You are terse."
+    params = s.say("/show parameters")
+    assert "Model defined parameters:" in params and "<|im_end|>" in params  # the model's own PARAMETER lines
+    user = params.split("User defined parameters:", 1)[1].split()
+    assert user == ["num_predict", "8", "temperature", "0"]
+
+    s.child.sendline('"""Answer this:')
+    s.child.expect_exact("... ", timeout=QUICK_S)  # a continuation prompt, not a turn
+    assert s.say('what is the capital of France?"""', timeout=ANSWER_S).strip()
+
+    assert s.say("/clear").strip() == "Cleared session context"
+    again = s.ask("What is 2+2?")
+    assert again.strip(), again
+    assert s.say("/save mysaved").strip() == "Created new model 'mysaved'"
+    saved = _show(url, "mysaved")
+    assert saved["system"] == "You are terse."
+    assert "num_predict" in saved["parameters"] and "temperature" in saved["parameters"]
+    # the history after /clear only: one user turn and its answer
+    assert [m["role"] for m in saved["messages"]] == ["user", "assistant"]
+    assert saved["messages"][0]["content"] == "What is 2+2?"
+    assert first.strip()
+
+    assert s.say("/load no-such-model", timeout=ANSWER_S).strip().endswith("Couldn't find model 'no-such-model'")
+    assert s.say("/load mysaved", timeout=ANSWER_S).strip() == "Loading model 'mysaved'"
+    assert any(m["name"].startswith("mysaved") for m in httpx.get(url + "/api/ps", timeout=10).json()["models"])
+    assert s.ask("Hi").strip()
+
+    helptext = s.say("/?")
+    assert "Available Commands:" in helptext and "/bye" in helptext and '"""' in helptext
+    assert "/set parameter" in s.say("/? set")
+    assert s.say("/foo").strip() == "Unknown command '/foo'. Type /? for help"
+    assert s.say("/show nonsense").strip() == "Unknown command '/show nonsense'. Type /? for help"
+    assert s.say("/save").strip() == "Usage:\n  /save <modelname>"
+
+    s.child.sendline("/bye")
+    s.child.expect(pexpect.EOF, timeout=QUICK_S)
+    s.child.close()
+    assert s.child.exitstatus == 0
+
+
+def test_verbose_prints_stats_after_each_answer_and_eof_exits(daemon, session):
+    s = session("--verbose")
+    s.say("/set parameter num_predict 4")
+    out = s.ask("Hello")
+    for label in ("total duration:", "load duration:", "prompt eval count:", "eval count:", "eval rate:"):
+        assert label in out, out
+    count = int(out.split("eval count:")[-1].split()[0])
+    assert 1 <= count <= 4
+    assert "eval rate" not in s.say("/set quiet")
+    assert "eval rate:" not in s.ask("Hello")
+    s.child.sendeof()  # Ctrl-D at the prompt ends the chat like /bye
+    s.child.expect(pexpect.EOF, timeout=QUICK_S)
+    s.child.close()
+    assert s.child.exitstatus == 0
