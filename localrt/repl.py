@@ -266,14 +266,16 @@ class Repl:
     def turn(self, text: str) -> None:
         msgs = ([{"role": "system", "content": self.system}] if self.system else []) + self.messages
         msgs.append({"role": "user", "content": text})
-        width = shutil.get_terminal_size((80, 20)).columns
-        reply, done, col = [], None, 0
+        # wrapping moves the cursor with escape codes: only on a terminal, never into a pipe or file
+        wrap = self.wordwrap and sys.stdout.isatty()
+        out = WordWrap(sys.stdout, shutil.get_terminal_size((80, 20)).columns) if wrap else _Plain(sys.stdout)
+        reply, done = [], None
         try:
             for ev in self.client.chat(self.model, msgs, options=self.options or None, format=self.format,
                                        keep_alive=self.keepalive):
                 piece = (ev.get("message") or {}).get("content", "")
                 reply.append(piece)
-                col = self._emit(piece, col, width)
+                out.write(piece)
                 if ev.get("done"):
                     done = ev
         except KeyboardInterrupt:
@@ -288,20 +290,49 @@ class Repl:
         if self.verbose and done:
             print(verbose_stats(done), file=sys.stderr)
 
-    def _emit(self, piece: str, col: int, width: int) -> int:
-        if not self.wordwrap:
-            sys.stdout.write(piece)
-            sys.stdout.flush()
-            return col
+
+class _Plain:
+    def __init__(self, out):
+        self.out = out
+
+    def write(self, piece: str) -> None:
+        self.out.write(piece)
+        self.out.flush()
+
+
+class WordWrap:
+    """Streams text to a terminal `width` columns wide, moving a word that would cross the right edge to the next
+    line (the way `ollama run` wraps), so words are never split by the terminal."""
+
+    def __init__(self, out, width: int):
+        self.out, self.width = out, max(width, 2)
+        self.col = 0  # cursor column on the current line
+        self.word = ""  # the letters written since the last space or newline
+
+    def write(self, piece: str) -> None:
         for ch in piece:
             if ch == "\n":
-                col = 0
-            elif col >= width - 1 and ch == " ":
-                sys.stdout.write("\n")
-                col = 0
-                continue
+                self.col, self.word = 0, ""
+            elif ch == " ":
+                self.word = ""
+                if self.col >= self.width - 1:
+                    ch, self.col = "\n", 0  # a space at the edge becomes the line break
+                else:
+                    self.col += 1
             else:
-                col += 1
-            sys.stdout.write(ch)
-        sys.stdout.flush()
-        return col
+                if self.col >= self.width - 1:
+                    self._break()
+                self.word += ch
+                self.col += 1
+            self.out.write(ch)
+        self.out.flush()
+
+    def _break(self) -> None:
+        if self.word and len(self.word) < self.col:
+            # erase the unfinished word (cursor left, clear to end of line) and start it again on a new line
+            self.out.write(f"\x1b[{len(self.word)}D\x1b[K\n{self.word}")
+            self.col = len(self.word)
+        else:
+            # a word as long as the line cannot move: break it
+            self.out.write("\n")
+            self.col, self.word = 0, ""

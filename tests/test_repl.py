@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import time
+from datetime import datetime, timezone
 from pathlib import Path
 
 import httpx
 import pexpect
 import pytest
 
+from localrt.cli_format import _parse_time
 from localrt.daemon import free_port
 
 REPO = Path(__file__).resolve().parent.parent
@@ -60,9 +63,9 @@ def _wait_up(proc: subprocess.Popen, url: str, log: Path) -> None:
 class Session:
     """One `localrt run` in a pty. `say` types a line and returns what was printed before the next prompt."""
 
-    def __init__(self, env: dict, *args: str):
+    def __init__(self, env: dict, *args: str, columns: int = 200):
         self.child = pexpect.spawn(sys.executable, ["-m", "cli", "run", MODEL, *args], cwd=str(REPO), env=env,
-                                   encoding="utf-8", timeout=ANSWER_S, dimensions=(40, 200))
+                                   encoding="utf-8", timeout=ANSWER_S, dimensions=(40, columns))
         self.child.expect_exact(PROMPT)  # the model is preloaded before the first prompt
 
     def say(self, line: str, timeout: float = QUICK_S, prompt: str = PROMPT) -> str:
@@ -87,8 +90,8 @@ class Session:
 def session(daemon):
     made: list[Session] = []
 
-    def start(*args: str) -> Session:
-        s = Session(daemon[0], *args)
+    def start(*args: str, columns: int = 200) -> Session:
+        s = Session(daemon[0], *args, columns=columns)
         made.append(s)
         return s
 
@@ -167,3 +170,46 @@ def test_verbose_prints_stats_after_each_answer_and_eof_exits(daemon, session):
     s.child.expect(pexpect.EOF, timeout=QUICK_S)
     s.child.close()
     assert s.child.exitstatus == 0
+
+
+def _screen(raw: str) -> list[str]:
+    """The lines a terminal shows for `raw`, applying the REPL's one cursor move (left N, clear to end of line)."""
+    lines = [""]
+    for piece in re.split(r"(\x1b\[\d+D\x1b\[K|\n)", raw.replace("\r\n", "\n")):
+        if piece == "\n":
+            lines.append("")
+        elif piece.startswith("\x1b["):
+            lines[-1] = lines[-1][: -int(piece[2:].split("D")[0])]
+        else:
+            lines[-1] += piece
+    return lines
+
+
+def test_wordwrap_moves_words_to_the_next_line_and_nowordwrap_does_not(session):
+    columns, question = 30, "Tell me about the ocean."
+    flat = session("--nowordwrap", columns=columns)
+    flat.say("/set parameter num_predict 24")
+    flat.say("/set parameter temperature 0")
+    text = flat.ask(question)
+    assert "\x1b[" not in text and len(text.strip()) > columns  # long enough to need wrapping
+    flat.say("/bye", prompt=pexpect.EOF)
+
+    wrapped = session(columns=columns)
+    wrapped.say("/set parameter num_predict 24")
+    wrapped.say("/set parameter temperature 0")
+    shown = _screen(wrapped.ask(question))
+    assert all(len(line) < columns for line in shown), shown
+    assert len([ln for ln in shown if ln.strip()]) > 1
+    assert " ".join(shown).split() == text.split()  # same words, none cut in two
+
+
+def test_format_json_and_keepalive_reach_the_daemon(daemon, session):
+    env, url = daemon
+    s = session("--format", "json", "--keepalive", "17m")
+    s.say("/set parameter num_predict 8")
+    assert s.ask("Give me a JSON object with a name.").lstrip().startswith("{")
+    loaded = [m for m in httpx.get(url + "/api/ps", timeout=10).json()["models"] if m["name"] == MODEL]
+    left = (_parse_time(loaded[0]["expires_at"]) - datetime.now(timezone.utc)).total_seconds()
+    assert 15 * 60 < left <= 17 * 60  # not the 5 minute default
+    assert s.say("/set noformat").strip() == "Disabled format."
+    s.say("/bye", prompt=pexpect.EOF)
