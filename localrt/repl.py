@@ -80,6 +80,14 @@ def describe(info: dict, verbose: bool = False) -> str:
     return "\n".join(out) + "\n"
 
 
+def _line_editing() -> None:
+    """Arrow keys, line editing and history for input(), where the platform has GNU readline or libedit."""
+    try:
+        import readline  # noqa: F401 - importing it is what hooks it into input()
+    except ImportError:
+        pass
+
+
 class Repl:
     def __init__(self, client, model: str, *, verbose=False, format=None, keepalive=None, wordwrap=True):
         self.client, self.model = client, model
@@ -114,6 +122,7 @@ class Repl:
             lines.append(more)
 
     def loop(self) -> None:
+        _line_editing()
         list(self.client.generate(self.model, "", stream=False, keep_alive=self.keepalive))  # preload
         while True:
             try:

@@ -111,6 +111,9 @@ def test_interactive_session_commands_and_save_load(daemon, session):
     s = session()
     assert s.say("/set parameter num_predict 8").strip() == "Set parameter 'num_predict' to '8'"
     assert s.say("/set parameter temperature 0").strip() == "Set parameter 'temperature' to '0'"
+    s.child.send("\x1b[A\r")  # up arrow recalls the last line from history, Enter runs it again
+    s.child.expect_exact("Set parameter 'temperature' to '0'", timeout=QUICK_S)
+    s.child.expect_exact(PROMPT, timeout=QUICK_S)
     assert "Couldn't set parameter" in s.say("/set parameter bogus 1")  # refused before it can break a turn
     assert "Couldn't set parameter" in s.say("/set parameter temperature -1")
     first = s.ask("What is 2+2?")
