@@ -215,4 +215,11 @@ def test_format_json_and_keepalive_reach_the_daemon(daemon, session):
     left = (_parse_time(loaded[0]["expires_at"]) - datetime.now(timezone.utc)).total_seconds()
     assert 15 * 60 < left <= 17 * 60  # not the 5 minute default
     assert s.say("/set noformat").strip() == "Disabled format."
+    s.child.sendline('/set system """Line one.')
+    s.child.expect_exact("... ", timeout=QUICK_S)
+    assert s.say('Line two."""').strip() == "Set system message."
+    assert s.say("/show system").strip() == "Line one.\nLine two."
+    s.child.sendintr()  # Ctrl-C at the prompt does not end the chat
+    s.child.expect_exact("Use Ctrl + d or /bye to exit.", timeout=QUICK_S)
+    s.child.expect_exact(PROMPT, timeout=QUICK_S)
     s.say("/bye", prompt=pexpect.EOF)
