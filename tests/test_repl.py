@@ -127,19 +127,23 @@ def test_interactive_session_commands_and_save_load(daemon, session):
 
     s.child.sendline('"""Answer this:')
     s.child.expect_exact("... ", timeout=QUICK_S)  # a continuation prompt, not a turn
-    assert s.say('what is the capital of France?"""', timeout=ANSWER_S).strip()
+    s.ask('what is the capital of France?"""')
+    assert s.say("/save midway").strip() == "Created new model 'midway'"
+    history = _show(url, "midway")["messages"]
+    assert [m["role"] for m in history] == ["user", "assistant"] * 2
+    assert history[0]["content"] == "What is 2+2?" and history[1]["content"].strip() == first.strip()
+    assert history[2]["content"] == "Answer this:\nwhat is the capital of France?"  # one message, two lines
 
     assert s.say("/clear").strip() == "Cleared session context"
     again = s.ask("What is 2+2?")
-    assert again.strip(), again
     assert s.say("/save mysaved").strip() == "Created new model 'mysaved'"
     saved = _show(url, "mysaved")
     assert saved["system"] == "You are terse."
-    assert "num_predict" in saved["parameters"] and "temperature" in saved["parameters"]
+    params = dict(line.split(None, 1) for line in saved["parameters"].splitlines())
+    assert float(params["num_predict"]) == 8 and float(params["temperature"]) == 0
     # the history after /clear only: one user turn and its answer
-    assert [m["role"] for m in saved["messages"]] == ["user", "assistant"]
-    assert saved["messages"][0]["content"] == "What is 2+2?"
-    assert first.strip()
+    assert [(m["role"], m["content"].strip()) for m in saved["messages"]] == [
+        ("user", "What is 2+2?"), ("assistant", again.strip())]
 
     assert s.say("/load no-such-model", timeout=ANSWER_S).strip().endswith("Couldn't find model 'no-such-model'")
     assert s.say("/load mysaved", timeout=ANSWER_S).strip() == "Loading model 'mysaved'"
