@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 
 import simd_kernels
-from simd_kernels import ops
+from simd_kernels import ops, threads
 
 from .errors import ModelLoadError
 
@@ -39,7 +39,7 @@ class CPUBackend:
     ops = ops  # the simd_kernels.ops functions the arch code calls on this device's arrays
 
     def __init__(self) -> None:
-        self._scratch = np.empty(SCRATCH_ELEMS, np.float32)  # flat; viewed as (chunk_rows, cols)
+        self._scratches: list[np.ndarray] = []  # per prefill team member: flat f32, viewed as (chunk_rows, cols)
 
     def put(self, a: np.ndarray) -> np.ndarray:
         """An f32 array moved onto this device (the hidden state crossing a device boundary)."""
@@ -83,22 +83,38 @@ class CPUBackend:
             # our own contiguous f32.
             simd_kernels.MUL[w.ggml_type](w.data, x, out)
             return out
-        # Prefill is compute-bound: dequantize big row chunks (one chunk for most layer weights) and
-        # multiply with BLAS, which beats the fused integer kernel once a few tokens share each weight.
+        # Prefill is compute-bound: each team member dequantizes its share of the rows in big chunks and
+        # multiplies them with single-threaded BLAS, which beats the fused integer kernel once a few
+        # tokens share each weight.
         rows, cols = w.shape
         if out is None:
             out = np.empty((x.shape[0], rows), np.float32)  # (n_tok, rows)
-        chunk = max(1, min(rows, SCRATCH_ELEMS // cols))
+        team = threads.team()
+        bounds = _split(rows, team.n, 16)
         rows_kernel = simd_kernels.ROWS[w.ggml_type]
-        for r0 in range(0, rows, chunk):
-            n = min(chunk, rows - r0)
-            tile = self._scratch[: n * cols].reshape(n, cols)  # (n, cols) dequantized rows r0..r0+n
-            rows_kernel(w.data, np.arange(r0, r0 + n, dtype=np.int64), tile)
-            if n == rows:
-                np.matmul(x, tile.T, out=out)
-            else:
-                out[:, r0 : r0 + n] = x @ tile.T
+        scratches = self._team_scratch(team.n)
+
+        def part(i: int) -> None:
+            scratch = scratches[i]
+            r_lo, r_hi = bounds[i], bounds[i + 1]
+            chunk = max(1, min(r_hi - r_lo, len(scratch) // cols))
+            for r0 in range(r_lo, r_hi, chunk):
+                n = min(chunk, r_hi - r0)
+                tile = scratch[: n * cols].reshape(n, cols)  # (n, cols) dequantized rows r0..r0+n
+                rows_kernel(w.data, np.arange(r0, r0 + n, dtype=np.int64), tile)
+                if n == rows:
+                    np.matmul(x, tile.T, out=out)
+                else:
+                    out[:, r0 : r0 + n] = x @ tile.T
+
+        team.run(part)
         return out
+
+    def _team_scratch(self, n: int) -> list[np.ndarray]:
+        """A flat f32 scratch (SCRATCH_ELEMS / n,) per team member: pages are touched only as tiles need them."""
+        if len(self._scratches) != n:
+            self._scratches = [np.empty(SCRATCH_ELEMS // n, np.float32) for _ in range(n)]
+        return self._scratches
 
     def attention(self, q, k_cache, v_cache, positions, slots, window: int, scale: float, out: np.ndarray) -> np.ndarray:
         """Causal attention over the cache; see `ops.attention` for shapes and the window rule."""
@@ -120,19 +136,38 @@ class CPUBackend:
         mask = np.where(hidden, np.float32(-np.inf), np.float32(0.0))  # (n_tok, n_keys) additive
         s = int(slots[0])
         wrapped = k0 > 0 or p1 >= cap
-        for kvh in range(n_kv):
-            k = k_cache[s, kvh][idx] if wrapped else k_cache[s, kvh, : p1 + 1]  # (n_keys, hd)
-            v = v_cache[s, kvh][idx] if wrapped else v_cache[s, kvh, : p1 + 1]  # (n_keys, hd_v)
-            heads = slice(kvh * group, (kvh + 1) * group)
-            # (group * n_tok, hd): 2-D operands keep numpy on BLAS (stacked matmul with a transposed
-            # operand falls back to a slow loop).
-            qg = np.ascontiguousarray(q[:, heads, :].transpose(1, 0, 2)).reshape(group * n, -1)
-            sc = (qg @ k.T).reshape(group, n, len(keys))  # (group, n_tok, n_keys)
-            sc *= np.float32(scale)
-            sc += mask
-            sc -= sc.max(axis=2, keepdims=True)
-            np.exp(sc, out=sc)
-            sc /= sc.sum(axis=2, keepdims=True)
-            mixed = sc.reshape(group * n, -1) @ v  # (group * n_tok, hd_v)
-            out[:, heads, :] = mixed.reshape(group, n, -1).transpose(1, 0, 2)
+        k_all = k_cache[s][:, idx] if wrapped else k_cache[s, :, : p1 + 1]  # (n_kv, n_keys, hd)
+        v_all = v_cache[s][:, idx] if wrapped else v_cache[s, :, : p1 + 1]  # (n_kv, n_keys, hd_v)
+        # Query rows split over the team. Every member scores all keys (the masked ones too): each row's
+        # sums then run over the same operands as in one product, so the numerics do not depend on the split.
+        team = threads.team()
+        bounds = _split(n, team.n, 1)
+
+        def part(i: int) -> None:
+            a, b = bounds[i], bounds[i + 1]
+            if a >= b:
+                return
+            m = b - a
+            for kvh in range(n_kv):
+                k, v = k_all[kvh], v_all[kvh]  # (n_keys, hd), (n_keys, hd_v)
+                heads = slice(kvh * group, (kvh + 1) * group)
+                # (group * m, hd): 2-D operands keep numpy on BLAS (stacked matmul with a transposed
+                # operand falls back to a slow loop).
+                qg = np.ascontiguousarray(q[a:b, heads, :].transpose(1, 0, 2)).reshape(group * m, -1)
+                sc = (qg @ k.T).reshape(group, m, len(keys))  # (group, m, n_keys)
+                sc *= np.float32(scale)
+                sc += mask[a:b]
+                sc -= sc.max(axis=2, keepdims=True)
+                np.exp(sc, out=sc)
+                sc /= sc.sum(axis=2, keepdims=True)
+                mixed = sc.reshape(group * m, -1) @ v  # (group * m, hd_v)
+                out[a:b, heads, :] = mixed.reshape(group, m, -1).transpose(1, 0, 2)
+
+        team.run(part)
         return out
+
+
+def _split(n: int, parts: int, align: int) -> list[int]:
+    """parts + 1 bounds cutting range(n) into near-equal pieces starting at multiples of align."""
+    cuts = [min(n, (n * i // parts + align - 1) // align * align) for i in range(parts)]
+    return cuts + [n]

@@ -11,8 +11,11 @@ import math
 import numpy as np
 from numba import njit, prange
 
+from . import threads
+
 ROPE_NORMAL = 0  # pairs (x[2i], x[2i+1]); GGUF llama q/k rows are permuted for this
 ROPE_NEOX = 2  # pairs (x[i], x[i + n_rot/2]), as HF rotate_half
+TEAM_MIN_ROWS = 16  # token rows from which element-wise FFN kernels split over the prefill team
 
 
 @njit(cache=True, nogil=True)
@@ -117,14 +120,34 @@ def softmax_rows(x):
     return x
 
 
-@njit(cache=True, nogil=True)
 def swiglu(gate, up, out):
     """out = silu(gate) * up.  All (n_tok, n_ff) f32."""
+    return _on_team(_swiglu_rows, gate, up, out)
+
+
+@njit(cache=True, nogil=True)
+def _swiglu_rows(gate, up, out):
     n_tok, n = gate.shape
     for t in range(n_tok):
         for i in range(n):
             g = gate[t, i]
             out[t, i] = g / (np.float32(1.0) + np.float32(math.exp(-g))) * up[t, i]
+    return out
+
+
+def _on_team(kernel, gate, up, out):
+    """kernel(gate, up, out) on row ranges split over the prefill team; small batches on this thread."""
+    n_tok = gate.shape[0]
+    if n_tok < TEAM_MIN_ROWS:
+        return kernel(gate, up, out)
+    team = threads.team()
+    step = -(-n_tok // team.n)
+
+    def part(i):
+        rows = slice(i * step, min(n_tok, (i + 1) * step))
+        kernel(gate[rows], up[rows], out[rows])
+
+    team.run(part)
     return out
 
 
@@ -134,34 +157,21 @@ _GELU_C = np.float32(math.sqrt(2.0 / math.pi))
 def geglu_tanh(gate, up, out):
     """out = gelu_tanh(gate) * up, all (n_tok, n_ff) f32, gelu computed exactly in float32.
 
-    (ggml's float16 GELU lookup table was tried: it moved Gemma 3 away from llama.cpp's reference
-    logits, so the vectorized CPU path evidently computes it directly.)
+    (ggml's float16 GELU lookup table was tried twice: it moved Gemma 3 away from llama.cpp's reference
+    logits, top-1 184/188 instead of 187/188, so the reference evidently computes it directly.)
     """
-    kernel = _geglu_parallel if gate.shape[0] >= 16 else _geglu_serial
-    return kernel(gate, up, out)
+    return _on_team(_geglu_rows, gate, up, out)
 
 
 @njit(cache=True, nogil=True)
-def _geglu_row(gate, up, out, t):
-    for i in range(gate.shape[1]):
-        g = gate[t, i]
-        inner = _GELU_C * g * (np.float32(1.0) + np.float32(0.044715) * g * g)
-        # tanhf as ggml_gelu_f32 has it (1 / (1 + exp(-2u)) is faster but moved greedy decoding on
-        # Gemma 3 off llama.cpp's path at a near-tie).
-        out[t, i] = np.float32(0.5) * g * (np.float32(1.0) + np.float32(math.tanh(inner))) * up[t, i]
-
-
-@njit(cache=True, nogil=True)
-def _geglu_serial(gate, up, out):
+def _geglu_rows(gate, up, out):
     for t in range(gate.shape[0]):
-        _geglu_row(gate, up, out, t)
-    return out
-
-
-@njit(cache=True, nogil=True, parallel=True)
-def _geglu_parallel(gate, up, out):
-    for t in prange(gate.shape[0]):
-        _geglu_row(gate, up, out, t)
+        for i in range(gate.shape[1]):
+            g = gate[t, i]
+            inner = _GELU_C * g * (np.float32(1.0) + np.float32(0.044715) * g * g)
+            # tanhf as ggml_gelu_f32 has it (1 / (1 + exp(-2u)) is faster but moved greedy decoding on
+            # Gemma 3 off llama.cpp's path at a near-tie).
+            out[t, i] = np.float32(0.5) * g * (np.float32(1.0) + np.float32(math.tanh(inner))) * up[t, i]
     return out
 
 
@@ -261,3 +271,4 @@ def softcap(x, cap):
     for i in range(flat.size):
         flat[i] = cap * np.float32(math.tanh(flat[i] / cap))
     return x
+
