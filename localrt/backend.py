@@ -81,6 +81,7 @@ class CPUBackend:
             # The raw fused kernel (8-bit activations, as llama.cpp), without the checked wrapper: decode
             # makes hundreds of these calls per token; shapes were checked at load and activations are
             # our own contiguous f32.
+            threads.use_threads_for(w.data.nbytes * x.shape[0])
             simd_kernels.MUL[w.ggml_type](w.data, x, out)
             return out
         # Prefill is compute-bound: each team member dequantizes its share of the rows in big chunks and

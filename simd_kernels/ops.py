@@ -198,9 +198,13 @@ def attention(q, k_cache, v_cache, positions, slots, window, scale, out):
     full attention, else a key at p0 is visible to a query at p1 iff p1 - p0 < window.
     out: (n_tok, n_head, head_dim_v) f32.  Query head h reads KV head h // (n_head / n_kv).
     """
-    # Threads pay off only with many (token, head) jobs; a decode step stays on one thread.
-    kernel = _attention_parallel if q.shape[0] * q.shape[1] >= 32 else _attention_serial
-    return kernel(q, k_cache, v_cache, positions, slots, window, scale, out)
+    # Threads pay off once the jobs read enough keys: a decode step over a few hundred positions does.
+    n_keys = int(positions.max()) + 1 if window <= 0 else min(int(positions.max()) + 1, window)
+    work = q.shape[0] * q.shape[1] * n_keys * (q.shape[2] + v_cache.shape[3]) * 4  # bytes of k, v read
+    if work >= threads.PARALLEL_MIN_BYTES * 4 and q.shape[0] * q.shape[1] > 1:
+        threads.use_threads_for(work)
+        return _attention_parallel(q, k_cache, v_cache, positions, slots, window, scale, out)
+    return _attention_serial(q, k_cache, v_cache, positions, slots, window, scale, out)
 
 
 # Reassociation lets LLVM vectorize the dot-product reductions; no flag that assumes finite values,

@@ -15,7 +15,7 @@ import numba
 
 # Work (weight bytes x tokens, or bytes written) below which one thread runs a call. Read at each call:
 # a process that shares its cores with other busy processes should raise it.
-PARALLEL_MIN_BYTES = 256 << 10
+PARALLEL_MIN_BYTES = 32 << 10
 
 _set = threading.local()
 
