@@ -55,24 +55,25 @@ def blas_single_thread() -> bool:
 
 
 def _set_blas_threads(n: int) -> bool:
+    """Set every loaded OpenBLAS (NumPy's, and SciPy's that Numba imports) to n threads; True if any was."""
     import ctypes
 
     try:
-        with open("/proc/self/maps") as maps:  # the OpenBLAS NumPy loaded (Linux; elsewhere keep BLAS as is)
+        with open("/proc/self/maps") as maps:  # Linux; elsewhere BLAS keeps its own threads and the team has one member
             paths = sorted({line.split()[-1] for line in maps if "openblas" in line.lower() and ".so" in line})
     except OSError:
         return False
+    done = False
     for path in paths:
         try:
             lib = ctypes.CDLL(path)
         except OSError:
             continue
-        for name in _BLAS_SETTERS:
-            setter = getattr(lib, name, None)
-            if setter is not None:
-                setter(ctypes.c_int(n))
-                return True
-    return False
+        setter = next((getattr(lib, name) for name in _BLAS_SETTERS if hasattr(lib, name)), None)
+        if setter is not None:
+            setter(ctypes.c_int(n))
+            done = True
+    return done
 
 
 def _one_thread() -> None:
