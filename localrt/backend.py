@@ -103,10 +103,7 @@ class CPUBackend:
                 n = min(chunk, r_hi - r0)
                 tile = scratch[: n * cols].reshape(n, cols)  # (n, cols) dequantized rows r0..r0+n
                 rows_kernel(w.data, np.arange(r0, r0 + n, dtype=np.int64), tile)
-                if n == rows:
-                    np.matmul(x, tile.T, out=out)
-                else:
-                    out[:, r0 : r0 + n] = x @ tile.T
+                np.matmul(x, tile.T, out=out[:, r0 : r0 + n])  # BLAS writes the strided column block in place
 
         team.run(part)
         return out
@@ -130,10 +127,9 @@ class CPUBackend:
         k0 = max(0, p0 - window + 1) if window > 0 else 0
         keys = np.arange(k0, p1 + 1)  # (n_keys,) positions
         idx = keys % cap  # ring slots of those positions (identity for full layers)
-        rel = positions[:, None] - keys[None, :]  # (n_tok, n_keys) query pos - key pos
-        hidden = rel < 0
+        hidden = keys[None, :] > positions[:, None]  # (n_tok, n_keys) key after the query
         if window > 0:
-            hidden |= rel >= window
+            hidden |= keys[None, :] <= positions[:, None] - window  # key out of the query's window
         mask = np.where(hidden, np.float32(-np.inf), np.float32(0.0))  # (n_tok, n_keys) additive
         s = int(slots[0])
         wrapped = k0 > 0 or p1 >= cap
