@@ -158,25 +158,21 @@ def make_app(service, config) -> Starlette:
             return JSONResponse(fold(await _drain(pump, request, first)))
         return StreamingResponse(_stream(pump, first, _ndjson), media_type="application/x-ndjson")
 
-    def native(handler):
+    def guarded(handler, openai: bool = False):
+        """The one place a route's exceptions become HTTP replies (native or OpenAI error shape)."""
         async def route(request: Request) -> Response:
             try:
                 return await handler(request)
             except (ClientDisconnect, errors.Cancelled):
                 return Response(status_code=499)
             except Exception as exc:  # noqa: BLE001 - mapped once, here
-                return _error_response(exc)
+                return _error_response(exc, openai=openai)
         return route
 
+    native = guarded
+
     def openai(handler):
-        async def route(request: Request) -> Response:
-            try:
-                return await handler(request)
-            except (ClientDisconnect, errors.Cancelled):
-                return Response(status_code=499)
-            except Exception as exc:  # noqa: BLE001
-                return _error_response(exc, openai=True)
-        return route
+        return guarded(handler, openai=True)
 
     async def root(request: Request) -> Response:
         return PlainTextResponse("Ollama is running")
