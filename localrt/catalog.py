@@ -167,10 +167,10 @@ class Catalog:
         return create_model(self.store, name, mf, quantize=quantize, allow_local_paths=False)
 
     def blob_exists(self, digest: str) -> bool:
-        return self.store.has_blob(_digest(digest))
+        return self.store.has_blob(digest)  # sha256:<hex> or the URL/file form sha256-<hex>
 
     def blob_writer(self, digest: str) -> BlobWriter:
-        return BlobWriter(self.store, _digest(digest))
+        return BlobWriter(self.store, digest)
 
     def pull_args(self, body: dict) -> tuple[str, bool]:
         name = _name_of(body)
@@ -178,13 +178,6 @@ class Catalog:
         if not isinstance(insecure, bool):
             raise InvalidRequest("insecure must be a boolean")
         return name, insecure
-
-
-def _digest(text: str) -> str:
-    # The URL form may use '-' (sha256-<hex>), as Ollama accepts.
-    if not isinstance(text, str) or len(text) != 71 or text[6] not in ":-":
-        raise st.InvalidDigest(text)
-    return st.digest.normalize("sha256:" + text[7:])
 
 
 KNOWN_CREATE_FIELDS = {"model", "name", "from", "files", "adapters", "template", "system", "license", "parameters",
@@ -202,7 +195,7 @@ def _modelfile_from_request(body: dict) -> mfile.Modelfile:
     for fname, digest in files.items():
         if not isinstance(fname, str) or os.path.isabs(fname) or ".." in fname.replace("\\", "/").split("/"):
             raise InvalidRequest("file path must be relative")
-        froms.append("@" + _digest(digest))
+        froms.append("@" + st.digest.normalize(digest))
     if body.get("from"):
         if not isinstance(body["from"], str):
             raise InvalidRequest("from must be a string")
@@ -226,7 +219,8 @@ def _modelfile_from_request(body: dict) -> mfile.Modelfile:
         if body.get(key) is not None and not isinstance(body[key], str):
             raise InvalidRequest(f"{key} must be a string")
     try:
-        return mfile.build(froms, adapters=["@" + _digest(d) for d in adapters.values()], template=body.get("template"),
+        return mfile.build(froms, adapters=["@" + st.digest.normalize(d) for d in adapters.values()],
+                           template=body.get("template"),
                            system=body.get("system"), parameters=params, licenses=licenses,
                            messages=[{"role": m.get("role"), "content": m.get("content", "")} for m in messages])
     except ValueError as e:
