@@ -324,16 +324,14 @@ def estimate_memory(path, num_ctx: int, num_batch: int) -> MemoryNeed:
 
 def _run(loaded: Loaded, ids: list[int], opts: Options, cancelled: threading.Event,
          constraint=None) -> Iterator[Token | Done]:
-    """The engine's events for one request, with the template's stop strings added, stopping on cancel."""
+    """The engine's events for one request, with the template's stop strings added. The engine checks
+    `cancelled` between prefill chunks and decode steps; the scheduler stops pulling events once it is set."""
     options = opts.to_dict()
     if not options["stop"] and loaded.template_stop:
         options["stop"] = list(loaded.template_stop)
     gen = loaded.model.generate(ids, options, cancelled=cancelled, constraint=constraint)
     try:
-        for ev in gen:
-            if cancelled.is_set():
-                return
-            yield ev
+        yield from gen
     finally:
         gen.close()
 
