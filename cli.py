@@ -32,12 +32,14 @@ def _guard(fn):
 
     @functools.wraps(fn)
     def wrapper(*a, **kw):
-        from localrt.client import ApiError, DaemonUnreachable
+        from localrt.client import ApiError, DaemonGone, DaemonUnreachable
 
         try:
             return fn(*a, **kw)
         except ApiError as e:
             _fail(e.message)
+        except DaemonGone as e:
+            _fail(f"{e}; see the daemon's log: {_log_path()}")
         except DaemonUnreachable as e:
             _fail(f"{e}\nIs the daemon running? Start it with: localrt serve")
         except KeyboardInterrupt:
@@ -45,47 +47,103 @@ def _guard(fn):
     return wrapper
 
 
-def ensure_daemon(client) -> None:
-    """Start a daemon in the background when none answers, as `ollama run` expects one to be there."""
-    if client.is_running():
-        return
+def _log_path() -> Path:
     from localrt import config
 
-    cfg = config.load()
-    log_dir = cfg.data_dir / "logs"
-    log_dir.mkdir(parents=True, exist_ok=True)
-    log = open(log_dir / "server.log", "ab")
-    typer.echo(f"localrt: no daemon at {client.base_url}; starting one (log: {log_dir / 'server.log'})", err=True)
-    subprocess.Popen([sys.executable, "-m", "cli", "serve"], stdout=log, stderr=log, stdin=subprocess.DEVNULL,
-                     start_new_session=True)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        if client.is_running():
-            return
-        time.sleep(0.2)
-    _fail(f"the daemon did not start; see {log_dir / 'server.log'}")
+    return config.load().data_dir / "logs" / "server.log"
+
+
+def _rotate_log(path: Path) -> None:
+    """A fresh server.log per daemon start; the previous one is kept as server-1.log."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if path.exists():
+        os.replace(path, path.with_name("server-1.log"))
+
+
+def _log_tail(path: Path, n: int = 12) -> str:
+    try:
+        lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
+    except OSError:
+        return "(no log)"
+    return "\n".join("  " + ln for ln in lines[-n:]) or "  (the log is empty)"
+
+
+def _serve_command() -> list[str]:
+    """`localrt serve`, through the console script of this same install (so ps shows `localrt serve`)."""
+    import shutil
+
+    exe = shutil.which("localrt", path=str(Path(sys.executable).parent)) or shutil.which("localrt")
+    return [exe, "serve"] if exe else [sys.executable, "-m", "localrt", "serve"]
+
+
+def ensure_daemon(client) -> None:
+    """Start a daemon in the background when none answers, as `ollama run` expects one to be there.
+
+    A spinner shows while it starts; if the child exits first, the last lines of its log say why at once."""
+    if client.is_running():
+        return
+    from localrt.spinner import Spinner
+
+    log_path = _log_path()
+    _rotate_log(log_path)
+    typer.echo(f"localrt: starting the daemon on {client.base_url} (log: {log_path}; "
+               "stop it with: pkill -f 'localrt serve')", err=True)
+    with open(log_path, "ab") as log:
+        child = subprocess.Popen(_serve_command(), stdout=log, stderr=log, stdin=subprocess.DEVNULL,
+                                 start_new_session=True)
+    deadline = time.monotonic() + 120
+    with Spinner():
+        while not client.is_running():
+            if child.poll() is not None:
+                if client.is_running():  # another `run` started one at the same moment, and ours lost the bind
+                    return
+                _fail(f"the daemon exited (status {child.returncode}) while starting. The end of {log_path}:\n"
+                      f"{_log_tail(log_path)}")
+            if time.monotonic() > deadline:
+                _fail(f"the daemon did not answer within 120 s; see {log_path}")
+            time.sleep(0.1)
+
+
+def _version_callback(value: bool) -> None:
+    if value:
+        from importlib.metadata import version as _v
+
+        typer.echo(f"localrt version is {_v('localrt')}")
+        raise typer.Exit()
+
+
+@app.callback()
+def main(
+    version: bool = typer.Option(False, "--version", "-v", callback=_version_callback, is_eager=True,
+                                 help="Show the version and exit"),
+) -> None:
+    """Run large language models locally."""
 
 
 @app.command()
 def serve() -> None:
     """Start the daemon (LOCALRT_HOST, default 127.0.0.1:11434)."""
-    from localrt import config
-    from localrt.daemon import InsecureBind, serve_forever
-    from localrt.service import Service
-
     import logging
 
+    from localrt import config
+    from localrt.daemon import BindError, bind, serve_forever
+
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    cfg = config.load()
+    try:
+        cfg = config.load()
+        sock = bind(cfg)
+    except (BindError, ValueError) as e:
+        _fail(str(e))
+    from localrt.service import Service
+
     try:
         service = Service(cfg)
     except Exception as e:  # noqa: BLE001 - a start-up failure is one line for the user
+        sock.close()
         _fail(f"could not start: {e}")
-    typer.echo(f"localrt listening on {cfg.base_url}", err=True)
+    typer.echo(f"localrt listening on {cfg.base_url} (pid {os.getpid()})", err=True)
     try:
-        serve_forever(service, cfg)
-    except InsecureBind as e:
-        _fail(str(e))
+        serve_forever(service, cfg, sock)
     finally:
         service.close()
 
@@ -103,7 +161,7 @@ def run(
     """Run a model: one answer for a prompt (or stdin), else an interactive chat."""
     client = _client()
     ensure_daemon(client)
-    client.show(model)  # 404 here is the clear "model not found" before anything streams
+    _ensure_model(client, model)  # a clear "not found" (or the pull that fixes it) before anything streams
     if format not in (None, "json"):
         _fail('invalid format: only "json" is supported')
     text = " ".join(prompt or [])
@@ -111,7 +169,7 @@ def run(
         piped = sys.stdin.read()
         text = f"{piped}\n{text}".strip() if text else piped
     if text:
-        done = _stream_generate(client, model, text, format, keepalive)
+        done = _stream_generate(client, model, text, format, keepalive, wordwrap=not nowordwrap)
         if verbose and done:
             from localrt.cli_format import verbose_stats
 
@@ -122,13 +180,46 @@ def run(
     Repl(client, model, verbose=verbose, format=format, keepalive=keepalive, wordwrap=not nowordwrap).loop()
 
 
-def _stream_generate(client, model: str, text: str, format, keepalive) -> dict | None:
+def _ensure_model(client, model: str) -> None:
+    """As `ollama run` does, a model that is not in the store is pulled first, but only from where that works
+    offline: a built-in model is created from its installed package, and other names are pulled only when they
+    name their registry or LOCALRT_REGISTRY names a mirror. Otherwise "not found" stands: an air-gapped PC has no
+    default registry to try."""
+    from localrt import config
+    from localrt.client import ApiError
+    from localrt.library import is_builtin
+    from localrt.progress import render_progress
+
+    try:
+        client.show(model)
+        return
+    except ApiError as e:
+        if e.status != 404:
+            raise
+        first, _, rest = model.partition("/")
+        if not (is_builtin(model) or config.load().registry or ("." in first or ":" in first) and rest):
+            raise
+    render_progress(client.pull(model))
+
+
+def _stream_generate(client, model: str, text: str, format, keepalive, wordwrap: bool = True) -> dict | None:
+    import shutil
+
+    from localrt.repl import WordWrap, _Plain
+    from localrt.spinner import Spinner
+
+    # wrapping moves the cursor with escape codes: only on a terminal, never into a pipe or file
+    wrap = wordwrap and sys.stdout.isatty()
+    out = WordWrap(sys.stdout, shutil.get_terminal_size((80, 20)).columns) if wrap else _Plain(sys.stdout)
     done = None
-    for ev in client.generate(model, text, format=format, keep_alive=keepalive):
-        sys.stdout.write(ev.get("response", ""))
-        sys.stdout.flush()
-        if ev.get("done"):
-            done = ev
+    with Spinner() as spinner:  # until the first token
+        for ev in client.generate(model, text, format=format, keep_alive=keepalive):
+            piece = ev.get("response", "")
+            if piece or ev.get("done"):
+                spinner.stop()
+            out.write(piece)
+            if ev.get("done"):
+                done = ev
     sys.stdout.write("\n")
     return done
 
@@ -167,7 +258,8 @@ def show(
     template: bool = typer.Option(False, "--template"),
     system: bool = typer.Option(False, "--system"),
     license: bool = typer.Option(False, "--license"),
-    verbose: bool = typer.Option(False, "-v", "--verbose"),
+    verbose: bool = typer.Option(False, "-v", "--verbose", help="Show the model's metadata too"),
+    full: bool = typer.Option(False, "--full", help="With -v: print whole metadata arrays (tokens, merges)"),
 ) -> None:
     """Show information for a model."""
     picked = [k for k, v in dict(modelfile=modelfile, parameters=parameters, template=template, system=system,
@@ -180,7 +272,7 @@ def show(
         return
     from localrt.repl import describe
 
-    typer.echo(describe(info, verbose))
+    typer.echo(describe(info, verbose, full))
 
 
 @app.command()
@@ -224,9 +316,14 @@ def create(
     """Create a model from a Modelfile."""
     from localrt.progress import render_progress
 
+    from modelfile import ModelfileError
+
     if not file.is_file():
         _fail(f"no Modelfile at {file}")
-    body = _create_body(_client(), model, file, quantize)
+    try:
+        body = _create_body(_client(), model, file, quantize)
+    except ModelfileError as e:
+        _fail(f"{file} {e}")  # the message carries the line: "Modelfile (line 2): unknown parameter ..."
     render_progress(_client().create(body))
 
 

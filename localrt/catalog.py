@@ -61,10 +61,8 @@ class Catalog:
 
     def _entry(self, name: str) -> st.ModelEntry:
         try:
-            return self.store.get(name)
+            return self.store.get(library.resolve(self.store, name))
         except st.ManifestNotFound:
-            if library.ensure_builtin(self.store, name):
-                return self.store.get(name)
             raise ModelNotFound(name) from None
 
     def details(self, entry: st.ModelEntry) -> dict:
@@ -138,13 +136,12 @@ class Catalog:
                 st.names.parse(value)
             except st.InvalidName:
                 raise InvalidRequest(f'{key} "{value}" is invalid') from None
-        self._entry(src)
-        self.store.copy(src, dst)
+        self.store.copy(self._entry(src).name.display, dst)
 
     def delete_name(self, body: dict) -> str:
         name = _name_of(body)
         try:
-            return st.names.parse(name).display
+            return st.names.parse(library.resolve(self.store, name)).display
         except st.InvalidName:
             raise InvalidRequest(f'name "{name}" is invalid') from None
 

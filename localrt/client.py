@@ -21,6 +21,14 @@ class DaemonUnreachable(ConnectionError):
     pass
 
 
+class DaemonGone(DaemonUnreachable):
+    """The daemon was reached, then closed the connection (or stopped answering) before its reply was whole."""
+
+
+def _gone(e: httpx.TransportError) -> DaemonGone:
+    return DaemonGone(f"the daemon closed the connection before the reply was complete ({type(e).__name__})")
+
+
 def _message(resp: httpx.Response) -> str:
     try:
         body = resp.json()
@@ -47,6 +55,8 @@ class Client:
             resp = self._http.request(method, path, **kw)
         except httpx.ConnectError as e:
             raise DaemonUnreachable(f"could not connect to localrt at {self.base_url}: {e}") from None
+        except httpx.TransportError as e:
+            raise _gone(e) from None
         if resp.status_code >= 400:
             raise ApiError(resp.status_code, _message(resp))
         return resp
@@ -66,6 +76,8 @@ class Client:
                     yield event
         except httpx.ConnectError as e:
             raise DaemonUnreachable(f"could not connect to localrt at {self.base_url}: {e}") from None
+        except httpx.TransportError as e:
+            raise _gone(e) from None
 
     # health
     def version(self) -> str:

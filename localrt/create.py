@@ -268,11 +268,9 @@ def _use_blob(b: _Build, digest: str, media_type: str, check: Callable[[dict, st
 
 
 def _inherit(b: _Build, name: st.ModelName) -> Iterator[dict]:
-    if not b.store.exists(name):
-        from .library import ensure_builtin  # a built-in model is created on first use
+    from .library import model_record  # a built-in model is created on first use
 
-        ensure_builtin(b.store, name.display)
-    rec = b.store.model_record(name)  # ManifestNotFound when it is neither stored nor built in
+    rec = model_record(b.store, name.display, create_builtin=True)  # ManifestNotFound: neither stored nor built in
     src = rec.entry.name.display
     for layer in rec.entry.manifest.layers:
         inherited = mt.Layer(layer.media_type, layer.digest, layer.size, layer.from_ or src, layer.extra)

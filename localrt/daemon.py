@@ -1,6 +1,7 @@
 """Running the ASGI app on a real socket with uvicorn: in the foreground (`localrt serve`) or in a thread (tests)."""
 from __future__ import annotations
 
+import errno
 import socket
 import threading
 import time
@@ -12,7 +13,11 @@ from .security import is_loopback
 from .server import make_app
 
 
-class InsecureBind(RuntimeError):
+class BindError(RuntimeError):
+    """The daemon's address cannot be listened on: in use, not this machine's, not resolvable, or refused."""
+
+
+class InsecureBind(BindError):
     pass
 
 
@@ -63,9 +68,28 @@ def _uvicorn_config(app, config, sock_host: str, port: int) -> uvicorn.Config:
     )
 
 
-def serve_forever(service, config) -> None:
+def bind(config) -> socket.socket:
+    """The listening socket, bound before anything says "listening"; BindError is one line for the user."""
     check_bind(config)
-    uvicorn.Server(_uvicorn_config(make_app(service, config), config, config.host, config.port)).run()
+    try:
+        family, kind, proto, _, addr = socket.getaddrinfo(config.host, config.port, type=socket.SOCK_STREAM)[0]
+    except socket.gaierror as e:
+        raise BindError(f"cannot listen on {config.base_url}: unknown host {config.host!r} ({e.strerror})") from None
+    sock = socket.socket(family, kind, proto)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # restart at once after a stop (TIME_WAIT)
+        sock.bind(addr)
+    except OSError as e:
+        sock.close()
+        why = "the address is in use (is a daemon already running?)" if e.errno == errno.EADDRINUSE else e.strerror
+        raise BindError(f"cannot listen on {config.base_url}: {why}") from None
+    sock.set_inheritable(True)
+    return sock
+
+
+def serve_forever(service, config, sock: socket.socket) -> None:
+    """Serve on `sock` (from bind()) until interrupted."""
+    uvicorn.Server(_uvicorn_config(make_app(service, config), config, config.host, config.port)).run(sockets=[sock])
 
 
 def free_port(host: str = "127.0.0.1") -> int:

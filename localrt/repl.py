@@ -9,6 +9,7 @@ from .cli_format import verbose_stats
 from .client import ApiError
 from .errors import InvalidRequest
 from .options import resolve
+from .spinner import Spinner
 
 HELP = """Available Commands:
   /set            Set session variables
@@ -49,8 +50,19 @@ def _parse_value(raw: str):
         return raw
 
 
-def describe(info: dict, verbose: bool = False) -> str:
-    """The default `show` view: Model, Capabilities, Parameters, System, License sections."""
+SHOWN_ITEMS = 3  # `show -v` prints the first few entries of a metadata array (tokens, merges), as Ollama does
+
+
+def _metadata_value(v, full: bool) -> str:
+    if isinstance(v, list) and not full and len(v) > SHOWN_ITEMS:
+        head = ", ".join(json.dumps(x, ensure_ascii=False) for x in v[:SHOWN_ITEMS])
+        return f"[{head}, ...] ({len(v)} items)"
+    return json.dumps(v, ensure_ascii=False) if isinstance(v, (list, str)) else str(v)
+
+
+def describe(info: dict, verbose: bool = False, full: bool = False) -> str:
+    """The default `show` view: Model, Capabilities, Parameters, System, License sections; with `verbose`, the
+    metadata too, long arrays shortened unless `full`."""
     mi = info.get("model_info") or {}
     arch = mi.get("general.architecture", "")
     det = info.get("details") or {}
@@ -76,7 +88,7 @@ def describe(info: dict, verbose: bool = False) -> str:
             if len(lines) > 2 and not verbose:
                 out.append("    ...")
     if verbose and mi:
-        out += ["", "  Metadata"] + [f"    {k:<40}{v}" for k, v in mi.items()]
+        out += ["", "  Metadata"] + [f"    {k:<40}{_metadata_value(v, full)}" for k, v in mi.items()]
     return "\n".join(out) + "\n"
 
 
@@ -280,13 +292,16 @@ class Repl:
         out = WordWrap(sys.stdout, shutil.get_terminal_size((80, 20)).columns) if wrap else _Plain(sys.stdout)
         reply, done = [], None
         try:
-            for ev in self.client.chat(self.model, msgs, options=self.options or None, format=self.format,
-                                       keep_alive=self.keepalive):
-                piece = (ev.get("message") or {}).get("content", "")
-                reply.append(piece)
-                out.write(piece)
-                if ev.get("done"):
-                    done = ev
+            with Spinner() as spinner:  # until the first token
+                for ev in self.client.chat(self.model, msgs, options=self.options or None, format=self.format,
+                                           keep_alive=self.keepalive):
+                    piece = (ev.get("message") or {}).get("content", "")
+                    if piece or ev.get("done"):
+                        spinner.stop()
+                    reply.append(piece)
+                    out.write(piece)
+                    if ev.get("done"):
+                        done = ev
         except KeyboardInterrupt:
             print()
             return

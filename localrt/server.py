@@ -18,6 +18,7 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response, Strea
 from starlette.routing import Route
 
 from . import api_types, errors, openai_compat
+from .access_log import AccessLog
 from .security import BodyTooLarge, Guard, is_loopback
 
 log = logging.getLogger("localrt.server")
@@ -318,8 +319,8 @@ def make_app(service, config) -> Starlette:
         routes += registry_routes(lambda: service.store, config)
     app = Starlette(routes=routes)
     public = ("/v2/",) if getattr(config, "registry_public", False) else ()
-    return Guard(app, loopback_bind=is_loopback(config.host), origins=config.origins, api_key=config.api_key,
-                 public_read_prefixes=public)
+    return AccessLog(Guard(app, loopback_bind=is_loopback(config.host), origins=config.origins,
+                           api_key=config.api_key, public_read_prefixes=public))
 
 
 def fold_generate(items: list[dict]) -> dict:

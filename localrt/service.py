@@ -93,9 +93,10 @@ class Service:
 
     # ---- loading -------------------------------------------------------------------------------------
 
-    def record(self, name: str) -> st.ModelRecord:
+    def record(self, name: str, *, create_builtin: bool = True) -> st.ModelRecord:
+        """The model a request names; inference creates a built-in model on first use, `show` does not."""
         try:
-            return library.model_record(self.store, name)
+            return library.model_record(self.store, name, create_builtin=create_builtin)
         except st.ManifestNotFound:
             raise ModelNotFound(name) from None
 
@@ -268,7 +269,7 @@ class Service:
         return self.catalog.tags()
 
     def show(self, body: dict) -> dict:
-        return self.catalog.show(body, self.record)
+        return self.catalog.show(body, lambda name: self.record(name, create_builtin=False))
 
     def copy(self, body: dict) -> None:
         self.catalog.copy(body)
@@ -291,6 +292,8 @@ class Service:
         from . import pull as _pull
 
         name, insecure = self.catalog.pull_args(body)
+        if not _pull.is_path(name) and library.is_builtin(name):
+            return library.pull_builtin(self.store, name)
         return _pull.pull(self.store, name, insecure=insecure, default_registry=self.config.registry,
                           token=self.config.registry_token)
 

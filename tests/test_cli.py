@@ -221,17 +221,17 @@ def test_run_starts_a_daemon_when_none_answers(tmp_path):
     try:
         r = subprocess.run([sys.executable, "-m", "cli", "run", "no-such-model", "hi"], cwd=REPO, env=env,
                            capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
-        assert "starting one" in r.stderr, r.stderr
+        assert "starting the daemon" in r.stderr and "pkill -f 'localrt serve'" in r.stderr, r.stderr
         assert r.returncode == 1 and "not found" in r.stderr  # it reached the new daemon, which said so
         assert httpx.get(f"http://127.0.0.1:{port}/", timeout=5).text == "Ollama is running"
         daemons = _pids_with_env(str(data))
         assert len(daemons) == 1, daemons
-        cmdline = Path(f"/proc/{daemons[0]}/cmdline").read_bytes().split(b"\0")
-        assert b"serve" in cmdline
+        cmdline = Path(f"/proc/{daemons[0]}/cmdline").read_bytes().rstrip(b"\0").split(b"\0")
+        assert cmdline[-2].endswith(b"localrt") and cmdline[-1] == b"serve", cmdline  # ps reads `localrt serve`
         assert (data / "logs" / "server.log").is_file()
         listed = subprocess.run([sys.executable, "-m", "cli", "list"], cwd=REPO, env=env, capture_output=True,
                                 text=True, timeout=60)
-        assert listed.returncode == 0 and "starting one" not in listed.stderr and "NAME" in listed.stdout
+        assert listed.returncode == 0 and "starting the daemon" not in listed.stderr and "NAME" in listed.stdout
     finally:
         _stop(_pids_with_env(str(data)))
     assert not _pids_with_env(str(data)), "the started daemon is still running"

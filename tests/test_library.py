@@ -16,6 +16,7 @@ import store as st
 from localrt import builtin_models, library
 from localrt.create import config_from_gguf, create, gguf_facts
 from localrt.templates import GoTemplate
+from localrt.templates.prompt import generate_prompt, load_template
 
 sys.path.insert(0, str(Path(__file__).parent))
 from _tiny_gguf import write_tiny_gguf  # noqa: E402
@@ -85,29 +86,16 @@ def test_smollm2_template_matches_its_gguf_jinja_template(smollm2_path, conv):
     assert render(library.CHATML_TEMPLATE, messages(*conv)) == expected
 
 
-def gemma3_hf(conv) -> str:
-    """Gemma 3's Hugging Face chat template, written out: a leading system message goes in front of the
-    first turn after it, assistant speaks as 'model', and the prompt ends with an open model turn."""
-    prefix, out = "", ""
-    if conv[0][0] == "system":
-        prefix, conv = conv[0][1] + "\n\n", conv[1:]
-    for i, (role, content) in enumerate(conv):
-        who = "model" if role == "assistant" else role
-        out += f"<start_of_turn>{who}\n{prefix if i == 0 else ''}{content}<end_of_turn>\n"
-    return out + "<start_of_turn>model\n"
-
-
-@pytest.mark.parametrize("conv", CONVERSATIONS)
-def test_gemma3_template(conv):
+def test_gemma3_is_a_base_model_that_continues_text():
+    """The PyPI Gemma 3 270M is the pretrained model: the prompt goes in bare, and a continuation stops after a
+    paragraph by default instead of rambling to the end of the context."""
     mf = M.parse(library.BUILTINS["gemma3:270m"].modelfile("/p/gemma.gguf"))
     assert mf.system is None and mf.parameters == {
-        "stop": ["<end_of_turn>"], "temperature": 1.0, "top_k": 64, "top_p": 0.95
+        "num_predict": library.BASE_NUM_PREDICT, "temperature": 1.0, "top_k": 64, "top_p": 0.95
     }
-    assert render(mf.template, messages(*conv)) == gemma3_hf(conv)
-
-
-def test_gemma3_reference_prompt():
-    assert render(library.GEMMA3_TEMPLATE, messages(("user", "What is 2+2?"))) == PROMPTS["gemma3"][1]
+    assert 0 < library.BASE_NUM_PREDICT <= 512
+    tmpl = load_template(mf.template, "go")
+    assert generate_prompt(tmpl, "The capital of France is").text == "The capital of France is"
 
 
 def test_real_gguf_facts(smollm2_path, gemma3_path):
@@ -128,16 +116,33 @@ def test_ensure_builtin_uses_create_path(tmp_path, monkeypatch):
     monkeypatch.setitem(library.BUILTINS, "gemma3:270m", spec)
     s = st.Store(tmp_path / "models")
     assert library.ensure_builtin(s, "llama3") is False and s.list() == []
+    assert library.resolve(s, "gemma3") == "gemma3:270m"  # a name, nothing created
+    assert s.list() == []
+    with pytest.raises(st.ManifestNotFound):
+        library.model_record(s, "gemma3")  # read-only lookups never create
+    assert s.list() == []
     assert library.ensure_builtin(s, "gemma3") is True
-    assert {e.name.display for e in s.list()} == {"gemma3:270m", "gemma3:latest"}
-    assert s.get("gemma3").digest == s.get("gemma3:270m").digest
+    assert {e.name.display for e in s.list()} == {"gemma3:270m"}  # stored once, under its canonical name
+    assert library.resolve(s, "gemma3") == library.resolve(s, "gemma3:latest") == "gemma3:270m"
+    assert library.model_record(s, "gemma3").name.display == "gemma3:270m"
     r = s.model_record("gemma3:270m")
-    assert r.template == library.GEMMA3_TEMPLATE and r.params["stop"] == ["<end_of_turn>"]
+    assert r.template == library.BASE_TEMPLATE and r.params["num_predict"] == library.BASE_NUM_PREDICT
     assert r.model_path.read_bytes() == tiny.read_bytes()
     assert library.ensure_builtin(s, "gemma3:270m") is True  # idempotent
     assert library.model_record(s, "GEMMA3:270M").name.display == "gemma3:270m"
     with pytest.raises(st.ManifestNotFound):
-        library.model_record(s, "llama3")
+        library.model_record(s, "llama3", create_builtin=True)
+
+
+def test_a_stored_latest_wins_over_the_builtin_alias(tmp_path, monkeypatch):
+    tiny = write_tiny_gguf(tmp_path / "tiny.gguf", arch="gemma3")
+    monkeypatch.setitem(library.BUILTINS, "gemma3:270m",
+                        dataclasses.replace(library.BUILTINS["gemma3:270m"], gguf_path=lambda: tiny))
+    s = st.Store(tmp_path / "models")
+    list(create(s, "gemma3:latest", f"FROM {tiny}\nSYSTEM mine\n"))
+    assert library.resolve(s, "gemma3") == "gemma3"
+    assert library.model_record(s, "gemma3", create_builtin=True).system == "mine"
+    assert {e.name.display for e in s.list()} == {"gemma3:latest"}
 
 
 def test_missing_package_is_a_clear_error(tmp_path, monkeypatch):
@@ -156,7 +161,7 @@ def test_real_smollm2_builtin_offline(tmp_path, smollm2_path):
     s = st.Store(tmp_path)
     events = list(create(s, "terse", "FROM smollm2\nSYSTEM Answer in one word.\n"))
     assert events[-1] == {"status": "success"}
-    assert {e.name.display for e in s.list()} == {"smollm2:135m", "smollm2:latest", "terse:latest"}
+    assert {e.name.display for e in s.list()} == {"smollm2:135m", "terse:latest"}
     r = s.model_record("smollm2:135m")
     assert r.model_path.stat().st_size == smollm2_path.stat().st_size
     assert r.details["parameter_size"] == "134.52M" and r.details["quantization_level"] == "Q4_1"

@@ -22,6 +22,7 @@ MODEL = "smollm2:135m"
 PROMPT = ">>> "
 ANSWER_S = 60  # a model answer (8 tokens) or a model load on a slow, shared machine
 QUICK_S = 20  # a slash command: one HTTP call at most
+SPINNER = re.compile("\r(?:[\u2800-\u28ff][^\r\n\x1b]*)?\x1b\\[K")  # a spinner frame, or its erasure
 
 
 @pytest.fixture(scope="module")
@@ -71,7 +72,8 @@ class Session:
     def say(self, line: str, timeout: float = QUICK_S, prompt: str = PROMPT) -> str:
         self.child.sendline(line)
         self.child.expect_exact(prompt, timeout=timeout)
-        out = self.child.before.replace("\r\n", "\n")
+        self.spun = bool(SPINNER.search(self.child.before))
+        out = SPINNER.sub("", self.child.before).replace("\r\n", "\n")
         echoed, _, rest = out.partition("\n")  # the tty echoes the typed line first
         assert echoed.strip() == line.strip(), out
         return rest
@@ -79,6 +81,7 @@ class Session:
     def ask(self, line: str) -> str:
         answer = self.say(line, timeout=ANSWER_S)
         assert answer.strip(), f"no answer to {line!r}"
+        assert self.spun, "no spinner while the first token was awaited"
         return answer
 
     def close(self) -> None:
