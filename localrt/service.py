@@ -135,7 +135,7 @@ class Service:
         return Events(iter(stream), stream)
 
     def _load_or_unload(self, name: str, opts: Options, keep_alive, reply: Callable[[str], dict]) -> Events:
-        if keep_alive is not None and parse_duration(keep_alive) == 0:
+        if _unloads(keep_alive, None):
             self.scheduler.unload(name)
             return _once(reply("unload"))
         return self._submit(name, opts, keep_alive, lambda loaded, req, cancelled: iter([reply("load")]))
@@ -143,7 +143,7 @@ class Service:
     # ---- inference ---------------------------------------------------------------------------------
 
     def generate(self, req: GenerateRequest) -> Events:
-        rec = self.record(req.model)
+        rec = self.record(req.model, create_builtin=not _unloads(req.keep_alive, req.prompt or req.suffix))
         name = rec.name.display
         opts = self.options(rec, req.options)
         structured.check_format(req.format)  # a bad schema is a 400 before anything is scheduled
@@ -174,7 +174,7 @@ class Service:
         return self._submit(name, opts, req.keep_alive, work)
 
     def chat(self, req: ChatRequest) -> Events:
-        rec = self.record(req.model)
+        rec = self.record(req.model, create_builtin=not _unloads(req.keep_alive, req.messages))
         name = rec.name.display
         opts = self.options(rec, req.options)
         structured.check_format(req.format)
@@ -215,7 +215,7 @@ class Service:
         return self._submit(name, opts, req.keep_alive, work)
 
     def embed(self, req: EmbedRequest) -> dict:
-        rec = self.record(req.model)
+        rec = self.record(req.model, create_builtin=not _unloads(req.keep_alive, req.inputs))
         name = rec.name.display
         opts = self.options(rec, req.options)
         t0 = time.perf_counter_ns()
@@ -302,6 +302,11 @@ class Service:
 
         name, insecure = self.catalog.pull_args(body)
         return _push.push(self.store, name, insecure=insecure, token=self.config.registry_token)
+
+
+def _unloads(keep_alive, work) -> bool:
+    """A request with nothing to do and keep_alive 0 only unloads: it never creates a built-in model."""
+    return not work and keep_alive is not None and parse_duration(keep_alive) == 0
 
 
 def estimate_memory(path, num_ctx: int, num_batch: int) -> MemoryNeed:
