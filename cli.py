@@ -1,4 +1,4 @@
-"""The `localrt` command. Every command but `serve` talks to the daemon through localrt.client."""
+"""The `localrt` command. Every command but `serve` talks to the daemon through localrt.cli.client."""
 from __future__ import annotations
 
 import hashlib
@@ -16,7 +16,7 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, help="Run large la
 
 
 def _client():
-    from localrt.client import Client
+    from localrt.cli.client import Client
 
     return Client()
 
@@ -32,7 +32,7 @@ def _guard(fn):
 
     @functools.wraps(fn)
     def wrapper(*a, **kw):
-        from localrt.client import ApiError, DaemonGone, DaemonUnreachable
+        from localrt.cli.client import ApiError, DaemonGone, DaemonUnreachable
 
         try:
             return fn(*a, **kw)
@@ -82,7 +82,7 @@ def ensure_daemon(client) -> None:
     A spinner shows while it starts; if the child exits first, the last lines of its log say why at once."""
     if client.is_running():
         return
-    from localrt.spinner import Spinner
+    from localrt.cli.spinner import Spinner
 
     log_path = _log_path()
     _rotate_log(log_path)
@@ -126,7 +126,7 @@ def serve() -> None:
     import logging
 
     from localrt import config
-    from localrt.daemon import BindError, bind, serve_forever
+    from localrt.serve.daemon import BindError, bind, serve_forever
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
@@ -134,7 +134,7 @@ def serve() -> None:
         sock = bind(cfg)
     except (BindError, ValueError) as e:
         _fail(str(e))
-    from localrt.service import Service
+    from localrt.runtime.service import Service
 
     try:
         service = Service(cfg)
@@ -171,11 +171,11 @@ def run(
     if text:
         done = _stream_generate(client, model, text, format, keepalive, wordwrap=not nowordwrap)
         if verbose and done:
-            from localrt.cli_format import verbose_stats
+            from localrt.cli.cli_format import verbose_stats
 
             typer.echo(verbose_stats(done), err=True)
         return
-    from localrt.repl import Repl
+    from localrt.cli.repl import Repl
 
     Repl(client, model, verbose=verbose, format=format, keepalive=keepalive, wordwrap=not nowordwrap).loop()
 
@@ -186,9 +186,9 @@ def _ensure_model(client, model: str) -> None:
     name their registry or LOCALRT_REGISTRY names a mirror. Otherwise "not found" stands: an air-gapped PC has no
     default registry to try."""
     from localrt import config
-    from localrt.client import ApiError
-    from localrt.library import is_builtin
-    from localrt.progress import render_progress
+    from localrt.cli.client import ApiError
+    from localrt.cli.progress import render_progress
+    from localrt.models.library import is_builtin
 
     try:
         client.show(model)
@@ -205,8 +205,8 @@ def _ensure_model(client, model: str) -> None:
 def _stream_generate(client, model: str, text: str, format, keepalive, wordwrap: bool = True) -> dict | None:
     import shutil
 
-    from localrt.repl import WordWrap, _Plain
-    from localrt.spinner import Spinner
+    from localrt.cli.repl import WordWrap, _Plain
+    from localrt.cli.spinner import Spinner
 
     # wrapping moves the cursor with escape codes: only on a terminal, never into a pipe or file
     wrap = wordwrap and sys.stdout.isatty()
@@ -228,7 +228,7 @@ def _stream_generate(client, model: str, text: str, format, keepalive, wordwrap:
 @_guard
 def list_models(prefix: Optional[str] = typer.Argument(None)) -> None:
     """List models."""
-    from localrt.cli_format import ago, human_bytes, table
+    from localrt.cli.cli_format import ago, human_bytes, table
 
     rows = [[m["name"], m["digest"][:12], human_bytes(m["size"]), ago(m["modified_at"])]
             for m in _client().list() if not prefix or m["name"].startswith(prefix)]
@@ -242,7 +242,7 @@ app.command("ls", help="List models.")(list_models)
 @_guard
 def ps() -> None:
     """List running models."""
-    from localrt.cli_format import human_bytes, processor, table, until
+    from localrt.cli.cli_format import human_bytes, processor, table, until
 
     rows = [[m["name"], m["digest"][:12], human_bytes(m["size"]), processor(m["size"], m.get("size_vram", 0)),
              str(m.get("context_length", "")), until(m["expires_at"])] for m in _client().ps()]
@@ -270,7 +270,7 @@ def show(
     if picked:
         typer.echo(info.get(picked[0]) or "")
         return
-    from localrt.repl import describe
+    from localrt.cli.repl import describe
 
     typer.echo(describe(info, verbose, full))
 
@@ -314,8 +314,7 @@ def create(
     quantize: Optional[str] = typer.Option(None, "-q", "--quantize", help="Quantize model to this level"),
 ) -> None:
     """Create a model from a Modelfile."""
-    from localrt.progress import render_progress
-
+    from localrt.cli.progress import render_progress
     from modelfile import ModelfileError
 
     if not file.is_file():
@@ -376,7 +375,7 @@ def _upload(client, path: Path) -> str:
 @_guard
 def pull(model: str, insecure: bool = typer.Option(False, "--insecure")) -> None:
     """Pull a model from a registry or mirror, or from a local folder / bundle / file:// path."""
-    from localrt.progress import render_progress
+    from localrt.cli.progress import render_progress
 
     local = Path(os.path.expanduser(model.split("#", 1)[0]))
     if "://" not in model and local.exists():
@@ -389,7 +388,7 @@ def pull(model: str, insecure: bool = typer.Option(False, "--insecure")) -> None
 @_guard
 def push(model: str, insecure: bool = typer.Option(False, "--insecure")) -> None:
     """Push a model to a registry or mirror."""
-    from localrt.progress import render_progress
+    from localrt.cli.progress import render_progress
 
     render_progress(_client().push(model, insecure=insecure))
 
@@ -399,7 +398,7 @@ def version() -> None:
     """Print the daemon's and the client's version."""
     from importlib.metadata import version as _v
 
-    from localrt.client import DaemonUnreachable
+    from localrt.cli.client import DaemonUnreachable
 
     mine = _v("localrt")
     try:
@@ -423,7 +422,7 @@ def _local_store():
 @app.command("export")
 def export_model(model: str, path: Path) -> None:
     """Write MODEL as a bundle (a directory, or a single file if PATH ends in .tar) with a SHA256SUMS list."""
-    from localrt.bundle import export
+    from localrt.distribution.bundle import export
     from localrt.errors import LocalrtError
     from store import StoreError
 
@@ -440,7 +439,7 @@ def import_model(
     model: Optional[str] = typer.Option(None, "--model", help="Import only this model from the bundle or folder"),
 ) -> None:
     """Import a bundle, an Ollama models directory (or one manifest file in it), or a tar of either."""
-    from localrt.bundle import import_bundle
+    from localrt.distribution.bundle import import_bundle
     from localrt.errors import LocalrtError
     from store import StoreError
 

@@ -33,7 +33,7 @@ TEXT = (
 def prompt_ids(model_path: str) -> list[int]:
     """The same 512 ids for both engines: our tokenizer over repeated prose, cut to length."""
     import gguf_io
-    from localrt.tokenizer import Tokenizer
+    from localrt.engine.tokenizer import Tokenizer
 
     with gguf_io.open(model_path) as f:
         tok = Tokenizer.from_gguf(f.metadata)
@@ -106,7 +106,7 @@ def _figures(load_s: float, prefill_s: float, decode_s: float, n_prompt: int) ->
 
 def worker(engine: str, model: str) -> None:
     sys.path.insert(0, str(ROOT))
-    from localrt import builtin_models
+    from localrt.models import builtin_models
 
     path = str(builtin_models.BUILTIN[model]())
     ids = prompt_ids(path)

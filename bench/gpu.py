@@ -77,7 +77,7 @@ def run_llamacpp(model_path: str, ids: list[int], threads: int) -> dict:
 def worker(engine: str, model: str, num_gpu: int, threads: int) -> None:
     from generate import prompt_ids
 
-    from localrt import builtin_models
+    from localrt.models import builtin_models
 
     path = str(builtin_models.BUILTIN[model]())
     ids = prompt_ids(path)[:N_PROMPT]
@@ -96,7 +96,7 @@ def spawn(*args: str) -> dict:
 def n_layer_of(model: str) -> int:
     import gguf_io
 
-    from localrt import builtin_models
+    from localrt.models import builtin_models
 
     with gguf_io.open(builtin_models.BUILTIN[model]()) as f:
         md = f.metadata
@@ -114,7 +114,7 @@ def main() -> None:
         engine, model, num_gpu = args.worker
         return worker(engine, model, int(num_gpu), args.threads)
 
-    from localrt import devices
+    from localrt.engine.backends import devices
 
     report = devices.probe(0)
     results: dict = {"setup": {"n_prompt": N_PROMPT, "n_decode": N_DECODE, "n_ctx": N_CTX, "threads": args.threads,

@@ -10,7 +10,7 @@
 #
 # What it does, writing everything under $OUT (or ./gpu_check_out when $OUT is unset):
 #   1. installs cupy-cuda12x[ctk] from shared/wheels without the network, unless CuPy already imports;
-#   2. prints the GPU CuPy sees (nvidia-smi and localrt.devices.probe);
+#   2. prints the GPU CuPy sees (nvidia-smi and localrt.engine.backends.devices.probe);
 #   3. runs tests/test_gpu_backend.py (per-format kernels, layer ops, whole-model logits with 0/half/all
 #      layers on the GPU vs all-CPU, greedy decode) and the always-on CPU seam tests -> $OUT/pytest_gpu.txt;
 #   4. runs bench/gpu.py (prefill/decode tok/s at 0, half, all layers; llama.cpp CPU beside) -> $OUT/gpu.json.

@@ -35,7 +35,7 @@ import gguf_io  # noqa: E402
 import quant  # noqa: E402
 import simd_kernels as sk  # noqa: E402
 from simd_kernels import threads  # noqa: E402
-from localrt import builtin_models  # noqa: E402
+from localrt.models import builtin_models  # noqa: E402
 
 NAMES = {8: "Q8_0", 3: "Q4_1", 12: "Q4_K", 6: "Q5_0", 14: "Q6_K"}
 SCALE_OFFSETS = {8: [0], 3: [0, 2], 12: [0, 2], 6: [0], 14: [208]}

@@ -26,9 +26,9 @@ import llama_cpp
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from localrt import builtin_models  # noqa: E402
-from localrt.tokenizer import pretokenize  # noqa: E402
-from localrt.tokenizer.bpe import BYTE_TO_CHAR, CHAR_TO_BYTE, byte_encode  # noqa: E402
+from localrt.models import builtin_models  # noqa: E402
+from localrt.engine.tokenizer import pretokenize  # noqa: E402
+from localrt.engine.tokenizer.bpe import BYTE_TO_CHAR, CHAR_TO_BYTE, byte_encode  # noqa: E402
 
 OUT = ROOT / "tests" / "data" / "tokenizer_golden.json"
 

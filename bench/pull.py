@@ -29,9 +29,9 @@ from starlette.applications import Starlette  # noqa: E402
 
 import store as st  # noqa: E402
 from localrt import config as cfg  # noqa: E402
-from localrt import pull as pl  # noqa: E402
-from localrt.daemon import free_port  # noqa: E402
-from localrt.registry import registry_routes  # noqa: E402
+from localrt.distribution import pull as pl  # noqa: E402
+from localrt.serve.daemon import free_port  # noqa: E402
+from localrt.distribution.registry import registry_routes  # noqa: E402
 from store import manifests as mf  # noqa: E402
 
 

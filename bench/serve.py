@@ -58,7 +58,7 @@ def timed(events, is_token, final) -> dict:
 
 
 def run_direct(model, prompt: str, n: int) -> dict:
-    from localrt.events import Token
+    from localrt.engine.events import Token
 
     def events():
         ids = model.tokenize(prompt)  # inside the timing: the daemon tokenizes inside its TTFT too
@@ -165,8 +165,8 @@ def main() -> None:
     import ollama
 
     from localrt import load_model
-    from localrt.builtin_models import smollm2_path
-    from localrt.daemon import free_port
+    from localrt.models.builtin_models import smollm2_path
+    from localrt.serve.daemon import free_port
 
     load_before = os.getloadavg()
     with tempfile.TemporaryDirectory() as tmp_name:

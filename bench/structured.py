@@ -24,9 +24,9 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import localrt  # noqa: E402
-from localrt import builtin_models  # noqa: E402
-from localrt.options import resolve  # noqa: E402
-from localrt.sampler import make_sampler  # noqa: E402
+from localrt.models import builtin_models  # noqa: E402
+from localrt.api.options import resolve  # noqa: E402
+from localrt.engine.sampler import make_sampler  # noqa: E402
 from localrt.structured import ConstrainedSampler, compile_format, token_index  # noqa: E402
 
 SCHEMA = {"type": "object", "properties": {

@@ -1,6 +1,7 @@
 """The one place that reads LOCALRT_* environment variables. Everything else takes values from here."""
 from __future__ import annotations
 
+import ipaddress
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -8,6 +9,7 @@ from pathlib import Path
 import platformdirs
 
 DEFAULT_HOST = "127.0.0.1"
+LOOPBACK_NAMES = ("localhost", "ip6-localhost")
 DEFAULT_PORT = 11434
 
 
@@ -37,6 +39,15 @@ def parse_host(value: str | None) -> tuple[str, int, str]:
             raise ValueError(f"LOCALRT_HOST has an invalid port: {value!r}")
         port = int(port_text)
     return host or DEFAULT_HOST, port, scheme
+
+
+def is_loopback(host: str) -> bool:
+    if host in LOOPBACK_NAMES or host.endswith(".localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
 
 
 @dataclass(frozen=True)

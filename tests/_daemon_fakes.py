@@ -18,9 +18,9 @@ from pathlib import Path
 from typing import Iterator
 
 from localrt import config as cfg
-from localrt.daemon import BackgroundServer, free_port
-from localrt.events import Done, Token
-from localrt.service import Service
+from localrt.serve.daemon import BackgroundServer, free_port
+from localrt.engine.events import Done, Token
+from localrt.runtime.service import Service
 
 MODEL = "smollm2:135m"  # the built-in record (real manifest, template, params); only the loader is fake
 GATE_TIMEOUT_S = 20.0

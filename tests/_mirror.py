@@ -18,8 +18,8 @@ import numpy as np
 
 import store as st
 from localrt import config as cfg
-from localrt.daemon import BackgroundServer, free_port
-from localrt.registry import registry_routes
+from localrt.serve.daemon import BackgroundServer, free_port
+from localrt.distribution.registry import registry_routes
 from store import manifests as mf
 
 TEMPLATE = "{{ .Prompt }}"
@@ -74,7 +74,7 @@ class _NoModels:
 
 def daemon(models_dir: Path, *, api_key: str | None = None, registry: str | None = None) -> BackgroundServer:
     """A real localrt daemon on 127.0.0.1 over `models_dir`, with the registry routes mounted."""
-    from localrt.service import Service
+    from localrt.runtime.service import Service
 
     env = {"LOCALRT_MODELS": str(models_dir), "LOCALRT_HOST": f"127.0.0.1:{free_port()}",
            "LOCALRT_DATA": str(models_dir.parent / (models_dir.name + "-data"))}
@@ -85,7 +85,7 @@ def daemon(models_dir: Path, *, api_key: str | None = None, registry: str | None
     config = cfg.load(env)
     service = Service(config, load_model=_NoModels())
     bg = BackgroundServer(service, config)
-    starlette_app = bg.server.config.app.app  # the Guard wraps the Starlette app
+    starlette_app = bg.server.config.app.app.app  # the access log wraps the Guard, which wraps the Starlette app
     if not any(getattr(r, "path", "").startswith("/v2/") for r in starlette_app.router.routes):
         starlette_app.router.routes.extend(registry_routes(lambda: service.store, config))
     bg.service = service  # type: ignore[attr-defined]

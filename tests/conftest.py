@@ -14,7 +14,7 @@ settings.register_profile("ci", derandomize=True, print_blob=True)
 if os.environ.get("CI"):
     settings.load_profile("ci")
 
-from localrt import builtin_models
+from localrt.models import builtin_models
 
 REFERENCE_DIR = Path(__file__).parent / "data"
 

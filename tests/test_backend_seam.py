@@ -10,10 +10,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from localrt import devices, load_model
-from localrt.backend import CPUBackend
-from localrt.offload import offload, place_layers
-from localrt.placement import MIB, GPUOutOfMemory, GPUUnavailable
+from localrt.engine.backends import devices
+from localrt import load_model
+from localrt.engine.backends.backend import CPUBackend
+from localrt.engine.backends.offload import offload, place_layers
+from localrt.engine.backends.placement import MIB, GPUOutOfMemory, GPUUnavailable
 
 PROMPT = "The quick brown fox jumps over the lazy dog because"
 

@@ -9,9 +9,9 @@ import tarfile
 import pytest
 
 import store as st
-from localrt import bundle as bd
-from localrt import pull as pl
-from localrt.registry import BlobMismatch
+from localrt.distribution import bundle as bd
+from localrt.distribution import pull as pl
+from localrt.distribution.registry import BlobMismatch
 
 from _mirror import blob_bytes, make_model, tree
 

@@ -15,8 +15,8 @@ from typer.testing import CliRunner
 
 from _daemon_fakes import make_config
 from cli import app
-from localrt.daemon import BackgroundServer, free_port
-from localrt.service import Service
+from localrt.serve.daemon import BackgroundServer, free_port
+from localrt.runtime.service import Service
 
 REPO = Path(__file__).resolve().parent.parent
 BASE = "smollm2:135m"

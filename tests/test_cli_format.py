@@ -3,7 +3,7 @@ from datetime import datetime, timezone
 
 import pytest
 
-from localrt import cli_format as f
+from localrt.cli import cli_format as f
 from localrt.config import parse_host
 
 NOW = datetime(2026, 11, 29, 12, 0, 0, tzinfo=timezone.utc)

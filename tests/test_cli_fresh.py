@@ -21,9 +21,9 @@ from typer.testing import CliRunner
 import cli as cli_module
 from _daemon_fakes import make_config
 from cli import app
-from localrt.daemon import BackgroundServer, free_port
-from localrt.repl import describe
-from localrt.service import Service
+from localrt.serve.daemon import BackgroundServer, free_port
+from localrt.cli.repl import describe
+from localrt.runtime.service import Service
 
 REPO = Path(__file__).resolve().parent.parent
 

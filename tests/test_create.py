@@ -12,8 +12,8 @@ import pytest
 import gguf_io
 import modelfile as M
 import store as st
-from localrt import create as C
-from localrt.create import CreateError, create, human_number
+from localrt.models import create as C
+from localrt.models.create import CreateError, create, human_number
 from store import manifests as mt
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -259,7 +259,7 @@ def test_progress_while_copying_and_cancel(env, monkeypatch):
 
 
 def test_quantize_with_localrt_quantize(tmp_path):
-    pytest.importorskip("localrt.quantize")
+    pytest.importorskip("localrt.models.quantize")
     src = write_tiny_gguf(tmp_path / "f32.gguf", n_embd=64)
     s = st.Store(tmp_path / "models")
     events = run(s, "q", f"FROM {src}\n", quantize="q8_0")

@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 
 from localrt import load_model
-from localrt.backend_cuda import CUDABackend
-from localrt.offload import place_layers
+from localrt.engine.backends.backend_cuda import CUDABackend
+from localrt.engine.backends.offload import place_layers
 
 _SIG = re.compile(r'extern "C" __global__ void (\w+)\(([^)]*)\)', re.S)
 _POINTEE = {"u8": np.uint8, "float": np.float32, "long long": np.int64}
@@ -103,7 +103,7 @@ def test_every_launch_matches_its_kernel_signature(model_path):
 def test_embed_and_vector_shapes():
     calls: list[str] = []
     gpu = CUDABackend(0, cupy=_fake_cupy(calls))
-    from localrt.backend import QTensor
+    from localrt.engine.backends.backend import QTensor
 
     w = QTensor("t", 8, (4, 64), np.zeros((4, 68), np.uint8))  # Q8_0: 2 blocks of 34 bytes per row
     assert gpu.embed(gpu.upload(w), [1, 3]).shape == (2, 64)

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import quant
-from localrt import cuda_source
+from localrt.engine.backends import cuda_source
 
 _HARNESS = r"""
 #include <math.h>

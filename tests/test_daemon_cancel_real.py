@@ -12,8 +12,8 @@ import httpx
 import pytest
 
 from _daemon_fakes import make_config
-from localrt.daemon import BackgroundServer
-from localrt.service import Service
+from localrt.serve.daemon import BackgroundServer
+from localrt.runtime.service import Service
 
 MODEL = "smollm2:135m"
 LOAD = {"num_ctx": 512, "num_batch": 8}  # 8-token prefill chunks: a long prompt is many chunks
@@ -85,7 +85,7 @@ def test_disconnect_during_prompt_eval_stops_between_chunks(real):
     chunks.armed = False
     assert nxt.status_code == 200, nxt.text
     from localrt import load_model
-    from localrt.builtin_models import smollm2_path
+    from localrt.models.builtin_models import smollm2_path
 
     n_full_chunks = len(load_model(smollm2_path(), num_ctx=512).tokenize(prompt)) // LOAD["num_batch"]
     assert n_full_chunks > 3 * PAUSE_AT_CHUNK

@@ -13,8 +13,8 @@ import openai
 import pytest
 
 from _daemon_fakes import MODEL, fake_daemon, raw_request, read_reply, status_of
-from localrt.daemon import BackgroundServer, InsecureBind
-from localrt.security import Guard
+from localrt.serve.daemon import BackgroundServer, InsecureBind
+from localrt.serve.security import Guard
 
 GEN = "/api/generate"
 

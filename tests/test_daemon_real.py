@@ -11,8 +11,8 @@ import openai
 import pytest
 
 from localrt import config as cfg
-from localrt.daemon import BackgroundServer, free_port
-from localrt.service import Service
+from localrt.serve.daemon import BackgroundServer, free_port
+from localrt.runtime.service import Service
 
 MODEL = "smollm2:135m"
 GREEDY = {"temperature": 0, "repeat_penalty": 1.0, "num_predict": 8}

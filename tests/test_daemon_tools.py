@@ -17,9 +17,9 @@ import openai
 import pytest
 
 from localrt import config as cfg
-from localrt.daemon import BackgroundServer, free_port
-from localrt.events import Done, Token
-from localrt.service import Service
+from localrt.serve.daemon import BackgroundServer, free_port
+from localrt.engine.events import Done, Token
+from localrt.runtime.service import Service
 
 HERMES = (
     "{{- if .Tools }}<|im_start|>system\nTools:\n{{- range .Tools }}\n{{ json .Function }}{{ end }}<|im_end|>\n{{ end }}"

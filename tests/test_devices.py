@@ -6,7 +6,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from localrt import devices
+from localrt.engine.backends import devices
 
 
 class _Runtime:

@@ -7,8 +7,8 @@ import pytest
 from _engine_gguf import EOS_ID, Spec, reference_logits, write_model
 from localrt import load_model
 from localrt.errors import ContextLengthExceeded, InvalidRequest, MissingTensor, UnsupportedArchitecture
-from localrt.events import Done, Token
-from localrt.model import config_from_metadata
+from localrt.engine.events import Done, Token
+from localrt.engine.model import config_from_metadata
 from simd_kernels import ops
 
 SPECS = {

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 import quant
-from localrt import devices
-from localrt.backend import QTensor
+from localrt.engine.backends import devices
+from localrt.engine.backends.backend import QTensor
 from simd_kernels import ops
 
 _REPORT = devices.probe(0)
@@ -23,7 +23,7 @@ FORMATS = {"f32": 0, "f16": 1, "bf16": 30, "q4_0": 2, "q4_1": 3, "q5_0": 6, "q5_
 
 @pytest.fixture(scope="module")
 def gpu():
-    from localrt.backend_cuda import CUDABackend
+    from localrt.engine.backends.backend_cuda import CUDABackend
 
     return CUDABackend(0)
 

@@ -13,8 +13,8 @@ import pytest
 import gguf_io
 import modelfile as M
 import store as st
-from localrt import builtin_models, library
-from localrt.create import config_from_gguf, create, gguf_facts
+from localrt.models import builtin_models, library
+from localrt.models.create import config_from_gguf, create, gguf_facts
 from localrt.templates import GoTemplate
 from localrt.templates.prompt import generate_prompt, load_template
 

@@ -3,7 +3,7 @@ import math
 import pytest
 
 from localrt.errors import InvalidRequest
-from localrt.options import DEPRECATED, LOAD_TIME, Options, config_layer, parse_duration, resolve
+from localrt.api.options import DEPRECATED, LOAD_TIME, Options, config_layer, parse_duration, resolve
 
 
 def test_defaults_are_ollamas():

@@ -4,9 +4,8 @@ from __future__ import annotations
 import pytest
 
 from localrt.errors import ModelLoadError
-from localrt.model import ModelConfig
-from localrt.placement import (
-    MIB, GPUOutOfMemory, GPUUnavailable, LayerBytes, MemoryFigures, figures_for, kv_layer_bytes, plan)
+from localrt.engine.model import ModelConfig
+from localrt.engine.backends.placement import MIB, GPUOutOfMemory, GPUUnavailable, LayerBytes, MemoryFigures, figures_for, kv_layer_bytes, plan
 
 # 4 layers of 100 MiB weights + 20 MiB KV, a 300 MiB output layer, 50 MiB scratch
 FIG = MemoryFigures(tuple(LayerBytes(100 * MIB, 20 * MIB) for _ in range(4)), 300 * MIB, 50 * MIB)

@@ -6,7 +6,7 @@ import pytest
 from gguf.quants import quantize
 
 import simd_kernels
-from localrt.backend import CPUBackend, QTensor, _split
+from localrt.engine.backends.backend import CPUBackend, QTensor, _split
 from simd_kernels import ops, threads
 
 Q8_0 = 8

@@ -15,9 +15,10 @@ import httpx
 import pytest
 
 import store as st
-from localrt import pull as pl
+from localrt.distribution import download as dl
+from localrt.distribution import pull as pl
 from localrt import errors
-from localrt.registry import InsufficientSpace, RegistryError
+from localrt.distribution.registry import InsufficientSpace, RegistryError
 
 from _mirror import RawMirror, blob_bytes, daemon, env_pythonpath, make_model, model_payload
 
@@ -27,10 +28,10 @@ MB = 1 << 20
 @pytest.fixture()
 def fast(monkeypatch):
     """Small parts (so a few MB split into several ranges) and quick retries."""
-    monkeypatch.setattr(pl, "PART_MIN", 1 * MB)
-    monkeypatch.setattr(pl, "CHUNK", 64 << 10)
-    monkeypatch.setattr(pl, "BACKOFF_S", 0.01)
-    monkeypatch.setattr(pl, "PERSIST_S", 0.05)
+    monkeypatch.setattr(dl, "PART_MIN", 1 * MB)
+    monkeypatch.setattr(dl, "CHUNK", 64 << 10)
+    monkeypatch.setattr(dl, "BACKOFF_S", 0.01)
+    monkeypatch.setattr(dl, "PERSIST_S", 0.05)
 
 
 @pytest.fixture()
@@ -134,8 +135,8 @@ def test_killed_client_resumes(tmp_path, fast):
         mirror.serve_model("library/big", "1", raw, blobs, delay_s=0.02)
         name = f"{mirror.host}/library/big:1"
         code = textwrap.dedent(f"""
-            import store, localrt.pull as pl
-            pl.PART_MIN = {MB}; pl.PERSIST_S = 0.05; pl.CHUNK = 65536
+            import store, localrt.distribution.pull as pl, localrt.distribution.download as dl
+            dl.PART_MIN = {MB}; dl.PERSIST_S = 0.05; dl.CHUNK = 65536
             for ev in pl.pull(store.Store({str(dst.root)!r}), {name!r}, insecure=True):
                 pass
         """)
@@ -224,7 +225,7 @@ def test_preflight_free_space(two, monkeypatch, tmp_path):
 
 def test_disk_full_mid_pull_keeps_daemon_healthy_and_resumes(two, monkeypatch):
     a_store, manifest, a, b = two
-    real = pl._write_at
+    real = dl._write_at
     written = [0]
 
     def filling(fd, data, offset):
@@ -233,7 +234,7 @@ def test_disk_full_mid_pull_keeps_daemon_healthy_and_resumes(two, monkeypatch):
         written[0] += len(data)
         real(fd, data, offset)
 
-    monkeypatch.setattr(pl, "_write_at", filling)
+    monkeypatch.setattr(dl, "_write_at", filling)
     host = a.url.split("//")[1]
     events = _api_pull(b.url, f"{host}/library/tiny:1")
     assert "disk full" in events[-1]["error"]
@@ -241,7 +242,7 @@ def test_disk_full_mid_pull_keeps_daemon_healthy_and_resumes(two, monkeypatch):
     big = manifest.layers[0].digest
     assert pl.partial_done(b.service.store, big, manifest.layers[0].size) > 0
     assert not b.service.store.exists(f"{host}/library/tiny:1")
-    monkeypatch.setattr(pl, "_write_at", real)
+    monkeypatch.setattr(dl, "_write_at", real)
     assert _api_pull(b.url, f"{host}/library/tiny:1")[-1] == {"status": "success"}
     assert blob_bytes(b.service.store, big) == blob_bytes(a_store, big)
 
@@ -267,8 +268,8 @@ def test_concurrent_pulls_across_processes_one_transfer(tmp_path, fast):
         name = f"{mirror.host}/library/big:1"
         big = max(blobs, key=lambda d: len(blobs[d]))
         code = textwrap.dedent(f"""
-            import store, localrt.pull as pl
-            pl.PART_MIN = {MB}; pl.CHUNK = 65536
+            import store, localrt.distribution.pull as pl, localrt.distribution.download as dl
+            dl.PART_MIN = {MB}; dl.CHUNK = 65536
             print(list(pl.pull(store.Store({str(dst.root)!r}), {name!r}, insecure=True))[-1]["status"])
         """)
         proc = subprocess.Popen([sys.executable, "-c", code], env=env_pythonpath(), stdout=subprocess.PIPE, text=True)

@@ -10,8 +10,8 @@ from typer.testing import CliRunner
 
 from cli import app
 from localrt import config as cfg
-from localrt.daemon import BackgroundServer, free_port
-from localrt.service import Service
+from localrt.serve.daemon import BackgroundServer, free_port
+from localrt.runtime.service import Service
 
 from _mirror import blob_bytes, daemon
 
@@ -22,7 +22,7 @@ MODEL = "smollm2:135m"
 def source(tmp_path_factory):
     """A daemon that never loads a model, serving its store (with the built-in created on first ask) on /v2."""
     with daemon(tmp_path_factory.mktemp("src") / "models") as src:
-        ollama.Client(host=src.url).show(MODEL)  # asking for the built-in creates it in this store
+        ollama.Client(host=src.url).pull(MODEL)  # pulling a built-in creates it in this store, offline
         src.ref = f"{src.url.split('//', 1)[1]}/library/{MODEL}"  # type: ignore[attr-defined]
         yield src
 

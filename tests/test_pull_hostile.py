@@ -8,8 +8,9 @@ import re
 import pytest
 
 import store as st
-from localrt import pull as pl
-from localrt.registry import BlobMismatch, InsufficientSpace, MirrorError, RegistryError
+from localrt.distribution import download as dl
+from localrt.distribution import pull as pl
+from localrt.distribution.registry import BlobMismatch, InsufficientSpace, MirrorError, RegistryError
 from store import manifests as mf
 
 from _mirror import RawMirror, sha, tree
@@ -29,8 +30,8 @@ def manifest_bytes(layers=None, config=None) -> bytes:
 
 @pytest.fixture()
 def world(tmp_path, monkeypatch):
-    monkeypatch.setattr(pl, "RETRIES", 2)
-    monkeypatch.setattr(pl, "BACKOFF_S", 0.01)
+    monkeypatch.setattr(dl, "RETRIES", 2)
+    monkeypatch.setattr(dl, "BACKOFF_S", 0.01)
     (tmp_path / "outside").mkdir()
     (tmp_path / "outside" / "sentinel").write_text("keep")
     s = st.Store(tmp_path / "store")
@@ -221,7 +222,7 @@ def test_same_host_redirect_to_other_port_is_followed(world):
 
 def test_mirror_without_range_support_still_works(world, monkeypatch):
     s, mirror, tmp_path = world
-    monkeypatch.setattr(pl, "PART_MIN", 4096)  # four parts: ranged requests the mirror ignores
+    monkeypatch.setattr(dl, "PART_MIN", 4096)  # four parts: ranged requests the mirror ignores
     serve_manifest(mirror, manifest_bytes())
     serve_blob(mirror, lambda h, d: h.send_raw(200, {"Content-Length": str(len(BLOB))}, BLOB))
     events = list(pl.pull(s, f"{mirror.host}/{REPO}:1", insecure=True))

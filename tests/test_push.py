@@ -7,8 +7,8 @@ import httpx
 import pytest
 
 import store as st
-from localrt import push as ps
-from localrt.registry import RegistryError
+from localrt.distribution import push as ps
+from localrt.distribution.registry import RegistryError
 
 from _mirror import blob_bytes, daemon, make_model
 
@@ -41,7 +41,7 @@ def test_push_via_api_then_pull_back(tmp_path, monkeypatch):
             assert blob_bytes(m_store, d) == blob_bytes(admin, d)
         again = list(ps.push(admin, target, insecure=True))
         assert all(e["completed"] == e["total"] for e in again if "digest" in e)
-        from localrt import pull as pl
+        from localrt.distribution import pull as pl
 
         fresh = st.Store(tmp_path / "fresh")
         assert list(pl.pull(fresh, target, insecure=True))[-1] == {"status": "success"}

@@ -1,4 +1,4 @@
-"""localrt.quantize: a whole tiny F32 GGUF quantized per llama-quantize's recipe, read back by two readers."""
+"""localrt.models.quantize: a whole tiny F32 GGUF quantized per llama-quantize's recipe, read back by two readers."""
 from __future__ import annotations
 
 import numpy as np
@@ -7,7 +7,7 @@ from gguf import GGUFReader
 
 import gguf_io
 import quant
-from localrt.quantize import QUANTIZATIONS, quantize_model
+from localrt.models.quantize import QUANTIZATIONS, quantize_model
 from quant import GGMLType, QuantError, recipe
 
 N_EMBD, N_FF, N_VOCAB, N_LAYER = 288, 512, 64, 2  # 288: not a multiple of 256, so fallbacks happen

@@ -10,7 +10,7 @@ from starlette.testclient import TestClient
 
 import store as st
 from localrt import config as cfg
-from localrt.registry import parse_range, registry_enabled, registry_routes, uploads_allowed
+from localrt.distribution.registry import parse_range, registry_enabled, registry_routes, uploads_allowed
 from store import manifests as mf
 
 from _mirror import daemon, make_model, sha

@@ -14,8 +14,8 @@ import httpx
 import pexpect
 import pytest
 
-from localrt.cli_format import _parse_time
-from localrt.daemon import free_port
+from localrt.cli.cli_format import _parse_time
+from localrt.serve.daemon import free_port
 
 REPO = Path(__file__).resolve().parent.parent
 MODEL = "smollm2:135m"

@@ -5,7 +5,7 @@ The README's first command installs `localrt` with no extras: a runtime module t
 each runtime module's imports with `ast`, maps them to their distributions, and requires each to be in the
 closure of `[project] dependencies`. Imports inside `try: ... except ImportError` are optional by
 construction (readline, msvcrt); the only other exception is the `cuda` extra's CuPy, which the code reaches
-only after localrt.devices has probed for it."""
+only after localrt.engine.backends.devices has probed for it."""
 from __future__ import annotations
 
 import ast

@@ -5,19 +5,8 @@ import numpy as np
 import pytest
 
 from localrt.errors import InvalidRequest
-from localrt.options import resolve
-from localrt.sampler import (
-    Candidates,
-    Mt19937,
-    draw,
-    make_sampler,
-    min_p,
-    penalize,
-    temperature,
-    top_k,
-    top_p,
-    typical_p,
-)
+from localrt.api.options import resolve
+from localrt.engine.sampler import Candidates, Mt19937, draw, make_sampler, min_p, penalize, temperature, top_k, top_p, typical_p
 
 
 def cands(logits, sorted_=False, ids=None):

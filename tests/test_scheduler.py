@@ -6,8 +6,8 @@ import pytest
 
 from localrt.config import Config
 from localrt.errors import Busy, Cancelled, InvalidRequest, ModelLoadError
-from localrt.options import resolve
-from localrt.scheduler import MemoryNeed, Request, Scheduler
+from localrt.api.options import resolve
+from localrt.runtime.scheduler import MemoryNeed, Request, Scheduler
 
 GiB = 1 << 30
 

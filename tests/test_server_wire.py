@@ -16,7 +16,7 @@ import pytest
 
 from localrt import config as cfg
 from localrt import errors
-from localrt.daemon import BackgroundServer, free_port
+from localrt.serve.daemon import BackgroundServer, free_port
 
 WORDS = ["Hello", ",", " world", "!"]
 

@@ -2,7 +2,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from localrt.stop import StopMatcher
+from localrt.engine.stop import StopMatcher
 
 
 def run(stops, pieces):

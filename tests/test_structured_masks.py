@@ -7,7 +7,7 @@ import pytest
 
 from localrt.structured import SchemaError, compile_format, token_index
 from localrt.structured.dfa import step
-from localrt.tokenizer import Tokenizer
+from localrt.engine.tokenizer import Tokenizer
 
 import gguf_io
 
@@ -106,8 +106,8 @@ def test_random_logits_always_produce_valid_documents(tokenizer, schema):
 
     import jsonschema
 
-    from localrt.options import resolve
-    from localrt.sampler import make_sampler
+    from localrt.api.options import resolve
+    from localrt.engine.sampler import make_sampler
     from localrt.structured import ConstrainedSampler
 
     eog = tokenizer.eog_ids
@@ -140,8 +140,8 @@ def test_nesting_depth_bound(tokenizer):
 def test_compact_sampling_draws_as_masked_vocabulary(tokenizer):
     """ConstrainedSampler samples among few allowed ids directly; the draws equal sampling the -inf-masked
     vocabulary with the same seed (penalties on the history included)."""
-    from localrt.options import resolve
-    from localrt.sampler import make_sampler
+    from localrt.api.options import resolve
+    from localrt.engine.sampler import make_sampler
     from localrt.structured import ConstrainedSampler
 
     schema = {"enum": ["alpha", "beta", "gamma", "delta", "alphabet"]}

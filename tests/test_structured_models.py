@@ -8,10 +8,10 @@ import jsonschema
 import pytest
 
 import localrt
-from localrt.options import resolve
-from localrt.sampler import make_sampler
+from localrt.api.options import resolve
+from localrt.engine.sampler import make_sampler
 from localrt.structured import ConstrainedSampler, compile_format
-from localrt.toolcalls import parse_tool_calls, tool_call_schema
+from localrt.templates.toolcalls import parse_tool_calls, tool_call_schema
 
 from _structured_helpers import constrained_generate
 

@@ -10,8 +10,7 @@ import pytest
 from localrt.errors import InvalidRequest
 from localrt.templates.gotemplate import GoTemplate
 from localrt.templates.ollama_exec import collate, execute
-from localrt.templates.prompt import (GoChatTemplate, chat_messages, chat_prompt, fit_messages,
-                                      generate_prompt, load_template, render_prompt)
+from localrt.templates.prompt import GoChatTemplate, chat_messages, chat_prompt, fit_messages, generate_prompt, load_template, render_prompt
 
 DATA = Path(__file__).parent / "data" / "templates"
 FAMILIES = ["chatml", "llama3-instruct", "gemma-instruct", "gemma3-instruct", "mistral-instruct", "phi-3",

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 import gguf_io
-from localrt.tokenizer import Tokenizer
+from localrt.engine.tokenizer import Tokenizer
 
 GOLDEN = json.loads((Path(__file__).parent / "data" / "tokenizer_golden.json").read_text())
 MODELS = ("smollm2", "gemma3")

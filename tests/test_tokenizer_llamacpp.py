@@ -7,7 +7,7 @@ import random
 import pytest
 
 import gguf_io
-from localrt.tokenizer import Tokenizer
+from localrt.engine.tokenizer import Tokenizer
 
 llama_cpp = pytest.importorskip("llama_cpp")
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from localrt.errors import ModelLoadError
-from localrt.tokenizer import pretokenize
+from localrt.engine.tokenizer import pretokenize
 
 GOLDEN = json.loads((Path(__file__).parent / "data" / "tokenizer_golden.json").read_text())
 GROUPS = GOLDEN["pre_tokenizers"]

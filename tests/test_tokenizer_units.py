@@ -9,9 +9,9 @@ from hypothesis import strategies as st
 
 import gguf_io
 from localrt.errors import InvalidRequest, ModelLoadError
-from localrt.tokenizer import Tokenizer
-from localrt.tokenizer.bpe import BYTE_TO_CHAR, byte_encode
-from localrt.tokenizer.stream import clean_spaces
+from localrt.engine.tokenizer import Tokenizer
+from localrt.engine.tokenizer.bpe import BYTE_TO_CHAR, byte_encode
+from localrt.engine.tokenizer.stream import clean_spaces
 
 NORMAL, UNKNOWN, CONTROL, USER_DEFINED, UNUSED, BYTE = 1, 2, 3, 4, 5, 6
 BYTES = [f"<0x{b:02X}>" for b in range(256)]

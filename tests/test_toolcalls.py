@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from localrt.toolcalls import HERMES, JSON_START, MISTRAL, ToolCallParser, parse_tool_calls, tag_for_template, tool_call_schema
+from localrt.templates.toolcalls import HERMES, JSON_START, MISTRAL, ToolCallParser, parse_tool_calls, tag_for_template, tool_call_schema
 
 TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}},
          {"type": "function", "function": {"name": "add", "parameters": {"type": "object"}}}]

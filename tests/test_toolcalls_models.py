@@ -6,11 +6,11 @@ from __future__ import annotations
 import pytest
 
 import localrt
-from localrt.options import resolve
-from localrt.sampler import make_sampler
+from localrt.api.options import resolve
+from localrt.engine.sampler import make_sampler
 from localrt.structured import ConstrainedSampler, compile_format
 from localrt.templates import GoChatTemplate
-from localrt.toolcalls import ToolCallParser, tag_for_template, tool_call_schema
+from localrt.templates.toolcalls import ToolCallParser, tag_for_template, tool_call_schema
 
 from _structured_helpers import constrained_generate
 

@@ -113,7 +113,7 @@ class Constraint:
 
 
 class ConstrainedSampler:
-    """Wraps a `localrt.sampler` Sampler: masks the logits before each draw and advances the constraint
+    """Wraps a `localrt.engine.sampler` Sampler: masks the logits before each draw and advances the constraint
     with the drawn token, so an engine only swaps its sampler (EOG is drawn once the document is done)."""
 
     def __init__(self, sampler, constraint: Constraint) -> None:

@@ -1,0 +1,306 @@
+"""Wire types of the native API: validated request dataclasses built from parsed JSON.
+
+Only validated requests reach the service. A field we do not implement is rejected with a 400 that names it,
+never silently ignored; keys that the official clients send with neutral values (`tools: []`, `format: ""`,
+`think: false`, ...) are accepted as the no-op they are.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..errors import InvalidRequest
+
+MAX_MESSAGES = 10_000
+MAX_TEXT_CHARS = 32 * 1024 * 1024  # one prompt or message; the body cap bounds the total anyway
+
+
+def parse_json_body(raw: bytes) -> dict:
+    """Parse a request body as a JSON object, whatever the Content-Type (as Ollama does)."""
+    if not raw or not raw.strip():
+        raise InvalidRequest("missing request body")
+    try:
+        data = json.loads(raw)
+    except (UnicodeDecodeError, ValueError) as e:
+        raise InvalidRequest(f"invalid JSON in request body: {e}") from None
+    except RecursionError:
+        raise InvalidRequest("invalid JSON in request body: nested too deeply") from None
+    if not isinstance(data, dict):
+        raise InvalidRequest("request body must be a JSON object")
+    return data
+
+
+class Fields:
+    """Typed, one-shot reads of a request object; `finish()` rejects keys nobody read."""
+
+    def __init__(self, data: dict, where: str = "request"):
+        self._data = data
+        self._seen: set[str] = set()
+        self._where = where
+
+    def _get(self, key: str) -> Any:
+        self._seen.add(key)
+        return self._data.get(key)
+
+    def str(self, key: str, default: str | None = None, *, required: bool = False, msg: str = "") -> str | None:
+        v = self._get(key)
+        if v is None:
+            if required:
+                raise InvalidRequest(msg or f"{key} is required")
+            return default
+        if not isinstance(v, str):
+            raise InvalidRequest(f"{key} must be a string")
+        if len(v) > MAX_TEXT_CHARS:
+            raise InvalidRequest(f"{key} is too long ({len(v)} characters, at most {MAX_TEXT_CHARS})")
+        return v
+
+    def bool(self, key: str, default: bool | None = None) -> bool | None:
+        v = self._get(key)
+        if v is None:
+            return default
+        if not isinstance(v, bool):
+            raise InvalidRequest(f"{key} must be a boolean")
+        return v
+
+    def int(self, key: str, default: int | None = None, lo: int | None = None, hi: int | None = None) -> int | None:
+        v = self._get(key)
+        if v is None:
+            return default
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or v != v:
+            raise InvalidRequest(f"{key} must be an integer")
+        v = int(v)
+        if (lo is not None and v < lo) or (hi is not None and v > hi):
+            raise InvalidRequest(f"{key} must be between {lo} and {hi}, got {v}")
+        return v
+
+    def obj(self, key: str) -> dict | None:
+        v = self._get(key)
+        if v is None:
+            return None
+        if not isinstance(v, dict):
+            raise InvalidRequest(f"{key} must be an object")
+        return v
+
+    def list(self, key: str) -> list | None:
+        v = self._get(key)
+        if v is None:
+            return None
+        if not isinstance(v, list):
+            raise InvalidRequest(f"{key} must be an array")
+        return v
+
+    def any(self, key: str) -> Any:
+        return self._get(key)
+
+    def alias(self, key: str, old: str) -> str | None:
+        """A field with a deprecated alias (`model` / `name`)."""
+        return self.str(key) or self.str(old)
+
+    def finish(self) -> None:
+        unknown = sorted(set(self._data) - self._seen)
+        if unknown:
+            raise InvalidRequest(f"unsupported field(s) in {self._where}: {', '.join(unknown)}")
+
+
+def _keep_alive(v: Any) -> float | str | None:
+    if v is None or isinstance(v, (str, float, int)) and not isinstance(v, bool):
+        return v
+    raise InvalidRequest("keep_alive must be a number of seconds or a duration string")
+
+
+def _format(v: Any) -> str | dict | None:
+    if v is None or v == "":
+        return None
+    if v == "json" or isinstance(v, dict):
+        return v
+    raise InvalidRequest(f'invalid format: {json.dumps(v)[:80]}; expected "json" or a valid JSON Schema object')
+
+
+def _no_images(v: list | None, where: str) -> None:
+    if v:
+        raise InvalidRequest(f"{where}: images are not supported: no loaded model here has vision capability")
+
+
+def _think(v: Any) -> bool | None:
+    if v is None or v is False:
+        return None
+    if v is True or v in ("low", "medium", "high"):
+        raise InvalidRequest("think is not supported: this runtime has no thinking-capable model support yet")
+    raise InvalidRequest(f"invalid think value: {v!r}")
+
+
+def _logprobs(f: Fields) -> None:
+    if f.bool("logprobs"):
+        raise InvalidRequest("logprobs is not supported yet")
+    f.int("top_logprobs", 0, 0, 20)
+
+
+def _inference_fields(f: Fields, r: "GenerateRequest | ChatRequest") -> None:
+    """The fields /api/generate and /api/chat share; then no field may be left unread."""
+    r.format = _format(f.any("format"))
+    r.keep_alive = _keep_alive(f.any("keep_alive"))
+    r.options = f.obj("options") or {}
+    _think(f.any("think"))
+    _logprobs(f)
+    r.truncate = bool(f.bool("truncate", True))
+    if f.bool("shift"):
+        # the engine stops at num_ctx with done_reason "length"; it never drops old tokens to go on
+        raise InvalidRequest("shift (context shifting) is not supported: generation stops when the context is full")
+    if f.bool("_debug_render_only"):
+        raise InvalidRequest("_debug_render_only is not supported")
+    f.finish()
+
+
+@dataclass
+class Message:
+    role: str
+    content: str = ""
+    tool_calls: list[dict] = field(default_factory=list)
+    tool_name: str | None = None
+    tool_call_id: str | None = None
+
+    def to_dict(self) -> dict:
+        d: dict[str, Any] = {"role": self.role, "content": self.content}
+        if self.tool_calls:
+            d["tool_calls"] = self.tool_calls
+        if self.tool_name:
+            d["tool_name"] = self.tool_name
+        if self.tool_call_id:
+            d["tool_call_id"] = self.tool_call_id
+        return d
+
+
+ROLES = ("system", "user", "assistant", "tool")
+
+
+def parse_message(m: Any, i: int) -> Message:
+    if not isinstance(m, dict):
+        raise InvalidRequest(f"messages[{i}] must be an object")
+    f = Fields(m, f"messages[{i}]")
+    role = (f.str("role", required=True, msg=f"messages[{i}].role is required") or "").lower()
+    if role not in ROLES:
+        raise InvalidRequest(f"messages[{i}].role must be one of {', '.join(ROLES)}, got {role!r}")
+    content = f.str("content", "") or ""
+    _no_images(f.list("images"), f"messages[{i}]")
+    if f.str("thinking"):
+        raise InvalidRequest(f"messages[{i}].thinking is not supported")
+    calls = f.list("tool_calls") or []
+    for c in calls:
+        fn = c.get("function") if isinstance(c, dict) else None
+        if not isinstance(fn, dict) or not isinstance(fn.get("name"), str):
+            raise InvalidRequest(f"messages[{i}].tool_calls entries need function.name")
+        if not isinstance(fn.get("arguments", {}), dict):
+            raise InvalidRequest(f"messages[{i}].tool_calls[].function.arguments must be an object")
+    msg = Message(role, content, calls, f.str("tool_name"), f.str("tool_call_id"))
+    f.finish()
+    return msg
+
+
+@dataclass
+class GenerateRequest:
+    model: str
+    prompt: str = ""
+    suffix: str = ""
+    system: str | None = None
+    template: str | None = None
+    context: list[int] | None = None
+    stream: bool = True
+    raw: bool = False
+    format: str | dict | None = None
+    keep_alive: float | str | None = None
+    options: dict = field(default_factory=dict)
+    truncate: bool = True
+
+    @classmethod
+    def from_json(cls, data: dict) -> "GenerateRequest":
+        f = Fields(data)
+        r = cls(model=f.alias("model", "name") or "")
+        if not r.model:
+            raise InvalidRequest("model is required")
+        r.prompt = f.str("prompt", "") or ""
+        r.suffix = f.str("suffix", "") or ""
+        r.system = f.str("system")
+        r.template = f.str("template")
+        ctx = f.list("context")
+        if ctx is not None:
+            if not all(isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in ctx):
+                raise InvalidRequest("context must be an array of token ids")
+            r.context = ctx
+        r.stream = f.bool("stream", True)
+        r.raw = bool(f.bool("raw", False))
+        if r.raw and (r.template or r.system or r.context):
+            raise InvalidRequest("raw mode does not support template, system, or context")
+        _no_images(f.list("images"), "request")
+        _inference_fields(f, r)
+        return r
+
+
+@dataclass
+class ChatRequest:
+    model: str
+    messages: list[Message] = field(default_factory=list)
+    tools: list[dict] = field(default_factory=list)
+    stream: bool = True
+    format: str | dict | None = None
+    keep_alive: float | str | None = None
+    options: dict = field(default_factory=dict)
+    truncate: bool = True
+
+    @classmethod
+    def from_json(cls, data: dict) -> "ChatRequest":
+        f = Fields(data)
+        r = cls(model=f.alias("model", "name") or "")
+        if not r.model:
+            raise InvalidRequest("model is required")
+        msgs = f.list("messages") or []
+        if len(msgs) > MAX_MESSAGES:
+            raise InvalidRequest(f"too many messages ({len(msgs)}, at most {MAX_MESSAGES})")
+        r.messages = [parse_message(m, i) for i, m in enumerate(msgs)]
+        tools = f.list("tools") or []
+        for t in tools:
+            if not isinstance(t, dict) or not isinstance(t.get("function"), dict):
+                raise InvalidRequest("tools entries must be objects with a function")
+        r.tools = tools
+        r.stream = f.bool("stream", True)
+        _inference_fields(f, r)
+        return r
+
+
+@dataclass
+class EmbedRequest:
+    model: str
+    inputs: list[str]
+    truncate: bool = True
+    dimensions: int | None = None
+    keep_alive: float | str | None = None
+    options: dict = field(default_factory=dict)
+    legacy: bool = False  # /api/embeddings: one prompt, not normalised
+
+    @classmethod
+    def from_json(cls, data: dict, legacy: bool = False) -> "EmbedRequest":
+        f = Fields(data)
+        model = f.alias("model", "name") or ""
+        if not model:
+            raise InvalidRequest("model is required")
+        if legacy:
+            prompt = f.str("prompt", "") or ""
+            inputs = [prompt] if prompt else []
+        else:
+            raw = f.any("input")
+            if raw is None or raw == "":
+                inputs = []
+            elif isinstance(raw, str):
+                inputs = [raw]
+            elif isinstance(raw, list) and all(isinstance(x, str) for x in raw):
+                inputs = list(raw)
+            else:
+                raise InvalidRequest("invalid input type")
+        r = cls(model, inputs, legacy=legacy)
+        if not legacy:
+            r.truncate = f.bool("truncate", True)
+            r.dimensions = f.int("dimensions", None, 1, 1 << 20)
+        r.keep_alive = _keep_alive(f.any("keep_alive"))
+        r.options = f.obj("options") or {}
+        f.finish()
+        return r

@@ -1,0 +1,147 @@
+"""HTTP client for the daemon, used by the CLI. Streams parsed NDJSON events; raises ApiError on failure."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Iterator
+
+import httpx
+
+from .. import config as _config
+
+
+class ApiError(Exception):
+    def __init__(self, status: int, message: str):
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+class DaemonUnreachable(ConnectionError):
+    pass
+
+
+class DaemonGone(DaemonUnreachable):
+    """The daemon was reached, then closed the connection (or stopped answering) before its reply was whole."""
+
+
+def _gone(e: httpx.TransportError) -> DaemonGone:
+    return DaemonGone(f"the daemon closed the connection before the reply was complete ({type(e).__name__})")
+
+
+def _message(resp: httpx.Response) -> str:
+    try:
+        body = resp.json()
+        if isinstance(body, dict) and isinstance(body.get("error"), str):
+            return body["error"]
+    except ValueError:
+        pass
+    return resp.text or resp.reason_phrase
+
+
+class Client:
+    def __init__(self, base_url: str | None = None, api_key: str | None = None, timeout: float | None = None):
+        cfg = _config.load()
+        self.base_url = base_url or cfg.base_url
+        key = api_key if api_key is not None else cfg.api_key
+        headers = {"Authorization": f"Bearer {key}"} if key else {}
+        self._http = httpx.Client(base_url=self.base_url, timeout=timeout, headers=headers)
+
+    def close(self) -> None:
+        self._http.close()
+
+    def _request(self, method: str, path: str, **kw) -> httpx.Response:
+        try:
+            resp = self._http.request(method, path, **kw)
+        except httpx.ConnectError as e:
+            raise DaemonUnreachable(f"could not connect to localrt at {self.base_url}: {e}") from None
+        except httpx.TransportError as e:
+            raise _gone(e) from None
+        if resp.status_code >= 400:
+            raise ApiError(resp.status_code, _message(resp))
+        return resp
+
+    def _stream(self, path: str, body: dict) -> Iterator[dict]:
+        try:
+            with self._http.stream("POST", path, json=body) as resp:
+                if resp.status_code >= 400:
+                    resp.read()
+                    raise ApiError(resp.status_code, _message(resp))
+                for line in resp.iter_lines():
+                    if not line.strip():
+                        continue
+                    event = json.loads(line)
+                    if isinstance(event, dict) and event.get("error"):
+                        raise ApiError(500, event["error"])
+                    yield event
+        except httpx.ConnectError as e:
+            raise DaemonUnreachable(f"could not connect to localrt at {self.base_url}: {e}") from None
+        except httpx.TransportError as e:
+            raise _gone(e) from None
+
+    # health
+    def version(self) -> str:
+        return self._request("GET", "/api/version").json()["version"]
+
+    def is_running(self) -> bool:
+        try:
+            self._http.get("/", timeout=2.0)
+            return True
+        except httpx.HTTPError:
+            return False
+
+    # inference
+    def generate(self, model: str, prompt: str = "", stream: bool = True, **fields: Any) -> Iterator[dict]:
+        body = {"model": model, "prompt": prompt, "stream": stream, **_drop_none(fields)}
+        if stream:
+            return self._stream("/api/generate", body)
+        return iter([self._request("POST", "/api/generate", json=body).json()])
+
+    def chat(self, model: str, messages: list[dict], stream: bool = True, **fields: Any) -> Iterator[dict]:
+        body = {"model": model, "messages": messages, "stream": stream, **_drop_none(fields)}
+        if stream:
+            return self._stream("/api/chat", body)
+        return iter([self._request("POST", "/api/chat", json=body).json()])
+
+    # models
+    def list(self) -> list[dict]:
+        return self._request("GET", "/api/tags").json()["models"]
+
+    def ps(self) -> list[dict]:
+        return self._request("GET", "/api/ps").json()["models"]
+
+    def show(self, model: str, verbose: bool = False) -> dict:
+        return self._request("POST", "/api/show", json={"model": model, "verbose": verbose}).json()
+
+    def delete(self, model: str) -> None:
+        self._request("DELETE", "/api/delete", json={"model": model})
+
+    def copy(self, source: str, destination: str) -> None:
+        self._request("POST", "/api/copy", json={"source": source, "destination": destination})
+
+    def create(self, body: dict) -> Iterator[dict]:
+        return self._stream("/api/create", {**body, "stream": True})
+
+    def pull(self, model: str, insecure: bool = False) -> Iterator[dict]:
+        return self._stream("/api/pull", {"model": model, "insecure": insecure, "stream": True})
+
+    def push(self, model: str, insecure: bool = False) -> Iterator[dict]:
+        return self._stream("/api/push", {"model": model, "insecure": insecure, "stream": True})
+
+    def create_blob(self, path: Path, digest: str) -> None:
+        if self._http.head(f"/api/blobs/{digest}").status_code == 200:
+            return
+        with open(path, "rb") as fh:
+            self._request("POST", f"/api/blobs/{digest}", content=_chunks(fh))
+
+
+def _chunks(fh, size: int = 1 << 20) -> Iterator[bytes]:
+    while True:
+        block = fh.read(size)
+        if not block:
+            return
+        yield block
+
+
+def _drop_none(d: dict) -> dict:
+    return {k: v for k, v in d.items() if v is not None}

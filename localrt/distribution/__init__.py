@@ -1,0 +1,1 @@
+"""Moving models between stores: pull (registry, folder, bundle), push, the registry routes, bundles."""

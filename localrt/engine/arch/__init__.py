@@ -1,0 +1,20 @@
+"""One module per architecture family, chosen by `general.architecture`."""
+from __future__ import annotations
+
+from types import ModuleType
+
+from ...errors import UnsupportedArchitecture
+from . import gemma3, llama, qwen2
+
+ARCHITECTURES: dict[str, ModuleType] = {
+    "llama": llama,  # also Mistral 7B-type files and SmolLM2, which carry arch "llama"
+    "qwen2": qwen2,
+    "gemma3": gemma3,
+}
+
+
+def get(arch: str) -> ModuleType:
+    try:
+        return ARCHITECTURES[arch]
+    except KeyError:
+        raise UnsupportedArchitecture(arch) from None

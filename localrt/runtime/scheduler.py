@@ -1,0 +1,403 @@
+"""Which models are loaded, and who runs what: one worker thread per loaded model, fed through a bounded queue.
+
+Ollama's rules (`server/sched.go`, `shared/reference/ollama_spec.md` section 6):
+- keep_alive: a request that carries one replaces the model's duration; one without leaves it alone (the
+  server default applies when the model is first loaded). The expiry clock starts when the model goes
+  idle; 0 unloads right after the request, negative keeps the model until it is unloaded or evicted.
+- At most `max_loaded_models` models (0 = auto = 3, Ollama's CPU value); to load another, the least
+  recently used idle model is unloaded. A model with work in flight is never evicted: the request waits.
+- A request with a smaller num_ctx than the loaded one is served by it; a larger num_ctx or any other
+  changed load-time option (num_batch, num_gpu, main_gpu, use_mmap, num_thread) reloads the model once the
+  work before it is done.
+- Requests for one model are served one at a time in arrival order. At most `max_queue` requests wait
+  (not yet running, all models together); one more raises Busy (HTTP 503).
+
+Memory: `estimate_fn(model, load_options)` says what a load needs as `MemoryNeed(private, mapped)`. Only
+the private part (KV cache, scratch) must fit in available memory; weights read through mmap are file-backed
+page cache that the kernel can drop and re-read, so they never block a load (Ollama refuses models that
+would fit through mmap; pain_points P3.5). Private memory of idle models is freed by eviction first.
+"""
+from __future__ import annotations
+
+import collections
+import itertools
+import threading
+import time
+from datetime import datetime, timezone
+from typing import Any, Callable, Mapping
+
+from ..api.options import Options, parse_duration, resolve
+from ..errors import Busy, Cancelled, InvalidRequest, ModelLoadError
+from .jobs import (
+    _END,
+    _ERROR,
+    _EVENT,
+    _UNSET,
+    DEFAULT_MAX_LOADED,
+    MemoryNeed,
+    Request,
+    RunnerInfo,
+    Stream,
+    _Job,
+    _Runner,
+    system_available_memory,
+)
+
+
+class Scheduler:
+    def __init__(
+        self,
+        load_fn: Callable[[str, dict[str, Any]], Any],
+        config: Any,
+        clock: Callable[[], float] = time.monotonic,
+        *,
+        estimate_fn: Callable[[str, dict[str, Any]], MemoryNeed | int] | None = None,
+        available_fn: Callable[[], int] | None = None,
+        wall_clock: Callable[[], float] = time.time,
+        reap_interval: float = 1.0,
+    ):
+        if getattr(config, "num_parallel", 1) != 1:
+            raise ValueError("LOCALRT_NUM_PARALLEL must be 1: each model serves one request at a time for now")
+        if config.max_queue < 1:
+            raise ValueError(f"LOCALRT_MAX_QUEUE must be at least 1, got {config.max_queue}")
+        if config.max_loaded_models < 0:
+            raise ValueError(f"LOCALRT_MAX_LOADED_MODELS must be 0 (auto) or more, got {config.max_loaded_models}")
+        try:
+            self.default_keep_alive = parse_duration(config.keep_alive, bare_seconds=True)
+        except InvalidRequest as exc:
+            raise ValueError(f"LOCALRT_KEEP_ALIVE: {exc}") from None
+        self.max_loaded = config.max_loaded_models or DEFAULT_MAX_LOADED
+        self.max_queue = config.max_queue
+        self._load_fn = load_fn
+        self._clock = clock
+        self._wall_clock = wall_clock
+        self._estimate_fn = estimate_fn
+        self._available_fn = available_fn if available_fn is not None else (
+            system_available_memory if estimate_fn is not None else None)
+        self._reap_interval = reap_interval
+        self._cv = threading.Condition()
+        self._pending: collections.deque[_Job] = collections.deque()  # jobs not yet given to a runner
+        self._runners: dict[str, _Runner] = {}  # live runners (loading or ready), by model
+        self._closing: list[_Runner] = []  # retired, still releasing their model
+        self._seq = itertools.count()
+        self._stopped = False
+        self._reaper = threading.Thread(target=self._reap_loop, name="localrt-sched-reaper", daemon=True)
+        self._reaper.start()
+
+    # ---- public API ---------------------------------------------------------------------------------
+
+    def submit(self, request: Request) -> Stream:
+        """Queue a request; returns its event stream at once. Raises Busy when max_queue requests wait."""
+        keep = _UNSET if request.keep_alive is None else parse_duration(request.keep_alive)
+        job = _Job(request, _load_options(request.options), keep, next(self._seq))
+        with self._cv:
+            if self._stopped:
+                raise Busy("the server is shutting down")
+            if self._waiting() >= self.max_queue:
+                raise Busy("server busy, please try again.  maximum pending requests exceeded")
+            self._pending.append(job)
+            self._dispatch()
+        return Stream(self, job)
+
+    def ps(self) -> list[RunnerInfo]:
+        """Loaded models, most recently used first."""
+        with self._cv:
+            self._dispatch()
+            now, wall = self._clock(), self._wall_clock()
+            ready = [r for r in self._runners.values() if r.state == "ready"]
+            return [self._info(r, now, wall) for r in sorted(ready, key=lambda r: -r.last_used)]
+
+    def unload(self, name: str, wait: float | None = None) -> bool:
+        """Unload `name` now if idle, else right after its queued work. False if it is not loaded.
+        With `wait`, block up to that many seconds until the model is released."""
+        with self._cv:
+            r = self._runners.get(name)
+            if r is None:
+                return False
+            r.keep_alive = 0.0
+            if r.idle():
+                self._retire(r)
+            if wait is not None:
+                self._cv.wait_for(lambda: r.state == "closed", timeout=wait)
+            return True
+
+    def reap(self) -> None:
+        """Unload models whose keep_alive has run out (the reaper thread does this on its own too)."""
+        with self._cv:
+            self._dispatch()
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Refuse new work, fail waiting requests with Cancelled, let running ones finish for up to
+        `timeout` seconds (then cancel them), and release every model."""
+        with self._cv:
+            self._stopped = True
+            waiting = list(self._pending) + [j for r in self._runners.values() for j in r.queue]
+            self._pending.clear()
+            for r in list(self._runners.values()):
+                r.queue.clear()
+                if r.idle():
+                    self._retire(r)
+            self._cv.notify_all()
+        for job in waiting:
+            job.fail(Cancelled("the server is shutting down"))
+        deadline = time.monotonic() + timeout
+        with self._cv:
+            if not self._cv.wait_for(self._all_closed, timeout=timeout):
+                for r in list(self._runners.values()) + self._closing:
+                    if r.active is not None:
+                        r.active.cancelled.set()
+        threads = [r.thread for r in list(self._runners.values()) + self._closing if r.thread is not None]
+        for t in threads + [self._reaper]:
+            t.join(timeout=max(0.1, deadline - time.monotonic()))
+
+    # ---- dispatch (always under self._cv) -------------------------------------------------------------
+
+    def _waiting(self) -> int:
+        return len(self._pending) + sum(len(r.queue) for r in self._runners.values())
+
+    def _all_closed(self) -> bool:
+        return not self._runners and not self._closing
+
+    def _dispatch(self) -> None:
+        """Hand pending jobs to runners in arrival order; start, reload or evict runners as needed."""
+        self._reap_expired()
+        blocked: set[str] = set()  # a job that must wait holds back every later job for its model
+        for job in list(self._pending):
+            if job.cancelled.is_set():
+                self._pending.remove(job)
+                job.end()
+                continue
+            key = job.model
+            if key in blocked:
+                continue
+            r = self._runners.get(key)
+            if r is not None and r.accepts(job.load_options):
+                self._pending.remove(job)
+                self._hand(r, job)
+                continue
+            blocked.add(key)
+            if r is not None:
+                if r.idle():  # loaded with other load-time options: reload, once nothing runs on it
+                    self._retire(r)
+                continue
+            if any(c.key == key for c in self._closing):
+                continue  # the old instance is still releasing its memory
+            try:
+                need = self._make_room(job)
+            except Exception as exc:  # estimate failed, or the model can never fit
+                self._pending.remove(job)
+                job.fail(exc)
+                blocked.discard(key)
+                continue
+            if need is None:
+                # Waiting for a model to be evicted: later requests wait too, or a busy model that keeps
+                # getting work would never go idle (Ollama's pending queue is first-come, first-served too).
+                break
+            self._pending.remove(job)
+            self._hand(self._start(job, need), job)
+            blocked.discard(key)
+        self._cv.notify_all()
+
+    def _hand(self, r: _Runner, job: _Job) -> None:
+        if job.keep_alive is not _UNSET:
+            r.keep_alive = job.keep_alive
+        r.queue.append(job)
+        r.expires_at = None
+        r.last_used = self._clock()
+
+    def _start(self, job: _Job, need: MemoryNeed) -> _Runner:
+        keep = self.default_keep_alive if job.keep_alive is _UNSET else job.keep_alive
+        r = _Runner(job.model, dict(job.load_options), keep, need, self._clock())
+        r.thread = threading.Thread(target=self._worker, args=(r,), name=f"localrt-worker-{job.model}", daemon=True)
+        self._runners[job.model] = r
+        r.thread.start()
+        return r
+
+    def _retire(self, r: _Runner) -> None:
+        r.state = "closing"
+        r.expires_at = None
+        if self._runners.get(r.key) is r:
+            del self._runners[r.key]
+        self._closing.append(r)
+        self._cv.notify_all()
+
+    def _make_room(self, job: _Job) -> MemoryNeed | None:
+        """The job's memory need if a new runner may start now; None to wait (evicting an idle model first)."""
+        need = self._estimate(job)
+        live = list(self._runners.values())
+        count_ok = len(live) + len(self._closing) < self.max_loaded
+        available = None
+        if self._available_fn is not None:
+            loading = sum(r.need.private for r in live if r.state == "loading")  # allocated soon, not yet
+            available = self._available_fn() - loading
+        if count_ok and (available is None or need.private <= available):
+            return need
+        if self._closing:
+            return None  # memory or a slot is on its way back
+        idle = [r for r in live if r.idle()]
+        if idle:
+            self._retire(min(idle, key=lambda r: r.last_used))
+            return None
+        if not live:
+            raise ModelLoadError(
+                f"model {job.model!r} requires more system memory ({_gib(need.private)}) "
+                f"than is available ({_gib(max(available or 0, 0))})"
+            )
+        return None  # every loaded model is busy: wait for one to finish
+
+    def _estimate(self, job: _Job) -> MemoryNeed:
+        if job.need is None:
+            need = MemoryNeed(0, 0) if self._estimate_fn is None else self._estimate_fn(job.model, dict(job.load_options))
+            job.need = need if isinstance(need, MemoryNeed) else MemoryNeed(int(need), 0)
+        return job.need
+
+    def _reap_expired(self) -> None:
+        now = self._clock()
+        for r in list(self._runners.values()):
+            if self._stopped and r.idle():
+                self._retire(r)
+            elif r.idle() and r.expires_at is not None and now >= r.expires_at:
+                self._retire(r)
+
+    def _withdraw(self, job: _Job) -> None:
+        """A consumer cancelled: drop the job if it has not started (a load in progress goes on)."""
+        with self._cv:
+            if job in self._pending:
+                self._pending.remove(job)
+                job.end()
+            else:
+                for r in self._runners.values():
+                    if job in r.queue:
+                        r.queue.remove(job)
+                        job.end()
+                        if r.idle():
+                            self._after_work(r)
+                        break
+            self._dispatch()
+
+    def _after_work(self, r: _Runner) -> None:
+        """r just went idle: start its keep_alive clock, or release it."""
+        r.last_used = self._clock()
+        if self._stopped or r.keep_alive == 0:
+            self._retire(r)
+        else:
+            r.expires_at = None if r.keep_alive is None else r.last_used + r.keep_alive
+
+    def _reap_loop(self) -> None:
+        with self._cv:
+            while not (self._stopped and self._all_closed()):
+                self._dispatch()
+                timeout = self._reap_interval
+                expiries = [r.expires_at for r in self._runners.values() if r.expires_at is not None]
+                if expiries:
+                    timeout = min(timeout, max(min(expiries) - self._clock(), 0.001))
+                self._cv.wait(timeout)
+
+    # ---- worker thread ------------------------------------------------------------------------------
+
+    def _worker(self, r: _Runner) -> None:
+        try:
+            loaded = self._load_fn(r.key, dict(r.load_options))
+        except Exception as exc:
+            with self._cv:
+                jobs = list(r.queue)
+                r.queue.clear()
+                r.state = "closed"
+                if self._runners.get(r.key) is r:
+                    del self._runners[r.key]
+                self._dispatch()
+            for job in jobs:
+                job.fail(exc)
+            return
+        with self._cv:
+            r.loaded = loaded
+            if r.state == "loading":
+                r.state = "ready"
+            if r.idle():
+                self._after_work(r)  # every waiting request was withdrawn during the load
+            self._dispatch()
+        while True:
+            with self._cv:
+                while not r.queue and r.state == "ready":
+                    self._cv.wait()
+                if not r.queue:
+                    break  # retired
+                job = r.queue.popleft()
+                r.active = job
+            last = self._run(r, job)
+            with self._cv:
+                r.active = None
+                if r.idle():
+                    self._after_work(r)
+                self._dispatch()
+            job.out.put(last)  # after the bookkeeping, so a finished consumer sees the model idle
+        try:
+            close = getattr(loaded, "close", None)
+            if close is not None:
+                close()
+        finally:
+            with self._cv:
+                r.state = "closed"
+                r.loaded = None
+                self._closing.remove(r)
+                self._dispatch()
+
+    def _run(self, r: _Runner, job: _Job) -> tuple[str, Any]:
+        """Run one job, streaming its events; returns the last item for its consumer (end or error)."""
+        if job.cancelled.is_set():
+            return _END, None
+        req = job.request
+        try:
+            it = req.work(r.loaded, req, job.cancelled) if req.work is not None else r.loaded.run(req, job.cancelled)
+            it = iter(it)
+            try:
+                for event in it:
+                    if job.cancelled.is_set():
+                        break
+                    job.out.put((_EVENT, event))
+            finally:
+                close = getattr(it, "close", None)
+                if close is not None:
+                    close()  # a generator stops at the yield where it waits
+        except Exception as exc:
+            return _ERROR, exc
+        return _END, None
+
+    def _info(self, r: _Runner, now: float, wall: float) -> RunnerInfo:
+        if r.keep_alive is None:
+            expires = None
+        else:
+            at = r.expires_at if r.expires_at is not None else now + r.keep_alive
+            expires = datetime.fromtimestamp(wall + (at - now), tz=timezone.utc)
+        size = getattr(r.loaded, "size", None)
+        private = r.need.private
+        mapped = r.need.mapped
+        total = int(size) if isinstance(size, int) and size > 0 else private + mapped
+        ctx = getattr(r.loaded, "context_length", None)
+        return RunnerInfo(
+            name=r.key,
+            size=total,
+            size_private=private,
+            size_mapped=mapped,
+            expires_at=expires,
+            context_length=int(ctx) if isinstance(ctx, int) else int(r.load_options.get("num_ctx") or 0),
+            load_options=dict(r.load_options),
+            busy=r.active is not None,
+            queued=len(r.queue),
+            size_vram=min(int(getattr(r.loaded, "size_vram", 0) or 0), total),
+        )
+
+
+def _load_options(options: Options | Mapping[str, Any] | None) -> dict[str, Any]:
+    if options is None:
+        return Options().load_options()
+    if isinstance(options, Options):
+        return options.load_options()
+    return resolve(options).load_options()
+
+
+def _gib(n: int) -> str:
+    return f"{n / (1 << 30):.1f} GiB"
+
+
+__all__ = ["MemoryNeed", "Request", "RunnerInfo", "Scheduler", "Stream", "system_available_memory"]

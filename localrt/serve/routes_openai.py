@@ -1,0 +1,45 @@
+"""The OpenAI-compatible API (`/v1/*`): one function per route, each a translation in front of the same service
+calls as the native routes (never a second engine path)."""
+from __future__ import annotations
+
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from .. import errors
+from . import openai_compat
+from .streaming import json_body, openai_streamed
+
+
+def _service(request: Request):
+    return request.app.state.service
+
+
+async def chat_completions(request: Request) -> Response:
+    req, opts = openai_compat.chat_request(await json_body(request))
+    events = await run_in_threadpool(_service(request).chat, req)
+    return await openai_streamed(request, events, opts, openai_compat.ChatStream(req.model, opts))
+
+
+async def completions(request: Request) -> Response:
+    req, opts = openai_compat.completion_request(await json_body(request))
+    events = await run_in_threadpool(_service(request).generate, req)
+    return await openai_streamed(request, events, opts, openai_compat.CompletionStream(req.model, opts))
+
+
+async def embeddings(request: Request) -> Response:
+    req, encoding = openai_compat.embeddings_request(await json_body(request))
+    native_reply = await run_in_threadpool(_service(request).embed, req)
+    return JSONResponse(openai_compat.embeddings_reply(req.model, native_reply, encoding))
+
+
+async def models(request: Request) -> Response:
+    return JSONResponse(openai_compat.models_reply(await run_in_threadpool(_service(request).tags)))
+
+
+async def model(request: Request) -> Response:
+    name = request.path_params["model"]
+    found = openai_compat.model_reply(await run_in_threadpool(_service(request).tags), name)
+    if found is None:
+        raise errors.ModelNotFound(name)
+    return JSONResponse(found)

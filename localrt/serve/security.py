@@ -1,0 +1,129 @@
+"""Request guards in front of every route: Host allow-list (DNS rebinding), CORS origins, bearer token, body cap.
+
+A pure ASGI middleware, so streamed responses pass through untouched.
+"""
+from __future__ import annotations
+
+import fnmatch
+import hmac
+import ipaddress
+import json
+import socket
+
+from ..config import is_loopback
+
+DEFAULT_ORIGINS = (
+    "http://localhost", "https://localhost", "http://localhost:*", "https://localhost:*",
+    "http://127.0.0.1", "https://127.0.0.1", "http://127.0.0.1:*", "https://127.0.0.1:*",
+    "http://[::1]", "https://[::1]", "http://[::1]:*", "https://[::1]:*",
+    "http://0.0.0.0", "https://0.0.0.0", "http://0.0.0.0:*", "https://0.0.0.0:*",
+)
+CORS_HEADERS = "Authorization, Content-Type, User-Agent, Accept, X-Requested-With, OpenAI-Beta, x-stainless-*"
+
+
+def _host_name(header: str) -> str:
+    h = header.strip().lower()
+    if h.startswith("["):
+        return h[1 : h.find("]")] if "]" in h else h
+    return h.rsplit(":", 1)[0] if h.count(":") == 1 else h
+
+
+def host_allowed(header: str | None) -> bool:
+    """A Host a DNS-rebinding page cannot forge: an IP literal, localhost names, or this machine's name."""
+    if not header:
+        return True
+    name = _host_name(header)
+    if is_loopback(name):
+        return True
+    try:
+        ipaddress.ip_address(name)
+        return True  # rebinding needs a DNS name; a literal address is what the user typed
+    except ValueError:
+        pass
+    return name == socket.gethostname().lower()
+
+
+def origin_allowed(origin: str, extra: tuple[str, ...]) -> bool:
+    o = origin.strip().lower()
+    if o in ("null", "") or o.startswith("file:"):
+        return any(p.lower() == o for p in extra)
+    return any(fnmatch.fnmatchcase(o, p.lower()) for p in DEFAULT_ORIGINS + extra)
+
+
+class Guard:
+    """ASGI middleware. `loopback_bind` turns the Host check on, as Ollama does for a loopback listener."""
+
+    def __init__(self, app, *, loopback_bind: bool, origins: tuple[str, ...] = (), api_key: str | None = None,
+                 max_body: int = 64 * 1024 * 1024, unlimited_body_prefixes: tuple[str, ...] = ("/api/blobs/", "/v2/"),
+                 public_read_prefixes: tuple[str, ...] = ()):
+        self.app = app
+        self.loopback_bind = loopback_bind
+        self.origins = origins
+        self.api_key = api_key
+        self.max_body = max_body
+        self.unlimited = unlimited_body_prefixes
+        self.public_read = public_read_prefixes  # GET/HEAD here need no token (a public LAN mirror)
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
+        path, method = scope["path"], scope["method"]
+        if self.loopback_bind and not host_allowed(headers.get("host")):
+            return await _reply(send, 403, {"error": "forbidden host"})
+        origin = headers.get("origin")
+        cors: list[tuple[bytes, bytes]] = []
+        if origin is not None:
+            if not origin_allowed(origin, self.origins):
+                return await _reply(send, 403, {"error": f"origin {origin!r} is not allowed"})
+            cors = [(b"access-control-allow-origin", origin.encode("latin-1")),
+                    (b"vary", b"Origin"),
+                    (b"access-control-allow-methods", b"GET, POST, PUT, PATCH, DELETE, HEAD, OPTIONS"),
+                    (b"access-control-allow-headers", CORS_HEADERS.encode())]
+        if method == "OPTIONS":
+            return await _reply(send, 204, None, cors)
+        public = method in ("GET", "HEAD") and (path == "/" or path.startswith(self.public_read))
+        if self.api_key and not public:
+            auth = headers.get("authorization", "")
+            token = auth[7:].strip() if auth.lower().startswith("bearer ") else ""
+            if not hmac.compare_digest(token.encode(), self.api_key.encode()):
+                return await _reply(send, 401, {"error": "unauthorized: a valid bearer token is required"}, cors)
+        limit = None if path.startswith(self.unlimited) else self.max_body
+        if limit is not None:
+            length = headers.get("content-length")
+            if length is not None and (not length.isdigit() or int(length) > limit):
+                return await _reply(send, 413, {"error": f"request body too large (limit {limit} bytes)"}, cors)
+            receive = _capped(receive, limit)
+
+        async def send_with_cors(message):
+            if cors and message["type"] == "http.response.start":
+                message = dict(message, headers=list(message.get("headers", [])) + cors)
+            await send(message)
+
+        await self.app(scope, receive, send_with_cors)
+
+
+class BodyTooLarge(Exception):
+    pass
+
+
+def _capped(receive, limit: int):
+    seen = 0
+
+    async def wrapped():
+        nonlocal seen
+        message = await receive()
+        if message["type"] == "http.request":
+            seen += len(message.get("body", b""))
+            if seen > limit:
+                raise BodyTooLarge(f"request body too large (limit {limit} bytes)")
+        return message
+
+    return wrapped
+
+
+async def _reply(send, status: int, body: dict | None, extra_headers=()) -> None:
+    data = b"" if body is None else json.dumps(body).encode()
+    headers = [(b"content-type", b"application/json; charset=utf-8"), (b"content-length", str(len(data)).encode())]
+    await send({"type": "http.response.start", "status": status, "headers": headers + list(extra_headers)})
+    await send({"type": "http.response.body", "body": data})

@@ -1,0 +1,164 @@
+"""Framing a stream of events for HTTP: the first event before the status line (so an early failure is a real
+HTTP error), NDJSON or SSE after it (a failure after the first byte is one error line), a fold for non-streamed
+replies, and cancellation when the client goes away."""
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any, Callable, Iterator
+
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import JSONResponse, StreamingResponse
+
+from .. import errors
+from ..api import types as api_types
+from . import openai_compat
+from .error_map import error_status
+
+_END = object()  # the end of an event iterator
+
+
+def _ndjson(obj: dict) -> bytes:
+    return json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode() + b"\n"
+
+
+class EventPump:
+    """Pulls a blocking event iterator from a worker thread one item at a time, and cancels it on disconnect."""
+
+    def __init__(self, it: Iterator[dict]):
+        self.it = it
+
+    async def next(self) -> Any:
+        return await run_in_threadpool(next, self.it, _END)
+
+    def cancel(self) -> None:
+        cancel = getattr(self.it, "cancel", None)
+        if cancel is not None:
+            cancel()  # thread-safe: the worker stops at its next step
+
+
+async def _first(pump: EventPump, request: Request) -> Any:
+    """The first event, pulled before any byte is written (errors here become HTTP statuses).
+
+    Waiting for it can take long (queued behind other requests, loading, prompt eval), so the client's
+    disconnect is watched meanwhile: a client that leaves cancels its work at once."""
+    nxt = asyncio.ensure_future(pump.next())
+    gone = asyncio.ensure_future(_disconnected(request))
+    try:
+        done, _ = await asyncio.wait({nxt, gone}, return_when=asyncio.FIRST_COMPLETED)
+    except BaseException:
+        pump.cancel()
+        raise
+    finally:
+        gone.cancel()
+    if nxt in done:
+        try:
+            return nxt.result()
+        except BaseException:
+            pump.cancel()
+            raise
+    pump.cancel()
+    nxt.add_done_callback(lambda t: t.cancelled() or t.exception())  # the thread ends after the cancel
+    raise errors.Cancelled()
+
+
+async def _disconnected(request: Request) -> None:
+    """Returns when the client goes away. The body has been read already, so receive() only sees that."""
+    while True:
+        message = await request.receive()
+        if message["type"] == "http.disconnect":
+            return
+
+
+def _stream(pump: EventPump, first: Any, frame: Callable[[Any], bytes], tail: Callable[[], bytes] | None = None,
+            error_frame: Callable[[str], bytes] | None = None):
+    async def body():
+        item = first
+        try:
+            while item is not _END:
+                yield frame(item)
+                item = await pump.next()
+            if tail is not None:
+                yield tail()
+        except Exception as exc:  # after the first byte: one error line, then the stream ends
+            _, msg, _ = error_status(exc)
+            yield (error_frame or (lambda m: _ndjson({"error": m})))(msg)
+        finally:
+            pump.cancel()
+    return body()
+
+
+async def _drain(pump: EventPump, request: Request, first: Any) -> list:
+    """Collect a whole non-streamed reply, cancelling the work if the client goes away meanwhile."""
+    items, item = [], first
+    try:
+        while item is not _END:
+            items.append(item)
+            if await request.is_disconnected():
+                raise errors.Cancelled()
+            item = await pump.next()
+    finally:
+        pump.cancel()
+    return items
+
+
+async def json_body(request: Request) -> dict:
+    return api_types.parse_json_body(await request.body())
+
+
+async def streamed(request: Request, events: Iterator[dict], stream: bool, fold: Callable[[list], dict]):
+    """A native reply: NDJSON lines, or one JSON object folded from the events when not streamed."""
+    pump = EventPump(events)
+    first = await _first(pump, request)
+    if first is _END:
+        return JSONResponse(fold([]))
+    if first.get("done") and first.get("done_reason") in ("load", "unload"):
+        pump.cancel()
+        return JSONResponse(first)
+    if not stream:
+        return JSONResponse(fold(await _drain(pump, request, first)))
+    return StreamingResponse(_stream(pump, first, _ndjson), media_type="application/x-ndjson")
+
+
+async def openai_streamed(request: Request, events, opts, fmt):
+    """A /v1 reply: SSE chunks in OpenAI's shapes, or one whole object when not streamed."""
+    pump = EventPump(events)
+    first = await _first(pump, request)
+    if not opts.stream:
+        items = [] if first is _END else await _drain(pump, request, first)
+        return JSONResponse(fmt.whole(items))
+    if first is _END:
+        raise errors.LocalrtError("the model produced no events")
+    return StreamingResponse(
+        _stream(pump, first, fmt.chunk, fmt.tail, openai_compat.sse_error),
+        media_type="text/event-stream",
+    )
+
+
+
+
+def fold_generate(items: list[dict]) -> dict:
+    """A non-streamed /api/generate reply: the pieces concatenated, the final chunk's metrics."""
+    if not items:
+        return {}
+    out = dict(items[-1])
+    out["response"] = "".join(i.get("response", "") for i in items)
+    return out
+
+
+def fold_chat(items: list[dict]) -> dict:
+    if not items:
+        return {}
+    out = dict(items[-1])
+    msg = dict(out.get("message") or {"role": "assistant"})
+    msg["content"] = "".join((i.get("message") or {}).get("content", "") for i in items)
+    calls = [c for i in items for c in (i.get("message") or {}).get("tool_calls", [])]
+    if calls:
+        msg["tool_calls"] = calls
+    out["message"] = msg
+    return out
+
+
+def fold_progress(items: list[dict]) -> dict:
+    return items[-1] if items else {"status": "success"}
