@@ -69,12 +69,21 @@ def test_embed_normalised_and_dimensions(client):
     assert len(legacy.embedding) == 576
 
 
+def test_the_builtin_chat_model_takes_tools(client):
+    """What a UI that attaches tools to every chat (Open WebUI) sends first: no 400, a real answer."""
+    tools = [{"type": "function", "function": {"name": "get_time", "description": "The current time",
+                                               "parameters": {"type": "object", "properties": {}}}}]
+    r = client.chat(model=MODEL, messages=[{"role": "user", "content": "Hello!"}], tools=tools,
+                    options={"num_predict": 8, "temperature": 0})
+    assert r.message.role == "assistant" and (r.message.content or r.message.tool_calls)
+
+
 def test_models_list_show_copy_create_delete_ps(client):
-    client.show(MODEL)  # creates the built-in on first ask
+    client.pull(MODEL)  # a built-in is created from its package on pull (show never creates)
     names = [m.model for m in client.list().models]
     assert MODEL in names
     info = client.show(MODEL)
-    assert info.modelinfo["general.architecture"] == "llama" and "completion" in info.capabilities
+    assert info.modelinfo["general.architecture"] == "llama" and {"completion", "tools"} <= set(info.capabilities)
     assert "<|im_end|>" in info.parameters and "FROM " in info.modelfile
     client.copy(MODEL, "mine:copy")
     client.create(model="pirate", from_=MODEL, system="You are a pirate.", parameters={"temperature": 0.2})

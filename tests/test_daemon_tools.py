@@ -137,8 +137,9 @@ def test_openai_tool_calls_and_streamed_deltas(scripted):
 
 def test_tools_refused_for_a_template_without_them(scripted):
     srv, client, script = scripted
+    client.create(model="plain", from_="smollm2:135m", template="{{ .Prompt }}")  # no .Tools in it
     with pytest.raises(ollama.ResponseError) as e:
-        client.chat(model="smollm2:135m", messages=[{"role": "user", "content": "x"}], tools=TOOLS)
+        client.chat(model="plain", messages=[{"role": "user", "content": "x"}], tools=TOOLS)
     assert e.value.status_code == 400 and "does not support tools" in e.value.error
 
 

