@@ -26,13 +26,19 @@ class ModelLoadError(LocalrtError):
     """The file is a valid GGUF but cannot be run (unsupported architecture, missing tensor, ...)."""
 
 
-class UnsupportedArchitecture(ModelLoadError):
+class InvalidModel(ModelLoadError, InvalidRequest):
+    """The model file's metadata or tensors are wrong or out of range: the input's fault, so a 400 at the HTTP edge.
+
+    The message names the GGUF key or tensor and both numbers (see localrt.validate)."""
+
+
+class UnsupportedArchitecture(InvalidModel):
     def __init__(self, arch: str):
         super().__init__(f"unsupported model architecture {arch!r}")
         self.arch = arch
 
 
-class MissingTensor(ModelLoadError):
+class MissingTensor(InvalidModel):
     def __init__(self, name: str):
         super().__init__(f"model file has no tensor {name!r}")
         self.tensor = name

@@ -31,7 +31,7 @@ def load_model(path: str | os.PathLike, num_ctx: int = DEFAULT_NUM_CTX, *, num_b
         raise ModelLoadError(f"kv_type must be one of {KV_TYPES}, got {kv_type!r}")
     f = _open_gguf(Path(path))
     try:
-        cfg = config_from_metadata(f.metadata)
+        cfg = config_from_metadata(f.metadata, f.tensors)  # validated against the file before anything is allocated
         backend = CPUBackend()
         tensors = {name: QTensor(name, t.ggml_type, tuple(int(d) for d in t.shape), t.data) for name, t in f.tensors.items()}
         weights = archs.get(cfg.arch).load(cfg, TensorSource(tensors, backend))

@@ -3,15 +3,16 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Iterator
+from typing import Iterator, Mapping
 
 import numpy as np
 
 from simd_kernels import ops
 
-from ..errors import ContextLengthExceeded, InvalidRequest, ModelLoadError
+from ..errors import ContextLengthExceeded, InvalidModel, InvalidRequest, ModelLoadError
 from . import arch as archs
-from .arch.common import Batch
+from . import validate
+from .arch.common import GLOBAL_TENSORS, Batch, dims
 from .kv_cache import KVCache
 
 
@@ -46,56 +47,58 @@ class ModelConfig:
 _ROPE_MODES = {"llama": ops.ROPE_NORMAL, "qwen2": ops.ROPE_NEOX, "gemma3": ops.ROPE_NEOX}
 
 
-def config_from_metadata(md: dict) -> ModelConfig:
-    """Every hyperparameter the forward uses, read from GGUF metadata with llama.cpp's defaults."""
+def config_from_metadata(md: dict, tensors: Mapping | None = None) -> ModelConfig:
+    """Every hyperparameter the forward uses, read from GGUF metadata with llama.cpp's defaults and validated.
+
+    With `tensors` (GGUF name -> .shape/.ggml_type[/.data], the file's tensor infos) the config is also checked
+    against the file: block_count before anything per layer is built, then every tensor the forward indexes
+    (see localrt.validate). Raises InvalidModel naming the key and both numbers."""
     arch = md.get("general.architecture")
     if not isinstance(arch, str):
-        raise ModelLoadError("model file has no general.architecture")
-    archs.get(arch)  # raises UnsupportedArchitecture
+        raise InvalidModel("model file has no general.architecture")
+    module = archs.get(arch)  # raises UnsupportedArchitecture
+    k = validate.Keys(md, arch)
 
-    def key(name: str, default=None, required: bool = False):
-        full = f"{arch}.{name}"
-        if full in md:
-            return md[full]
-        if required:
-            raise ModelLoadError(f"model file has no metadata key {full!r}")
-        return default
-
-    n_embd = int(key("embedding_length", required=True))
-    n_layer = int(key("block_count", required=True))
-    n_head = _per_layer_uniform(key("attention.head_count", required=True), f"{arch}.attention.head_count")
-    n_head_kv = _per_layer_uniform(key("attention.head_count_kv", n_head), f"{arch}.attention.head_count_kv")
-    n_ff = _per_layer_uniform(key("feed_forward_length", required=True), f"{arch}.feed_forward_length")
-    if n_head <= 0 or n_head_kv <= 0 or n_head % n_head_kv:
-        raise ModelLoadError(f"head_count {n_head} is not a multiple of head_count_kv {n_head_kv}")
-    head_dim = int(key("attention.key_length", n_embd // n_head))
-    head_dim_v = int(key("attention.value_length", head_dim))
-    n_rot = int(key("rope.dimension_count", head_dim))
+    n_layer = k.int("block_count", lo=1)
+    if tensors is not None:
+        validate.check_block_count(k, n_layer, tensors)
+    k.int("block_count", lo=1, hi=validate.MAX_BLOCKS)
+    n_embd = k.int("embedding_length", hi=validate.MAX_WIDTH)
+    n_head = k.per_layer_int("attention.head_count", n_layer, hi=validate.MAX_HEADS)
+    n_head_kv = k.per_layer_int("attention.head_count_kv", n_layer, n_head, hi=validate.MAX_HEADS)
+    n_ff = k.per_layer_int("feed_forward_length", n_layer, hi=validate.MAX_WIDTH)
+    if not k.has("attention.key_length") and n_embd % n_head:
+        raise InvalidModel(f"{k.name('embedding_length')} ({n_embd}) is not a multiple of {k.name('attention.head_count')} "
+                           f"({n_head}) and the file has no {k.name('attention.key_length')}")
+    head_dim = k.int("attention.key_length", n_embd // n_head, hi=validate.MAX_WIDTH)
+    head_dim_v = k.int("attention.value_length", head_dim, hi=validate.MAX_WIDTH)
+    n_rot = k.int("rope.dimension_count", head_dim, hi=validate.MAX_WIDTH)
     tokens = md.get("tokenizer.ggml.tokens")
-    n_vocab = int(key("vocab_size", len(tokens) if tokens is not None else 0))
-    if n_vocab <= 0:
-        raise ModelLoadError(f"model file has neither {arch}.vocab_size nor tokenizer.ggml.tokens")
+    if tokens is None and not k.has("vocab_size"):
+        raise InvalidModel(f"model file has neither {arch}.vocab_size nor tokenizer.ggml.tokens")
+    n_vocab = k.int("vocab_size", len(tokens) if tokens is not None else None)
+    _check_experts(k)
 
-    scaling = key("rope.scaling.type", "none")
-    factor = float(key("rope.scaling.factor", 0.0) or 0.0)
+    scaling = k.str("rope.scaling.type", "none")
+    factor = k.float("rope.scaling.factor", 0.0, positive=False)
     if scaling not in ("none", "linear") and factor not in (0.0, 1.0):
-        raise ModelLoadError(f"rope scaling type {scaling!r} is not supported")
+        raise InvalidModel(f"{k.name('rope.scaling.type')} {scaling!r} is not supported")
     freq_scale = 1.0 / factor if factor > 0 else 1.0
 
-    window = int(key("attention.sliding_window", 0) or 0)
+    window = k.int("attention.sliding_window", 0, lo=0, hi=validate.MAX_CONTEXT)
     windows = (0,) * n_layer
     if arch == "gemma3" and window > 0:
-        windows = tuple(window if swa else 0 for swa in _swa_layers(key("attention.sliding_window_pattern", 6), n_layer))
+        windows = tuple(window if swa else 0 for swa in _swa_layers(k, n_layer))
 
-    attn_scale = float(key("attention.scale", 0.0) or 0.0) or 1.0 / math.sqrt(head_dim)
+    attn_scale = k.float("attention.scale", 0.0, positive=False) or 1.0 / math.sqrt(head_dim)
     if arch == "gemma3" and n_layer == 62:
         # Gemma 3 27B scales by n_embd / n_head instead of head_dim (query_pre_attn_scalar).
         attn_scale = 1.0 / math.sqrt(n_embd // n_head)
 
-    return ModelConfig(
+    cfg = ModelConfig(
         arch=arch,
         n_vocab=n_vocab,
-        n_ctx_train=int(key("context_length", 2048)),
+        n_ctx_train=k.int("context_length", 2048, hi=validate.MAX_CONTEXT),
         n_embd=n_embd,
         n_layer=n_layer,
         n_head=n_head,
@@ -103,36 +106,45 @@ def config_from_metadata(md: dict) -> ModelConfig:
         head_dim=head_dim,
         head_dim_v=head_dim_v,
         n_ff=n_ff,
-        rms_eps=float(key("attention.layer_norm_rms_epsilon", 1e-5)),
+        rms_eps=k.float("attention.layer_norm_rms_epsilon", 1e-5),
         rope_mode=_ROPE_MODES[arch],
         n_rot=n_rot,
-        rope_base=float(key("rope.freq_base", 10000.0)),
+        rope_base=k.float("rope.freq_base", 10000.0),
         rope_freq_scale=freq_scale,
-        rope_base_swa=float(key("rope.freq_base_swa", 10000.0)),
+        rope_base_swa=k.float("rope.freq_base_swa", 10000.0),
         windows=windows,
         attn_scale=attn_scale,
         embed_scale=float(np.sqrt(np.float32(n_embd))) if arch == "gemma3" else 1.0,
-        final_logit_softcap=float(key("final_logit_softcapping", 0.0) or 0.0),
+        final_logit_softcap=k.float("final_logit_softcapping", 0.0, positive=False),
     )
+    validate.check_heads(k, cfg)
+    validate.check_vocab(k, n_vocab)
+    if tensors is not None:
+        validate.check_tensors(k, cfg, tensors, GLOBAL_TENSORS, module.BLOCK, dims(cfg))
+    return cfg
 
 
-def _per_layer_uniform(value, name: str) -> int:
-    # Some files store per-layer arrays; this engine needs one value for all layers.
-    if isinstance(value, np.ndarray) or isinstance(value, list):
-        vals = {int(v) for v in value}
-        if len(vals) != 1:
-            raise ModelLoadError(f"{name} varies per layer ({sorted(vals)}), which is not supported")
-        return vals.pop()
-    return int(value)
+def _check_experts(k: validate.Keys) -> None:
+    """This engine runs dense FFNs only: a mixture-of-experts file is refused by name."""
+    n_expert = k.int("expert_count", 0, lo=0, hi=validate.MAX_EXPERTS)
+    n_used = k.int("expert_used_count", 0, lo=0, hi=validate.MAX_EXPERTS)
+    if n_expert > 0:
+        raise InvalidModel(f"{k.name('expert_count')} is {n_expert}: mixture-of-experts models are not supported")
+    if n_used > 0:
+        raise InvalidModel(f"{k.name('expert_used_count')} is {n_used} but {k.name('expert_count')} is 0")
 
 
-def _swa_layers(pattern, n_layer: int) -> list[bool]:
+def _swa_layers(k: validate.Keys, n_layer: int) -> list[bool]:
     """Which layers use the sliding window: a bool per layer, or period p (layer il is local iff il % p < p - 1)."""
+    key = k.name("attention.sliding_window_pattern")
+    pattern = k.raw("attention.sliding_window_pattern", 6)
     if isinstance(pattern, (list, np.ndarray)):
         if len(pattern) != n_layer:
-            raise ModelLoadError(f"sliding_window_pattern has {len(pattern)} entries for {n_layer} layers")
+            raise InvalidModel(f"{key} has {len(pattern)} entries for {n_layer} layers ({k.name('block_count')})")
+        if not all(isinstance(b, (bool, np.bool_)) or validate.is_int(b) for b in pattern):
+            raise InvalidModel(f"{key} must hold one bool per layer")
         return [bool(b) for b in pattern]
-    period = int(pattern)
+    period = k.int("attention.sliding_window_pattern", 6, lo=0, hi=validate.MAX_BLOCKS)
     return [period > 0 and il % period < period - 1 for il in range(n_layer)]
 
 

@@ -111,47 +111,86 @@ class TensorSource:
             raise MissingTensor(name) from None
 
 
-def load_common(cfg, src: TensorSource, layer_fn) -> Weights:
-    """token_embd / output_norm / output (tied when absent) / rope_freqs, and layer_fn(il) per block."""
-    embd = src.matrix("token_embd.weight", cfg.n_vocab, cfg.n_embd)
-    output = src.matrix("output.weight", cfg.n_vocab, cfg.n_embd) if src.has("output.weight") else embd
-    freqs = src.vector("rope_freqs.weight", cfg.n_rot // 2, required=False)
-    return Weights(
-        token_embd=embd,
-        output_norm=src.vector("output_norm.weight", cfg.n_embd),
-        output=output,
-        layers=[layer_fn(il) for il in range(cfg.n_layer)],
-        rope_freqs=freqs if freqs is not None else np.ones(cfg.n_rot // 2, np.float32),
-    )
+# What the forward indexes, as shapes in config dimensions (see `dims`): GGUF name -> (shape, required).
+# The loader reads exactly these and localrt.validate checks exactly these against the file.
+TensorTable = dict[str, tuple[tuple[str, ...], bool]]
+
+GLOBAL_TENSORS: TensorTable = {
+    "token_embd.weight": (("n_vocab", "n_embd"), True),
+    "output_norm.weight": (("n_embd",), True),
+    "output.weight": (("n_vocab", "n_embd"), False),  # absent: tied to token_embd
+    "rope_freqs.weight": (("n_rot_half",), False),
+}
 
 
-def load_layer(cfg, src: TensorSource, il: int, *, biases: bool = False, qk_norm: bool = False, sandwich: bool = False) -> Layer:
-    """Block il's tensors; `biases` requires q/k/v biases (qwen2), `qk_norm`/`sandwich` gemma's extras."""
-    p = f"blk.{il}."
-    n_q, n_kv = cfg.n_head * cfg.head_dim, cfg.n_head_kv * cfg.head_dim
-    n_v = cfg.n_head_kv * cfg.head_dim_v
-    layer = Layer(
-        attn_norm=src.vector(p + "attn_norm.weight", cfg.n_embd),
-        attn_q=src.matrix(p + "attn_q.weight", n_q, cfg.n_embd),
-        attn_k=src.matrix(p + "attn_k.weight", n_kv, cfg.n_embd),
-        attn_v=src.matrix(p + "attn_v.weight", n_v, cfg.n_embd),
-        attn_output=src.matrix(p + "attn_output.weight", cfg.n_embd, cfg.n_head * cfg.head_dim_v),
-        ffn_norm=src.vector(p + "ffn_norm.weight", cfg.n_embd),
-        ffn_gate=src.matrix(p + "ffn_gate.weight", cfg.n_ff, cfg.n_embd),
-        ffn_up=src.matrix(p + "ffn_up.weight", cfg.n_ff, cfg.n_embd),
-        ffn_down=src.matrix(p + "ffn_down.weight", cfg.n_embd, cfg.n_ff),
-        attn_q_bias=src.vector(p + "attn_q.bias", n_q, required=biases),
-        attn_k_bias=src.vector(p + "attn_k.bias", n_kv, required=biases),
-        attn_v_bias=src.vector(p + "attn_v.bias", n_v, required=biases),
-        attn_output_bias=src.vector(p + "attn_output.bias", cfg.n_embd, required=False),
-    )
+def block_tensors(*, biases: bool = False, qk_norm: bool = False, sandwich: bool = False) -> TensorTable:
+    """One block's tensors, names minus `blk.N.`; `biases` requires q/k/v biases (qwen2), `qk_norm`/`sandwich` gemma's extras."""
+    table: TensorTable = {
+        "attn_norm.weight": (("n_embd",), True),
+        "attn_q.weight": (("n_q", "n_embd"), True),
+        "attn_k.weight": (("n_k", "n_embd"), True),
+        "attn_v.weight": (("n_v", "n_embd"), True),
+        "attn_output.weight": (("n_embd", "n_o"), True),
+        "ffn_norm.weight": (("n_embd",), True),
+        "ffn_gate.weight": (("n_ff", "n_embd"), True),
+        "ffn_up.weight": (("n_ff", "n_embd"), True),
+        "ffn_down.weight": (("n_embd", "n_ff"), True),
+        "attn_q.bias": (("n_q",), biases),
+        "attn_k.bias": (("n_k",), biases),
+        "attn_v.bias": (("n_v",), biases),
+        "attn_output.bias": (("n_embd",), False),
+    }
     if qk_norm:
-        layer.attn_q_norm = src.vector(p + "attn_q_norm.weight", cfg.head_dim)
-        layer.attn_k_norm = src.vector(p + "attn_k_norm.weight", cfg.head_dim)
+        table["attn_q_norm.weight"] = (("head_dim",), True)
+        table["attn_k_norm.weight"] = (("head_dim",), True)
     if sandwich:
-        layer.post_attention_norm = src.vector(p + "post_attention_norm.weight", cfg.n_embd)
-        layer.post_ffw_norm = src.vector(p + "post_ffw_norm.weight", cfg.n_embd)
-    return layer
+        table["post_attention_norm.weight"] = (("n_embd",), True)
+        table["post_ffw_norm.weight"] = (("n_embd",), True)
+    return table
+
+
+def dims(cfg) -> dict[str, int]:
+    """The config dimensions the tensor tables are written in."""
+    return {
+        "n_vocab": cfg.n_vocab,
+        "n_embd": cfg.n_embd,
+        "n_q": cfg.n_head * cfg.head_dim,
+        "n_k": cfg.n_head_kv * cfg.head_dim,
+        "n_v": cfg.n_head_kv * cfg.head_dim_v,
+        "n_o": cfg.n_head * cfg.head_dim_v,
+        "n_ff": cfg.n_ff,
+        "head_dim": cfg.head_dim,
+        "n_rot_half": cfg.n_rot // 2,
+    }
+
+
+def _fetch(src: TensorSource, name: str, shape: tuple[int, ...], required: bool):
+    if len(shape) == 2:
+        return src.matrix(name, *shape) if required or src.has(name) else None
+    return src.vector(name, shape[0], required=required)
+
+
+def load_common(cfg, src: TensorSource, block: TensorTable) -> Weights:
+    """GLOBAL_TENSORS (output tied to token_embd when absent) and, per block, the tensors of `block`."""
+    d = dims(cfg)
+    g = {name: _fetch(src, name, tuple(d[k] for k in shape), req) for name, (shape, req) in GLOBAL_TENSORS.items()}
+    freqs = g["rope_freqs.weight"]
+    return Weights(
+        token_embd=g["token_embd.weight"],
+        output_norm=g["output_norm.weight"],
+        output=g["output.weight"] if g["output.weight"] is not None else g["token_embd.weight"],
+        layers=[load_layer(cfg, src, il, block) for il in range(cfg.n_layer)],
+        rope_freqs=freqs if freqs is not None else np.ones(cfg.n_rot // 2, np.float32),  # (n_rot/2,)
+    )
+
+
+def load_layer(cfg, src: TensorSource, il: int, block: TensorTable) -> Layer:
+    """Block il's tensors as a Layer (field = GGUF name minus `.weight`, dots as underscores)."""
+    d = dims(cfg)
+    fields = {}
+    for name, (shape, required) in block.items():
+        fields[name.removesuffix(".weight").replace(".", "_")] = _fetch(src, f"blk.{il}.{name}", tuple(d[k] for k in shape), required)
+    return Layer(**fields)
 
 
 def attention(be, cfg, w: Weights, L: Layer, il: int, h: np.ndarray, batch: Batch, cache, rope_base: float, freq_scale: float) -> np.ndarray:

@@ -12,16 +12,19 @@ from .common import (
     TensorSource,
     Weights,
     attention,
+    block_tensors,
     cross,
     gated_ffn,
     layer_devices,
     load_common,
-    load_layer,
 )
 
 
+BLOCK = block_tensors(qk_norm=True, sandwich=True)
+
+
 def load(cfg, src: TensorSource) -> Weights:
-    return load_common(cfg, src, lambda il: load_layer(cfg, src, il, qk_norm=True, sandwich=True))
+    return load_common(cfg, src, BLOCK)
 
 
 def forward(be, cfg, w: Weights, batch: Batch, cache) -> np.ndarray:

@@ -12,16 +12,19 @@ from .common import (
     Weights,
     add_norm_next,
     attention,
+    block_tensors,
     cross,
     gated_ffn,
     layer_devices,
     load_common,
-    load_layer,
 )
 
 
+BLOCK = block_tensors()  # q/k/v biases are read when present
+
+
 def load(cfg, src: TensorSource) -> Weights:
-    return load_common(cfg, src, lambda il: load_layer(cfg, src, il))
+    return load_common(cfg, src, BLOCK)
 
 
 def forward(be, cfg, w: Weights, batch: Batch, cache) -> np.ndarray:

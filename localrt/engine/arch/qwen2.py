@@ -1,11 +1,14 @@
 """qwen2: the llama graph with q/k/v biases and NEOX rope (no q/k permutation in the converter)."""
 from __future__ import annotations
 
-from .common import TensorSource, Weights, load_common, load_layer
+from .common import TensorSource, Weights, block_tensors, load_common
 from .llama import forward
 
-__all__ = ["load", "forward"]
+__all__ = ["BLOCK", "load", "forward"]
+
+
+BLOCK = block_tensors(biases=True)
 
 
 def load(cfg, src: TensorSource) -> Weights:
-    return load_common(cfg, src, lambda il: load_layer(cfg, src, il, biases=True))
+    return load_common(cfg, src, BLOCK)

@@ -1,0 +1,219 @@
+"""The model-configuration validator, between a GGUF file's metadata and the kernels.
+
+Every hyperparameter the forward uses is read with its type and range checked (`Keys`), then compared with
+the shapes of the tensors in the file (`check_block_count`, `check_tensors`), before anything is allocated
+or any kernel runs. Each error is an `InvalidModel` (a 400 at the HTTP edge) naming the GGUF key or tensor
+and both numbers. `localrt.engine.model.config_from_metadata(metadata, tensors)` drives it; the loader, `create`
+and the memory estimate all go through that one call.
+
+`tensors` maps GGUF names to objects with `.shape` (NumPy order) and `.ggml_type` (gguf_io.TensorInfo or
+backend.QTensor); where they also have `.data` (raw uint8 rows), small float tensors are checked for NaN/inf.
+"""
+from __future__ import annotations
+
+import math
+import re
+from typing import Mapping
+
+import numpy as np
+
+import simd_kernels
+
+from ..errors import InvalidModel, MissingTensor
+
+MAX_BLOCKS = 4096  # Llama 3.1 405B has 126
+MAX_CONTEXT = 1 << 24  # positions; Llama 4 Scout trains 10M
+MAX_WIDTH = 1 << 20  # embedding / feed-forward / per-head widths
+MAX_HEADS = 1 << 12
+MAX_EXPERTS = 1 << 10
+FINITE_SCAN_BYTES = 1 << 20  # float tensors up to this size are scanned for NaN/inf; bigger ones are not read
+
+F32, F16, BF16 = 0, 1, 30
+_BLOCK_NAME = re.compile(r"blk\.(\d+)\.")
+
+
+def is_int(v) -> bool:
+    return isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_))
+
+
+def is_number(v) -> bool:
+    return isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, (bool, np.bool_))
+
+
+class Keys:
+    """Typed, range-checked reads of `<arch>.<suffix>` metadata; every error names the key and its value."""
+
+    def __init__(self, md: Mapping, arch: str) -> None:
+        self.md = md
+        self.arch = arch
+
+    def name(self, suffix: str) -> str:
+        return f"{self.arch}.{suffix}"
+
+    def has(self, suffix: str) -> bool:
+        return self.name(suffix) in self.md
+
+    def raw(self, suffix: str, default=None, required: bool = False):
+        key = self.name(suffix)
+        if key in self.md:
+            return self.md[key]
+        if required:
+            raise InvalidModel(f"model file has no metadata key {key!r}")
+        return default
+
+    def int(self, suffix: str, default: int | None = None, *, lo: int = 1, hi: int | None = None) -> int:
+        """An integer scalar in lo..hi (default when absent; required when default is None)."""
+        value = self.raw(suffix, default, required=default is None)
+        return self._int_in(self.name(suffix), value, lo, hi)
+
+    def per_layer_int(self, suffix: str, n_layer: int, default: int | None = None, *, lo: int = 1, hi: int | None = None) -> int:
+        """An integer that may be stored per layer; this engine needs one value for all layers."""
+        key = self.name(suffix)
+        value = self.raw(suffix, default, required=default is None)
+        if isinstance(value, (list, np.ndarray)):
+            if len(value) != n_layer:
+                raise InvalidModel(f"{key} has {len(value)} per-layer entries for {n_layer} layers ({self.name('block_count')})")
+            vals = sorted({self._int_in(key, v, lo, hi) for v in value})
+            if len(vals) != 1:
+                raise InvalidModel(f"{key} varies per layer ({vals[:8]}), which is not supported")
+            return vals[0]
+        return self._int_in(key, value, lo, hi)
+
+    def float(self, suffix: str, default: float, *, positive: bool = True) -> float:
+        """A finite number, > 0 when `positive`, else >= 0."""
+        key = self.name(suffix)
+        value = self.raw(suffix, default)
+        if not is_number(value):
+            raise InvalidModel(f"{key} must be a number, got {value!r}")
+        x = float(value)
+        if not math.isfinite(x) or x < 0 or (positive and x == 0):
+            raise InvalidModel(f"{key} is {x}; it must be a finite number {'greater than' if positive else 'at least'} 0")
+        return x
+
+    def str(self, suffix: str, default: str) -> str:
+        value = self.raw(suffix, default)
+        if not isinstance(value, str):
+            raise InvalidModel(f"{self.name(suffix)} must be a string, got {value!r}")
+        return value
+
+    @staticmethod
+    def _int_in(key: str, value, lo: int, hi: int | None) -> int:
+        if not is_int(value):
+            raise InvalidModel(f"{key} must be an integer, got {value!r}")
+        v = int(value)
+        if v < lo or (hi is not None and v > hi):
+            bound = f"at least {lo}" + (f" and at most {hi}" if hi is not None else "")
+            raise InvalidModel(f"{key} is {v}; it must be {bound}")
+        return v
+
+
+def block_indices(tensors: Mapping) -> set[int]:
+    """The N of every `blk.N.*` tensor in the file."""
+    found = set()
+    for name in tensors:
+        m = _BLOCK_NAME.match(name)
+        if m:
+            found.add(int(m.group(1)))
+    return found
+
+
+def check_block_count(keys: Keys, n_layer: int, tensors: Mapping) -> None:
+    """block_count must be the number of blocks the file holds, blk.0 .. blk.{n-1} (before any per-layer allocation)."""
+    present = block_indices(tensors)
+    key = keys.name("block_count")
+    if not present:
+        raise InvalidModel(f"{key} is {n_layer} but the file has no blk.N tensors")
+    if present == set(range(n_layer)):
+        return
+    top = max(present)
+    if present == set(range(top + 1)):
+        raise InvalidModel(f"{key} is {n_layer} but the file holds {top + 1} block(s), blk.0 to blk.{top}")
+    missing = min(set(range(top + 1)) - present)
+    raise InvalidModel(f"{key} is {n_layer} but the file's blocks go up to blk.{top} with blk.{missing} missing")
+
+
+def check_heads(keys: Keys, cfg) -> None:
+    """Head counts, head sizes and the rope dimension count against each other (metadata only)."""
+    head, kv = keys.name("attention.head_count"), keys.name("attention.head_count_kv")
+    if cfg.n_head % cfg.n_head_kv:
+        raise InvalidModel(f"{head} ({cfg.n_head}) is not a multiple of {kv} ({cfg.n_head_kv})")
+    rot, kl = keys.name("rope.dimension_count"), keys.name("attention.key_length")
+    if cfg.n_rot % 2 or cfg.n_rot > cfg.head_dim:
+        raise InvalidModel(f"{rot} is {cfg.n_rot} but the head size ({kl}) is {cfg.head_dim}: "
+                           "it must be even and at most the head size")
+    if cfg.n_rot != cfg.head_dim:
+        # llama.cpp refuses this for llama; qwen2 and gemma3 rotate whole heads too (no partial rotary).
+        raise InvalidModel(f"{rot} is {cfg.n_rot} but the head size ({kl}) is {cfg.head_dim}: "
+                           f"{cfg.arch} rotates the whole head")
+
+
+def dim_labels(keys: Keys, vocab_label: str) -> dict[str, str]:
+    """Where each config dimension of the tensor tables comes from, for messages."""
+    k = keys.name
+    head, kv = k("attention.head_count"), k("attention.head_count_kv")
+    kl, vl = k("attention.key_length"), k("attention.value_length")
+    return {
+        "n_vocab": vocab_label, "n_embd": k("embedding_length"), "n_ff": k("feed_forward_length"), "head_dim": kl,
+        "n_q": f"{head} x {kl}", "n_k": f"{kv} x {kl}", "n_v": f"{kv} x {vl}", "n_o": f"{head} x {vl}",
+        "n_rot_half": f"{k('rope.dimension_count')} / 2",
+    }
+
+
+def check_vocab(keys: Keys, n_vocab: int) -> None:
+    """The tokenizer's token count must be the vocabulary the output layer scores (else sampled ids have no text)."""
+    tokens = keys.md.get("tokenizer.ggml.tokens")
+    if tokens is not None and len(tokens) != n_vocab:
+        raise InvalidModel(f"{keys.name('vocab_size')} is {n_vocab} but tokenizer.ggml.tokens has {len(tokens)} tokens")
+
+
+def check_tensors(keys: Keys, cfg, tensors: Mapping, global_table: dict, block_table: dict, dims: dict) -> None:
+    """Every tensor the forward indexes: present when required, of the config's shape, of a type the kernels read,
+    and (small float ones) finite."""
+    vocab_label = keys.name("vocab_size") if keys.has("vocab_size") else "the number of tokenizer.ggml.tokens"
+    labels = dim_labels(keys, vocab_label)
+    for name, spec in global_table.items():
+        _check_tensor(tensors, name, spec, dims, labels)
+    for il in range(cfg.n_layer):
+        for name, spec in block_table.items():
+            _check_tensor(tensors, f"blk.{il}.{name}", spec, dims, labels)
+    freqs = tensors.get("rope_freqs.weight")
+    if freqs is not None:
+        values = _float_values(freqs)
+        if values is not None and not (values > 0).all():
+            raise InvalidModel("tensor 'rope_freqs.weight' has values that are not greater than 0 (rope divides by them)")
+
+
+def _check_tensor(tensors: Mapping, name: str, spec: tuple, dims: dict, labels: dict) -> None:
+    shape_dims, required = spec
+    t = tensors.get(name)
+    if t is None:
+        if required:
+            raise MissingTensor(name)
+        return
+    want = tuple(dims[d] for d in shape_dims)
+    got = tuple(int(x) for x in t.shape)
+    if got != want:
+        why = "; ".join(f"{labels[d]} is {dims[d]}" for i, d in enumerate(shape_dims) if i >= len(got) or got[i] != dims[d])
+        raise InvalidModel(f"tensor {name!r} has shape {got} but the metadata gives {want} ({why or 'wrong rank'})")
+    if len(want) == 2 and (t.ggml_type not in simd_kernels.MUL or t.ggml_type not in simd_kernels.ROWS):
+        raise InvalidModel(f"tensor {name!r} has ggml type {t.ggml_type}, which this runtime cannot compute with")
+    if len(want) == 1 and t.ggml_type not in simd_kernels.ROWS:
+        raise InvalidModel(f"tensor {name!r} has ggml type {t.ggml_type}, which this runtime cannot read")
+    values = _float_values(t)
+    if values is not None and not np.isfinite(values).all():
+        raise InvalidModel(f"tensor {name!r} holds NaN or infinite values")
+
+
+def _float_values(t) -> np.ndarray | None:
+    """A float view of a small F32/F16/BF16 tensor's data; None for big, quantized or data-less ones."""
+    data = getattr(t, "data", None)
+    if not isinstance(data, np.ndarray) or data.dtype != np.uint8 or data.nbytes > FINITE_SCAN_BYTES:
+        return None
+    flat = data.reshape(-1)
+    if t.ggml_type == F32:
+        return flat.view(np.float32)
+    if t.ggml_type == F16:
+        return flat.view(np.float16)
+    if t.ggml_type == BF16:
+        return (flat.view(np.uint16).astype(np.uint32) << 16).view(np.float32)
+    return None
