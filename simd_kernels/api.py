@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import dequant, floats, kquants, legacy
+from .checks import KernelArgumentError
 from .threads import use_threads_for
 
 F32, F16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 = 0, 1, 2, 3, 6, 7, 8
@@ -45,10 +46,6 @@ ROWS = {
 # integer kernel (4 tokens per decoded weight block), which measured as fast or faster below this.
 BLAS_MIN_TOKENS = 256
 TILE_BYTES = 8 << 20  # f32 bytes per dequantized tile: whole matrices for small models, big BLAS calls
-
-
-class KernelArgumentError(ValueError):
-    """A kernel was called with an unsupported type, a wrong shape or a wrong dtype."""
 
 
 def _kernel(table: dict, ggml_type: int):

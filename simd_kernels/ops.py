@@ -3,6 +3,8 @@
 Numerics follow llama.cpp's CPU backend where it matters for agreement: RMSNorm sums squares in
 float64, RoPE builds its angles by repeated float32 multiplication, softmax runs in float32.
 Every kernel writes into a caller-owned buffer so that the decode step allocates nothing per layer.
+Each public function checks the shapes (and index ranges) it will index with, once per call, and raises
+KernelArgumentError before a kernel could read or write out of bounds; the @njit kernels (`_name`) check nothing.
 """
 from __future__ import annotations
 
@@ -12,15 +14,33 @@ import numpy as np
 from numba import njit, prange
 
 from . import threads
+from . import checks
 
 ROPE_NORMAL = 0  # pairs (x[2i], x[2i+1]); GGUF llama q/k rows are permuted for this
 ROPE_NEOX = 2  # pairs (x[i], x[i + n_rot/2]), as HF rotate_half
 TEAM_MIN_ROWS = 16  # token rows from which element-wise FFN kernels split over the prefill team
 
 
-@njit(cache=True, nogil=True)
 def rms_norm(x, w, eps, out):
     """out[t] = x[t] / sqrt(mean(x[t]^2) + eps) * w.  x, out: (n_tok, n) f32; w: (n,) f32."""
+    checks.norm(x, w, eps, out)
+    return _rms_norm(x, w, eps, out)
+
+
+def add_rms_norm(x, delta, w, eps, out):
+    """x += delta (the residual), then out = rms_norm(x) * w.  All (n_tok, n) f32 but w (n,)."""
+    checks.norm(x, w, eps, out, delta)
+    return _add_rms_norm(x, delta, w, eps, out)
+
+
+def rms_norm_heads(x, w, eps):
+    """In place, per head: x (n_tok, n_head, head_dim) f32, w (head_dim,) f32 (gemma3 q/k norms)."""
+    checks.norm_heads(x, w, eps)
+    return _rms_norm_heads(x, w, eps)
+
+
+@njit(cache=True, nogil=True)
+def _rms_norm(x, w, eps, out):
     n_tok, n = x.shape
     for t in range(n_tok):
         ss = 0.0  # float64 accumulator, as ggml
@@ -33,18 +53,16 @@ def rms_norm(x, w, eps, out):
 
 
 @njit(cache=True, nogil=True)
-def add_rms_norm(x, delta, w, eps, out):
-    """x += delta (the residual), then out = rms_norm(x) * w.  All (n_tok, n) f32 but w (n,)."""
+def _add_rms_norm(x, delta, w, eps, out):
     n_tok, n = x.shape
     for t in range(n_tok):
         for i in range(n):
             x[t, i] += delta[t, i]
-    return rms_norm(x, w, eps, out)
+    return _rms_norm(x, w, eps, out)
 
 
 @njit(cache=True, nogil=True)
-def rms_norm_heads(x, w, eps):
-    """In place, per head: x (n_tok, n_head, head_dim) f32, w (head_dim,) f32 (gemma3 q/k norms)."""
+def _rms_norm_heads(x, w, eps):
     n_tok, n_head, hd = x.shape
     for t in range(n_tok):
         for h in range(n_head):
@@ -57,14 +75,19 @@ def rms_norm_heads(x, w, eps):
     return x
 
 
-@njit(cache=True, nogil=True)
 def rope(x, positions, n_rot, base, freq_scale, freq_factors, mode):
     """Rotate x (n_tok, n_head, head_dim) f32 in place by position (n_tok,) int.
 
     theta_i = pos * freq_scale * base^(-2i/n_rot) / freq_factors[i], the angle built by repeated
     multiplication in float32 as ggml does; dims from n_rot on pass through unchanged.
-    freq_factors: (n_rot/2,) f32 (ones when the file has none).
+    freq_factors: (n_rot/2,) f32 (ones when the file has none). n_rot: even, 2..head_dim.
     """
+    checks.rope(x, positions, n_rot, base, freq_factors, mode, (ROPE_NORMAL, ROPE_NEOX))
+    return _rope(x, positions, n_rot, base, freq_scale, freq_factors, mode)
+
+
+@njit(cache=True, nogil=True)
+def _rope(x, positions, n_rot, base, freq_scale, freq_factors, mode):
     n_tok, n_head, _ = x.shape
     half = n_rot // 2
     theta_scale = np.float32(np.float32(base) ** np.float32(-2.0 / n_rot))
@@ -92,9 +115,14 @@ def rope(x, positions, n_rot, base, freq_scale, freq_factors, mode):
     return x
 
 
-@njit(cache=True, nogil=True)
 def add_bias(x, b):
     """x (n_tok, n) += b (n,), in place."""
+    checks.bias(x, b)
+    return _add_bias(x, b)
+
+
+@njit(cache=True, nogil=True)
+def _add_bias(x, b):
     n_tok, n = x.shape
     for t in range(n_tok):
         for i in range(n):
@@ -102,9 +130,14 @@ def add_bias(x, b):
     return x
 
 
-@njit(cache=True, nogil=True)
 def softmax_rows(x):
     """In place softmax over the last axis of x (n_rows, n) f32."""
+    checks.dims("x", x, 2)
+    return _softmax_rows(x)
+
+
+@njit(cache=True, nogil=True)
+def _softmax_rows(x):
     for r in range(x.shape[0]):
         m = -np.inf
         for i in range(x.shape[1]):
@@ -137,7 +170,7 @@ def _swiglu_rows(gate, up, out):
 
 def _on_team(kernel, gate, up, out):
     """kernel(gate, up, out) on row ranges split over the prefill team; small batches on this thread."""
-    n_tok = gate.shape[0]
+    n_tok = checks.gated(gate, up, out)
     if n_tok < TEAM_MIN_ROWS:
         return kernel(gate, up, out)
     team = threads.team()
@@ -175,12 +208,18 @@ def _geglu_rows(gate, up, out):
     return out
 
 
-@njit(cache=True, nogil=True)
 def kv_store(k, v, k_cache, v_cache, positions, slots):
-    """Write k, v (n_tok, n_kv, head_dim) into the caches (n_slots, n_kv, cap, head_dim) at pos % cap.
+    """Write k (n_tok, n_kv, head_dim), v (n_tok, n_kv, head_dim_v) into the caches (n_slots, n_kv, cap, head_dim[_v])
+    at pos % cap.
 
     cap is n_ctx for full layers and a ring of window + n_batch for sliding-window layers.
     """
+    checks.kv_store(k, v, k_cache, v_cache, positions, slots)
+    return _kv_store(k, v, k_cache, v_cache, positions, slots)
+
+
+@njit(cache=True, nogil=True)
+def _kv_store(k, v, k_cache, v_cache, positions, slots):
     cap = k_cache.shape[2]
     for t in range(k.shape[0]):
         s = slots[t]
@@ -198,6 +237,8 @@ def attention(q, k_cache, v_cache, positions, slots, window, scale, out):
     full attention, else a key at p0 is visible to a query at p1 iff p1 - p0 < window.
     out: (n_tok, n_head, head_dim_v) f32.  Query head h reads KV head h // (n_head / n_kv).
     """
+    if checks.attention(q, k_cache, v_cache, positions, slots, window, out) == 0:
+        return out
     # Threads pay off once the jobs read enough keys: a decode step over a few hundred positions does.
     n_keys = int(positions.max()) + 1 if window <= 0 else min(int(positions.max()) + 1, window)
     work = q.shape[0] * q.shape[1] * n_keys * (q.shape[2] + v_cache.shape[3]) * 4  # bytes of k, v read
@@ -268,9 +309,14 @@ def _attention_serial(q, k_cache, v_cache, positions, slots, window, scale, out)
     return out
 
 
-@njit(cache=True, nogil=True)
 def softcap(x, cap):
-    """In place x = cap * tanh(x / cap), any shape flattened by the caller to 1-D or 2-D."""
+    """In place x = cap * tanh(x / cap), any shape flattened by the caller to 1-D or 2-D; cap > 0."""
+    checks.positive("softcap", cap)
+    return _softcap(x, cap)
+
+
+@njit(cache=True, nogil=True)
+def _softcap(x, cap):
     flat = x.reshape(-1)
     for i in range(flat.size):
         flat[i] = cap * np.float32(math.tanh(flat[i] / cap))

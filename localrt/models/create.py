@@ -20,7 +20,7 @@ import modelfile as mfile
 import store as st
 from store import manifests as mt
 
-from ..errors import InvalidRequest
+from ..errors import InvalidModel, InvalidRequest
 from . import builtins
 
 PROGRESS_INTERVAL_S = 0.25  # at most this often a progress object while a file is imported
@@ -33,6 +33,9 @@ FILE_TYPES = {
     26: "IQ3_S", 27: "IQ3_M", 28: "IQ2_S", 29: "IQ2_M", 30: "IQ4_XS", 31: "IQ1_M", 32: "BF16",
     36: "TQ1_0", 37: "TQ2_0", 38: "MXFP4",
 }
+
+
+_NOT_MODELS = ("clip", "mllama_vision")  # vision projectors
 
 
 class CreateError(InvalidRequest):
@@ -77,13 +80,17 @@ def _file_type_name(meta: dict, tensors: dict) -> str:
 
 
 def gguf_facts(path: Path) -> dict:
-    """Validate a GGUF with gguf_io (InvalidGGUF for a malformed file) and return what create needs."""
+    """Validate a GGUF with gguf_io (InvalidGGUF for a malformed file) and return what create needs.
+
+    For a model file (not an adapter, a split part or a vision projector) `invalid` is the InvalidModel the
+    loader would raise for it (localrt.validate: hyperparameters against the tensors), or None;
+    `_check_model_gguf` raises it, so a file that cannot run is refused when it is created."""
     with gguf_io.open(path) as f:
         meta, tensors = f.metadata, f.tensors
         count = meta.get("general.parameter_count")
         if not isinstance(count, int) or count <= 0:
             count = sum(_tensor_elements(t.shape) for t in tensors.values())
-        return {
+        facts = {
             "architecture": str(meta.get("general.architecture") or ""),
             "type": str(meta.get("general.type") or "model"),
             "split_count": int(meta.get("split.count") or 0),
@@ -91,6 +98,21 @@ def gguf_facts(path: Path) -> dict:
             "file_type": _file_type_name(meta, tensors),
             "adapter_type": str(meta.get("adapter.type") or ""),
         }
+        facts["invalid"] = _model_problem(facts, meta, tensors)
+        return facts
+
+
+def _model_problem(facts: dict, meta: dict, tensors: dict) -> InvalidModel | None:
+    """What the loader's validation says about a model file (header and small vectors only: ~1 ms)."""
+    if facts["type"] == "adapter" or facts["split_count"] > 1 or facts["architecture"] in _NOT_MODELS:
+        return None
+    from ..engine.model import config_from_metadata  # the engine's imports (Numba) only once a model file is seen
+
+    try:
+        config_from_metadata(meta, tensors)
+    except InvalidModel as e:
+        return e
+    return None
 
 
 def config_from_gguf(facts: dict) -> dict:
@@ -112,10 +134,12 @@ def _check_model_gguf(facts: dict, what: str) -> None:
         )
     if facts["type"] == "adapter":
         raise CreateError(f"{what} is a LoRA adapter, not a model; use it with ADAPTER")
-    if facts["architecture"] in ("clip", "mllama_vision"):
+    if facts["architecture"] in _NOT_MODELS:
         raise CreateError(f"{what} is a vision projector; vision models are not supported")
     if not facts["architecture"]:
         raise CreateError(f"{what} has no general.architecture; it is not a model GGUF")
+    if facts.get("invalid") is not None:
+        raise facts["invalid"]  # InvalidModel: the key and both numbers, as loading would say
 
 
 # ----- FROM / ADAPTER arguments ---------------------------------------------------------------------------
@@ -251,7 +275,7 @@ def _import_gguf(b: _Build, path: Path, media_type: str, check: Callable[[dict, 
     try:
         facts = gguf_facts(blob)  # the file may have changed while it was copied; the blob is what counts
         check(facts, repr(path.name))
-    except (gguf_io.InvalidGGUF, CreateError):
+    except (gguf_io.InvalidGGUF, CreateError, InvalidModel):
         if info.created:
             b.store.remove_unreferenced([info.digest])
         raise
@@ -333,6 +357,7 @@ def _quantize(b: _Build, level: str, quantize_model: Callable) -> Iterator[dict]
             raise CreateError(f"cannot quantize: {e}") from None
         yield status("verifying conversion")
         facts = gguf_facts(tmp)
+        _check_model_gguf(facts, "the quantized model")
         info = b.store.adopt_file(tmp)
     finally:
         tmp.unlink(missing_ok=True)

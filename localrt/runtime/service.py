@@ -312,22 +312,22 @@ def _unloads(keep_alive, work) -> bool:
 
 def estimate_memory(path, num_ctx: int, num_batch: int) -> MemoryNeed:
     """What a load needs: the weights stay in the mmap (reclaimable page cache); the KV cache (f32 K and V for
-    every layer and position) and the batch scratch are private."""
+    every layer and position, a ring for sliding-window layers) and the batch scratch are private.
+
+    The numbers are the validated config's (InvalidModel for a file the loader would refuse), capped as the
+    loader caps them, so a model with layers never counts a zero-size cache."""
     import gguf_io
 
+    from ..engine.model import config_from_metadata
+
     with gguf_io.open(path) as f:
-        md = f.metadata
-        arch = md.get("general.architecture", "")
-        n_layer = int(md.get(f"{arch}.block_count", 0) or 0)
-        n_embd = int(md.get(f"{arch}.embedding_length", 0) or 0)
-        n_head = int(md.get(f"{arch}.attention.head_count", 1) or 1)
-        n_head_kv = md.get(f"{arch}.attention.head_count_kv", n_head)
-        n_head_kv = int(max(n_head_kv) if hasattr(n_head_kv, "__len__") else n_head_kv)
-        head_dim = int(md.get(f"{arch}.attention.key_length", n_embd // max(n_head, 1)) or 0)
-        n_vocab = len(md.get("tokenizer.ggml.tokens", ())) or 32000
+        cfg = config_from_metadata(f.metadata, f.tensors)
         mapped = sum(t.nbytes for t in f.tensors.values())
-    kv = 2 * n_layer * num_ctx * n_head_kv * head_dim * 4  # (2, n_layer, n_ctx, n_head_kv, head_dim) f32
-    scratch = (num_batch * 8 * n_embd + 2 * n_vocab) * 4  # activations of one prefill chunk + a logits row
+    n_ctx = min(num_ctx, cfg.n_ctx_train)  # as load_model
+    n_batch = min(num_batch, num_ctx)
+    caps = [n_ctx if w <= 0 else min(n_ctx, w + n_batch) for w in cfg.windows]  # positions kept per layer
+    kv = sum(caps) * cfg.n_head_kv * (cfg.head_dim + cfg.head_dim_v) * 4  # K (cap, n_head_kv, head_dim) + V f32 per layer
+    scratch = (n_batch * 8 * max(cfg.n_embd, cfg.n_ff) + 2 * cfg.n_vocab) * 4  # activations of one prefill chunk + a logits row
     return MemoryNeed(private=kv + scratch + (32 << 20), mapped=mapped)
 
 

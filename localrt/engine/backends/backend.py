@@ -75,6 +75,10 @@ class CPUBackend:
 
     def linear(self, w: QTensor, x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
         """y = x @ W.T: x (n_tok, cols) float32 -> (n_tok, rows) float32."""
+        if x.ndim != 2 or x.shape[1] != w.shape[1] or (out is not None and out.shape != (x.shape[0], w.shape[0])):
+            # The raw kernels below check nothing: one tuple comparison keeps them in bounds.
+            raise simd_kernels.KernelArgumentError(f"{w.name}: x {x.shape} / out {None if out is None else out.shape} "
+                                                   f"do not fit the weight's shape {w.shape}")
         if x.shape[0] < BLAS_MIN_TOKENS:
             if out is None:
                 out = np.empty((x.shape[0], w.shape[0]), np.float32)  # (n_tok, rows)

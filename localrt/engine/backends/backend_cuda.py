@@ -15,6 +15,7 @@ import math
 import numpy as np
 
 import simd_kernels
+from simd_kernels import checks
 
 from ...errors import ModelLoadError
 from . import cuda_source
@@ -140,6 +141,8 @@ class CUDABackend:
     def attention(self, q, k_cache, v_cache, positions, slots, window: int, scale: float, out):
         """Causal attention over this device's cache layer; shapes as `simd_kernels.ops.attention`."""
         cp = self.cp
+        if checks.attention(q, k_cache, v_cache, positions, slots, window, out) == 0:
+            return out
         n_tok, n_head, hd = q.shape
         n_kv, cap, hd_v = k_cache.shape[1], k_cache.shape[2], v_cache.shape[3]
         pmax = int(np.max(positions)) + 1
@@ -171,9 +174,11 @@ class CudaOps:
         return (max(1, min((n + THREADS - 1) // THREADS, 65535)),)
 
     def rms_norm(self, x, w, eps, out):
+        checks.norm(x, w, eps, out)
         return self._norm(x, None, w, eps, out)
 
     def add_rms_norm(self, x, delta, w, eps, out):
+        checks.norm(x, w, eps, out, delta)
         return self._norm(x, delta, w, eps, out)
 
     def _norm(self, x, delta, w, eps, out):
@@ -184,9 +189,11 @@ class CudaOps:
 
     def rms_norm_heads(self, x, w, eps):
         """In place per head: x (n_tok, n_head, head_dim), w (head_dim,)."""
+        checks.norm_heads(x, w, eps)
         return self._norm(x, None, w, eps, x)
 
     def rope(self, x, positions, n_rot, base, freq_scale, freq_factors, mode):
+        checks.rope(x, positions, n_rot, base, freq_factors, mode, (0, self.ROPE_NEOX))
         n_tok, n_head, hd = x.shape
         half = n_rot // 2
         theta_scale = np.float32(np.float32(base) ** np.float32(-2.0 / n_rot))
@@ -207,14 +214,17 @@ class CudaOps:
         return self._gated(gate, up, out, 1)
 
     def _gated(self, gate, up, out, gelu: int):
+        checks.gated(gate, up, out)
         self._dev._k("gated")(self._grid(gate.size), (THREADS,), (gate, up, np.int64(gate.size), np.int32(gelu), out))
         return out
 
     def softcap(self, x, cap):
+        checks.positive("softcap", cap)
         self._dev._k("softcap")(self._grid(x.size), (THREADS,), (x, np.int64(x.size), np.float32(cap)))
         return x
 
     def kv_store(self, k, v, k_cache, v_cache, positions, slots, as_f16=False):
+        checks.kv_store(k, v, k_cache, v_cache, positions, slots)
         n_tok, n_kv, hd = k.shape
         hd_v = v.shape[2]
         total = n_tok * n_kv * max(hd, hd_v)
