@@ -72,7 +72,7 @@ def config_from_metadata(md: dict, tensors: Mapping | None = None) -> ModelConfi
                            f"({n_head}) and the file has no {k.name('attention.key_length')}")
     head_dim = k.int("attention.key_length", n_embd // n_head, hi=validate.MAX_WIDTH)
     head_dim_v = k.int("attention.value_length", head_dim, hi=validate.MAX_WIDTH)
-    n_rot = k.int("rope.dimension_count", head_dim, hi=validate.MAX_WIDTH)
+    n_rot = k.int("rope.dimension_count", head_dim, lo=2, hi=validate.MAX_WIDTH)
     tokens = md.get("tokenizer.ggml.tokens")
     if tokens is None and not k.has("vocab_size"):
         raise InvalidModel(f"model file has neither {arch}.vocab_size nor tokenizer.ggml.tokens")

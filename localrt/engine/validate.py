@@ -87,7 +87,7 @@ class Keys:
             raise InvalidModel(f"{key} must be a number, got {value!r}")
         x = float(value)
         if not math.isfinite(x) or x < 0 or (positive and x == 0):
-            raise InvalidModel(f"{key} is {x}; it must be a finite number {'greater than' if positive else 'at least'} 0")
+            raise InvalidModel(f"{key} is {x:.7g}; it must be a finite number {'greater than' if positive else 'at least'} 0")
         return x
 
     def str(self, suffix: str, default: str) -> str:
@@ -123,12 +123,13 @@ def check_block_count(keys: Keys, n_layer: int, tensors: Mapping) -> None:
     key = keys.name("block_count")
     if not present:
         raise InvalidModel(f"{key} is {n_layer} but the file has no blk.N tensors")
-    if present == set(range(n_layer)):
-        return
     top = max(present)
-    if present == set(range(top + 1)):
+    contiguous = len(present) == top + 1  # blk.0 .. blk.top, sizes bounded by the file (never by n_layer)
+    if contiguous and top + 1 == n_layer:
+        return
+    if contiguous:
         raise InvalidModel(f"{key} is {n_layer} but the file holds {top + 1} block(s), blk.0 to blk.{top}")
-    missing = min(set(range(top + 1)) - present)
+    missing = next(i for i in range(top + 1) if i not in present)
     raise InvalidModel(f"{key} is {n_layer} but the file's blocks go up to blk.{top} with blk.{missing} missing")
 
 
