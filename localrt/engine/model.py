@@ -80,7 +80,7 @@ def config_from_metadata(md: dict, tensors: Mapping | None = None) -> ModelConfi
     _check_experts(k)
 
     scaling = k.str("rope.scaling.type", "none")
-    factor = k.float("rope.scaling.factor", 0.0, positive=False)
+    factor = k.float("rope.scaling.factor", 0.0, positive=False, hi=validate.MAX_ROPE_FACTOR)
     if scaling not in ("none", "linear") and factor not in (0.0, 1.0):
         raise InvalidModel(f"{k.name('rope.scaling.type')} {scaling!r} is not supported")
     freq_scale = 1.0 / factor if factor > 0 else 1.0
@@ -90,7 +90,7 @@ def config_from_metadata(md: dict, tensors: Mapping | None = None) -> ModelConfi
     if arch == "gemma3" and window > 0:
         windows = tuple(window if swa else 0 for swa in _swa_layers(k, n_layer))
 
-    attn_scale = k.float("attention.scale", 0.0, positive=False) or 1.0 / math.sqrt(head_dim)
+    attn_scale = k.float("attention.scale", 0.0, positive=False, hi=validate.MAX_ATTN_SCALE) or 1.0 / math.sqrt(head_dim)
     if arch == "gemma3" and n_layer == 62:
         # Gemma 3 27B scales by n_embd / n_head instead of head_dim (query_pre_attn_scalar).
         attn_scale = 1.0 / math.sqrt(n_embd // n_head)
@@ -111,7 +111,7 @@ def config_from_metadata(md: dict, tensors: Mapping | None = None) -> ModelConfi
         n_rot=n_rot,
         rope_base=k.float("rope.freq_base", 10000.0),
         rope_freq_scale=freq_scale,
-        rope_base_swa=k.float("rope.freq_base_swa", 10000.0),
+        rope_base_swa=k.float("rope.freq_base_swa", 10000.0) if arch == "gemma3" else 10000.0,  # only gemma3's local layers
         windows=windows,
         attn_scale=attn_scale,
         embed_scale=float(np.sqrt(np.float32(n_embd))) if arch == "gemma3" else 1.0,

@@ -26,6 +26,9 @@ MAX_CONTEXT = 1 << 24  # positions; Llama 4 Scout trains 10M
 MAX_WIDTH = 1 << 20  # embedding / feed-forward / per-head widths
 MAX_HEADS = 1 << 12
 MAX_EXPERTS = 1 << 10
+MAX_ROPE_FACTOR = 1e6  # rope.scaling.factor (linear); real ones are 1..64
+MAX_ATTN_SCALE = 1e4  # attention.scale; real ones are 1/sqrt(head size), so <= 1: larger ones overflow scores
+FLOAT_MIN, FLOAT_MAX = 1e-30, 1e30  # positive float hyperparameters stay well inside float32
 FINITE_SCAN_BYTES = 1 << 20  # float tensors up to this size are scanned for NaN/inf; bigger ones are not read
 
 F32, F16, BF16 = 0, 1, 30
@@ -79,15 +82,16 @@ class Keys:
             return vals[0]
         return self._int_in(key, value, lo, hi)
 
-    def float(self, suffix: str, default: float, *, positive: bool = True) -> float:
-        """A finite number, > 0 when `positive`, else >= 0."""
+    def float(self, suffix: str, default: float, *, positive: bool = True, hi: float = FLOAT_MAX) -> float:
+        """A number the float32 kernels can use: finite, > 0 when `positive` (else >= 0), at most hi."""
         key = self.name(suffix)
         value = self.raw(suffix, default)
         if not is_number(value):
             raise InvalidModel(f"{key} must be a number, got {value!r}")
         x = float(value)
-        if not math.isfinite(x) or x < 0 or (positive and x == 0):
-            raise InvalidModel(f"{key} is {x:.7g}; it must be a finite number {'greater than' if positive else 'at least'} 0")
+        if not (math.isfinite(x) and (x > FLOAT_MIN if positive else x == 0 or x > FLOAT_MIN) and x <= hi):
+            floor = "greater than 0" if positive else "0 or more"
+            raise InvalidModel(f"{key} is {x:.7g}; it must be a finite number {floor}, at most {hi:.7g}")
         return x
 
     def str(self, suffix: str, default: str) -> str:
