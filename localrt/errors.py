@@ -29,7 +29,7 @@ class ModelLoadError(LocalrtError):
 class InvalidModel(ModelLoadError, InvalidRequest):
     """The model file's metadata or tensors are wrong or out of range: the input's fault, so a 400 at the HTTP edge.
 
-    The message names the GGUF key or tensor and both numbers (see localrt.validate)."""
+    The message names the GGUF key or tensor and both numbers (see localrt.engine.validate)."""
 
 
 class UnsupportedArchitecture(InvalidModel):

@@ -16,7 +16,7 @@ import sys
 def main(paths: list[str]) -> int:
     from localrt import load_model
     from localrt.errors import LocalrtError
-    from localrt.service import estimate_memory
+    from localrt.runtime.service import estimate_memory
 
     for i, path in enumerate(paths):
         print(f"START {i}", flush=True)

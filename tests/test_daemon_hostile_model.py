@@ -12,9 +12,9 @@ import pytest
 from _daemon_fakes import make_config
 from _engine_gguf import Spec, write_model
 from _hostile_gguf import rewrite
-from localrt import create as C
-from localrt.daemon import BackgroundServer
-from localrt.service import Service
+from localrt.models import create as C
+from localrt.serve.daemon import BackgroundServer
+from localrt.runtime.service import Service
 
 KEY_MESSAGE = "llama.rope.dimension_count is 96 but the head size (llama.attention.key_length) is 16"
 

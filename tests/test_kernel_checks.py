@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import simd_kernels
-from localrt.backend import CPUBackend, QTensor
+from localrt.engine.backends.backend import CPUBackend, QTensor
 from simd_kernels import KernelArgumentError, ops
 
 rng = np.random.default_rng(0)

@@ -12,10 +12,10 @@ import store as st
 from _engine_gguf import TOKENS, Spec, write_model
 from _hostile_gguf import VT, rewrite
 from localrt import load_model
-from localrt.create import CreateError, create, gguf_facts
+from localrt.models.create import CreateError, create, gguf_facts
 from localrt.errors import InvalidModel, InvalidRequest, MissingTensor, ModelLoadError
-from localrt.model import config_from_metadata
-from localrt.service import estimate_memory
+from localrt.engine.model import config_from_metadata
+from localrt.runtime.service import estimate_memory
 
 BASES = {
     "llama": Spec(),  # n_embd 64, 4 heads of 16 (no key_length key: the default), 2 KV heads, n_ff 96, 2 blocks

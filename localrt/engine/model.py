@@ -52,7 +52,7 @@ def config_from_metadata(md: dict, tensors: Mapping | None = None) -> ModelConfi
 
     With `tensors` (GGUF name -> .shape/.ggml_type[/.data], the file's tensor infos) the config is also checked
     against the file: block_count before anything per layer is built, then every tensor the forward indexes
-    (see localrt.validate). Raises InvalidModel naming the key and both numbers."""
+    (see localrt.engine.validate). Raises InvalidModel naming the key and both numbers."""
     arch = md.get("general.architecture")
     if not isinstance(arch, str):
         raise InvalidModel("model file has no general.architecture")

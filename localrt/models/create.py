@@ -83,7 +83,7 @@ def gguf_facts(path: Path) -> dict:
     """Validate a GGUF with gguf_io (InvalidGGUF for a malformed file) and return what create needs.
 
     For a model file (not an adapter, a split part or a vision projector) `invalid` is the InvalidModel the
-    loader would raise for it (localrt.validate: hyperparameters against the tensors), or None;
+    loader would raise for it (localrt.engine.validate: hyperparameters against the tensors), or None;
     `_check_model_gguf` raises it, so a file that cannot run is refused when it is created."""
     with gguf_io.open(path) as f:
         meta, tensors = f.metadata, f.tensors

@@ -112,7 +112,7 @@ class TensorSource:
 
 
 # What the forward indexes, as shapes in config dimensions (see `dims`): GGUF name -> (shape, required).
-# The loader reads exactly these and localrt.validate checks exactly these against the file.
+# The loader reads exactly these and localrt.engine.validate checks exactly these against the file.
 TensorTable = dict[str, tuple[tuple[str, ...], bool]]
 
 GLOBAL_TENSORS: TensorTable = {
