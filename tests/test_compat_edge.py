@@ -18,9 +18,9 @@ from _daemon_fakes import MODEL, fake_daemon, make_config
 from _tiny_gguf import write_tiny_gguf
 from localrt.engine.backends.devices import DeviceReport
 from localrt.models.create import create
+from localrt.runtime.service import Service
 from localrt.serve import openai_compat
 from localrt.serve.daemon import BackgroundServer
-from localrt.runtime.service import Service
 
 NO_GPU = DeviceReport(None, "no CUDA device in this test")
 

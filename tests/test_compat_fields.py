@@ -50,7 +50,7 @@ def test_resolve_ignores_unknown_options_only_when_asked():
 
 
 def test_unknown_fields_and_options_are_ignored_with_one_warning(daemon, caplog):
-    srv, lab = daemon
+    srv, _ = daemon
     caplog.set_level(logging.WARNING, logger="localrt.server")
     body = {"model": MODEL, "stream": False, "some_future_field": {"a": 1},
             "messages": [{"role": "user", "content": "hi [fields-1]", "name": "ann"}],

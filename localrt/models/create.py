@@ -328,8 +328,9 @@ def _check_quantize_source(file_type: str | None, what: str) -> None:
 
 
 def _source_file_type(store: st.Store, arg: str, base_dir: Path | None, allow_paths: bool) -> str | None:
-    """The file type of the weights FROM names, told before anything is written; None when that needs the
-    import itself (which then reports what is wrong, and _quantize checks the imported layer again)."""
+    """The file type of the weights FROM names, told before anything is written (a FROM that is refused outright
+    raises here as it would in the import); None when telling needs the import itself, which then reports what
+    is wrong, and _quantize checks the imported layer again."""
     try:
         kind, ref = _classify(arg, base_dir, allow_paths)
         if kind == "file":
@@ -339,7 +340,7 @@ def _source_file_type(store: st.Store, arg: str, base_dir: Path | None, allow_pa
         else:
             path = model_record(store, ref.display, create_builtin=True).model_path
         return gguf_facts(path)["file_type"] if path is not None and Path(path).is_file() else None
-    except (st.StoreError, gguf_io.InvalidGGUF, OSError, ValueError):  # CreateError is a ValueError too
+    except (st.StoreError, gguf_io.InvalidGGUF, OSError, ValueError):
         return None
 
 

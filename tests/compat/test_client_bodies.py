@@ -26,7 +26,7 @@ HERMES = (
 
 @pytest.fixture(scope="module")
 def daemon(tmp_path_factory):
-    with fake_daemon(tmp_path_factory.mktemp("models")) as (srv, lab):
+    with fake_daemon(tmp_path_factory.mktemp("models")) as (srv, _lab):
         ollama.Client(host=srv.url).create(model=TOOLS_MODEL, from_=MODEL, template=HERMES)
         yield srv
 
