@@ -111,7 +111,9 @@ def test_show_reports_the_parameter_count(daemon, smollm2_path):
     with gguf_io.open(smollm2_path) as f:
         assert "general.parameter_count" not in f.metadata
         want = sum(int(n) for n in (_elements(t.shape) for t in f.tensors.values()))
-    info = ollama.Client(host=srv.url).show(MODEL).modelinfo
+    c = ollama.Client(host=srv.url)
+    c.pull(MODEL)  # show never creates a built-in model; pull does, offline
+    info = c.show(MODEL).modelinfo
     assert info["general.parameter_count"] == want == 134_515_008  # SmolLM2-135M
 
 
