@@ -97,6 +97,7 @@ def test_a_request_that_ignores_nothing_logs_nothing(daemon, caplog):
     ("/v1/chat/completions", {"logit_bias": {"1": 5}}, "logit_bias"),
     ("/v1/chat/completions", {"n": 2}, "n must be"),
     ("/v1/chat/completions", {"modalities": ["text", "audio"]}, "modalities"),
+    ("/v1/chat/completions", {"messages": [{"role": "assistant", "tool_calls": ["x"]}]}, "tool_calls"),
     ("/v1/completions", {"echo": True}, "echo"),
 ])
 def test_known_fields_with_bad_or_unsupported_values_are_400_naming_them(daemon, path, body, word):

@@ -112,7 +112,9 @@ def _content(value: Any, i: int) -> str:
 
 
 def _tool_call(c: Any) -> dict:
-    fn = (c if isinstance(c, dict) else {}).get("function") or {}
+    if not isinstance(c, dict):
+        raise InvalidRequest("tool_calls entries must be objects")
+    fn = c.get("function") or {}
     args = fn.get("arguments") or "{}"
     try:
         parsed = json.loads(args) if isinstance(args, str) else args
