@@ -5,6 +5,7 @@ Markers in the prompt text choose the behaviour of one generation:
   [prefill-gate]  block before the first token (prompt evaluation) until `lab.prefill_release` is set
   [decode-gate]   block after the first token until `lab.decode_release` is set
   [slow]          sleep SLOW_TOKEN_S before every token
+  [eos]           end with done_reason "stop" (as a model's end-of-generation token does), not "length"
 Every wait is bounded (GATE_TIMEOUT_S), so a broken test cannot hang the worker forever.
 """
 from __future__ import annotations
@@ -34,6 +35,7 @@ class Run:
 
     text: str
     num_predict: int
+    options: dict = dataclasses.field(default_factory=dict)  # the resolved options the engine was given
     tokens: int = 0
     started: threading.Event = dataclasses.field(default_factory=threading.Event)
     in_prefill: threading.Event = dataclasses.field(default_factory=threading.Event)
@@ -53,6 +55,7 @@ class Lab:
         self.prefill_release = threading.Event()
         self.decode_release = threading.Event()
         self.loads = 0
+        self.loaded_from: list[tuple[str, dict]] = []  # (weights path, device options) per load
         self.closes = 0
         self.runs: list[Run] = []
         self._lock = threading.Lock()
@@ -60,6 +63,7 @@ class Lab:
     def load_model(self, path, num_ctx: int = 4096, num_batch: int = 512, **_device) -> "FakeModel":
         with self._lock:
             self.loads += 1
+            self.loaded_from.append((str(path), dict(_device)))
         self.load_entered.set()
         if not self.load_gate.wait(GATE_TIMEOUT_S):
             raise RuntimeError("test load gate never opened")
@@ -81,7 +85,7 @@ class Lab:
     def generate(self, model: "FakeModel", ids, options: dict, cancelled: threading.Event | None) -> Iterator:
         text = model.detokenize(ids)
         limit = options.get("num_predict", -1)
-        run = Run(text, limit if limit >= 0 else DEFAULT_TOKENS)
+        run = Run(text, limit if limit >= 0 else DEFAULT_TOKENS, dict(options))
         with self._lock:
             self.runs.append(run)
         return self._events(run, len(ids), cancelled)
@@ -105,7 +109,7 @@ class Lab:
                 run.tokens += 1
                 yield Token(token=ord("x"), text="x")
             run.finished = True
-            yield Done(done_reason="length", prompt_eval_count=n_prompt, prompt_eval_duration=1, eval_count=run.tokens,
+            yield Done(done_reason="stop" if "[eos]" in run.text else "length", prompt_eval_count=n_prompt, prompt_eval_duration=1, eval_count=run.tokens,
                        eval_duration=1, total_duration=2, context=[])
         except GeneratorExit:
             run.cancelled = True
@@ -146,11 +150,12 @@ def make_config(models_dir: Path, **overrides) -> cfg.Config:
 
 
 @contextlib.contextmanager
-def fake_daemon(models_dir: Path, **overrides):
-    """A real daemon on a free loopback port over a Service whose loader is a Lab. Yields (server, lab)."""
+def fake_daemon(models_dir: Path, service_kw: dict | None = None, **overrides):
+    """A real daemon on a free loopback port over a Service whose loader is a Lab. Yields (server, lab).
+    `service_kw`: more keyword arguments for Service (e.g. gpu_probe); `overrides`: Config fields."""
     lab = Lab()
     conf = make_config(models_dir, **overrides)
-    service = Service(conf, load_model=lab.load_model)
+    service = Service(conf, load_model=lab.load_model, **(service_kw or {}))
     try:
         with BackgroundServer(service, conf) as srv:
             srv.service = service

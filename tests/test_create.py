@@ -280,6 +280,19 @@ def test_quantize_with_localrt_quantize(tmp_path):
         run(s, "bad", f"FROM {src}\n", quantize="q9_Z")
 
 
+def test_quantize_refuses_a_quantized_source_by_its_type_before_the_first_event(tmp_path):
+    pytest.importorskip("localrt.models.quantize")
+    s = st.Store(tmp_path / "models")
+    src = write_tiny_gguf(tmp_path / "f32.gguf", n_embd=64)
+    run(s, "q8", f"FROM {src}\n", quantize="q8_0")
+    for from_ in ("q8", f"@{s.model_record('q8').entry.manifest.layers[0].digest}", str(s.model_record("q8").model_path)):
+        gen = create(s, "again", f"FROM {from_}\n", quantize="q4_0")
+        with pytest.raises(CreateError, match="its weights are Q8_0; quantization is only supported for F16, BF16 and F32"):
+            next(gen)  # before "parsing modelfile": a server answers 400, not a 200 stream with an error line
+    assert not s.exists("again")
+    assert "success" in statuses(run(s, "from-f32", f"FROM {src}\n", quantize="q4_0"))
+
+
 @pytest.mark.parametrize(
     "n, text",
     [(512, "512"), (22_000, "22K"), (134_515_008, "134.52M"), (137_000_000, "137M"), (268_098_176, "268.10M"),

@@ -103,7 +103,7 @@ def test_bad_requests_get_clear_errors_and_daemon_keeps_serving(daemon, client):
         ({"model": "../../etc/passwd", "prompt": "x"}, 400, "invalid"),
         ({"model": MODEL, "prompt": "x", "options": {"temperature": -1}}, 400, "temperature"),
         ({"model": MODEL, "prompt": "x", "options": {"num_ctx": -5}}, 400, "num_ctx"),
-        ({"model": MODEL, "prompt": "x", "options": {"bogus": 1}}, 400, "bogus"),
+        ({"model": MODEL, "prompt": "x", "options": {"top_k": "many"}}, 400, "top_k"),
         ({"model": MODEL, "prompt": "x", "keep_alive": "forever-ish"}, 400, "keep_alive"),
         ({"model": MODEL, "prompt": "word " * 400, "options": {"num_ctx": 64}}, 400, "context length"),
     ]

@@ -123,7 +123,8 @@ def test_generation_reuses_the_cached_prefix(files):
     prompt = list(IDS[:8])
     first, _ = _run(model, prompt, num_predict=4)
     again, done = _run(model, prompt + [first[0].token], num_predict=3)
-    assert done.prompt_eval_count == 1  # everything but the last prompt token came from the cache
+    assert done.prompt_eval_count == len(prompt) + 1  # the whole prompt is counted, as Ollama does
+    assert done.prompt_cached_count == len(prompt)  # everything but the last prompt token came from the cache
     assert [t.token for t in again] == [t.token for t in first[1:]]
 
 
@@ -133,11 +134,11 @@ def test_prefix_reuse_falls_back_when_a_window_ring_was_overwritten(files):
     _run(model, list(IDS), num_predict=2)
     prompt = list(IDS[:12]) + [7, 8]
     tokens, done = _run(model, prompt, num_predict=4)
-    assert done.prompt_eval_count == len(prompt)  # 8+ positions back is beyond what the ring holds
+    assert done.prompt_cached_count == 0  # 8+ positions back is beyond what the ring holds
     fresh = _run(load_model(path, num_ctx=64, num_batch=3), prompt, num_predict=4)[0]
     assert [t.token for t in tokens] == [t.token for t in fresh]
     again, done = _run(model, prompt + [tokens[0].token], num_predict=3)
-    assert done.prompt_eval_count == 1  # a short step back stays inside the ring
+    assert done.prompt_cached_count == len(prompt)  # a short step back stays inside the ring
     assert [t.token for t in again] == [t.token for t in tokens[1:]]
 
 

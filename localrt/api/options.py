@@ -1,9 +1,11 @@
 """Ollama's generation options: names, types, defaults, range checks, layering; and keep_alive durations.
 
 Facts from Ollama v0.13 (`api/types.go`: Options, Runner, DefaultOptions, FromMap, Duration), see
-`shared/reference/ollama_spec.md` sections 5 and 6. Where we are stricter than Ollama it is on purpose
-(pain_points sections 4 and 8): an unknown key, a non-integral number for an integer option, or an
-out-of-range value is an `InvalidRequest` naming the option, never a silent truncation or skip.
+`shared/reference/ollama_spec.md` sections 5 and 6. A key we do not know is Ollama's "invalid option provided":
+requests ignore it (`resolve(..., ignore_unknown=True)` lists it in `Options.ignored`; the HTTP edge logs it),
+while a single parameter set by name (`/set parameter`) is refused. Where we are stricter than Ollama it is on
+purpose (pain_points sections 4 and 8): a non-integral number for an integer option or an out-of-range value is
+an `InvalidRequest` naming the option, never a silent truncation or skip.
 
 `repeat_penalty` defaults to 1.1, Ollama's default through the v0.13 era this project targets (it became
 1.0 much later, in v0.32.10).
@@ -72,7 +74,7 @@ class Options:
     presence_penalty: float = 0.0
     frequency_penalty: float = 0.0
     stop: tuple[str, ...] = ()
-    ignored: tuple[str, ...] = ()  # deprecated keys that were given and ignored (see DEPRECATED)
+    ignored: tuple[str, ...] = ()  # keys that were given and ignored: DEPRECATED ones, and unknown ones
 
     def load_options(self) -> dict[str, Any]:
         """The load-time subset, for the scheduler and the loader."""
@@ -111,11 +113,19 @@ _RULES: dict[str, tuple[str, float | None, float | None]] = {
 assert set(_RULES) == {f.name for f in fields(Options)} - {"ignored"}
 
 
-def resolve(*layers: Mapping[str, Any] | None) -> Options:
+def ignored_options(layer: Mapping[str, Any] | None) -> list[str]:
+    """The keys of one options object that no option reads: unknown and deprecated ones, in order."""
+    if not isinstance(layer, Mapping):
+        return []
+    return [str(k) for k in layer if k not in _RULES]
+
+
+def resolve(*layers: Mapping[str, Any] | None, ignore_unknown: bool = False) -> Options:
     """Merge option layers over the defaults; later layers win (defaults < model params < request).
 
     A layer is a mapping from Ollama option names to JSON values; None layers and None values are
-    skipped (as FromMap skips JSON null). Raises InvalidRequest naming the option on any bad key or value."""
+    skipped (as FromMap skips JSON null). Raises InvalidRequest naming the option on a bad value, and on an
+    unknown key unless `ignore_unknown` (then it is listed in `ignored`, as deprecated keys are)."""
     values: dict[str, Any] = {}
     ignored: list[str] = []
     for layer in layers:
@@ -132,6 +142,9 @@ def resolve(*layers: Mapping[str, Any] | None) -> Options:
                 _check_deprecated(key, raw)
                 if key not in ignored:
                     ignored.append(key)
+            elif ignore_unknown:
+                if key not in ignored:
+                    ignored.append(str(key))
             else:
                 raise InvalidRequest(f"unknown option {key!r}")
     return Options(**values, ignored=tuple(ignored))

@@ -1,8 +1,10 @@
 """Wire types of the native API: validated request dataclasses built from parsed JSON.
 
-Only validated requests reach the service. A field we do not implement is rejected with a 400 that names it,
-never silently ignored; keys that the official clients send with neutral values (`tools: []`, `format: ""`,
-`think: false`, ...) are accepted as the no-op they are.
+Only validated requests reach the service. Ollama's rule for keys: one we do not know is ignored, and every
+request lists what it ignored in `ignored` (the HTTP edge logs them in one warning line); a key we know is
+checked, and one we know but do not implement (`think: true`, `images`, ...) is refused with a 400 that names
+it. Neutral values of such keys (`tools: []`, `format: ""`, `think: false`, ...) are accepted as the no-op
+they are.
 """
 from __future__ import annotations
 
@@ -11,7 +13,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import InvalidRequest
+from .options import ignored_options
 
+# A key of the service's final reply that only /v1 reports (usage.prompt_tokens_details.cached_tokens); the
+# native framing leaves keys that start with "_" out.
+PROMPT_CACHED_KEY = "_prompt_cached_count"
 MAX_MESSAGES = 10_000
 MAX_TEXT_CHARS = 32 * 1024 * 1024  # one prompt or message; the body cap bounds the total anyway
 
@@ -32,12 +38,14 @@ def parse_json_body(raw: bytes) -> dict:
 
 
 class Fields:
-    """Typed, one-shot reads of a request object; `finish()` rejects keys nobody read."""
+    """Typed reads of a request object; `finish()` adds the keys nobody read to `ignored`, each as
+    `prefix + key` (`messages[].name`), once."""
 
-    def __init__(self, data: dict, where: str = "request"):
+    def __init__(self, data: dict, ignored: list[str] | None = None, prefix: str = ""):
         self._data = data
         self._seen: set[str] = set()
-        self._where = where
+        self.ignored = ignored if ignored is not None else []
+        self._prefix = prefix
 
     def _get(self, key: str) -> Any:
         self._seen.add(key)
@@ -97,10 +105,21 @@ class Fields:
         """A field with a deprecated alias (`model` / `name`)."""
         return self.str(key) or self.str(old)
 
-    def finish(self) -> None:
-        unknown = sorted(set(self._data) - self._seen)
-        if unknown:
-            raise InvalidRequest(f"unsupported field(s) in {self._where}: {', '.join(unknown)}")
+    def nested(self, data: dict, prefix: str) -> "Fields":
+        """Reads of an object inside this one; what it ignores is reported with this request's keys."""
+        return Fields(data, self.ignored, self._prefix + prefix)
+
+    def finish(self) -> list[str]:
+        for key in sorted(set(self._data) - self._seen):
+            name = self._prefix + str(key)
+            if name not in self.ignored:
+                self.ignored.append(name)
+        return self.ignored
+
+
+def ignored_keys(req: Any) -> list[str]:
+    """Every key a parsed request ignores: its own unknown fields, then `options.<key>` for its options."""
+    return list(req.ignored) + ["options." + k for k in ignored_options(req.options)]
 
 
 def _keep_alive(v: Any) -> float | str | None:
@@ -137,7 +156,7 @@ def _logprobs(f: Fields) -> None:
 
 
 def _inference_fields(f: Fields, r: "GenerateRequest | ChatRequest") -> None:
-    """The fields /api/generate and /api/chat share; then no field may be left unread."""
+    """The fields /api/generate and /api/chat share; then what was left unread is `r.ignored`."""
     r.format = _format(f.any("format"))
     r.keep_alive = _keep_alive(f.any("keep_alive"))
     r.options = f.obj("options") or {}
@@ -149,7 +168,7 @@ def _inference_fields(f: Fields, r: "GenerateRequest | ChatRequest") -> None:
         raise InvalidRequest("shift (context shifting) is not supported: generation stops when the context is full")
     if f.bool("_debug_render_only"):
         raise InvalidRequest("_debug_render_only is not supported")
-    f.finish()
+    r.ignored = f.finish()
 
 
 @dataclass
@@ -159,9 +178,12 @@ class Message:
     tool_calls: list[dict] = field(default_factory=list)
     tool_name: str | None = None
     tool_call_id: str | None = None
+    thinking: str = ""  # a replayed assistant turn's reasoning; templates that know `.Thinking` render it
 
     def to_dict(self) -> dict:
         d: dict[str, Any] = {"role": self.role, "content": self.content}
+        if self.thinking:
+            d["thinking"] = self.thinking
         if self.tool_calls:
             d["tool_calls"] = self.tool_calls
         if self.tool_name:
@@ -174,17 +196,16 @@ class Message:
 ROLES = ("system", "user", "assistant", "tool")
 
 
-def parse_message(m: Any, i: int) -> Message:
+def parse_message(m: Any, i: int, parent: Fields | None = None) -> Message:
     if not isinstance(m, dict):
         raise InvalidRequest(f"messages[{i}] must be an object")
-    f = Fields(m, f"messages[{i}]")
+    f = parent.nested(m, "messages[].") if parent is not None else Fields(m, prefix="messages[].")
     role = (f.str("role", required=True, msg=f"messages[{i}].role is required") or "").lower()
     if role not in ROLES:
         raise InvalidRequest(f"messages[{i}].role must be one of {', '.join(ROLES)}, got {role!r}")
     content = f.str("content", "") or ""
     _no_images(f.list("images"), f"messages[{i}]")
-    if f.str("thinking"):
-        raise InvalidRequest(f"messages[{i}].thinking is not supported")
+    thinking = f.str("thinking", "") or ""
     calls = f.list("tool_calls") or []
     for c in calls:
         fn = c.get("function") if isinstance(c, dict) else None
@@ -192,7 +213,7 @@ def parse_message(m: Any, i: int) -> Message:
             raise InvalidRequest(f"messages[{i}].tool_calls entries need function.name")
         if not isinstance(fn.get("arguments", {}), dict):
             raise InvalidRequest(f"messages[{i}].tool_calls[].function.arguments must be an object")
-    msg = Message(role, content, calls, f.str("tool_name"), f.str("tool_call_id"))
+    msg = Message(role, content, calls, f.str("tool_name"), f.str("tool_call_id"), thinking)
     f.finish()
     return msg
 
@@ -211,6 +232,7 @@ class GenerateRequest:
     keep_alive: float | str | None = None
     options: dict = field(default_factory=dict)
     truncate: bool = True
+    ignored: list[str] = field(default_factory=list)  # request keys nobody knows (options: see api.options)
 
     @classmethod
     def from_json(cls, data: dict) -> "GenerateRequest":
@@ -246,6 +268,7 @@ class ChatRequest:
     keep_alive: float | str | None = None
     options: dict = field(default_factory=dict)
     truncate: bool = True
+    ignored: list[str] = field(default_factory=list)
 
     @classmethod
     def from_json(cls, data: dict) -> "ChatRequest":
@@ -256,7 +279,7 @@ class ChatRequest:
         msgs = f.list("messages") or []
         if len(msgs) > MAX_MESSAGES:
             raise InvalidRequest(f"too many messages ({len(msgs)}, at most {MAX_MESSAGES})")
-        r.messages = [parse_message(m, i) for i, m in enumerate(msgs)]
+        r.messages = [parse_message(m, i, f) for i, m in enumerate(msgs)]
         tools = f.list("tools") or []
         for t in tools:
             if not isinstance(t, dict) or not isinstance(t.get("function"), dict):
@@ -276,6 +299,7 @@ class EmbedRequest:
     keep_alive: float | str | None = None
     options: dict = field(default_factory=dict)
     legacy: bool = False  # /api/embeddings: one prompt, not normalised
+    ignored: list[str] = field(default_factory=list)
 
     @classmethod
     def from_json(cls, data: dict, legacy: bool = False) -> "EmbedRequest":
@@ -302,5 +326,5 @@ class EmbedRequest:
             r.dimensions = f.int("dimensions", None, 1, 1 << 20)
         r.keep_alive = _keep_alive(f.any("keep_alive"))
         r.options = f.obj("options") or {}
-        f.finish()
+        r.ignored = f.finish()
         return r

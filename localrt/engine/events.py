@@ -18,7 +18,8 @@ class Done:
     """The last event of a generation. Durations are integer nanoseconds, as Ollama reports them."""
 
     done_reason: str  # "stop" | "length" | "load" | "unload"
-    prompt_eval_count: int = 0
+    prompt_eval_count: int = 0  # the whole prompt, as Ollama counts it, cached prefix included
+    prompt_cached_count: int = 0  # of those, the tokens reused from the cache (not evaluated again)
     prompt_eval_duration: int = 0
     eval_count: int = 0
     eval_duration: int = 0

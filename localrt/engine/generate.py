@@ -45,7 +45,7 @@ def generate(model, ids, options: dict | Options | None = None, *, slot: int = 0
     decoder = tok.stream_decoder() if tok is not None else None
     eog = tok.eog_ids if tok is not None else frozenset()
 
-    logits, n_evaluated = _prefill(model, prompt, slot, min(opts.num_batch, model.num_batch), cancelled)
+    logits, n_cached = _prefill(model, prompt, slot, min(opts.num_batch, model.num_batch), cancelled)
     t_prefill = time.perf_counter_ns()
 
     history = list(prompt)
@@ -81,7 +81,8 @@ def generate(model, ids, options: dict | Options | None = None, *, slot: int = 0
     model._slot_tokens[slot] = history[: int(model.cache.lengths[slot])]
     yield Done(
         done_reason=reason,
-        prompt_eval_count=n_evaluated,
+        prompt_eval_count=len(prompt),
+        prompt_cached_count=n_cached,
         prompt_eval_duration=t_prefill - t_start,
         eval_count=n_gen,
         eval_duration=t_end - t_prefill,
@@ -94,7 +95,8 @@ def generate(model, ids, options: dict | Options | None = None, *, slot: int = 0
 
 def _prefill(model, prompt: list[int], slot: int, num_batch: int,
              cancelled: threading.Event | None = None) -> tuple[np.ndarray, int]:
-    """Evaluate the prompt, reusing the longest cached prefix of this slot; logits of its last token."""
+    """Evaluate the prompt, reusing the longest cached prefix of this slot; the logits of its last token and
+    how many tokens came from the cache."""
     cache = model.cache
     cached = model._slot_tokens.get(slot, [])
     keep = 0
@@ -114,7 +116,7 @@ def _prefill(model, prompt: list[int], slot: int, num_batch: int,
         chunk = prompt[start : start + num_batch]
         batch = model.batch(chunk, start, slot)
         logits = model.forward(batch, cache, output_rows=np.array([len(chunk) - 1]))[0]
-    return logits, len(prompt) - keep
+    return logits, keep
 
 
 def _decode(model, token: int, pos: int, slot: int) -> np.ndarray:

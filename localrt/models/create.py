@@ -341,10 +341,38 @@ def _quantizer() -> Callable:
     return quantize_model
 
 
+# Ollama quantizes only unquantized weights: re-quantizing a quantized model loses quality twice over.
+QUANTIZE_SOURCES = ("F32", "F16", "BF16")
+
+
+def _check_quantize_source(file_type: str | None, what: str) -> None:
+    if file_type is not None and file_type not in QUANTIZE_SOURCES:
+        raise CreateError(f"cannot quantize {what}: its weights are {file_type}; quantization is only supported "
+                          f"for F16, BF16 and F32 models")
+
+
+def _source_file_type(store: st.Store, arg: str, base_dir: Path | None, allow_paths: bool) -> str | None:
+    """The file type of the weights FROM names, told before anything is written (a FROM that is refused outright
+    raises here as it would in the import); None when telling needs the import itself, which then reports what
+    is wrong, and _quantize checks the imported layer again."""
+    try:
+        kind, ref = _classify(arg, base_dir, allow_paths)
+        if kind == "file":
+            path = ref
+        elif kind == "blob":
+            path = store.blob_path(ref)
+        else:
+            path = model_record(store, ref.display, create_builtin=True).model_path
+        return gguf_facts(path)["file_type"] if path is not None and Path(path).is_file() else None
+    except (st.StoreError, gguf_io.InvalidGGUF, OSError, ValueError):
+        return None
+
+
 def _quantize(b: _Build, level: str, quantize_model: Callable) -> Iterator[dict]:
     models = [x for x in b.layers if x.media_type == mt.MODEL]
     if len(models) != 1:
         raise CreateError("quantize needs exactly one model layer")
+    _check_quantize_source(b.config.get("file_type"), "this model")
     src = b.store.blob_path(models[0].digest)
     tmp = b.store.new_temp_file()
     text = f"quantizing {b.config.get('file_type') or 'the'} model to {level.upper()}"
@@ -435,10 +463,12 @@ def create(
     if len(m.froms) > 1:
         raise CreateError("more than one FROM (a vision projector) is not supported")
     quantize_model = _quantizer() if quantize else None
+    base = Path(base_dir) if base_dir is not None else None
+    if quantize:
+        _check_quantize_source(_source_file_type(store, m.from_, base, allow_local_paths), repr(m.from_))
     yield status("parsing modelfile")
     for w in m.warnings:
         yield status(f"warning: {w}")
-    base = Path(base_dir) if base_dir is not None else None
     b = _Build(store)
     yield from _base(b, m.from_, base, allow_local_paths)
     for arg in m.adapters:

@@ -18,7 +18,7 @@ import store as st
 
 from .. import structured, templates
 from ..api.options import Options, config_layer, parse_duration, resolve
-from ..api.types import ChatRequest, EmbedRequest, GenerateRequest
+from ..api.types import PROMPT_CACHED_KEY, ChatRequest, EmbedRequest, GenerateRequest
 from ..engine.events import Done, Token
 from ..errors import InvalidRequest, ModelLoadError, ModelNotFound
 from ..models import library
@@ -27,6 +27,10 @@ from .catalog import Catalog
 from .scheduler import MemoryNeed, Request, Scheduler
 
 log = logging.getLogger("localrt.service")
+
+# How long a request waits for the instance of a replaced model (create/copy over its name, other weights) to
+# finish its work and unload, before the new weights are loaded; the same wait as a load-option reload.
+REPLACED_WAIT_S = 600.0
 
 
 def now_rfc3339() -> str:
@@ -52,6 +56,14 @@ class Loaded:
     def take_load_ns(self) -> int:
         ns, self.unreported_load_ns = self.unreported_load_ns, 0
         return ns
+
+    def use_record(self, rec: st.ModelRecord) -> None:
+        """Serve with the newest manifest of this name (create or copy may have replaced it since the load):
+        its template and the template's stop strings; system, messages and params are read per request."""
+        if rec.template != self.record.template:
+            choice = templates.choose_template(self.model.metadata, rec.template)
+            self.template, self.template_stop = choice.load(), tuple(choice.stop)
+        self.record = rec
 
     def close(self) -> None:
         self.model.close()
@@ -80,13 +92,17 @@ def _once(item: dict) -> Events:
 
 
 class Service:
-    def __init__(self, config, *, load_model: Callable | None = None, scheduler_kw: dict | None = None):
+    def __init__(self, config, *, load_model: Callable | None = None, scheduler_kw: dict | None = None,
+                 gpu_probe: Callable | None = None):
         self.config = config
         self.store = st.Store(config.models_dir, config.readonly_models_dirs)
         self.catalog = Catalog(self.store)
         if load_model is None:
             from ..engine.loader import load_model
         self._load_model = load_model
+        self._gpu_probe = gpu_probe  # main_gpu -> a DeviceReport (engine.backends.devices.probe by default)
+        self._weights: dict[str, Any] = {}  # name -> the weights file its loaded instance was loaded from
+        self._weights_lock = threading.Lock()
         self.scheduler = Scheduler(self._load, config, estimate_fn=self._estimate, **(scheduler_kw or {}))
 
     def close(self) -> None:
@@ -110,14 +126,40 @@ class Service:
         if rec.projector_paths:
             raise ModelLoadError(f"model '{name}' has a vision projector; vision is not supported yet")
         t0 = time.perf_counter_ns()
+        num_gpu = self._num_gpu(load_options["num_gpu"], load_options["main_gpu"])
         model = self._load_model(rec.model_path, num_ctx=load_options["num_ctx"], num_batch=load_options["num_batch"],
-                                 num_gpu=load_options["num_gpu"], main_gpu=load_options["main_gpu"])
+                                 num_gpu=num_gpu, main_gpu=load_options["main_gpu"])
+        with self._weights_lock:
+            self._weights[name] = rec.model_path
         try:
             choice = templates.choose_template(model.metadata, rec.template)
             return Loaded(name, model, rec, choice.load(), tuple(choice.stop), time.perf_counter_ns() - t0)
         except BaseException:
             model.close()
             raise
+
+    def _num_gpu(self, num_gpu: int, main_gpu: int) -> int:
+        """Ollama's rule for layers asked for on a GPU that is not there: a warning, and the CPU (not an error)."""
+        if num_gpu <= 0:
+            return num_gpu
+        probe = self._gpu_probe
+        if probe is None:
+            from ..engine.backends.devices import probe
+        report = probe(main_gpu)
+        if report.gpu is not None:
+            return num_gpu
+        log.warning("num_gpu %d asks for GPU layers, but no GPU is usable (%s): the model runs on the CPU",
+                    num_gpu, report.reason or "none found")
+        return 0
+
+    def _unload_if_replaced(self, name: str, rec: st.ModelRecord) -> None:
+        """A loaded instance of other weights than `name` now names (create/copy replaced it) is unloaded once its
+        work is done, so this request loads the new ones, as Ollama reloads when the model path changes."""
+        with self._weights_lock:
+            loaded_from = self._weights.get(name)
+        if loaded_from is not None and loaded_from != rec.model_path:
+            log.info("model %s was replaced: unloading the instance of its old weights", name)
+            self.scheduler.unload(name, wait=REPLACED_WAIT_S)
 
     def _estimate(self, name: str, load_options: dict) -> MemoryNeed:
         rec = self.record(name)
@@ -126,12 +168,12 @@ class Service:
         return estimate_memory(rec.model_path, load_options["num_ctx"], load_options["num_batch"])
 
     def options(self, rec: st.ModelRecord, request_options: dict) -> Options:
-        opts = resolve(config_layer(self.config), rec.params, request_options)
-        if opts.ignored:
-            log.info("ignoring deprecated option(s) %s, as Ollama does", ", ".join(opts.ignored))
-        return opts
+        """Defaults < server config < the model's params < the request. Unknown and deprecated keys are ignored
+        (Ollama's "invalid option provided"); the HTTP edge names the request's in its warning line."""
+        return resolve(config_layer(self.config), rec.params, request_options, ignore_unknown=True)
 
-    def _submit(self, name: str, opts: Options, keep_alive, work) -> Events:
+    def _submit(self, name: str, opts: Options, keep_alive, work, rec: st.ModelRecord | None = None) -> Events:
+        self._unload_if_replaced(name, rec if rec is not None else self.record(name, create_builtin=False))
         stream = self.scheduler.submit(Request(model=name, options=opts, keep_alive=keep_alive, work=work))
         return Events(iter(stream), stream)
 
@@ -154,6 +196,7 @@ class Service:
                                         lambda why: {**base(), "response": "", "done": True, "done_reason": why})
 
         def work(loaded: Loaded, _req, cancelled: threading.Event) -> Iterator[dict]:
+            loaded.use_record(rec)
             model = loaded.model
             context_text = model.detokenize(req.context) if req.context else ""
             prompt = templates.generate_prompt(
@@ -172,7 +215,7 @@ class Service:
                 else:
                     yield {**base(), "response": ev.text, "done": False}
 
-        return self._submit(name, opts, req.keep_alive, work)
+        return self._submit(name, opts, req.keep_alive, work, rec)
 
     def chat(self, req: ChatRequest) -> Events:
         rec = self.record(req.model, create_builtin=not _unloads(req.keep_alive, req.messages))
@@ -192,6 +235,7 @@ class Service:
             return {**base(), "message": msg, **extra}
 
         def work(loaded: Loaded, _req, cancelled: threading.Event) -> Iterator[dict]:
+            loaded.use_record(rec)
             model = loaded.model
             if req.tools and not loaded.template.supports_tools:
                 raise InvalidRequest(f"{rec.name.full} does not support tools")
@@ -213,7 +257,7 @@ class Service:
                 elif content or calls:
                     yield reply(content, calls, done=False)
 
-        return self._submit(name, opts, req.keep_alive, work)
+        return self._submit(name, opts, req.keep_alive, work, rec)
 
     def embed(self, req: EmbedRequest) -> dict:
         rec = self.record(req.model, create_builtin=not _unloads(req.keep_alive, req.inputs))
@@ -270,7 +314,17 @@ class Service:
         return self.catalog.tags()
 
     def show(self, body: dict) -> dict:
-        return self.catalog.show(body, lambda name: self.record(name, create_builtin=False))
+        shown: list[st.ModelRecord] = []
+
+        def record(name: str) -> st.ModelRecord:
+            shown.append(self.record(name, create_builtin=False))
+            return shown[-1]
+
+        out = self.catalog.show(body, record)
+        info = out.get("model_info")
+        if isinstance(info, dict) and "general.parameter_count" not in info and shown and shown[-1].model_path:
+            info["general.parameter_count"] = parameter_count(shown[-1].model_path)
+        return out
 
     def copy(self, body: dict) -> None:
         self.catalog.copy(body)
@@ -345,11 +399,18 @@ def _run(loaded: Loaded, ids: list[int], opts: Options, cancelled: threading.Eve
         gen.close()
 
 
+def parameter_count(path) -> int:
+    """general.parameter_count as Ollama reports it: the file's own, else the elements of every tensor."""
+    from ..models.create import gguf_facts
+
+    return int(gguf_facts(path)["parameter_count"])
+
+
 def _metrics(ev: Done, load_ns: int) -> dict:
     return {"done": True, "done_reason": ev.done_reason, "total_duration": ev.total_duration + load_ns,
             "load_duration": ev.load_duration + load_ns, "prompt_eval_count": ev.prompt_eval_count,
             "prompt_eval_duration": ev.prompt_eval_duration, "eval_count": ev.eval_count,
-            "eval_duration": ev.eval_duration}
+            "eval_duration": ev.eval_duration, PROMPT_CACHED_KEY: getattr(ev, "prompt_cached_count", 0)}
 
 
 def _normalize(v: np.ndarray, dims: int | None) -> list[float]:

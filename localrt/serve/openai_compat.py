@@ -1,6 +1,7 @@
 """The OpenAI-compatible `/v1` layer: OpenAI requests become native requests, native events become OpenAI replies.
 
-A translation at the edge, never a second engine path. A field we do not implement is a 400 naming it.
+A translation at the edge, never a second engine path. Fields follow the native rule (api.types): unknown ones
+are ignored and listed in the request's `ignored`, one we know but cannot do is a 400 naming it.
 """
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from ..api.types import (
+    PROMPT_CACHED_KEY,
     ChatRequest,
     EmbedRequest,
     Fields,
@@ -46,11 +48,15 @@ def sse_error(message: str) -> bytes:
 
 def _stream_opts(f: Fields) -> Opts:
     stream = bool(f.bool("stream", False))
-    so = f.obj("stream_options") or {}
-    sf = Fields(so, "stream_options")
+    sf = f.nested(f.obj("stream_options") or {}, "stream_options.")
     include = bool(sf.bool("include_usage", False))
     sf.finish()
     return Opts(stream, include)
+
+
+# OpenAI-style sampling fields other servers (vLLM, llama.cpp's server, litellm's `openai/`) accept, and the
+# native option each one is. vLLM's repetition_penalty is the same multiplicative penalty as repeat_penalty.
+_EXTRA_SAMPLING = {"top_k": "top_k", "min_p": "min_p", "repetition_penalty": "repeat_penalty"}
 
 
 def _sampling_options(f: Fields) -> dict:
@@ -67,6 +73,10 @@ def _sampling_options(f: Fields) -> dict:
         v = f.any(key)
         if v is not None:
             opts[key] = v
+    for key, native in _EXTRA_SAMPLING.items():
+        v = f.any(key)
+        if v is not None:
+            opts[native] = v  # checked by name in api.options; a bad value is a 400 naming the option
     stop = f.any("stop")
     if stop is not None:
         if isinstance(stop, str):
@@ -101,29 +111,44 @@ def _content(value: Any, i: int) -> str:
     raise InvalidRequest(f"messages[{i}].content must be a string or an array of parts")
 
 
-def _message(m: Any, i: int) -> Message:
+def _tool_call(c: Any) -> dict:
+    if not isinstance(c, dict):
+        raise InvalidRequest("tool_calls entries must be objects")
+    fn = c.get("function") or {}
+    args = fn.get("arguments") or "{}"
+    try:
+        parsed = json.loads(args) if isinstance(args, str) else args
+    except ValueError:
+        raise InvalidRequest("invalid tool call arguments") from None
+    return {"id": c.get("id"), "function": {"name": fn.get("name"), "arguments": parsed}}
+
+
+# Where replayed histories carry an assistant turn's reasoning: Ollama's /v1 `reasoning`, the
+# `reasoning_content` of DeepSeek/vLLM/litellm, and the native name.
+_REASONING_KEYS = ("reasoning", "reasoning_content", "thinking")
+
+
+def _message(m: Any, i: int, parent: Fields) -> Message:
     if not isinstance(m, dict):
         raise InvalidRequest(f"messages[{i}] must be an object")
-    native: dict[str, Any] = {"role": "system" if m.get("role") == "developer" else m.get("role")}
-    native["content"] = _content(m.get("content"), i)
-    calls = []
-    for c in m.get("tool_calls") or []:
-        fn = (c or {}).get("function") or {}
-        args = fn.get("arguments") or "{}"
-        try:
-            parsed = json.loads(args) if isinstance(args, str) else args
-        except ValueError:
-            raise InvalidRequest("invalid tool call arguments") from None
-        calls.append({"id": c.get("id"), "function": {"name": fn.get("name"), "arguments": parsed}})
+    f = parent.nested(m, "messages[].")
+    role = f.any("role")
+    native: dict[str, Any] = {"role": "system" if role == "developer" else role}
+    native["content"] = _content(f.any("content"), i)
+    calls = [_tool_call(c) for c in f.list("tool_calls") or []]
     if calls:
         native["tool_calls"] = calls
-    if m.get("tool_call_id"):
-        native["tool_call_id"] = m["tool_call_id"]
-    if m.get("name") and native["role"] == "tool":
-        native["tool_name"] = m["name"]
-    unknown = set(m) - {"role", "content", "tool_calls", "tool_call_id", "name", "refusal"}
-    if unknown:
-        raise InvalidRequest(f"messages[{i}]: unsupported field(s): {', '.join(sorted(unknown))}")
+    call_id = f.str("tool_call_id")
+    if call_id:
+        native["tool_call_id"] = call_id
+    reasoning = next((v for v in (f.any(k) for k in _REASONING_KEYS) if isinstance(v, str) and v), "")
+    if reasoning:
+        native["thinking"] = reasoning
+    f.any("refusal")  # an assistant turn's refusal text: it was shown as the answer; nothing to render
+    name = m.get("name")
+    if name and native["role"] == "tool":
+        native["tool_name"] = f.str("name")  # a participant's name on other roles has no slot in a template
+    f.finish()
     return parse_message(native, i)
 
 
@@ -145,6 +170,36 @@ def _response_format(v: Any) -> str | dict | None:
     raise InvalidRequest(f"response_format.type {kind!r} is not supported")
 
 
+def _tools(f: Fields) -> list:
+    tools = f.list("tools") or []
+    choice = f.any("tool_choice")
+    if choice == "none":
+        tools = []
+    elif choice not in (None, "auto"):
+        raise InvalidRequest("tool_choice: only 'auto' and 'none' are supported")
+    f.bool("parallel_tool_calls")  # several calls per reply are allowed either way; we never merge them
+    if f.any("functions") or f.any("function_call") not in (None, "none", "auto"):
+        raise InvalidRequest("functions and function_call (the deprecated function-calling fields) are not "
+                             "supported; send tools instead")
+    return tools
+
+
+def _reasoning(f: Fields, model: str) -> None:
+    """Ollama maps reasoning_effort to `think`; no model here thinks, so only "none" (or nothing) is served."""
+    effort = f.any("reasoning_effort")
+    nested = f.any("reasoning")
+    if isinstance(nested, dict):
+        effort = nested.get("effort", effort)
+    elif nested is not None:
+        raise InvalidRequest("reasoning must be an object")
+    if effort not in (None, "none"):
+        raise InvalidRequest(f"reasoning_effort {effort!r}: {model} does not support thinking")
+
+
+# OpenAI fields that change what the reply is, and that we cannot do; any value but the neutral one is a 400.
+_REFUSED = {"modalities": (None, [], ["text"]), "audio": (None,), "web_search_options": (None, {})}
+
+
 def chat_request(body: dict) -> tuple[ChatRequest, Opts]:
     f = Fields(body)
     model = f.str("model", required=True, msg="model is required") or ""
@@ -153,22 +208,17 @@ def chat_request(body: dict) -> tuple[ChatRequest, Opts]:
         raise InvalidRequest("[] is too short - 'messages'")
     opts = _stream_opts(f)
     options = _sampling_options(f)
-    tools = f.list("tools") or []
-    choice = f.any("tool_choice")
-    if choice == "none":
-        tools = []
-    elif choice not in (None, "auto"):
-        raise InvalidRequest("tool_choice: only 'auto' and 'none' are supported")
-    f.bool("parallel_tool_calls")  # several calls per reply are allowed either way; we never merge them
+    tools = _tools(f)
     fmt = _response_format(f.any("response_format"))
-    if f.any("reasoning_effort") not in (None, "none") or f.any("reasoning") is not None:
-        raise InvalidRequest("reasoning is not supported: no thinking-capable model support yet")
-    req = ChatRequest(model=model, messages=[_message(m, i) for i, m in enumerate(msgs)], tools=tools,
-                      stream=True, format=fmt, keep_alive=f.any("keep_alive"), options=options)
-    for key in ("store", "metadata", "service_tier", "modalities", "audio", "prediction", "web_search_options"):
-        if f.any(key) not in (None, False, {}, []):
+    _reasoning(f, model)
+    for key, neutral in _REFUSED.items():
+        if f.any(key) not in neutral:
             raise InvalidRequest(f"{key} is not supported")
-    f.finish()
+    req = ChatRequest(model=model, messages=[_message(m, i, f) for i, m in enumerate(msgs)], tools=tools,
+                      stream=True, format=fmt, keep_alive=f.any("keep_alive"), options=options)
+    # Unread (store, metadata, service_tier, prompt_cache_key, safety_identifier, verbosity, prediction, ...):
+    # none changes what a local model answers, so they are ignored, as Ollama does, and logged by name.
+    req.ignored = f.finish()
     return req, opts
 
 
@@ -176,6 +226,8 @@ def completion_request(body: dict) -> tuple[GenerateRequest, Opts]:
     f = Fields(body)
     model = f.str("model", required=True, msg="model is required") or ""
     prompt = f.any("prompt")
+    if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
+        prompt = prompt[0]  # the openai client's list form, with one prompt
     if not isinstance(prompt, str):
         raise InvalidRequest("prompt must be a string")
     opts = _stream_opts(f)
@@ -186,14 +238,17 @@ def completion_request(body: dict) -> tuple[GenerateRequest, Opts]:
         raise InvalidRequest("best_of must be 1")
     req = GenerateRequest(model=model, prompt=prompt, suffix=f.str("suffix", "") or "", stream=True,
                           keep_alive=f.any("keep_alive"), options=options)
-    f.finish()
+    req.ignored = f.finish()
     return req, opts
 
 
 def _usage(done: dict | None) -> dict:
+    """OpenAI's usage: the whole prompt, and how much of it came from the prompt cache (Ollama has no field)."""
     p = int((done or {}).get("prompt_eval_count", 0))
     c = int((done or {}).get("eval_count", 0))
-    return {"prompt_tokens": p, "completion_tokens": c, "total_tokens": p + c}
+    cached = int((done or {}).get(PROMPT_CACHED_KEY, 0))
+    return {"prompt_tokens": p, "completion_tokens": c, "total_tokens": p + c,
+            "prompt_tokens_details": {"cached_tokens": cached}}
 
 
 def _finish_reason(done: dict, had_tools: bool) -> str:
@@ -218,31 +273,44 @@ def _tail(base: dict, opts: Opts, done: dict | None) -> bytes:
 
 
 class ChatStream:
-    """Native /api/chat events -> chat.completion(.chunk) objects."""
+    """Native /api/chat events -> chat.completion(.chunk) objects.
+
+    Streamed as OpenAI does: `role` only in the first delta, content and tool calls in deltas of their own,
+    and a last chunk with an empty delta that carries finish_reason."""
 
     def __init__(self, model: str, opts: Opts):
         self.model, self.opts = model, opts
         self.id = "chatcmpl-" + secrets.token_hex(6)
+        self.created = int(time.time())  # one value for the whole stream
         self.n_tools = 0
+        self.sent_role = False
         self.done: dict | None = None
 
     def _base(self, obj: str) -> dict:
-        return {"id": self.id, "object": obj, "created": int(time.time()), "model": self.model,
+        return {"id": self.id, "object": obj, "created": self.created, "model": self.model,
                 "system_fingerprint": "fp_localrt"}
 
-    def chunk(self, item: dict) -> bytes:
-        msg = item.get("message") or {}
-        delta: dict[str, Any] = {"role": "assistant", "content": msg.get("content", "")}
-        if msg.get("tool_calls"):
-            delta["tool_calls"] = _tool_calls(msg["tool_calls"], self.n_tools)
-            self.n_tools += len(msg["tool_calls"])
-        finish = None
-        if item.get("done"):
-            self.done = item
-            finish = _finish_reason(item, self.n_tools > 0)
+    def _chunk(self, delta: dict, finish: str | None) -> bytes:
         out = self._base("chat.completion.chunk")
         out["choices"] = [{"index": 0, "delta": delta, "finish_reason": finish}]
         return sse(out)
+
+    def chunk(self, item: dict) -> bytes:
+        msg = item.get("message") or {}
+        delta: dict[str, Any] = {}
+        if not self.sent_role:
+            delta["role"] = "assistant"
+            self.sent_role = True
+        if msg.get("content") or not item.get("done"):
+            delta["content"] = msg.get("content", "")
+        if msg.get("tool_calls"):
+            delta["tool_calls"] = _tool_calls(msg["tool_calls"], self.n_tools)
+            self.n_tools += len(msg["tool_calls"])
+        if not item.get("done"):
+            return self._chunk(delta, None)
+        self.done = item
+        head = self._chunk({"content": "", **delta}, None) if delta else b""
+        return head + self._chunk({}, _finish_reason(item, self.n_tools > 0))
 
     def tail(self) -> bytes:
         return _tail(self._base("chat.completion.chunk"), self.opts, self.done)
@@ -310,7 +378,7 @@ def embeddings_request(body: dict) -> tuple[EmbedRequest, str]:
     f.str("user")
     req = EmbedRequest(model=model, inputs=inputs, dimensions=dims, keep_alive=f.any("keep_alive"),
                        options=f.obj("options") or {})
-    f.finish()
+    req.ignored = f.finish()
     return req, encoding
 
 

@@ -8,6 +8,7 @@ from starlette.responses import JSONResponse, Response
 
 from .. import errors
 from . import openai_compat
+from .request_meta import warn_ignored
 from .streaming import json_body, openai_streamed
 
 
@@ -17,18 +18,21 @@ def _service(request: Request):
 
 async def chat_completions(request: Request) -> Response:
     req, opts = openai_compat.chat_request(await json_body(request))
+    warn_ignored(request, req)
     events = await run_in_threadpool(_service(request).chat, req)
     return await openai_streamed(request, events, opts, openai_compat.ChatStream(req.model, opts))
 
 
 async def completions(request: Request) -> Response:
     req, opts = openai_compat.completion_request(await json_body(request))
+    warn_ignored(request, req)
     events = await run_in_threadpool(_service(request).generate, req)
     return await openai_streamed(request, events, opts, openai_compat.CompletionStream(req.model, opts))
 
 
 async def embeddings(request: Request) -> Response:
     req, encoding = openai_compat.embeddings_request(await json_body(request))
+    warn_ignored(request, req)
     native_reply = await run_in_threadpool(_service(request).embed, req)
     return JSONResponse(openai_compat.embeddings_reply(req.model, native_reply, encoding))
 

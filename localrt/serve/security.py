@@ -70,12 +70,12 @@ class Guard:
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
         path, method = scope["path"], scope["method"]
         if self.loopback_bind and not host_allowed(headers.get("host")):
-            return await _reply(send, 403, {"error": "forbidden host"})
+            return await _reply(send, 403, _error(path, 403, "forbidden host"))
         origin = headers.get("origin")
         cors: list[tuple[bytes, bytes]] = []
         if origin is not None:
             if not origin_allowed(origin, self.origins):
-                return await _reply(send, 403, {"error": f"origin {origin!r} is not allowed"})
+                return await _reply(send, 403, _error(path, 403, f"origin {origin!r} is not allowed"))
             cors = [(b"access-control-allow-origin", origin.encode("latin-1")),
                     (b"vary", b"Origin"),
                     (b"access-control-allow-methods", b"GET, POST, PUT, PATCH, DELETE, HEAD, OPTIONS"),
@@ -87,12 +87,12 @@ class Guard:
             auth = headers.get("authorization", "")
             token = auth[7:].strip() if auth.lower().startswith("bearer ") else ""
             if not hmac.compare_digest(token.encode(), self.api_key.encode()):
-                return await _reply(send, 401, {"error": "unauthorized: a valid bearer token is required"}, cors)
+                return await _reply(send, 401, _error(path, 401, "unauthorized: a valid bearer token is required"), cors)
         limit = None if path.startswith(self.unlimited) else self.max_body
         if limit is not None:
             length = headers.get("content-length")
             if length is not None and (not length.isdigit() or int(length) > limit):
-                return await _reply(send, 413, {"error": f"request body too large (limit {limit} bytes)"}, cors)
+                return await _reply(send, 413, _error(path, 413, f"request body too large (limit {limit} bytes)"), cors)
             receive = _capped(receive, limit)
 
         async def send_with_cors(message):
@@ -101,6 +101,14 @@ class Guard:
             await send(message)
 
         await self.app(scope, receive, send_with_cors)
+
+
+def _error(path: str, status: int, message: str) -> dict:
+    """A refusal in the shape of the API the path belongs to: OpenAI's error object under /v1, else Ollama's."""
+    if not path.startswith("/v1/"):
+        return {"error": message}
+    code = "invalid_api_key" if status == 401 else None  # what api.openai.com sends for a bad key
+    return {"error": {"message": message, "type": "invalid_request_error", "param": None, "code": code}}
 
 
 class BodyTooLarge(Exception):

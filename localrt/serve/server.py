@@ -16,6 +16,7 @@ from . import routes_native as native
 from . import routes_openai as v1
 from .access_log import AccessLog
 from .error_map import error_response, error_status  # noqa: F401 - error_status: the mapping, for callers
+from .request_meta import RequestId
 from .routes_native import API_VERSION  # noqa: F401
 from .security import Guard
 from .streaming import fold_chat, fold_generate, fold_progress  # noqa: F401
@@ -64,7 +65,7 @@ ROUTES = [
 
 def make_app(service, config):
     """The ASGI app over a service object (see localrt.runtime.service.Service for the interface), behind the
-    guards and the access log."""
+    guards and the access log; every reply carries an x-request-id."""
     routes = [Route(path, wrap(fn) if wrap else fn, methods=methods) for path, fn, methods, wrap in ROUTES]
     from ..distribution.registry import registry_enabled, registry_routes
 
@@ -73,5 +74,5 @@ def make_app(service, config):
     app = Starlette(routes=routes)
     app.state.service = service
     public = ("/v2/",) if getattr(config, "registry_public", False) else ()
-    return AccessLog(Guard(app, loopback_bind=is_loopback(config.host), origins=config.origins,
-                           api_key=config.api_key, public_read_prefixes=public))
+    return RequestId(AccessLog(Guard(app, loopback_bind=is_loopback(config.host), origins=config.origins,
+                           api_key=config.api_key, public_read_prefixes=public)))

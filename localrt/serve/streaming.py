@@ -23,6 +23,13 @@ def _ndjson(obj: dict) -> bytes:
     return json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode() + b"\n"
 
 
+def _public(item: Any) -> Any:
+    """A native reply without the service's "_" keys (facts only /v1 reports, e.g. cached prompt tokens)."""
+    if isinstance(item, dict) and any(isinstance(k, str) and k.startswith("_") for k in item):
+        return {k: v for k, v in item.items() if not (isinstance(k, str) and k.startswith("_"))}
+    return item
+
+
 class EventPump:
     """Pulls a blocking event iterator from a worker thread one item at a time, and cancels it on disconnect."""
 
@@ -115,10 +122,11 @@ async def streamed(request: Request, events: Iterator[dict], stream: bool, fold:
         return JSONResponse(fold([]))
     if first.get("done") and first.get("done_reason") in ("load", "unload"):
         pump.cancel()
-        return JSONResponse(first)
+        return JSONResponse(_public(first))
     if not stream:
-        return JSONResponse(fold(await _drain(pump, request, first)))
-    return StreamingResponse(_stream(pump, first, _ndjson), media_type="application/x-ndjson")
+        return JSONResponse(_public(fold(await _drain(pump, request, first))))
+    return StreamingResponse(_stream(pump, first, lambda item: _ndjson(_public(item))),
+                             media_type="application/x-ndjson")
 
 
 async def openai_streamed(request: Request, events, opts, fmt):
@@ -134,8 +142,6 @@ async def openai_streamed(request: Request, events, opts, fmt):
         _stream(pump, first, fmt.chunk, fmt.tail, openai_compat.sse_error),
         media_type="text/event-stream",
     )
-
-
 
 
 def fold_generate(items: list[dict]) -> dict:
