@@ -263,6 +263,7 @@ class ChatRequest:
     model: str
     messages: list[Message] = field(default_factory=list)
     tools: list[dict] = field(default_factory=list)
+    tool_choice: str | None = None  # /v1 only: "" = call any tool, a name = call that one; None = model decides
     stream: bool = True
     format: str | dict | None = None
     keep_alive: float | str | None = None

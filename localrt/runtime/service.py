@@ -22,7 +22,7 @@ from ..api.types import PROMPT_CACHED_KEY, ChatRequest, EmbedRequest, GenerateRe
 from ..engine.events import Done, Token
 from ..errors import InvalidRequest, ModelLoadError, ModelNotFound
 from ..models import library
-from ..templates.toolcalls import ToolCallParser, tag_for_template
+from ..templates.toolcalls import ToolCallParser, forced_call_format, tag_for_template
 from .catalog import Catalog
 from .scheduler import MemoryNeed, Request, Scheduler
 
@@ -244,8 +244,10 @@ class Service:
                 tools=req.tools or None, num_ctx=model.num_ctx, count_tokens=lambda t: len(model.tokenize(t)),
                 truncate=req.truncate)
             ids = model.tokenize(prompt.text)
-            constraint = structured.compile_format(req.format, model.tokenizer) if req.format else None
-            parser = ToolCallParser(tag_for_template(loaded.template), req.tools) if req.tools else None
+            tag = tag_for_template(loaded.template)
+            fmt = _forced_call(tag, req) if req.tool_choice is not None else req.format
+            constraint = structured.compile_format(fmt, model.tokenizer) if fmt else None
+            parser = ToolCallParser(tag, req.tools) if req.tools else None
             for ev in _run(loaded, ids, opts, cancelled, constraint):
                 got = parser.feed(ev.text) if parser else None
                 content, calls = (got.content, got.calls) if got else (ev.text, [])
@@ -357,6 +359,12 @@ class Service:
 
         name, insecure = self.catalog.pull_args(body)
         return _push.push(self.store, name, insecure=insecure, token=self.config.registry_token)
+
+
+def _forced_call(tag: str, req: ChatRequest):
+    """tool_choice "required" (any tool) or a named tool: the format that makes the model write that call."""
+    chosen = [t for t in req.tools if not req.tool_choice or t["function"].get("name") == req.tool_choice]
+    return forced_call_format(tag, chosen)
 
 
 def _unloads(keep_alive, work) -> bool:

@@ -170,18 +170,33 @@ def _response_format(v: Any) -> str | dict | None:
     raise InvalidRequest(f"response_format.type {kind!r} is not supported")
 
 
-def _tools(f: Fields) -> list:
+def _tools(f: Fields) -> tuple[list, str | None]:
+    """(tools, forced): forced is "" for tool_choice "required", a function's name for a named choice, else None."""
     tools = f.list("tools") or []
     choice = f.any("tool_choice")
+    forced = None
     if choice == "none":
         tools = []
+    elif choice == "required":
+        forced = ""
+    elif isinstance(choice, dict) and choice.get("type") == "function" and isinstance(choice.get("function"), dict):
+        forced = choice["function"].get("name")
+        if not isinstance(forced, str) or not forced:
+            raise InvalidRequest("tool_choice.function.name must be a non-empty string")
     elif choice not in (None, "auto"):
-        raise InvalidRequest("tool_choice: only 'auto' and 'none' are supported")
+        raise InvalidRequest('tool_choice must be "none", "auto", "required" or {"type": "function", "function": '
+                             '{"name": ...}}')
+    if forced is not None:
+        names = [(t.get("function") or {}).get("name") for t in tools if isinstance(t, dict)]
+        if not names:
+            raise InvalidRequest("tool_choice asks for a tool call but no tools were given")
+        if forced and forced not in names:
+            raise InvalidRequest(f"tool_choice names {forced!r}, which is not among the tools")
     f.bool("parallel_tool_calls")  # several calls per reply are allowed either way; we never merge them
     if f.any("functions") or f.any("function_call") not in (None, "none", "auto"):
         raise InvalidRequest("functions and function_call (the deprecated function-calling fields) are not "
                              "supported; send tools instead")
-    return tools
+    return tools, forced
 
 
 def _reasoning(f: Fields, model: str) -> None:
@@ -208,14 +223,16 @@ def chat_request(body: dict) -> tuple[ChatRequest, Opts]:
         raise InvalidRequest("[] is too short - 'messages'")
     opts = _stream_opts(f)
     options = _sampling_options(f)
-    tools = _tools(f)
+    tools, forced = _tools(f)
     fmt = _response_format(f.any("response_format"))
+    if forced is not None and fmt is not None:
+        raise InvalidRequest("tool_choice that forces a call cannot be combined with response_format")
     _reasoning(f, model)
     for key, neutral in _REFUSED.items():
         if f.any(key) not in neutral:
             raise InvalidRequest(f"{key} is not supported")
     req = ChatRequest(model=model, messages=[_message(m, i, f) for i, m in enumerate(msgs)], tools=tools,
-                      stream=True, format=fmt, keep_alive=f.any("keep_alive"), options=options)
+                      tool_choice=forced, stream=True, format=fmt, keep_alive=f.any("keep_alive"), options=options)
     # Unread (store, metadata, service_tier, prompt_cache_key, safety_identifier, verbosity, prediction, ...):
     # none changes what a local model answers, so they are ignored, as Ollama does, and logged by name.
     req.ignored = f.finish()

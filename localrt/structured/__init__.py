@@ -18,7 +18,8 @@ from __future__ import annotations
 
 from .constraint import ConstrainedSampler, Constraint, Grammar, check_format, compile_dfa, compile_format
 from .errors import PatternError, SchemaError, SchemaTooComplex, UnsupportedSchema
+from .schema import Framed
 from .vocab import TokenIndex, token_index
 
-__all__ = ["ConstrainedSampler", "Constraint", "check_format", "Grammar", "compile_dfa", "compile_format",
+__all__ = ["ConstrainedSampler", "Constraint", "Framed", "check_format", "Grammar", "compile_dfa", "compile_format",
            "PatternError", "SchemaError", "SchemaTooComplex", "UnsupportedSchema", "TokenIndex", "token_index"]

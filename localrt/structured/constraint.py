@@ -10,7 +10,7 @@ import numpy as np
 
 from .dfa import DFA, determinize, step
 from .errors import SchemaError
-from .schema import build_nfa
+from .schema import Framed, build_nfa
 from .vocab import TokenIndex, allowed_tokens, token_index
 
 MAX_STACK = 256  # free-form JSON nesting depth
@@ -143,7 +143,7 @@ _formats_lock = threading.Lock()
 
 def compile_dfa(fmt: Any) -> DFA:
     """The automaton of a format ("json" or a schema dict), cached by its canonical JSON."""
-    key = json.dumps(fmt, sort_keys=True)
+    key = repr(fmt) if isinstance(fmt, Framed) else json.dumps(fmt, sort_keys=True)
     with _formats_lock:
         dfa = _formats.get(key)
         if dfa is not None:

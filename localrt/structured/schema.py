@@ -11,6 +11,7 @@ Annotation keywords are ignored; every other keyword outside SUPPORTED raises Un
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from typing import Any
 
 import jsonschema
@@ -45,10 +46,31 @@ MAX_COUNT = 4096  # minLength / maxLength / minItems / maxItems above this are r
 MAX_STATES = 50_000
 
 
+@dataclass(frozen=True)
+class Framed:
+    """A schema's documents between fixed text: how a forced tool call looks in a model's own output format
+    (e.g. `<tool_call>\n` + the call object + `\n</tool_call>`). Internal: never an Ollama `format` value."""
+
+    prefix: str
+    schema_json: str  # the schema as canonical JSON (hashable, and the cache key)
+    suffix: str
+
+    @classmethod
+    def of(cls, prefix: str, schema: dict, suffix: str) -> "Framed":
+        return cls(prefix, json.dumps(schema, sort_keys=True), suffix)
+
+
 def build_nfa(fmt: Any) -> NFA:
-    """NFA for `format`: "json" (any JSON object, as Ollama's json grammar roots at an object) or a schema."""
+    """NFA for `format`: "json" (any JSON object, as Ollama's json grammar roots at an object), a schema, or a
+    Framed schema."""
     nfa = NFA(MAX_STATES)
     start = nfa.new()
+    if isinstance(fmt, Framed):
+        schema = json.loads(fmt.schema_json)
+        check_schema(schema)
+        body = _Builder(nfa, schema).value(schema, nfa.lit(start, fmt.prefix.encode()), "#", 0)
+        nfa.final = nfa.lit(body, fmt.suffix.encode())
+        return nfa
     if fmt == "json":
         end = _Builder(nfa, {}).free.value(start, containers="{", scalars=False)
     elif isinstance(fmt, dict):

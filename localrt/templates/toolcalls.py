@@ -298,3 +298,16 @@ def tool_call_schema(tools: list[dict]) -> dict:
     if not alts:
         raise ValueError("no tools")
     return alts[0] if len(alts) == 1 else {"anyOf": alts}
+
+
+def forced_call_format(tag: str, tools: list[dict]):
+    """The constrained-decoding format that makes the model call one of `tools` (OpenAI's `tool_choice`
+    "required", or one named function): the call object of `tool_call_schema`, framed the way this template's
+    model writes calls (Hermes: `<tool_call>` lines; Mistral or another literal tag: the tag then the object;
+    no tag: the bare object)."""
+    from ..structured import Framed
+
+    schema = tool_call_schema(tools)
+    if tag == HERMES:
+        return Framed.of(HERMES + "\n", schema, "\n" + _CLOSERS[HERMES])
+    return Framed.of("" if tag == JSON_START else tag, schema, "")
