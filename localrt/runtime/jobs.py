@@ -3,6 +3,7 @@ reads, and the memory a load needs. Plain data plus the little logic each owns; 
 from __future__ import annotations
 
 import collections
+import contextvars
 import queue
 import threading
 from dataclasses import dataclass
@@ -12,6 +13,9 @@ from typing import Any, Callable, Iterable, Iterator, Mapping
 from ..api.options import LOAD_TIME, Options
 
 _UNSET = object()  # a request that did not say keep_alive
+# Who sent the request being handled: set by the HTTP edge (serve/security.py) for the task of each request and
+# carried into the worker threads it calls the service from; "" outside HTTP (one client: arrival order).
+CLIENT: contextvars.ContextVar[str] = contextvars.ContextVar("localrt_client", default="")
 _EVENT, _ERROR, _END = "event", "error", "end"
 DEFAULT_MAX_LOADED = 3  # Ollama's "auto" on a CPU-only machine
 
@@ -33,6 +37,7 @@ class Request:
     keep_alive: Any = None
     payload: Any = None
     work: Callable[[Any, "Request", threading.Event], Iterable[Any]] | None = None
+    client: str | None = None  # who asked (fair share of the queue); None: the CLIENT of the calling context
 
 
 @dataclass(frozen=True)
@@ -72,6 +77,7 @@ class _Job:
         self.load_options = load_options
         self.keep_alive = keep_alive
         self.seq = seq  # arrival number
+        self.client = request.client if request.client is not None else CLIENT.get()
         self.need: MemoryNeed | None = None  # estimated once, on the first attempt to load for it
         self.cancelled = threading.Event()
         self.out: queue.SimpleQueue = queue.SimpleQueue()  # (kind, value) items for the consumer

@@ -9,8 +9,15 @@ Ollama's rules (`server/sched.go`, `shared/reference/ollama_spec.md` section 6):
 - A request with a smaller num_ctx than the loaded one is served by it; a larger num_ctx or any other
   changed load-time option (num_batch, num_gpu, main_gpu, use_mmap, num_thread) reloads the model once the
   work before it is done.
-- Requests for one model are served one at a time in arrival order. At most `max_queue` requests wait
-  (not yet running, all models together); one more raises Busy (HTTP 503).
+- Requests for one model are served one at a time. At most `max_queue` requests wait (not yet running, all
+  models together); one more raises Busy (HTTP 503).
+
+Fairness across clients (a client is the caller's address, see serve/security.client_key): the next request
+a model serves is the waiting one whose client was served least recently (round robin; one client's requests
+keep their arrival order). When the queue is full, a request from a client that was served less recently than
+the client of some waiting request (or, never served either, that has fewer requests waiting) takes that
+request's place: the newest request of the client served most recently gets Busy instead. So under overload
+every client progresses, whatever the others send, and 503 is only ever answered with the queue at its bound.
 
 Memory: `estimate_fn(model, load_options)` says what a load needs as `MemoryNeed(private, mapped)`. Only
 the private part (KV cache, scratch) must fit in available memory; weights read through mmap are file-backed
@@ -29,6 +36,7 @@ from typing import Any, Callable, Mapping
 from ..api.options import Options, parse_duration, resolve
 from ..errors import Busy, Cancelled, InvalidRequest, ModelLoadError
 from .jobs import (
+    CLIENT,
     _END,
     _ERROR,
     _EVENT,
@@ -42,6 +50,9 @@ from .jobs import (
     _Runner,
     system_available_memory,
 )
+
+
+MAX_CLIENTS = 4096  # clients whose last service is remembered for fairness
 
 
 class Scheduler:
@@ -80,6 +91,8 @@ class Scheduler:
         self._runners: dict[str, _Runner] = {}  # live runners (loading or ready), by model
         self._closing: list[_Runner] = []  # retired, still releasing their model
         self._seq = itertools.count()
+        self._served: collections.OrderedDict[str, int] = collections.OrderedDict()  # client -> when last served
+        self._serve_seq = itertools.count()
         self._stopped = False
         self._reaper = threading.Thread(target=self._reap_loop, name="localrt-sched-reaper", daemon=True)
         self._reaper.start()
@@ -94,7 +107,11 @@ class Scheduler:
             if self._stopped:
                 raise Busy("the server is shutting down")
             if self._waiting() >= self.max_queue:
-                raise Busy("server busy, please try again.  maximum pending requests exceeded")
+                victim = self._displaced_by(job)
+                if victim is None:
+                    raise Busy("server busy, please try again.  maximum pending requests exceeded")
+                self._unqueue(victim)
+                victim.fail(Busy("server busy, please try again.  maximum pending requests exceeded"))
             self._pending.append(job)
             self._dispatch()
         return Stream(self, job)
@@ -154,6 +171,44 @@ class Scheduler:
 
     def _waiting(self) -> int:
         return len(self._pending) + sum(len(r.queue) for r in self._runners.values())
+
+    def _waiting_jobs(self) -> list[_Job]:
+        return list(self._pending) + [j for r in self._runners.values() for j in r.queue]
+
+    def _last_served(self, client: str) -> int:
+        return self._served.get(client, -1)
+
+    def _displaced_by(self, job: _Job) -> _Job | None:
+        """With the queue full: the waiting job that `job` takes the place of, if its client deserves it more."""
+        waiting = self._waiting_jobs()
+        counts = collections.Counter(j.client for j in waiting)
+
+        def rank(client: str, extra: int = 0) -> tuple[int, int]:  # larger = served more recently, holds more
+            return self._last_served(client), counts[client] + extra
+
+        victim = max(waiting, key=lambda j: (rank(j.client), j.seq), default=None)
+        if victim is None or rank(job.client, 1) >= rank(victim.client):
+            return None
+        return victim
+
+    def _unqueue(self, job: _Job) -> None:
+        if job in self._pending:
+            self._pending.remove(job)
+            return
+        for r in self._runners.values():
+            if job in r.queue:
+                r.queue.remove(job)
+                return
+
+    def _next_job(self, r: _Runner) -> _Job:
+        """Round robin across clients: the waiting job whose client was served least recently (then the oldest)."""
+        job = min(r.queue, key=lambda j: (self._last_served(j.client), j.seq))
+        r.queue.remove(job)
+        self._served[job.client] = next(self._serve_seq)
+        self._served.move_to_end(job.client)
+        while len(self._served) > MAX_CLIENTS:
+            self._served.popitem(last=False)  # forgotten clients count as never served: first in line
+        return job
 
     def _all_closed(self) -> bool:
         return not self._runners and not self._closing
@@ -322,7 +377,7 @@ class Scheduler:
                     self._cv.wait()
                 if not r.queue:
                     break  # retired
-                job = r.queue.popleft()
+                job = self._next_job(r)
                 r.active = job
             last = self._run(r, job)
             with self._cv:
@@ -400,4 +455,4 @@ def _gib(n: int) -> str:
     return f"{n / (1 << 30):.1f} GiB"
 
 
-__all__ = ["MemoryNeed", "Request", "RunnerInfo", "Scheduler", "Stream", "system_available_memory"]
+__all__ = ["CLIENT", "MemoryNeed", "Request", "RunnerInfo", "Scheduler", "Stream", "system_available_memory"]

@@ -11,6 +11,7 @@ import json
 import socket
 
 from ..config import is_loopback
+from ..runtime.jobs import CLIENT
 
 DEFAULT_ORIGINS = (
     "http://localhost", "https://localhost", "http://localhost:*", "https://localhost:*",
@@ -48,6 +49,26 @@ def origin_allowed(origin: str, extra: tuple[str, ...]) -> bool:
     if o in ("null", "") or o.startswith("file:"):
         return any(p.lower() == o for p in extra)
     return any(fnmatch.fnmatchcase(o, p.lower()) for p in DEFAULT_ORIGINS + extra)
+
+
+def client_key(scope, headers: dict[str, str]) -> str:
+    """Who a request is from, for the scheduler's fair share of the queue: the peer's address (an IPv6 peer by
+    its /64, the block one machine gets). A loopback peer may name the client it forwards for in
+    X-Forwarded-For (a reverse proxy on this machine); from anywhere else that header is ignored, so a remote
+    caller cannot claim more than its own share."""
+    peer = (scope.get("client") or ("",))[0] or ""
+    if is_loopback(peer) and headers.get("x-forwarded-for"):
+        peer = headers["x-forwarded-for"].split(",")[0].strip()[:64] or peer
+    try:
+        ip = ipaddress.ip_address(peer)
+    except ValueError:
+        return peer
+    if isinstance(ip, ipaddress.IPv6Address):
+        if ip.ipv4_mapped is not None:
+            return str(ip.ipv4_mapped)
+        if not ip.is_loopback:
+            return str(ipaddress.ip_network(f"{ip}/64", strict=False))
+    return str(ip)
 
 
 class Guard:
@@ -100,7 +121,11 @@ class Guard:
                 message = dict(message, headers=list(message.get("headers", [])) + cors)
             await send(message)
 
-        await self.app(scope, receive, send_with_cors)
+        token = CLIENT.set(client_key(scope, headers))  # the service's worker threads inherit it
+        try:
+            await self.app(scope, receive, send_with_cors)
+        finally:
+            CLIENT.reset(token)
 
 
 class BodyTooLarge(Exception):
