@@ -78,7 +78,9 @@ class _Job:
         self.keep_alive = keep_alive
         self.seq = seq  # arrival number
         self.client = request.client if request.client is not None else CLIENT.get()
-        self.need: MemoryNeed | None = None  # estimated once, on the first attempt to load for it
+        self.need: MemoryNeed | None = None  # estimated once, outside the scheduler's lock (it reads the file)
+        self.need_error: BaseException | None = None  # the estimate failed: the job fails with this
+        self.estimating = False  # an estimate runs in a helper thread
         self.cancelled = threading.Event()
         self.out: queue.SimpleQueue = queue.SimpleQueue()  # (kind, value) items for the consumer
 

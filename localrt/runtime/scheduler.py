@@ -19,7 +19,10 @@ the client of some waiting request (or, never served either, that has fewer requ
 request's place: the newest request of the client served most recently gets Busy instead. So under overload
 every client progresses, whatever the others send, and 503 is only ever answered with the queue at its bound.
 
-Memory: `estimate_fn(model, load_options)` says what a load needs as `MemoryNeed(private, mapped)`. Only
+Memory: `estimate_fn(model, load_options)` says what a load needs as `MemoryNeed(private, mapped)`. It reads
+the model file, so it never runs under the scheduler's lock: `submit` runs it in the caller's thread when no
+loaded model can take the request, and a job that still lacks one when it must load gets it from a helper
+thread while everything else goes on (a slow file never stalls the models already loaded). Only
 the private part (KV cache, scratch) must fit in available memory; weights read through mmap are file-backed
 page cache that the kernel can drop and re-read, so they never block a load (Ollama refuses models that
 would fit through mmap; pain_points P3.5). Private memory of idle models is freed by eviction first.
@@ -103,6 +106,11 @@ class Scheduler:
         """Queue a request; returns its event stream at once. Raises Busy when max_queue requests wait."""
         keep = _UNSET if request.keep_alive is None else parse_duration(request.keep_alive)
         job = _Job(request, _load_options(request.options), keep, next(self._seq))
+        if self._estimate_fn is not None:
+            with self._cv:
+                served = self._accepting_runner(job) is not None
+            if not served:
+                self._fill_estimate(job)  # outside the lock
         with self._cv:
             if self._stopped:
                 raise Busy("the server is shutting down")
@@ -237,6 +245,10 @@ class Scheduler:
                 continue
             if any(c.key == key for c in self._closing):
                 continue  # the old instance is still releasing its memory
+            if job.need is None and job.need_error is None and self._estimate_fn is not None:
+                if not job.estimating:
+                    self._estimate_later(job)
+                continue  # the file is being read: other models' requests go on meanwhile
             try:
                 need = self._make_room(job)
             except Exception as exc:  # estimate failed, or the model can never fit
@@ -279,6 +291,8 @@ class Scheduler:
     def _make_room(self, job: _Job) -> MemoryNeed | None:
         """The job's memory need if a new runner may start now; None to wait (evicting an idle model first)."""
         need = self._estimate(job)
+        if need is None:
+            return None  # being estimated: wait for it
         live = list(self._runners.values())
         count_ok = len(live) + len(self._closing) < self.max_loaded
         available = None
@@ -300,10 +314,39 @@ class Scheduler:
             )
         return None  # every loaded model is busy: wait for one to finish
 
-    def _estimate(self, job: _Job) -> MemoryNeed:
-        if job.need is None:
-            need = MemoryNeed(0, 0) if self._estimate_fn is None else self._estimate_fn(job.model, dict(job.load_options))
+    def _accepting_runner(self, job: _Job) -> _Runner | None:
+        r = self._runners.get(job.model)
+        return r if r is not None and r.state != "closing" and r.accepts(job.load_options) else None
+
+    def _fill_estimate(self, job: _Job) -> None:
+        """Run the estimate (never under the lock); its failure is kept for the job to fail with."""
+        try:
+            need = self._estimate_fn(job.model, dict(job.load_options))  # type: ignore[misc]
             job.need = need if isinstance(need, MemoryNeed) else MemoryNeed(int(need), 0)
+        except Exception as exc:  # noqa: BLE001 - reported to the request
+            job.need_error = exc
+
+    def _estimate_later(self, job: _Job) -> None:
+        def run() -> None:
+            self._fill_estimate(job)
+            with self._cv:
+                job.estimating = False
+                self._dispatch()
+
+        job.estimating = True
+        threading.Thread(target=run, name=f"localrt-estimate-{job.model}", daemon=True).start()
+
+    def _estimate(self, job: _Job) -> MemoryNeed | None:
+        """The job's memory need, or None while a helper thread works it out (under the lock: never reads)."""
+        if job.need_error is not None:
+            raise job.need_error
+        if job.need is None:
+            if self._estimate_fn is None:
+                job.need = MemoryNeed(0, 0)
+            else:
+                if not job.estimating:
+                    self._estimate_later(job)
+                return None
         return job.need
 
     def _reap_expired(self) -> None:
