@@ -160,7 +160,8 @@ class Service:
                 None if req.template else loaded.template, req.prompt, system=req.system or "",
                 model_system=rec.system or "", model_messages=rec.messages, suffix=req.suffix, raw=req.raw,
                 template_override=req.template or "", context_text=context_text, has_context=req.context is not None,
-                num_ctx=model.num_ctx, count_tokens=lambda t: len(model.tokenize(t)), truncate=req.truncate)
+                num_ctx=min(opts.num_ctx, model.num_ctx), count_tokens=lambda t: len(model.tokenize(t)),
+                truncate=req.truncate)
             ids = model.tokenize(prompt.text)
             constraint = structured.compile_format(req.format, model.tokenizer) if req.format else None
             for ev in _run(loaded, ids, opts, cancelled, constraint):
@@ -197,8 +198,8 @@ class Service:
                 raise InvalidRequest(f"{rec.name.full} does not support tools")
             prompt = templates.chat_prompt(
                 loaded.template, messages, model_system=rec.system or "", model_messages=rec.messages,
-                tools=req.tools or None, num_ctx=model.num_ctx, count_tokens=lambda t: len(model.tokenize(t)),
-                truncate=req.truncate)
+                tools=req.tools or None, num_ctx=min(opts.num_ctx, model.num_ctx),  # the request's, not the load's
+                count_tokens=lambda t: len(model.tokenize(t)), truncate=req.truncate)
             ids = model.tokenize(prompt.text)
             constraint = structured.compile_format(req.format, model.tokenizer) if req.format else None
             parser = ToolCallParser(tag_for_template(loaded.template), req.tools) if req.tools else None
@@ -326,6 +327,8 @@ def estimate_memory(path, num_ctx: int, num_batch: int) -> MemoryNeed:
         head_dim = int(md.get(f"{arch}.attention.key_length", n_embd // max(n_head, 1)) or 0)
         n_vocab = len(md.get("tokenizer.ggml.tokens", ())) or 32000
         mapped = sum(t.nbytes for t in f.tensors.values())
+        trained = md.get(f"{arch}.context_length", 2048)
+    num_ctx = min(num_ctx, int(trained) if isinstance(trained, int) and trained > 0 else 2048)  # the loader's cap
     kv = 2 * n_layer * num_ctx * n_head_kv * head_dim * 4  # (2, n_layer, n_ctx, n_head_kv, head_dim) f32
     scratch = (num_batch * 8 * n_embd + 2 * n_vocab) * 4  # activations of one prefill chunk + a logits row
     return MemoryNeed(private=kv + scratch + (32 << 20), mapped=mapped)
