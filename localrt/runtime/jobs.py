@@ -70,6 +70,30 @@ def system_available_memory() -> int:
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
 
 
+class Cancel(threading.Event):
+    """A cancel flag that also runs hooks when it is set (from any thread): the HTTP edge sets it when the client
+    goes away, and a blocking service call hooks its scheduler stream's cancel() to it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._hooks: list[Callable[[], Any]] = []
+        self._hook_lock = threading.Lock()
+
+    def add_hook(self, fn: Callable[[], Any]) -> None:
+        with self._hook_lock:
+            self._hooks.append(fn)
+            now = self.is_set()
+        if now:
+            fn()
+
+    def set(self) -> None:
+        super().set()
+        with self._hook_lock:
+            hooks, self._hooks = self._hooks, []
+        for fn in hooks:
+            fn()
+
+
 class _Job:
     def __init__(self, request: Request, load_options: dict[str, Any], keep_alive: Any, seq: int):
         self.request = request
