@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Callable, Iterable, Iterator, Mapping
 
-from ..api.options import LOAD_TIME, Options
+from ..api.options import LOAD_TIME, Options, resolve
 
 _UNSET = object()  # a request that did not say keep_alive
 # Who sent the request being handled: set by the HTTP edge (serve/security.py) for the task of each request and
@@ -184,3 +184,15 @@ class Stream:
     def __del__(self) -> None:
         if not self._finished:
             self._job.cancelled.set()  # a dropped stream must not keep a worker busy
+
+
+def _load_options(options: Options | Mapping[str, Any] | None) -> dict[str, Any]:
+    if options is None:
+        return Options().load_options()
+    if isinstance(options, Options):
+        return options.load_options()
+    return resolve(options).load_options()
+
+
+def _gib(n: int) -> str:
+    return f"{n / (1 << 30):.1f} GiB"

@@ -34,9 +34,9 @@ import itertools
 import threading
 import time
 from datetime import datetime, timezone
-from typing import Any, Callable, Mapping
+from typing import Any, Callable
 
-from ..api.options import Options, parse_duration, resolve
+from ..api.options import parse_duration
 from ..errors import Busy, Cancelled, InvalidRequest, ModelLoadError
 from .jobs import (
     CLIENT,
@@ -51,6 +51,8 @@ from .jobs import (
     Stream,
     _Job,
     _Runner,
+    _gib,
+    _load_options,
     system_available_memory,
 )
 
@@ -484,18 +486,6 @@ class Scheduler:
             queued=len(r.queue),
             size_vram=min(int(getattr(r.loaded, "size_vram", 0) or 0), total),
         )
-
-
-def _load_options(options: Options | Mapping[str, Any] | None) -> dict[str, Any]:
-    if options is None:
-        return Options().load_options()
-    if isinstance(options, Options):
-        return options.load_options()
-    return resolve(options).load_options()
-
-
-def _gib(n: int) -> str:
-    return f"{n / (1 << 30):.1f} GiB"
 
 
 __all__ = ["CLIENT", "MemoryNeed", "Request", "RunnerInfo", "Scheduler", "Stream", "system_available_memory"]
