@@ -41,9 +41,9 @@ def _json_float(text: str) -> float:
 
 
 def _json_int(text: str) -> int:
-    """Integers beyond 64 bits fit no field (Ollama's are int64/uint64) and cannot be converted to float."""
+    """An integer beyond float range cannot be compared with or converted to a float field: refused here."""
     v = int(text)
-    if abs(v) >= 1 << 64:
+    if abs(v) >= 1 << 1024:
         raise InvalidRequest(f"number {text[:40]} in request body is out of range")
     return v
 
