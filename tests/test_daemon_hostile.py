@@ -26,6 +26,12 @@ from localrt.serve.server import make_app
 
 BAD = "badtemplate:latest"
 NAN = "nanmeta:latest"
+BOMB = "bombtemplate:latest"
+BOMB_TEMPLATES = [
+    "{{ ('a' * 40000)|replace('a', 'b' * 40000) }}", "{{ '{:>1500000000}'.format(1) }}",
+    "{{ ('\t' * 200000).expandtabs(8000) }}", "{{ ('a\n' * 400000)|indent(4000) }}",
+    "{{ ('a' * 1000000)|wordwrap(1) }}",
+]
 
 
 class MetaLab(Lab):
@@ -46,6 +52,9 @@ def models_dir(tmp_path_factory):
     bad = write_tiny_gguf(g / "bad.gguf", extra={"tokenizer.chat_template": UNCOMPILABLE[0]})
     nan = write_tiny_gguf(g / "nan.gguf", extra={"test.nan": math.nan, "test.inf": math.inf, "test.ok": 1.5})
     list(create(s, BAD, f"FROM {bad}\n"))
+    for i, src in enumerate(BOMB_TEMPLATES):
+        bomb = write_tiny_gguf(g / f"bomb{i}.gguf", extra={"tokenizer.chat_template": src}, seed=10 + i)
+        list(create(s, f"bomb{i}:latest", f"FROM {bomb}\n"))
     list(create(s, NAN, f"FROM {nan}\n"))
     return d
 
@@ -78,6 +87,61 @@ def test_show_and_chat_fall_back_when_the_gguf_template_does_not_compile(daemon)
                                                   "messages": [{"role": "user", "content": "hi"}]}, timeout=30)
     assert r.status_code == 200, r.text
     _ok(daemon)
+
+
+def _rss() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * 4096
+
+
+def test_template_bombs_are_400_and_the_daemon_keeps_no_memory(daemon):
+    """Each chat builds nothing large (before: 0.4-1.6 GB per chat, 9.5 GB after five) and answers 400."""
+    chat = {"stream": False, "options": {"num_predict": 2}, "messages": [{"role": "user", "content": "hi"}]}
+    httpx.post(daemon.url + "/api/chat", json={**chat, "model": "bomb0"}, timeout=60)  # loads, warms up
+    base = _rss()
+    for _ in range(2):
+        for i in range(len(BOMB_TEMPLATES)):
+            r = httpx.post(daemon.url + "/api/chat", json={**chat, "model": f"bomb{i}"}, timeout=60)
+            assert r.status_code == 400 and "template" in r.json()["error"], r.text
+    assert _rss() - base < 150 << 20
+    _ok(daemon)
+
+
+def test_fair_share_through_http_clients_named_by_a_local_proxy(models_dir):
+    """Twelve clients (named by X-Forwarded-For from a loopback proxy) on a queue of 4: every one is served;
+    refusals are 503 with Retry-After."""
+    import threading
+    import time
+
+    with fake_daemon(models_dir, max_queue=4) as (srv, lab):
+        served = {f"10.0.0.{i}": 0 for i in range(12)}
+        refused_ok = []
+        stop = threading.Event()
+
+        def client(addr: str) -> None:
+            with httpx.Client(timeout=30) as c:
+                while not stop.is_set():
+                    r = c.post(srv.url + "/api/generate", headers={"X-Forwarded-For": addr},
+                               json={"model": MODEL, "prompt": "[slow] x", "stream": False,
+                                     "options": {"num_predict": 4}})
+                    if r.status_code == 503:
+                        refused_ok.append(r.headers.get("retry-after") is not None)
+                        time.sleep(0.2)
+                    else:
+                        assert r.status_code == 200, r.text
+                        served[addr] += 1
+
+        threads = [threading.Thread(target=client, args=(a,), daemon=True) for a in served]
+        for t in threads:
+            t.start()
+        deadline = time.monotonic() + 40
+        while min(served.values()) < 1 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        stop.set()
+        for t in threads:
+            t.join(30)
+        assert min(served.values()) >= 1, served
+        assert all(refused_ok)
 
 
 # ---- part 7: NaN metadata ---------------------------------------------------------------------------------
