@@ -75,7 +75,10 @@ def test_queued_embedding_of_a_gone_client_never_runs(daemon):
     held.start()  # holds the model at its second token while the embedding waits behind it
     wait_until(lambda: lab.runs_with("[decode-gate]") and lab.runs_with("[decode-gate]")[0].in_decode.is_set(), 10,
                "the gated generation")
+    sched = srv.service.scheduler
     _send_and_leave(srv.config.port, "/api/embed", {"model": MODEL, "input": ["a"] * 10}, after=0.5)
+    # the daemon notices the disconnect and withdraws the queued request (before: it stayed and ran later)
+    wait_until(lambda: sched.ps()[0].queued == 0, 5, "the queued embedding to be withdrawn")
     lab.decode_release.set()
     held.join(10)
     time.sleep(0.3)
