@@ -450,5 +450,42 @@ def import_model(
     for name in imported:
         typer.echo(f"imported '{name}'")
 
+def _print_report(r, verb: str) -> None:
+    rows = [("corrupt", r.corrupt), ("missing", [f"{m}: {', '.join(d)}" for m, d in r.missing.items()]),
+            ("invalid manifest", [f"{p}: {e}" for p, e in r.invalid_manifests.items()]),
+            ("unreferenced", r.unreferenced), ("temp file", r.temp_files), ("partial pull", r.partial),
+            ("pull in progress", r.partial_active), (verb, r.removed)]
+    for label, items in rows:
+        for item in items:
+            typer.echo(f"{label}: {item}")
+    typer.echo("store ok" if r.ok else "store has problems")
+
+
+@app.command()
+def verify(rehash: bool = typer.Option(True, help="Re-hash every blob (slow on big models)")) -> None:
+    """Check the local store (no daemon needed): corrupt/missing blobs, bad manifests, leftovers of pulls."""
+    from store import StoreError
+
+    try:
+        r = _local_store().verify(rehash=rehash)
+    except (StoreError, OSError) as e:
+        _fail(str(e))
+    _print_report(r, "removed")
+    raise typer.Exit(0 if r.ok else 1)
+
+
+@app.command()
+def prune(grace: float = typer.Option(600.0, help="Keep temp and unreferenced files younger than this (s)"),
+          corrupt: bool = typer.Option(False, "--corrupt", help="Also delete corrupt blobs")) -> None:
+    """Delete unreferenced blobs, stale temp files and the files of failed pulls (not those of a running pull)."""
+    from store import StoreError
+
+    try:
+        r = _local_store().prune(grace_s=grace, remove_corrupt=corrupt)
+    except (StoreError, OSError) as e:
+        _fail(str(e))
+    _print_report(r, "removed")
+
+
 if __name__ == "__main__":
     app()

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import io
 import os
+import re
 import tempfile
 import time
 from dataclasses import dataclass
@@ -17,6 +18,14 @@ from . import digest as dg
 from .errors import BlobNotFound, DigestMismatch, ReadOnlyStore, SizeMismatch, UnsafePath
 from .locks import digest_lock_file, locked
 
+try:
+    import fcntl
+except ImportError:  # Windows: no way to see another process's pull; its partial files are judged by age
+    fcntl = None  # type: ignore[assignment]
+
+# A pull's resumable download (localrt/distribution/download.py): `sha256-<hex>-partial`, its state file
+# `-partial.json` and that file's temp `-partial.json.tmp`. A pull in progress holds flock on the data file.
+_PARTIAL = re.compile(r"sha256-([0-9a-f]{64})-partial(\.json(\.tmp)?)?")
 TEMP_PREFIX = ".tmp-"
 TEMP_SUFFIX = ".partial"
 BLOB_MODE = 0o644  # readable by other users of a shared models directory, as Ollama writes them
@@ -215,6 +224,65 @@ class BlobDir:
         if p is None:
             raise BlobNotFound(digest)
         return dg.of_file(p)[0]
+
+    def partial_files(self) -> dict[str, list[Path]]:
+        """Files of pulls that did not finish (or are running), by digest."""
+        try:
+            names = sorted(os.listdir(self.dir))
+        except FileNotFoundError:
+            return {}
+        out: dict[str, list[Path]] = {}
+        for n in names:
+            m = _PARTIAL.fullmatch(n)
+            if m:
+                out.setdefault("sha256:" + m.group(1), []).append(self.dir / n)
+        return out
+
+    def _partial_lock(self, digest: str, grace_s: float) -> int | None:
+        """An fd holding the pull lock of `digest`'s partial file; None while a pull holds it (or, without flock,
+        while the file is younger than `grace_s`). -1 when there is no data file, only state files."""
+        data = self.dir / (dg.to_filename(digest) + "-partial")
+        try:
+            fd = os.open(data, os.O_RDWR | getattr(os, "O_BINARY", 0))
+        except FileNotFoundError:
+            return -1
+        try:
+            if fcntl is not None:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            elif time.time() - os.fstat(fd).st_mtime < grace_s:
+                raise BlockingIOError
+        except BlockingIOError:
+            os.close(fd)
+            return None
+        return fd
+
+    def partial_in_use(self, digest: str, grace_s: float = 600.0) -> bool:
+        fd = self._partial_lock(digest, grace_s)
+        if fd is not None and fd >= 0:
+            os.close(fd)  # closing releases the lock
+        return fd is None
+
+    def remove_partial(self, digest: str, grace_s: float = 600.0) -> list[Path] | None:
+        """Delete a pull's leftovers under its lock; None (nothing deleted) while a pull holds them. The pull
+        protocol tolerates this: a pull that opened the file before it was unlinked sees that once it gets the
+        lock, and starts over on a new file."""
+        if not self.writable:
+            raise ReadOnlyStore(str(self.root))
+        fd = self._partial_lock(digest, grace_s)
+        if fd is None:
+            return None
+        try:
+            removed = []
+            for p in self.partial_files().get(digest, []):
+                try:
+                    p.unlink()
+                    removed.append(p)
+                except FileNotFoundError:
+                    continue
+            return removed
+        finally:
+            if fd >= 0:
+                os.close(fd)
 
     def stale_temp_files(self, older_than_s: float) -> list[Path]:
         now = time.time()

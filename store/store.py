@@ -81,6 +81,8 @@ class VerifyReport:
     missing: dict[str, list[str]] = field(default_factory=dict)  # model display name -> absent digests
     invalid_manifests: dict[str, str] = field(default_factory=dict)  # manifest path -> error
     temp_files: list[str] = field(default_factory=list)  # leftovers of interrupted writes
+    partial: list[str] = field(default_factory=list)  # files of pulls that did not finish: -partial, -partial.json
+    partial_active: list[str] = field(default_factory=list)  # digests whose pull is running now (never collected)
     removed: list[str] = field(default_factory=list)  # what prune() deleted (digests or paths)
     renamed: list[str] = field(default_factory=list)  # legacy `sha256:<hex>` blob files prune() renamed
 
@@ -432,11 +434,16 @@ class Store:
                 if blobs.writable and d not in referenced:
                     report.unreferenced.append(d)
         report.temp_files = [str(p) for p in self._blobs.temp_files()]
+        for d, files in self._blobs.partial_files().items():
+            report.partial += [str(p) for p in files]
+            if self._blobs.partial_in_use(d):
+                report.partial_active.append(d)
         return report
 
     def prune(self, grace_s: float = 600.0, remove_corrupt: bool = False, rehash: bool = True) -> VerifyReport:
         """verify(), then delete unreferenced blobs and stale temp files older than `grace_s` seconds
-        (younger ones may belong to a write in progress), and corrupt blobs if asked. Writable root only."""
+        (younger ones may belong to a write in progress), the files of pulls that no pull holds any more (a
+        running pull's lock keeps its files), and corrupt blobs if asked. Writable root only."""
         import time
 
         with locked(store_lock_file(self.root)):
@@ -456,4 +463,7 @@ class Store:
             for p in self._blobs.stale_temp_files(grace_s):
                 p.unlink(missing_ok=True)
                 report.removed.append(str(p))
+            for d in self._blobs.partial_files():
+                gone = self._blobs.remove_partial(d, grace_s)  # None: a pull holds it
+                report.removed += [str(p) for p in gone or ()]
         return report

@@ -76,7 +76,7 @@ class FakeService:
         chunks = [{**self._base(req), "message": msg(w), "done": False} for w in WORDS]
         return Events(chunks + [{**self._base(req), "message": msg(""), **_done({})}])
 
-    def embed(self, req):
+    def embed(self, req, cancel=None):
         self.last = req
         return {"model": req.model, "embeddings": [[0.6, 0.8] for _ in req.inputs], "prompt_eval_count": 2}
 

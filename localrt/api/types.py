@@ -9,6 +9,7 @@ they are.
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,7 +28,7 @@ def parse_json_body(raw: bytes) -> dict:
     if not raw or not raw.strip():
         raise InvalidRequest("missing request body")
     try:
-        data = json.loads(raw)
+        data = json.loads(raw, parse_float=_json_float, parse_int=_json_int)
     except (UnicodeDecodeError, ValueError) as e:
         raise InvalidRequest(f"invalid JSON in request body: {e}") from None
     except RecursionError:
@@ -35,6 +36,22 @@ def parse_json_body(raw: bytes) -> dict:
     if not isinstance(data, dict):
         raise InvalidRequest("request body must be a JSON object")
     return data
+
+
+def _json_float(text: str) -> float:
+    """A JSON number beyond float range (1e400) would become inf and overflow later: refused here."""
+    v = float(text)
+    if math.isinf(v):
+        raise InvalidRequest(f"number {text[:40]} in request body is out of range")
+    return v
+
+
+def _json_int(text: str) -> int:
+    """An integer beyond float range cannot be compared with or converted to a float field: refused here."""
+    v = int(text)
+    if abs(v) >= 1 << 1024:
+        raise InvalidRequest(f"number {text[:40]} in request body is out of range")
+    return v
 
 
 class Fields:
@@ -75,7 +92,7 @@ class Fields:
         v = self._get(key)
         if v is None:
             return default
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or v != v:
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or v != v or v in (math.inf, -math.inf):
             raise InvalidRequest(f"{key} must be an integer")
         v = int(v)
         if (lo is not None and v < lo) or (hi is not None and v > hi):

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 from typing import Any, Callable, Iterator
 
@@ -12,6 +13,7 @@ from store import manifests as mt
 
 from .. import templates
 from ..errors import InvalidRequest, ModelNotFound
+from .jobs import LOCAL_CALLER
 from ..models import library
 from ..models.create import create as create_model
 
@@ -52,8 +54,12 @@ class BlobWriter:
         self.store.adopt_file(self.tmp)
 
     def abort(self) -> None:
-        self._fh.close()
-        self.tmp.unlink(missing_ok=True)
+        try:
+            self._fh.close()  # flushing what is buffered fails again on a full disk
+        except OSError:
+            pass
+        finally:
+            self.tmp.unlink(missing_ok=True)
 
 
 class Catalog:
@@ -126,7 +132,7 @@ class Catalog:
         if choice is not None:
             out["template_info"] = {"origin": choice.origin, "kind": choice.kind, "reason": choice.reason,
                                     "stop": list(params.get("stop") or choice.stop)}
-        return out
+        return _finite(out)
 
     def copy(self, body: dict) -> None:
         src, dst = body.get("source"), body.get("destination")
@@ -175,6 +181,12 @@ class Catalog:
         insecure = body.get("insecure", False)
         if not isinstance(insecure, bool):
             raise InvalidRequest("insecure must be a boolean")
+        from ..distribution.pull import is_path
+
+        if is_path(name) and not LOCAL_CALLER.get():
+            # Before anything looks at the path: one answer whether or not it exists (CVE-2024-39719 class).
+            raise InvalidRequest("a path on the server can only be pulled from this machine; push the model "
+                                 "or serve the folder as a registry mirror instead")
         return name, insecure
 
 
@@ -235,4 +247,16 @@ def _model_info(meta: dict, verbose: bool) -> dict:
         if isinstance(value, list) and len(value) > MAX_INFO_ARRAY and not verbose:
             value = []
         out[key] = value
-    return json.loads(json.dumps(out, default=str))
+    return json.loads(json.dumps(_finite(out), default=str))
+
+
+def _finite(value: Any) -> Any:
+    """NaN and infinities as null: JSON has no spelling for them (JavaScript's JSON.stringify does the same),
+    and the reply encoder refuses them, so one such metadata value made all of /api/show fail."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value

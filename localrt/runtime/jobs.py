@@ -3,15 +3,22 @@ reads, and the memory a load needs. Plain data plus the little logic each owns; 
 from __future__ import annotations
 
 import collections
+import contextvars
 import queue
 import threading
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Callable, Iterable, Iterator, Mapping
 
-from ..api.options import LOAD_TIME, Options
+from ..api.options import LOAD_TIME, Options, resolve
 
 _UNSET = object()  # a request that did not say keep_alive
+# Who sent the request being handled: set by the HTTP edge (serve/security.py) for the task of each request and
+# carried into the worker threads it calls the service from; "" outside HTTP (one client: arrival order).
+CLIENT: contextvars.ContextVar[str] = contextvars.ContextVar("localrt_client", default="")
+# Whether the request comes from this machine itself (a loopback peer, not forwarding for someone else): only
+# such a caller may name paths on the server (pull from a folder). True outside HTTP (the CLI, tests).
+LOCAL_CALLER: contextvars.ContextVar[bool] = contextvars.ContextVar("localrt_local_caller", default=True)
 _EVENT, _ERROR, _END = "event", "error", "end"
 DEFAULT_MAX_LOADED = 3  # Ollama's "auto" on a CPU-only machine
 
@@ -33,6 +40,7 @@ class Request:
     keep_alive: Any = None
     payload: Any = None
     work: Callable[[Any, "Request", threading.Event], Iterable[Any]] | None = None
+    client: str | None = None  # who asked (fair share of the queue); None: the CLIENT of the calling context
 
 
 @dataclass(frozen=True)
@@ -65,6 +73,30 @@ def system_available_memory() -> int:
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
 
 
+class Cancel(threading.Event):
+    """A cancel flag that also runs hooks when it is set (from any thread): the HTTP edge sets it when the client
+    goes away, and a blocking service call hooks its scheduler stream's cancel() to it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._hooks: list[Callable[[], Any]] = []
+        self._hook_lock = threading.Lock()
+
+    def add_hook(self, fn: Callable[[], Any]) -> None:
+        with self._hook_lock:
+            self._hooks.append(fn)
+            now = self.is_set()
+        if now:
+            fn()
+
+    def set(self) -> None:
+        super().set()
+        with self._hook_lock:
+            hooks, self._hooks = self._hooks, []
+        for fn in hooks:
+            fn()
+
+
 class _Job:
     def __init__(self, request: Request, load_options: dict[str, Any], keep_alive: Any, seq: int):
         self.request = request
@@ -72,7 +104,10 @@ class _Job:
         self.load_options = load_options
         self.keep_alive = keep_alive
         self.seq = seq  # arrival number
-        self.need: MemoryNeed | None = None  # estimated once, on the first attempt to load for it
+        self.client = request.client if request.client is not None else CLIENT.get()
+        self.need: MemoryNeed | None = None  # estimated once, outside the scheduler's lock (it reads the file)
+        self.need_error: BaseException | None = None  # the estimate failed: the job fails with this
+        self.estimating = False  # an estimate runs in a helper thread
         self.cancelled = threading.Event()
         self.out: queue.SimpleQueue = queue.SimpleQueue()  # (kind, value) items for the consumer
 
@@ -152,3 +187,15 @@ class Stream:
     def __del__(self) -> None:
         if not self._finished:
             self._job.cancelled.set()  # a dropped stream must not keep a worker busy
+
+
+def _load_options(options: Options | Mapping[str, Any] | None) -> dict[str, Any]:
+    if options is None:
+        return Options().load_options()
+    if isinstance(options, Options):
+        return options.load_options()
+    return resolve(options).load_options()
+
+
+def _gib(n: int) -> str:
+    return f"{n / (1 << 30):.1f} GiB"

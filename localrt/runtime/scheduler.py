@@ -9,10 +9,20 @@ Ollama's rules (`server/sched.go`, `shared/reference/ollama_spec.md` section 6):
 - A request with a smaller num_ctx than the loaded one is served by it; a larger num_ctx or any other
   changed load-time option (num_batch, num_gpu, main_gpu, use_mmap, num_thread) reloads the model once the
   work before it is done.
-- Requests for one model are served one at a time in arrival order. At most `max_queue` requests wait
-  (not yet running, all models together); one more raises Busy (HTTP 503).
+- Requests for one model are served one at a time. At most `max_queue` requests wait (not yet running, all
+  models together); one more raises Busy (HTTP 503).
 
-Memory: `estimate_fn(model, load_options)` says what a load needs as `MemoryNeed(private, mapped)`. Only
+Fairness across clients (a client is the caller's address, see serve/security.client_key): the next request
+a model serves is the waiting one whose client was served least recently (round robin; one client's requests
+keep their arrival order). When the queue is full, a request from a client that was served less recently than
+the client of some waiting request (or, never served either, that has fewer requests waiting) takes that
+request's place: the newest request of the client served most recently gets Busy instead. So under overload
+every client progresses, whatever the others send, and 503 is only ever answered with the queue at its bound.
+
+Memory: `estimate_fn(model, load_options)` says what a load needs as `MemoryNeed(private, mapped)`. It reads
+the model file, so it never runs under the scheduler's lock: `submit` runs it in the caller's thread when no
+loaded model can take the request, and a job that still lacks one when it must load gets it from a helper
+thread while everything else goes on (a slow file never stalls the models already loaded). Only
 the private part (KV cache, scratch) must fit in available memory; weights read through mmap are file-backed
 page cache that the kernel can drop and re-read, so they never block a load (Ollama refuses models that
 would fit through mmap; pain_points P3.5). Private memory of idle models is freed by eviction first.
@@ -24,11 +34,12 @@ import itertools
 import threading
 import time
 from datetime import datetime, timezone
-from typing import Any, Callable, Mapping
+from typing import Any, Callable
 
-from ..api.options import Options, parse_duration, resolve
+from ..api.options import parse_duration
 from ..errors import Busy, Cancelled, InvalidRequest, ModelLoadError
 from .jobs import (
+    CLIENT,
     _END,
     _ERROR,
     _EVENT,
@@ -40,8 +51,13 @@ from .jobs import (
     Stream,
     _Job,
     _Runner,
+    _gib,
+    _load_options,
     system_available_memory,
 )
+
+
+MAX_CLIENTS = 4096  # clients whose last service is remembered for fairness
 
 
 class Scheduler:
@@ -80,6 +96,8 @@ class Scheduler:
         self._runners: dict[str, _Runner] = {}  # live runners (loading or ready), by model
         self._closing: list[_Runner] = []  # retired, still releasing their model
         self._seq = itertools.count()
+        self._served: collections.OrderedDict[str, int] = collections.OrderedDict()  # client -> when last served
+        self._serve_seq = itertools.count()
         self._stopped = False
         self._reaper = threading.Thread(target=self._reap_loop, name="localrt-sched-reaper", daemon=True)
         self._reaper.start()
@@ -90,11 +108,20 @@ class Scheduler:
         """Queue a request; returns its event stream at once. Raises Busy when max_queue requests wait."""
         keep = _UNSET if request.keep_alive is None else parse_duration(request.keep_alive)
         job = _Job(request, _load_options(request.options), keep, next(self._seq))
+        if self._estimate_fn is not None:
+            with self._cv:
+                served = self._accepting_runner(job) is not None
+            if not served:
+                self._fill_estimate(job)  # outside the lock
         with self._cv:
             if self._stopped:
                 raise Busy("the server is shutting down")
             if self._waiting() >= self.max_queue:
-                raise Busy("server busy, please try again.  maximum pending requests exceeded")
+                victim = self._displaced_by(job)
+                if victim is None:
+                    raise Busy("server busy, please try again.  maximum pending requests exceeded")
+                self._unqueue(victim)
+                victim.fail(Busy("server busy, please try again.  maximum pending requests exceeded"))
             self._pending.append(job)
             self._dispatch()
         return Stream(self, job)
@@ -155,6 +182,44 @@ class Scheduler:
     def _waiting(self) -> int:
         return len(self._pending) + sum(len(r.queue) for r in self._runners.values())
 
+    def _waiting_jobs(self) -> list[_Job]:
+        return list(self._pending) + [j for r in self._runners.values() for j in r.queue]
+
+    def _last_served(self, client: str) -> int:
+        return self._served.get(client, -1)
+
+    def _displaced_by(self, job: _Job) -> _Job | None:
+        """With the queue full: the waiting job that `job` takes the place of, if its client deserves it more."""
+        waiting = self._waiting_jobs()
+        counts = collections.Counter(j.client for j in waiting)
+
+        def rank(client: str, extra: int = 0) -> tuple[int, int]:  # larger = served more recently, holds more
+            return self._last_served(client), counts[client] + extra
+
+        victim = max(waiting, key=lambda j: (rank(j.client), j.seq), default=None)
+        if victim is None or rank(job.client, 1) >= rank(victim.client):
+            return None
+        return victim
+
+    def _unqueue(self, job: _Job) -> None:
+        if job in self._pending:
+            self._pending.remove(job)
+            return
+        for r in self._runners.values():
+            if job in r.queue:
+                r.queue.remove(job)
+                return
+
+    def _next_job(self, r: _Runner) -> _Job:
+        """Round robin across clients: the waiting job whose client was served least recently (then the oldest)."""
+        job = min(r.queue, key=lambda j: (self._last_served(j.client), j.seq))
+        r.queue.remove(job)
+        self._served[job.client] = next(self._serve_seq)
+        self._served.move_to_end(job.client)
+        while len(self._served) > MAX_CLIENTS:
+            self._served.popitem(last=False)  # forgotten clients count as never served: first in line
+        return job
+
     def _all_closed(self) -> bool:
         return not self._runners and not self._closing
 
@@ -182,6 +247,10 @@ class Scheduler:
                 continue
             if any(c.key == key for c in self._closing):
                 continue  # the old instance is still releasing its memory
+            if job.need is None and job.need_error is None and self._estimate_fn is not None:
+                if not job.estimating:
+                    self._estimate_later(job)
+                continue  # the file is being read: other models' requests go on meanwhile
             try:
                 need = self._make_room(job)
             except Exception as exc:  # estimate failed, or the model can never fit
@@ -224,6 +293,8 @@ class Scheduler:
     def _make_room(self, job: _Job) -> MemoryNeed | None:
         """The job's memory need if a new runner may start now; None to wait (evicting an idle model first)."""
         need = self._estimate(job)
+        if need is None:
+            return None  # being estimated: wait for it
         live = list(self._runners.values())
         count_ok = len(live) + len(self._closing) < self.max_loaded
         available = None
@@ -245,10 +316,39 @@ class Scheduler:
             )
         return None  # every loaded model is busy: wait for one to finish
 
-    def _estimate(self, job: _Job) -> MemoryNeed:
-        if job.need is None:
-            need = MemoryNeed(0, 0) if self._estimate_fn is None else self._estimate_fn(job.model, dict(job.load_options))
+    def _accepting_runner(self, job: _Job) -> _Runner | None:
+        r = self._runners.get(job.model)
+        return r if r is not None and r.state != "closing" and r.accepts(job.load_options) else None
+
+    def _fill_estimate(self, job: _Job) -> None:
+        """Run the estimate (never under the lock); its failure is kept for the job to fail with."""
+        try:
+            need = self._estimate_fn(job.model, dict(job.load_options))  # type: ignore[misc]
             job.need = need if isinstance(need, MemoryNeed) else MemoryNeed(int(need), 0)
+        except Exception as exc:  # noqa: BLE001 - reported to the request
+            job.need_error = exc
+
+    def _estimate_later(self, job: _Job) -> None:
+        def run() -> None:
+            self._fill_estimate(job)
+            with self._cv:
+                job.estimating = False
+                self._dispatch()
+
+        job.estimating = True
+        threading.Thread(target=run, name=f"localrt-estimate-{job.model}", daemon=True).start()
+
+    def _estimate(self, job: _Job) -> MemoryNeed | None:
+        """The job's memory need, or None while a helper thread works it out (under the lock: never reads)."""
+        if job.need_error is not None:
+            raise job.need_error
+        if job.need is None:
+            if self._estimate_fn is None:
+                job.need = MemoryNeed(0, 0)
+            else:
+                if not job.estimating:
+                    self._estimate_later(job)
+                return None
         return job.need
 
     def _reap_expired(self) -> None:
@@ -322,7 +422,7 @@ class Scheduler:
                     self._cv.wait()
                 if not r.queue:
                     break  # retired
-                job = r.queue.popleft()
+                job = self._next_job(r)
                 r.active = job
             last = self._run(r, job)
             with self._cv:
@@ -388,16 +488,4 @@ class Scheduler:
         )
 
 
-def _load_options(options: Options | Mapping[str, Any] | None) -> dict[str, Any]:
-    if options is None:
-        return Options().load_options()
-    if isinstance(options, Options):
-        return options.load_options()
-    return resolve(options).load_options()
-
-
-def _gib(n: int) -> str:
-    return f"{n / (1 << 30):.1f} GiB"
-
-
-__all__ = ["MemoryNeed", "Request", "RunnerInfo", "Scheduler", "Stream", "system_available_memory"]
+__all__ = ["CLIENT", "MemoryNeed", "Request", "RunnerInfo", "Scheduler", "Stream", "system_available_memory"]

@@ -20,7 +20,7 @@ from .. import structured, templates
 from ..api.options import Options, config_layer, parse_duration, resolve
 from ..api.types import PROMPT_CACHED_KEY, ChatRequest, EmbedRequest, GenerateRequest
 from ..engine.events import Done, Token
-from ..errors import InvalidRequest, ModelLoadError, ModelNotFound
+from ..errors import Cancelled, InvalidRequest, ModelLoadError, ModelNotFound
 from ..models import library
 from ..templates.toolcalls import ToolCallParser, forced_call_format, tag_for_template
 from .catalog import Catalog
@@ -203,7 +203,8 @@ class Service:
                 None if req.template else loaded.template, req.prompt, system=req.system or "",
                 model_system=rec.system or "", model_messages=rec.messages, suffix=req.suffix, raw=req.raw,
                 template_override=req.template or "", context_text=context_text, has_context=req.context is not None,
-                num_ctx=model.num_ctx, count_tokens=lambda t: len(model.tokenize(t)), truncate=req.truncate)
+                num_ctx=min(opts.num_ctx, model.num_ctx), count_tokens=lambda t: len(model.tokenize(t)),
+                truncate=req.truncate)
             ids = model.tokenize(prompt.text)
             constraint = structured.compile_format(req.format, model.tokenizer) if req.format else None
             for ev in _run(loaded, ids, opts, cancelled, constraint):
@@ -241,8 +242,8 @@ class Service:
                 raise InvalidRequest(f"{rec.name.full} does not support tools")
             prompt = templates.chat_prompt(
                 loaded.template, messages, model_system=rec.system or "", model_messages=rec.messages,
-                tools=req.tools or None, num_ctx=model.num_ctx, count_tokens=lambda t: len(model.tokenize(t)),
-                truncate=req.truncate)
+                tools=req.tools or None, num_ctx=min(opts.num_ctx, model.num_ctx),  # the request's, not the load's
+                count_tokens=lambda t: len(model.tokenize(t)), truncate=req.truncate)
             ids = model.tokenize(prompt.text)
             tag = tag_for_template(loaded.template)
             fmt = _forced_call(tag, req) if req.tool_choice is not None else req.format
@@ -261,7 +262,9 @@ class Service:
 
         return self._submit(name, opts, req.keep_alive, work, rec)
 
-    def embed(self, req: EmbedRequest) -> dict:
+    def embed(self, req: EmbedRequest, cancel=None) -> dict:
+        """`cancel` (a jobs.Cancel, set when the client goes away) stops the work between inputs, or withdraws the
+        request while it waits in the queue; the call then raises Cancelled."""
         rec = self.record(req.model, create_builtin=not _unloads(req.keep_alive, req.inputs))
         name = rec.name.display
         opts = self.options(rec, req.options)
@@ -272,21 +275,31 @@ class Service:
 
         def work(loaded: Loaded, _req, cancelled: threading.Event) -> Iterator[dict]:
             model = loaded.model
+            limit = min(opts.num_ctx, model.num_ctx)  # the request's context, whatever the model was loaded with
             vectors, count = [], 0
             for text in req.inputs:
                 if cancelled.is_set():
                     return
                 ids = model.tokenize(text)
-                if len(ids) > model.num_ctx:
+                if len(ids) > limit:
                     if not req.truncate:
                         raise InvalidRequest("input exceeds maximum context length")
-                    ids = ids[: model.num_ctx]
+                    ids = ids[:limit]
                 count += len(ids)
                 vectors.append(np.asarray(model.embed(ids), dtype=np.float64))
             yield {"vectors": vectors, "count": count, "load": loaded.take_load_ns()}
 
-        out = list(self._submit(name, opts, req.keep_alive, work))
+        events = self._submit(name, opts, req.keep_alive, work)
+        if cancel is not None:
+            cancel.add_hook(events.cancel)  # the worker stops at its next input; a queued request is withdrawn
+        try:
+            out = list(events)
+        except BaseException:
+            events.cancel()
+            raise
         if not out:
+            if cancel is not None and cancel.is_set():
+                raise Cancelled()
             raise InvalidRequest("request canceled")
         result = out[0]
         if req.legacy:

@@ -6,6 +6,7 @@ import socket
 import threading
 import time
 
+import h11
 import uvicorn
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
@@ -31,40 +32,105 @@ def check_bind(config) -> None:
 
 
 HEADER_TIMEOUT_S = 5.0  # a connection must send a whole request head within this, or it is closed
+BODY_GRACE_S = 10.0  # a request body may take this long (reading time) before its rate is checked
+BODY_MIN_RATE = 4096  # bytes/s a body must average after the grace: a GB upload is fine at far less than a LAN
+WATCH_TICK_S = 0.5  # how often each connection's deadlines are looked at
+LIMIT_CONCURRENCY = 256  # requests being served (uvicorn's 503 "Exceeded concurrency limit")
+MAX_CONNECTIONS = 512  # open sockets of all kinds; beyond this the slowest waiting ones are closed
+SHED_MIN_AGE_S = 0.5  # a connection this young is never shed: it has not had the time to send anything
 
 
 class _DeadlineH11(H11Protocol):
-    """uvicorn's HTTP/1.1 protocol plus a deadline for the request head: a client that connects and trickles
-    (or never sends) its headers is dropped, so stalled sockets cannot use up the connection limit (slowloris)."""
+    """uvicorn's HTTP/1.1 protocol plus deadlines for the phases where the server waits on the client (slowloris):
+    the request head must arrive within HEADER_TIMEOUT_S (also on a kept-alive connection), and a request body
+    must average BODY_MIN_RATE bytes/s once BODY_GRACE_S of reading time has passed (time the server itself
+    paused reading, because the route has not consumed what came, does not count).
 
-    _deadline = None
+    Connections waiting on their client do not count toward the concurrency limit: a few hundred sockets that
+    sent a head and one body byte cannot make every other request answer 503. Past MAX_CONNECTIONS, a new
+    connection closes the slowest waiting ones, so they cannot use up the sockets either."""
+
+    _phase = "head"  # head (waiting for a request head), body (reading a request body), app (serving)
+    _since = 0.0  # when the phase began
+    _bytes = 0  # bytes received on this connection
+    _phase_bytes = 0  # bytes received when the phase began
+    _active = 0.0  # seconds of the body phase while reading was not paused
+    _last = 0.0
+    _watch = None
 
     def connection_made(self, transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
-        self._deadline = self.loop.call_later(HEADER_TIMEOUT_S, self._head_overdue)
+        self._since = self._last = time.monotonic()
+        self._watch = self.loop.call_later(WATCH_TICK_S, self._check)
+        if len(self.connections) > MAX_CONNECTIONS:
+            self._shed()
+
+    def data_received(self, data: bytes) -> None:
+        self._bytes += len(data)
+        super().data_received(data)
 
     def handle_events(self) -> None:
+        base = LIMIT_CONCURRENCY
+        if len(self.connections) >= base or len(self.tasks) >= base:
+            # only requests being served count; connections waiting on their client are the deadlines' business
+            self.limit_concurrency = base + sum(1 for c in self.connections if c is not self and _waiting(c))
+        else:
+            self.limit_concurrency = base
         super().handle_events()
-        if self.cycle is not None and self._deadline is not None:
-            self._deadline.cancel()
-            self._deadline = None
 
     def connection_lost(self, exc) -> None:
-        if self._deadline is not None:
-            self._deadline.cancel()
-            self._deadline = None
+        if self._watch is not None:
+            self._watch.cancel()
+            self._watch = None
         super().connection_lost(exc)
 
-    def _head_overdue(self) -> None:
-        self._deadline = None
-        if self.cycle is None:
-            self.transport.close()
+    def _enter(self, phase: str, now: float) -> None:
+        self._phase, self._since, self._phase_bytes, self._active, self._last = phase, now, self._bytes, 0.0, now
+
+    def _check(self) -> None:
+        self._watch = None
+        if self.transport.is_closing():
+            return
+        now = time.monotonic()
+        state = self.conn.their_state
+        if state is h11.IDLE:
+            if self._phase != "head":
+                self._enter("head", now)
+            elif now - self._since > HEADER_TIMEOUT_S:
+                return self.transport.close()
+        elif state is h11.SEND_BODY:
+            if self._phase != "body":
+                self._enter("body", now)
+            if not self.flow.read_paused:
+                self._active += now - self._last
+            self._last = now
+            if self._active > BODY_GRACE_S and self._bytes - self._phase_bytes < BODY_MIN_RATE * self._active:
+                return self.transport.close()  # the route sees a disconnect (499)
+        else:
+            self._phase = "app"
+        self._watch = self.loop.call_later(WATCH_TICK_S, self._check)
+
+    def _rate(self, now: float) -> float:
+        return (self._bytes - self._phase_bytes) / max(now - self._since, 1e-3)
+
+    def _shed(self) -> None:
+        now = time.monotonic()
+        victims = [c for c in self.connections
+                   if c is not self and _waiting(c) and now - c._since >= SHED_MIN_AGE_S and not c.transport.is_closing()]
+        victims.sort(key=lambda c: c._rate(now))
+        for c in victims[: len(self.connections) - MAX_CONNECTIONS]:
+            c.transport.close()
+
+
+def _waiting(c) -> bool:
+    """The connection waits on its client: for a request head (idle keep-alive included) or for body bytes."""
+    return isinstance(c, _DeadlineH11) and c.conn.their_state in (h11.IDLE, h11.SEND_BODY)
 
 
 def _uvicorn_config(app, config, sock_host: str, port: int) -> uvicorn.Config:
     return uvicorn.Config(
         app, host=sock_host, port=port, log_level="warning", access_log=False, http=_DeadlineH11,
-        timeout_keep_alive=5, limit_concurrency=256, lifespan="off",
+        timeout_keep_alive=5, limit_concurrency=LIMIT_CONCURRENCY, lifespan="off",
     )
 
 

@@ -1,6 +1,7 @@
 """The one mapping from typed errors to HTTP status, message and headers, and the error bodies of both APIs."""
 from __future__ import annotations
 
+import errno
 import logging
 
 from starlette.responses import JSONResponse, Response
@@ -28,8 +29,14 @@ def error_status(exc: BaseException) -> tuple[int, str, dict[str, str]]:
         "SchemaError", "QuantError", "CreateError", "ParamError",
     ):
         return 400, str(exc), {}
+    if name == "InsufficientSpace" or (isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT)):
+        msg = str(exc) if name == "InsufficientSpace" else f"not enough disk space to store this: {exc.strerror}"
+        return 507, msg, {}
     if isinstance(exc, errors.LocalrtError):
         return 500, str(exc), {}
+    if isinstance(exc, OSError) and exc.strerror:
+        log.exception("storage error", exc_info=exc)
+        return 500, f"storage error: {exc.strerror}", {}  # no path: it would tell a caller about the server's disk
     log.exception("internal error", exc_info=exc)
     return 500, f"internal error: {name}", {}
 

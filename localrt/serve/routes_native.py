@@ -9,7 +9,7 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response
 from .. import errors
 from ..api import types as api_types
 from .request_meta import warn_ignored
-from .streaming import fold_chat, fold_generate, fold_progress, json_body, streamed
+from .streaming import cancellable, fold_chat, fold_generate, fold_progress, json_body, streamed
 
 API_VERSION = "0.13.0"  # the Ollama wire format we speak; clients gate features on it
 
@@ -43,13 +43,13 @@ async def chat(request: Request) -> Response:
 async def embed(request: Request) -> Response:
     req = api_types.EmbedRequest.from_json(await json_body(request))
     warn_ignored(request, req)
-    return JSONResponse(await run_in_threadpool(_service(request).embed, req))
+    return JSONResponse(await cancellable(request, _service(request).embed, req))
 
 
 async def embeddings(request: Request) -> Response:
     req = api_types.EmbedRequest.from_json(await json_body(request), legacy=True)
     warn_ignored(request, req)
-    return JSONResponse(await run_in_threadpool(_service(request).embed, req))
+    return JSONResponse(await cancellable(request, _service(request).embed, req))
 
 
 async def tags(request: Request) -> Response:

@@ -9,7 +9,7 @@ from starlette.responses import JSONResponse, Response
 from .. import errors
 from . import openai_compat
 from .request_meta import warn_ignored
-from .streaming import json_body, openai_streamed
+from .streaming import cancellable, json_body, openai_streamed
 
 
 def _service(request: Request):
@@ -33,7 +33,7 @@ async def completions(request: Request) -> Response:
 async def embeddings(request: Request) -> Response:
     req, encoding = openai_compat.embeddings_request(await json_body(request))
     warn_ignored(request, req)
-    native_reply = await run_in_threadpool(_service(request).embed, req)
+    native_reply = await cancellable(request, _service(request).embed, req)
     return JSONResponse(openai_compat.embeddings_reply(req.model, native_reply, encoding))
 
 

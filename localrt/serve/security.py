@@ -4,13 +4,14 @@ A pure ASGI middleware, so streamed responses pass through untouched.
 """
 from __future__ import annotations
 
-import fnmatch
 import hmac
 import ipaddress
 import json
+import re
 import socket
 
 from ..config import is_loopback
+from ..runtime.jobs import CLIENT, LOCAL_CALLER
 
 DEFAULT_ORIGINS = (
     "http://localhost", "https://localhost", "http://localhost:*", "https://localhost:*",
@@ -43,11 +44,72 @@ def host_allowed(header: str | None) -> bool:
     return name == socket.gethostname().lower()
 
 
+_ORIGIN = re.compile(r"([a-z][a-z0-9+.-]*)://(\[[0-9a-f:.]+\]|[^\[\]/:@?#\s]+)(?::(\d{1,5}|\*))?")
+_DEFAULT_PORTS = {"http": 80, "https": 443}
+
+
+def parse_origin(text: str, pattern: bool = False) -> tuple[str, str, int | None | str] | None:
+    """An Origin (or an allow-list entry when `pattern`) as (scheme, host, port): lower case, IPv6 hosts without
+    their brackets, the scheme's default port filled in (None when it has none). "*" is allowed only as a whole
+    port or a whole host (`chrome-extension://*`), and only in a pattern: never a glob inside a name, so
+    `[::1]` is an address, not a character class. None when it is not of the form scheme://host[:port]."""
+    m = _ORIGIN.fullmatch(text.strip().lower())
+    if m is None:
+        return None
+    scheme, host, port = m.group(1), m.group(2), m.group(3)
+    if host.startswith("["):
+        try:
+            host = str(ipaddress.IPv6Address(host[1:-1]))
+        except ValueError:
+            return None
+    if "*" in host and (host != "*" or not pattern):
+        return None
+    if port == "*":
+        return (scheme, host, "*") if pattern else None
+    if port is not None:
+        if int(port) > 65535:
+            return None
+        return scheme, host, int(port)
+    return scheme, host, _DEFAULT_PORTS.get(scheme)
+
+
 def origin_allowed(origin: str, extra: tuple[str, ...]) -> bool:
+    """Whether a browser Origin is on the allow-list: the defaults (loopback over http/https) plus configured
+    entries. Entries are scheme://host[:port] with "*" only as a whole host or port, or "*" alone for any
+    origin; `null` and file: origins only when listed verbatim."""
     o = origin.strip().lower()
     if o in ("null", "") or o.startswith("file:"):
-        return any(p.lower() == o for p in extra)
-    return any(fnmatch.fnmatchcase(o, p.lower()) for p in DEFAULT_ORIGINS + extra)
+        return any(p.strip().lower() == o for p in extra)
+    if any(p.strip() == "*" for p in extra):
+        return True
+    got = parse_origin(o)
+    if got is None:
+        return False
+    for p in DEFAULT_ORIGINS + extra:
+        want = parse_origin(p, pattern=True)
+        if want is not None and want[0] == got[0] and want[1] in ("*", got[1]) and want[2] in ("*", got[2]):
+            return True
+    return False
+
+
+def client_key(scope, headers: dict[str, str]) -> str:
+    """Who a request is from, for the scheduler's fair share of the queue: the peer's address (an IPv6 peer by
+    its /64, the block one machine gets). A loopback peer may name the client it forwards for in
+    X-Forwarded-For (a reverse proxy on this machine); from anywhere else that header is ignored, so a remote
+    caller cannot claim more than its own share."""
+    peer = (scope.get("client") or ("",))[0] or ""
+    if is_loopback(peer) and headers.get("x-forwarded-for"):
+        peer = headers["x-forwarded-for"].split(",")[0].strip()[:64] or peer
+    try:
+        ip = ipaddress.ip_address(peer)
+    except ValueError:
+        return peer
+    if isinstance(ip, ipaddress.IPv6Address):
+        if ip.ipv4_mapped is not None:
+            return str(ip.ipv4_mapped)
+        if not ip.is_loopback:
+            return str(ipaddress.ip_network(f"{ip}/64", strict=False))
+    return str(ip)
 
 
 class Guard:
@@ -100,7 +162,14 @@ class Guard:
                 message = dict(message, headers=list(message.get("headers", [])) + cors)
             await send(message)
 
-        await self.app(scope, receive, send_with_cors)
+        token = CLIENT.set(client_key(scope, headers))  # the service's worker threads inherit both
+        local = LOCAL_CALLER.set(is_loopback((scope.get("client") or ("",))[0] or "")
+                                 and "x-forwarded-for" not in headers)
+        try:
+            await self.app(scope, receive, send_with_cors)
+        finally:
+            LOCAL_CALLER.reset(local)
+            CLIENT.reset(token)
 
 
 def _error(path: str, status: int, message: str) -> dict:

@@ -13,6 +13,7 @@ from starlette.responses import JSONResponse, StreamingResponse
 
 from .. import errors
 from ..api import types as api_types
+from ..runtime.jobs import Cancel
 from . import openai_compat
 from .error_map import error_status
 
@@ -67,6 +68,26 @@ async def _first(pump: EventPump, request: Request) -> Any:
             raise
     pump.cancel()
     nxt.add_done_callback(lambda t: t.cancelled() or t.exception())  # the thread ends after the cancel
+    raise errors.Cancelled()
+
+
+async def cancellable(request: Request, fn: Callable[..., Any], *args: Any) -> Any:
+    """`fn(*args, cancel=...)` (blocking, one reply, e.g. embeddings) in a worker thread; the client's disconnect sets
+    `cancel` (a jobs.Cancel) so that the work stops at its next step, and the route answers 499."""
+    cancel = Cancel()
+    task = asyncio.ensure_future(run_in_threadpool(fn, *args, cancel=cancel))
+    gone = asyncio.ensure_future(_disconnected(request))
+    try:
+        done, _ = await asyncio.wait({task, gone}, return_when=asyncio.FIRST_COMPLETED)
+    except BaseException:
+        cancel.set()
+        raise
+    finally:
+        gone.cancel()
+    if task in done:
+        return task.result()
+    cancel.set()
+    task.add_done_callback(lambda t: t.cancelled() or t.exception())  # the thread ends after the cancel
     raise errors.Cancelled()
 
 

@@ -1,91 +1,84 @@
 """HF-style Jinja chat templates (a GGUF's `tokenizer.chat_template`), rendered in Jinja's immutable sandbox
-with a source-size cap, an output-size cap, a loop/call budget and a wall-clock limit.
+with a source-size cap, an output-size cap, a loop/call budget and a wall-clock limit. Every operation that can
+build a large value is sized before it runs, against one value's cap and what is left of the render's allowance
+(see _jinja_budget); a refused render's memory is released before the error leaves.
 
 Semantics follow transformers' `apply_chat_template`: `messages`, `tools`, `add_generation_prompt`,
 `bos_token`, `eos_token`, `raise_exception`, `strftime_now`, `tojson` (no HTML escaping), `trim_blocks` and
 `lstrip_blocks`, loop controls. Any failure, including a sandbox violation, is a TemplateError."""
 from __future__ import annotations
 
-import contextvars
 import datetime
+import gc
 import json
-import time
-from dataclasses import dataclass
-from typing import Any, Iterable, Iterator
+import traceback
+from functools import update_wrapper
+from typing import Any, Iterator
 
 import jinja2
 from jinja2 import nodes
 from jinja2.ext import Extension
 from jinja2.sandbox import ImmutableSandboxedEnvironment, SecurityError
 from jinja2.visitor import NodeTransformer
+from markupsafe import Markup
 
+from ._jinja_bounds import BoundedEscapeFormatter, BoundedFormatter, escaped_len, method_bound, printf_bound
+from ._jinja_budget import MAX_INT_BITS, REF, JinjaLimits, _budget, current, enter, leave, refuse, text_bound, units
+from ._jinja_filters import guard_filter, materialize
+from ._jinja_text import striptags as _linear_striptags
 from .errors import TemplateError
 
+__all__ = ["MAX_INT_BITS", "MAX_SOURCE", "JinjaLimits", "JinjaTemplate"]
+
 MAX_SOURCE = 256 * 1024      # characters; the largest real chat templates are tens of KiB
-MAX_INT_BITS = 4096          # integers a template may build (stops 9**9**9 and repeated squaring)
 _ITER = "__localrt_iter"     # global that every {% for %} iterable is routed through
 _CONCAT = "__localrt_concat"  # global that every `~` concatenation is routed through
-
-
-@dataclass(frozen=True)
-class JinjaLimits:
-    max_output: int = 8 << 20       # characters of output, and of any one string or list built on the way
-    max_steps: int = 2_000_000      # loop iterations + calls + guarded operations per render
-    timeout_s: float = 5.0          # wall-clock limit of one render
-
-
-class _Budget:
-    def __init__(self, limits: JinjaLimits):
-        self.limits = limits
-        self.steps = 0
-        self.deadline = time.monotonic() + limits.timeout_s
-
-    def tick(self) -> None:
-        self.steps += 1
-        if self.steps > self.limits.max_steps:
-            raise TemplateError(f"template exceeds {self.limits.max_steps} steps", kind="jinja")
-        if self.steps & 255 == 0 and time.monotonic() > self.deadline:
-            raise TemplateError(f"template rendering exceeds {self.limits.timeout_s:g} s", kind="jinja")
-
-    def check_size(self, value: Any) -> Any:
-        if isinstance(value, (str, list, tuple)) and len(value) > self.limits.max_output:
-            raise TemplateError(f"template builds a value longer than {self.limits.max_output}", kind="jinja")
-        if isinstance(value, int) and value.bit_length() > MAX_INT_BITS:
-            raise TemplateError("template builds an integer that is too large", kind="jinja")
-        return value
-
-    def check_args(self, args: Iterable[Any]) -> None:
-        """Integer arguments (widths, counts) large enough to build an oversized value are refused up front."""
-        for a in args:
-            if isinstance(a, int) and not isinstance(a, bool) and abs(a) > self.limits.max_output:
-                raise TemplateError(f"template argument {a} is out of bounds", kind="jinja")
-
-
-_budget: contextvars.ContextVar[_Budget] = contextvars.ContextVar("localrt_jinja_budget")
-
-
-def _current() -> _Budget:
-    try:
-        return _budget.get()
-    except LookupError:
-        raise TemplateError("template rendered outside render_jinja", kind="jinja") from None
+_DATA = "__localrt_data"     # global that every piece of literal template text is routed through
+_SLICE = "__localrt_slice"   # global that every `x[a:b:c]` is routed through (Jinja compiles slices inline)
+_GC_AFTER = 1 << 20          # a refused render that built more than this many units is collected at once
 
 
 def _guard_iter(iterable: Any) -> Iterator[Any]:
-    budget = _current()
+    budget = current()
     for item in iterable:
         budget.tick()
         yield item
 
 
 def _guard_concat(*parts: Any) -> str:
-    budget = _current()
+    budget = current()
     budget.tick()
-    return budget.check_size("".join(map(str, parts)))
+    budget.reserve(sum(text_bound(p, budget) for p in parts))
+    return "".join(map(str, parts))
+
+
+def _data(text: str) -> str:
+    return text  # literal text as an expression, so that finalize counts it inside macros and loops too
+
+
+def _guard_slice(obj: Any, start: Any, stop: Any, step: Any) -> Any:
+    budget = current()
+    budget.tick()
+    sl = slice(start, stop, step)
+    if isinstance(obj, (str, bytes, list, tuple)):
+        n = len(range(*sl.indices(len(obj))))
+        budget.reserve(n * (1 if isinstance(obj, (str, bytes)) else REF), n)
+    return obj[sl]
+
+
+def _finalize(value: Any) -> Any:
+    """Every `{{ ... }}` and literal text goes through here before str(): its printed size is reserved first
+    (a list of a thousand references to one long string prints a thousand copies of it)."""
+    budget = _budget.get(None)
+    if budget is None:
+        return value  # a constant folded while compiling
+    budget.reserve(text_bound(value, budget))
+    return value
 
 
 class _Guards(NodeTransformer):
-    """Routes every for-loop iterable and every `~` through the budget (neither reaches a sandbox hook)."""
+    """Routes every for-loop iterable, every `~` and every literal text through the budget (none of them reaches a
+    sandbox hook)."""
 
     def visit_For(self, node: nodes.For) -> nodes.Node:
         self.generic_visit(node)
@@ -96,23 +89,42 @@ class _Guards(NodeTransformer):
         self.generic_visit(node)
         return nodes.Call(nodes.Name(_CONCAT, "load"), node.nodes, [], None, None, lineno=node.lineno)
 
+    def visit_Getitem(self, node: nodes.Getitem) -> nodes.Node:
+        self.generic_visit(node)
+        if not isinstance(node.arg, nodes.Slice) or node.ctx != "load":
+            return node
+        parts = [p if p is not None else nodes.Const(None) for p in (node.arg.start, node.arg.stop, node.arg.step)]
+        return nodes.Call(nodes.Name(_SLICE, "load"), [node.node, *parts], [], None, None, lineno=node.lineno)
 
-def _amplifies(obj: Any, args: tuple, budget: _Budget) -> None:
-    """Refuse str.replace calls whose result could exceed the output cap before Python builds it."""
-    if getattr(obj, "__name__", None) == "replace" and isinstance(getattr(obj, "__self__", None), str):
-        s = obj.__self__
-        if len(args) >= 2 and isinstance(args[0], str) and isinstance(args[1], str):
-            worst = len(s) + (len(s) // max(1, len(args[0])) + 1) * len(args[1])
-            if worst > budget.limits.max_output:
-                raise TemplateError("template builds a value that is too long", kind="jinja")
+    def visit_Output(self, node: nodes.Output) -> nodes.Node:
+        self.generic_visit(node)
+        node.nodes = [nodes.Call(nodes.Name(_DATA, "load"), [nodes.Const(n.data)], [], None, None, lineno=n.lineno)
+                      if isinstance(n, nodes.TemplateData) else n for n in node.nodes]
+        return node
 
 
-def _repeat_size(left: Any, right: Any) -> int:
-    """Length of `seq * n` (either order), or 0 when the operands are not a sequence and a count."""
-    seq, n = (left, right) if isinstance(left, (str, list, tuple)) else (right, left)
-    if isinstance(seq, (str, list, tuple)) and isinstance(n, int):
-        return len(seq) * max(n, 0)
-    return 0
+def _seq_units(v: Any) -> int:
+    return len(v) if isinstance(v, (str, bytes)) else REF * len(v) if isinstance(v, (list, tuple)) else 0
+
+
+def _binop_bound(operator: str, left: Any, right: Any, budget: Any) -> tuple[int, int] | None:
+    """(units, result size) of `left op right` for the operators that build sequences, before Python does."""
+    if operator == "*":
+        seq, n = (left, right) if isinstance(left, (str, bytes, list, tuple)) else (right, left)
+        if isinstance(seq, (str, bytes, list, tuple)) and isinstance(n, int):
+            k = max(n, 0)
+            return _seq_units(seq) * k, len(seq) * k
+    elif operator == "+":
+        if isinstance(left, str) and isinstance(right, str):
+            lm, rm = isinstance(left, Markup), isinstance(right, Markup)
+            size = (len(left) if lm or not rm else escaped_len(left)) + (len(right) if rm or not lm else escaped_len(right))
+            return size, size
+        if isinstance(left, (bytes, list, tuple)) and isinstance(right, (bytes, list, tuple)):
+            return _seq_units(left) + _seq_units(right), len(left) + len(right)
+    elif operator == "%" and isinstance(left, str):
+        size = printf_bound(left, right, budget) * (6 if isinstance(left, Markup) else 1)
+        return size, size
+    return None
 
 
 class _Env(ImmutableSandboxedEnvironment):
@@ -125,23 +137,64 @@ class _Env(ImmutableSandboxedEnvironment):
         return tree
 
     def call_binop(self, context: Any, operator: str, left: Any, right: Any) -> Any:
-        budget = _current()
+        budget = current()
         budget.tick()
         if operator == "**" and isinstance(right, int) and abs(right) > 64 and not isinstance(left, float):
-            raise TemplateError("template exponent is too large", kind="jinja")
-        if operator == "*" and _repeat_size(left, right) > budget.limits.max_output:
-            raise TemplateError("template builds a value that is too long", kind="jinja")
-        if operator == "%" and isinstance(left, str):
-            raise TemplateError("printf-style string formatting is not allowed in templates", kind="jinja")
+            raise refuse("template exponent is too large")
+        bound = _binop_bound(operator, left, right, budget)
+        if bound is not None:
+            budget.reserve(*bound)
         return budget.check_size(super().call_binop(context, operator, left, right))
 
     def call(__self, __context: Any, __obj: Any, *args: Any, **kwargs: Any) -> Any:  # noqa: N805
-        budget = _current()
+        budget = current()
         budget.tick()
         budget.check_args(args)
         budget.check_args(kwargs.values())
-        _amplifies(__obj, args, budget)
-        return budget.check_size(super().call(__context, __obj, *args, **kwargs))
+        name = getattr(__obj, "__name__", "")
+        if name in ("join", "fromkeys") and args:
+            args = (materialize(args[0], budget),) + args[1:]
+        if name == "striptags" and isinstance(getattr(__obj, "__self__", None), Markup) and not args and not kwargs:
+            return _linear_striptags(str(__obj.__self__), budget)  # markupsafe's own loop is quadratic
+        if __obj is _strftime_now and args:
+            budget.reserve(32 * text_bound(args[0], budget) + 64)
+        bound = method_bound(__obj, args, kwargs, budget)
+        if bound is not None:
+            budget.reserve(*bound)
+        result = super().call(__context, __obj, *args, **kwargs)
+        if bound is None:
+            budget.reserve(units(result), 0)
+        return budget.check_size(result)
+
+    def getitem(self, obj: Any, argument: Any) -> Any:
+        if isinstance(argument, slice) and isinstance(obj, (str, bytes, list, tuple)):
+            budget = current()
+            budget.tick()
+            n = len(range(*argument.indices(len(obj))))
+            budget.reserve(n * (1 if isinstance(obj, (str, bytes)) else REF), n)
+        return super().getitem(obj, argument)
+
+    def wrap_str_format(self, value: Any) -> Any:
+        """Jinja's sandboxed str.format / format_map, with each field's size checked before it is formatted."""
+        if getattr(value, "__name__", None) not in ("format", "format_map") or not isinstance(
+                getattr(value, "__self__", None), str):
+            return None
+        f_self = value.__self__
+        is_map = value.__name__ == "format_map"
+        env = self
+
+        def wrapper(*args: Any, **kwargs: Any) -> str:
+            budget = current()
+            if is_map:
+                if kwargs or len(args) != 1:
+                    raise TypeError("format_map() takes exactly one argument and no keywords")
+                kwargs, args = args[0], ()
+            cls = BoundedEscapeFormatter if isinstance(f_self, Markup) else BoundedFormatter
+            extra = {"escape": f_self.escape} if isinstance(f_self, Markup) else {}
+            formatter = cls(env, budget, f_self, **extra)
+            return type(f_self)(formatter.vformat(f_self, args, kwargs))
+
+        return update_wrapper(wrapper, value)
 
     def unsafe_undefined(self, obj: Any, attribute: str) -> Any:
         # the default returns an Undefined that prints as "", hiding the attempt; refuse it instead
@@ -173,30 +226,16 @@ class _Generation(Extension):
         return parser.parse_statements(("name:endgeneration",), drop_needle=True)
 
 
-def _guarded_filter(fn: Any) -> Any:
-    def run(*args: Any, **kwargs: Any) -> Any:
-        budget = _current()
-        budget.tick()
-        budget.check_args(args[1:])
-        budget.check_args(kwargs.values())
-        return budget.check_size(fn(*args, **kwargs))
-
-    # keep Jinja's pass_context/pass_environment markers so filters get their arguments
-    for marker in ("jinja_pass_arg",):
-        if hasattr(fn, marker):
-            setattr(run, marker, getattr(fn, marker))
-    return run
-
-
 def _make_env() -> _Env:
     env = _Env(trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols", _Generation],
-               autoescape=False, cache_size=64)
+               autoescape=False, cache_size=64, finalize=_finalize)
     for name in ("cycler", "joiner", "lipsum"):
         env.globals.pop(name, None)
     env.globals.update({"raise_exception": _raise_exception, "strftime_now": _strftime_now,
-                        _ITER: _guard_iter, _CONCAT: _guard_concat})
+                        _ITER: _guard_iter, _CONCAT: _guard_concat, _DATA: _data,
+                        _SLICE: _guard_slice})
     env.filters["tojson"] = _tojson
-    env.filters = {k: _guarded_filter(f) for k, f in env.filters.items()}
+    env.filters = {k: guard_filter(k, f) for k, f in env.filters.items()}
     return env
 
 
@@ -213,36 +252,69 @@ class JinjaTemplate:
             raise TemplateError(f"template is {len(source)} characters, more than the limit of {max_source}",
                                 kind="jinja")
         self.source = source
+        failure: tuple[str, int | None] | None = None
         try:
             self._template = _ENV.from_string(source)
         except jinja2.TemplateSyntaxError as e:
-            raise TemplateError(e.message or "syntax error", line=e.lineno, col=None, kind="jinja") from None
+            failure = (e.message or "syntax error", e.lineno)
         except RecursionError:
-            raise TemplateError("template nesting too deep", kind="jinja") from None
+            failure = ("template nesting too deep", None)
+        except MemoryError:
+            failure = ("template too large to compile", None)
+        except Exception as e:  # noqa: BLE001  Python's compiler refuses what Jinja accepts (25 nested for)
+            failure = (f"template does not compile: {type(e).__name__}: {e}", None)
+        if failure is not None:  # raised outside the except blocks: no traceback chain keeps the parse alive
+            raise TemplateError(failure[0], line=failure[1], kind="jinja")
 
     def render(self, variables: dict[str, Any], limits: JinjaLimits = JinjaLimits()) -> str:
-        budget = _Budget(limits)
-        token = _budget.set(budget)
+        budget, token = enter(limits)
         out: list[str] = []
         size = 0
+        failure: tuple[str, int | None] | None = None
+        gen = self._template.generate(**variables)
         try:
-            for chunk in self._template.generate(**variables):
+            for chunk in gen:
                 size += len(chunk)
                 if size > limits.max_output:
                     raise TemplateError(f"template output exceeds {limits.max_output} characters", kind="jinja")
                 out.append(chunk)
                 budget.tick()
-        except TemplateError:
-            raise
-        except RecursionError:
-            raise TemplateError("template recursion too deep", kind="jinja") from None
-        except MemoryError:
-            raise TemplateError("template ran out of memory", kind="jinja") from None
+        except TemplateError as e:
+            failure = (e.msg, e.line)
+            _scrub(e)
+        except RecursionError as e:
+            failure = ("template recursion too deep", None)
+            _scrub(e)
+        except MemoryError as e:
+            failure = ("template ran out of memory", None)
+            _scrub(e)
         except Exception as e:  # noqa: BLE001  any failure of untrusted template code is a template error
-            raise TemplateError(f"{type(e).__name__}: {e}", line=_template_line(e), kind="jinja") from None
+            failure = (f"{type(e).__name__}: {e}", _template_line(e))
+            _scrub(e)
         finally:
-            _budget.reset(token)
-        return "".join(out)
+            gen.close()
+            leave(token)
+        if failure is None:
+            return "".join(out)
+        # A refused render must not keep what it built: the traceback's frames hold the template's locals, and
+        # exception <-> frame cycles wait for the cyclic collector. Frames are cleared above; collect now.
+        del out, gen, variables
+        if budget.built > _GC_AFTER:
+            gc.collect()
+        raise TemplateError(failure[0], line=failure[1], kind="jinja")
+
+
+def _scrub(e: BaseException) -> None:
+    """Drop the frames (and their locals) an exception and its chain hold."""
+    seen = 0
+    while e is not None and seen < 16:
+        if e.__traceback__ is not None:
+            traceback.clear_frames(e.__traceback__)
+        e.__traceback__ = None
+        nxt = e.__context__ or e.__cause__
+        e.__context__ = e.__cause__ = None
+        e = nxt  # type: ignore[assignment]
+        seen += 1
 
 
 def _template_line(e: BaseException) -> int | None:
