@@ -85,7 +85,9 @@ def daemon(models_dir: Path, *, api_key: str | None = None, registry: str | None
     config = cfg.load(env)
     service = Service(config, load_model=_NoModels())
     bg = BackgroundServer(service, config)
-    starlette_app = bg.server.config.app.app.app  # the access log wraps the Guard, which wraps the Starlette app
+    starlette_app = bg.server.config.app
+    while not hasattr(starlette_app, "router"):  # middlewares (request id, access log, guards) wrap the app
+        starlette_app = starlette_app.app
     if not any(getattr(r, "path", "").startswith("/v2/") for r in starlette_app.router.routes):
         starlette_app.router.routes.extend(registry_routes(lambda: service.store, config))
     bg.service = service  # type: ignore[attr-defined]

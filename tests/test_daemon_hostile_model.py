@@ -12,7 +12,7 @@ import pytest
 from _daemon_fakes import make_config
 from _engine_gguf import Spec, write_model
 from _hostile_gguf import rewrite
-from localrt.models import create as C
+from localrt.models import gguf_facts as C  # where create reads and validates a GGUF header
 from localrt.serve.daemon import BackgroundServer
 from localrt.runtime.service import Service
 
