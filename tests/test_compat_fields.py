@@ -152,3 +152,14 @@ def test_replayed_reasoning_is_accepted_on_both_apis(daemon):
         v1 = [history[0], {"role": "assistant", "content": "4", key: "2+2 is 4"}, history[2]]
         r = _post(srv, "/v1/chat/completions", {"model": MODEL, "messages": v1, "max_tokens": 1})
         assert r.status_code == 200, r.text
+
+
+def test_unknown_create_fields_are_ignored_with_a_warning(daemon, caplog):
+    """Clients send create fields we do not know (newer Ollama versions add them): ignored and named once."""
+    srv, _ = daemon
+    with caplog.at_level(logging.WARNING, logger="localrt.catalog"):
+        r = _post(srv, "/api/create", {"model": "extra-fields", "from": MODEL, "stream": False,
+                                       "renderer": "x", "parser": "y"})
+    assert r.status_code == 200, r.text
+    warned = [rec.getMessage() for rec in caplog.records if rec.name == "localrt.catalog"]
+    assert len(warned) == 1 and "parser, renderer" in warned[0]

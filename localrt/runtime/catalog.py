@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import math
 import os
 from typing import Any, Callable, Iterator
@@ -13,10 +14,11 @@ from store import manifests as mt
 
 from .. import templates
 from ..errors import InvalidRequest, ModelNotFound
-from .jobs import LOCAL_CALLER
 from ..models import library
 from ..models.create import create as create_model
+from .jobs import LOCAL_CALLER
 
+log = logging.getLogger("localrt.catalog")
 MAX_INFO_ARRAY = 5  # /api/show replaces longer metadata arrays by [] unless verbose, as Ollama does
 
 
@@ -196,8 +198,8 @@ KNOWN_CREATE_FIELDS = {"model", "name", "from", "files", "adapters", "template",
 
 def _modelfile_from_request(body: dict) -> mfile.Modelfile:
     unknown = set(body) - KNOWN_CREATE_FIELDS
-    if unknown:
-        raise InvalidRequest(f"unsupported field(s) in create request: {', '.join(sorted(unknown))}")
+    if unknown:  # Ollama's rule for every request: what we do not know is ignored, and named once in the log
+        log.warning("create request: ignored unknown field(s): %s", ", ".join(sorted(unknown)))
     froms: list[str] = []
     files = body.get("files") or {}
     if not isinstance(files, dict):
