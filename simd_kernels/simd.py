@@ -1,9 +1,11 @@
 """LLVM vector code for the hot loops, as Numba intrinsics (Numba itself widens int8 math to int64 lanes).
 
 Written in generic LLVM IR (no target intrinsics): LLVM picks AVX-512, AVX2 or SSE as the host has.
-`rowdot{1,4}_<type>` dot one whole weight row against the Q8 activations of 1 or 4 tokens, decoding each
-weight block once, keeping 8 (or 16) float lanes of partial sums per token and reducing them once per
-row, as ggml's SIMD code does. f16 scales are read as LLVM `half` (one vcvtph2ps with F16C).
+`ROWDOTS[<type>]` = (rowdot1, rowdot4) dot one whole weight row against the Q8 activations of 1 or 4 tokens,
+decoding each weight block once, keeping 8 (or 16) float lanes of partial sums per token and reducing them
+once per row, as ggml's SIMD code does. f16 scales are read as LLVM `half` (one vcvtph2ps with F16C).
+A format states only its block layout and decode step (`_LAYOUTS`, `_K_LAYOUTS`); `fused_kernel` makes
+each format's matmul kernel from one loop nest over tokens and rows around its row dots.
 """
 from __future__ import annotations
 
@@ -342,7 +344,7 @@ TOKEN_CHUNK = 64  # tokens per pass over the weights: (64, cols) int8 activation
 
 
 def _fused_template(w, x, out):
-    xq, xd, xs = QUANTIZE(x)  # noqa: F821 (bound per format) int8 (n_tok, cols), scales, sums
+    xq, xd, xs = QUANTIZE(x)  # noqa: F821 (bound by fused_kernel) int8 (n_tok, cols), block scales, sums
     for t0 in range(0, x.shape[0], TOKEN_CHUNK):
         t1 = min(t0 + TOKEN_CHUNK, x.shape[0])
         for r in prange(w.shape[0]):
