@@ -1,14 +1,18 @@
 """LLVM vector code for the hot loops, as Numba intrinsics (Numba itself widens int8 math to int64 lanes).
 
 Written in generic LLVM IR (no target intrinsics): LLVM picks AVX-512, AVX2 or SSE as the host has.
-`rowdot{1,4}_<type>` dot one whole weight row against the Q8 activations of 1 or 4 tokens, decoding each
-weight block once, keeping 8 (or 16) float lanes of partial sums per token and reducing them once per
-row, as ggml's SIMD code does. f16 scales are read as LLVM `half` (one vcvtph2ps with F16C).
+`ROWDOTS[<type>]` = (rowdot1, rowdot4) dot one whole weight row against the Q8 activations of 1 or 4 tokens,
+decoding each weight block once, keeping 8 (or 16) float lanes of partial sums per token and reducing them
+once per row, as ggml's SIMD code does. f16 scales are read as LLVM `half` (one vcvtph2ps with F16C).
+A format states only its block layout and decode step (`_LAYOUTS`, `_K_LAYOUTS`); `fused_kernel` makes
+each format's matmul kernel from one loop nest over tokens and rows around its row dots.
 """
 from __future__ import annotations
 
+from types import FunctionType
+
 from llvmlite import ir
-from numba import types
+from numba import njit, prange, types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
@@ -173,12 +177,8 @@ def _reduce_f(builder, vec, n):
     return total
 
 
-# rowdot{1,4}_<type>(w_row, xq, xd, xs, t0): one row against 1 or 4 consecutive tokens
-rowdot1_q8_0, rowdot4_q8_0 = _make_rowdot("q8_0", 1), _make_rowdot("q8_0", 4)
-rowdot1_q4_0, rowdot4_q4_0 = _make_rowdot("q4_0", 1), _make_rowdot("q4_0", 4)
-rowdot1_q4_1, rowdot4_q4_1 = _make_rowdot("q4_1", 1), _make_rowdot("q4_1", 4)
-rowdot1_q5_0, rowdot4_q5_0 = _make_rowdot("q5_0", 1), _make_rowdot("q5_0", 4)
-rowdot1_q5_1, rowdot4_q5_1 = _make_rowdot("q5_1", 1), _make_rowdot("q5_1", 4)
+# name -> (rowdot1, rowdot4): rowdot<n>(w_row, xq, xd, xs, t0), one row against n consecutive tokens
+ROWDOTS = {name: (_make_rowdot(name, 1), _make_rowdot(name, 4)) for name in _LAYOUTS}
 
 
 # ---- K-quants: one row of 256-element super-blocks against Q8_K activations ----
@@ -332,6 +332,59 @@ def _make_krowdot(name, block_bytes, decode, n_tok):
     return rowdot
 
 
-rowdot1_q4_k, rowdot4_q4_k = (_make_krowdot("q4_k", 144, _q45k_decode(False), n) for n in (1, 4))
-rowdot1_q5_k, rowdot4_q5_k = (_make_krowdot("q5_k", 176, _q45k_decode(True), n) for n in (1, 4))
-rowdot1_q6_k, rowdot4_q6_k = (_make_krowdot("q6_k", 210, _q6k_decode, n) for n in (1, 4))
+# name -> (super-block bytes, decoder)
+_K_LAYOUTS = {"q4_k": (144, _q45k_decode(False)), "q5_k": (176, _q45k_decode(True)), "q6_k": (210, _q6k_decode)}
+ROWDOTS.update({name: tuple(_make_krowdot(name, size, decode, n) for n in (1, 4))
+                for name, (size, decode) in _K_LAYOUTS.items()})
+
+
+# ---- the fused kernel: one loop nest over tokens and rows, instantiated per format ----
+
+TOKEN_CHUNK = 64  # tokens per pass over the weights: (64, cols) int8 activations stay in L2
+
+
+def _fused_template(w, x, out):
+    xq, xd, xs = QUANTIZE(x)  # noqa: F821 (bound by fused_kernel) int8 (n_tok, cols), block scales, sums
+    for t0 in range(0, x.shape[0], TOKEN_CHUNK):
+        t1 = min(t0 + TOKEN_CHUNK, x.shape[0])
+        for r in prange(w.shape[0]):
+            row = w[r]
+            t = t0
+            while t + 4 <= t1:
+                out[t, r], out[t + 1, r], out[t + 2, r], out[t + 3, r] = ROWDOT4(row, xq, xd, xs, t)  # noqa: F821
+                t += 4
+            while t < t1:
+                (out[t, r],) = ROWDOT1(row, xq, xd, xs, t)  # noqa: F821
+                t += 1
+
+
+def fused_kernel(name, doc, quantize, rowdot1, rowdot4, module):
+    """The kernel name(w, x, out) = @njit(cache=True, nogil=True, parallel=True) of _fused_template.
+
+    w: uint8 (rows, row_bytes) raw blocks; x: float32 (n_tok, cols); out: float32 (n_tok, rows).
+    quantize(x) -> (xq, xd, xs), the activations in the format's Q8 flavour; rowdot1 / rowdot4(w_row, xq,
+    xd, xs, t) -> a tuple of 1 / 4 float32, the row against tokens t.. (decoding each block once per 4).
+    The three are bound as globals of a copy of the template, not as closure cells: Numba's cache key
+    pickles closure cells and an intrinsic pickles with a per-process id, so a closure would recompile in
+    every process. The qualname gives each format its own cache file; its code stays in this file, so
+    _cache_guard's check of this package's sources covers it.
+    """
+    code = _fused_template.__code__.replace(co_name=name, co_qualname=name)
+    fn = FunctionType(code, {**globals(), "QUANTIZE": quantize, "ROWDOT1": rowdot1, "ROWDOT4": rowdot4}, name)
+    fn.__qualname__, fn.__module__, fn.__doc__ = name, module, doc
+    return njit(cache=True, nogil=True, parallel=True)(fn)
+
+
+def scalar_rowdots(dot):
+    """(rowdot1, rowdot4) for fused_kernel from a plain-Numba row dot(w_row, xq, xd, xs, t) -> float32."""
+
+    @njit(inline="always")
+    def rowdot1(row, xq, xd, xs, t):
+        return (dot(row, xq, xd, xs, t),)
+
+    @njit(inline="always")
+    def rowdot4(row, xq, xd, xs, t):
+        return (dot(row, xq, xd, xs, t), dot(row, xq, xd, xs, t + 1), dot(row, xq, xd, xs, t + 2),
+                dot(row, xq, xd, xs, t + 3))
+
+    return rowdot1, rowdot4

@@ -1,0 +1,51 @@
+"""The per-format kernels that simd.fused_kernel generates load from Numba's on-disk cache in a new process.
+
+They are copies of one template with the format's quantizer and row dots bound as globals; bound as
+closure cells instead, they would hash differently in every process and recompile each time.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import simd_kernels as sk
+from simd_kernels import kquants, legacy
+
+GENERATED = {t: k for t, k in sk.MUL.items() if k.py_func.__code__.co_filename.endswith("simd.py")}
+
+# call every generated kernel once as matvec does, then report each one's compilations
+_PROBE = """
+import json, numpy as np, simd_kernels as sk
+calls = {}
+for t in TYPES:
+    per, size = sk.BLOCKS[t]
+    w = np.zeros((4, 2 * size * (256 // per)), np.uint8)  # (rows, 512 elements)
+    sk.matvec(t, w, np.zeros(512, np.float32))
+    calls[t] = len(sk.MUL[t].stats.cache_misses)
+print(json.dumps(calls))
+"""
+
+
+def test_every_block_format_kernel_is_generated() -> None:
+    assert sorted(GENERATED) == [2, 3, 6, 7, 8, 10, 11, 12, 13, 14]
+    for kernel in GENERATED.values():
+        assert kernel.__name__.startswith("mul_q") and kernel.__doc__
+    assert legacy.mul_q8_0 is sk.MUL[8] and kquants.mul_q6_k is sk.MUL[14]
+
+
+def test_generated_kernels_load_from_cache_in_a_new_process() -> None:
+    root = Path(sk.__file__).resolve().parents[1]
+    if not os.access(Path(sk.__file__).parent, os.W_OK):
+        pytest.skip("the package directory is read-only: Numba cannot cache here")
+    probe = _PROBE.replace("TYPES", repr(sorted(GENERATED)))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")])}
+    for _ in range(2):  # the first run fills the cache (a no-op when earlier tests or runs did)
+        done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env, check=True)
+    misses = json.loads(done.stdout.strip().splitlines()[-1])
+    assert misses == {str(t): 0 for t in sorted(GENERATED)}, "kernels recompiled in a fresh process"
