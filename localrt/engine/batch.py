@@ -29,6 +29,9 @@ from .sampler import make_sampler
 from .stop import StopMatcher
 
 PREFILL, DECODE, DONE, CANCELLED = "prefill", "decode", "done", "cancelled"
+# A free slot whose cache gives a prompt fewer leading tokens than this is no better than an empty one (a
+# chat template's common header is shorter): the least recently used slot goes first, keeping longer caches.
+REUSE_MIN_TOKENS = 32
 
 
 class Sequence:
@@ -247,7 +250,11 @@ class Batcher:
         free = [s for s in range(self.n_slots) if s not in self._held]
         if not free:
             raise RuntimeError(f"all {self.n_slots} slots are busy")
-        return max(free, key=lambda s: (self._reusable(s, prompt), -self._last_used[s]))
+        def score(s: int) -> tuple[int, int]:
+            keep = self._reusable(s, prompt)
+            return (keep if keep >= REUSE_MIN_TOKENS else 0, -self._last_used[s])
+
+        return max(free, key=score)
 
     def _reusable(self, slot: int, prompt: list[int]) -> int:
         """How many leading prompt positions slot's cache can provide (at least one token is always evaluated)."""
