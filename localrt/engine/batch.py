@@ -29,8 +29,9 @@ from .sampler import make_sampler
 from .stop import StopMatcher
 
 PREFILL, DECODE, DONE, CANCELLED = "prefill", "decode", "done", "cancelled"
-# A free slot whose cache gives a prompt fewer leading tokens than this is no better than an empty one (a
-# chat template's common header is shorter): the least recently used slot goes first, keeping longer caches.
+# A cached prefix shorter than this is evaluated again rather than reused (a chat template's common header
+# is shorter): which slot a request lands in then does not change its numerics, and the least recently
+# used slot goes first, keeping the longer caches of the others.
 REUSE_MIN_TOKENS = 32
 
 
@@ -140,12 +141,13 @@ class Batcher:
 
     Not thread-safe: one thread adds and steps; `cancelled` events may be set from anywhere."""
 
-    def __init__(self, model, n_slots: int | None = None) -> None:
+    def __init__(self, model, n_slots: int | None = None, *, reuse_min: int = REUSE_MIN_TOKENS) -> None:
         n = model.cache.n_slots if n_slots is None else n_slots
         if not 0 < n <= model.cache.n_slots:
             raise ValueError(f"n_slots must be in 1..{model.cache.n_slots} (the model's KV slots), got {n}")
         self.model = model
         self.n_slots = n
+        self.reuse_min = max(1, reuse_min)  # shortest cached prefix a prompt reuses
         # Decode rows per forward: at most as many as every device computes with its one-row path.
         self.max_rows = min(getattr(d, "invariant_rows", 1) for d in layer_devices(model.backend, model.weights))
         self._held: dict[int, Sequence] = {}  # slot -> its sequence, in the order they were added
@@ -250,17 +252,13 @@ class Batcher:
         free = [s for s in range(self.n_slots) if s not in self._held]
         if not free:
             raise RuntimeError(f"all {self.n_slots} slots are busy")
-        def score(s: int) -> tuple[int, int]:
-            keep = self._reusable(s, prompt)
-            return (keep if keep >= REUSE_MIN_TOKENS else 0, -self._last_used[s])
-
-        return max(free, key=score)
+        return max(free, key=lambda s: (self._reusable(s, prompt), -self._last_used[s]))
 
     def _reusable(self, slot: int, prompt: list[int]) -> int:
-        """How many leading prompt positions slot's cache can provide (at least one token is always evaluated)."""
+        """How many leading prompt positions slot's cache provides (at least one token is always evaluated)."""
         cache = self.model.cache
         keep = _common_prefix(self.model._slot_tokens.get(slot, []), prompt, min(len(prompt) - 1, int(cache.lengths[slot])))
-        return keep if cache.can_trim(slot, keep) else 0
+        return keep if keep >= self.reuse_min and cache.can_trim(slot, keep) else 0
 
     def _reuse(self, slot: int, prompt: list[int]) -> int:
         """Trim slot's cache to the reusable prefix of prompt; the first position left to evaluate."""

@@ -23,7 +23,7 @@ def generate(model, ids, options: dict | Options | None = None, *, slot: int = 0
     prefill chunks (raising Cancelled) and before each decode step (ending without Done). `constraint`
     (localrt.structured) limits each step to tokens that keep the output valid for a `format`.
     """
-    batcher = Batcher(model)
+    batcher = Batcher(model, reuse_min=1)  # the caller chose the slot: reuse whatever prefix it holds
     seq = batcher.add(ids, options, slot=slot, cancelled=cancelled, constraint=constraint,
                       load_duration_ns=load_duration_ns)
     try:
