@@ -1,6 +1,6 @@
 """Continuous batching (localrt.engine.batch) on the real models, JSON out.
 
-    python3 bench/batch.py [--models smollm2 gemma3] [--out bench/results/batch.json] [--no-prefix]
+    python3 bench/batch.py [--models smollm2 gemma3] [--out bench/results/batch.json] [--no-prefix] [--repeats N]
 
 Per model, 2 threads: aggregate decode tok/s with 1, 4 and 8 sequences decoding together (each its own
 64-token prompt, then DECODE_STEPS greedy steps, end-of-generation ignored as llama-batched-bench does; best
@@ -175,7 +175,10 @@ def main() -> None:
     ap.add_argument("--models", nargs="+", default=["smollm2", "gemma3"])
     ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "batch.json"))
     ap.add_argument("--no-prefix", action="store_true")
+    ap.add_argument("--repeats", type=int, default=REPEATS, help="best of this many runs per figure (a shared machine)")
     args = ap.parse_args()
+    global REPEATS
+    REPEATS = args.repeats
     results: dict = {"setup": {"threads": THREADS, "n_prompt": N_PROMPT, "decode_steps": DECODE_STEPS, "best_of": REPEATS,
                                "n_ctx": N_CTX, "machine": platform.machine(), "python": platform.python_version(),
                                "loadavg_1m_at_start": round(os.getloadavg()[0], 2)},
