@@ -171,13 +171,13 @@ def bench(name: str, with_prefix: bool) -> dict:
 
 
 def main() -> None:
+    global REPEATS
     ap = argparse.ArgumentParser()
     ap.add_argument("--models", nargs="+", default=["smollm2", "gemma3"])
     ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "batch.json"))
     ap.add_argument("--no-prefix", action="store_true")
     ap.add_argument("--repeats", type=int, default=REPEATS, help="best of this many runs per figure (a shared machine)")
     args = ap.parse_args()
-    global REPEATS
     REPEATS = args.repeats
     results: dict = {"setup": {"threads": THREADS, "n_prompt": N_PROMPT, "decode_steps": DECODE_STEPS, "best_of": REPEATS,
                                "n_ctx": N_CTX, "machine": platform.machine(), "python": platform.python_version(),

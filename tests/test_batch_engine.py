@@ -159,7 +159,7 @@ def test_eight_requests_batched_equal_each_alone(pair):
         assert got[:-1] == ref[:-1], f"request {i}: token texts differ"
         d, r = got[-1], ref[-1]
         assert isinstance(d, Done)
-        for field in ("done_reason", "prompt_eval_count", "eval_count", "text", "context"):
+        for field in ("done_reason", "prompt_eval_count", "prompt_cached_count", "eval_count", "text", "context"):
             assert getattr(d, field) == getattr(r, field), f"request {i}: Done.{field}"
         assert d.total_duration >= d.prompt_eval_duration + d.eval_duration > 0
     assert not batcher.sequences and batcher.free_slots == 6
@@ -185,7 +185,7 @@ def test_prefix_cached_at_a_chunk_boundary_is_exact(smollm2_path):
     fresh = _greedy(model, b, 16, fresh=True)[0]
     _greedy(model, a, 4, fresh=True)
     cached, done = _greedy(model, b, 16, fresh=False)
-    assert done.prompt_eval_count == len(b) - 48  # the shared chunks came from the cache
+    assert done.prompt_cached_count == 48  # the shared chunks came from the cache
     assert cached == fresh
 
 
@@ -202,7 +202,7 @@ def test_prefix_from_an_earlier_turn_diverges_only_at_a_near_tie(request, name):
         out = _greedy(model, ids, 16, fresh=True)[0]
         follow = ids + out + more
         cached, done = _greedy(model, follow, 16, fresh=False)
-        assert done.prompt_eval_count == len(more) + 1  # all but the new text came from the cache
+        assert done.prompt_cached_count == len(follow) - len(more) - 1  # all but the new text came from the cache
         fresh = _greedy(model, follow, 16, fresh=True)[0]
         same = next((i for i, (x, y) in enumerate(zip(cached, fresh)) if x != y), None)
         if same is None:
