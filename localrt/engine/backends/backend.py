@@ -35,6 +35,9 @@ class CPUBackend:
     """NumPy + Numba on the host: fused dequantize x dot kernels read the blocks in place."""
 
     name = "cpu"
+    # The most token rows one call may carry while each row computes exactly as in a one-row call: the fused
+    # kernel (below BLAS_MIN_TOKENS) and the per-row attention kernel are batch-invariant, BLAS is not.
+    invariant_rows = BLAS_MIN_TOKENS - 1
     xp = np  # the array module of this device (cupy for the CUDA one)
     ops = ops  # the simd_kernels.ops functions the arch code calls on this device's arrays
 

@@ -31,6 +31,7 @@ class CUDABackend:
     """One GPU (`index` = main_gpu) driven through CuPy; every array argument and result is a CuPy array."""
 
     name = "cuda"
+    invariant_rows = FUSED_MAX_TOKENS  # rows per call that keep the fused kernel's per-row numerics (cuBLAS above)
 
     def __init__(self, index: int = 0, cupy=None) -> None:
         if cupy is None:

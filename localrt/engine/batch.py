@@ -1,0 +1,281 @@
+"""Continuous batching: one step-driven generator of many sequences over one model, batch-invariant numerics.
+
+A `Batcher` is owned by one thread (the model's worker). `add` validates a request and gives it a free KV
+slot (the one whose cached tokens share the longest prefix with the prompt); `step` runs one forward over
+the next token of every decoding sequence, then at most one prefill chunk of the oldest prompt still being
+evaluated, samples every sequence that got logits and returns each one's events. `generate()` is a Batcher
+of one sequence, so a request runs the same code alone or beside others.
+
+Batch invariance: a sequence's tokens do not depend on what else runs with it. Every token row of the model
+goes through per-row kernels whose reduction order does not depend on the number of rows: decode rows take
+the fused 8-bit `simd_kernels.MUL` path (bit-identical per row for any row count below the backend's
+`invariant_rows`, tests/test_batch_engine.py checks it) and the per-(token, head) attention kernel; prefill
+chunks run as forwards of their own, cut exactly as they are for the sequence alone, so a chunk is never
+pushed onto another path (BLAS linears, BLAS attention) by rows of other sequences. Reusing a slot's cached
+prefix is not invariant: the cached keys were computed by other chunks or by decode steps (see the test).
+"""
+from __future__ import annotations
+
+import threading
+import time
+
+import numpy as np
+
+from ..api.options import Options, resolve
+from ..errors import ContextLengthExceeded, InvalidRequest
+from .arch.common import Batch, layer_devices
+from .events import Done, Token
+from .sampler import make_sampler
+from .stop import StopMatcher
+
+PREFILL, DECODE, DONE, CANCELLED = "prefill", "decode", "done", "cancelled"
+# A cached prefix shorter than this is evaluated again rather than reused (a chat template's common header
+# is shorter): which slot a request lands in then does not change its numerics, and the least recently
+# used slot goes first, keeping the longer caches of the others.
+REUSE_MIN_TOKENS = 32
+
+
+class Sequence:
+    """One request in a Batcher: its sampler, stop strings, constraint and progress.
+
+    `state` is "prefill" (prompt chunks still to evaluate), "decode", "done" (its Done was returned) or
+    "cancelled" (dropped without Done; `prefilled` says whether its prompt had been evaluated)."""
+
+    def __init__(self, model, ids, options, constraint, cancelled, load_duration_ns: int) -> None:
+        self.t_start = time.perf_counter_ns()
+        opts = options if isinstance(options, Options) else resolve(options)
+        prompt = [int(i) for i in ids]
+        n_ctx = model.num_ctx
+        if isinstance(options, Options) or (options is not None and "num_ctx" in options):
+            n_ctx = min(n_ctx, opts.num_ctx)  # a request may ask for less context than was loaded
+        if not prompt:
+            raise InvalidRequest("the prompt has no tokens")
+        if len(prompt) > n_ctx:
+            raise ContextLengthExceeded(len(prompt), n_ctx)
+        model._check_ids(prompt)  # token ids in range
+        sampler = make_sampler(opts)
+        if constraint is not None:
+            from ..structured import ConstrainedSampler
+
+            sampler = ConstrainedSampler(sampler, constraint)
+        tok = model.tokenizer
+        self.options = opts
+        self.prompt = prompt
+        self.history = list(prompt)  # prompt + generated ids
+        self.n_ctx = n_ctx
+        self.num_batch = min(opts.num_batch, model.num_batch)
+        self.cancelled: threading.Event | None = cancelled
+        self.load_duration_ns = load_duration_ns
+        self.slot = -1
+        self.state = PREFILL
+        self.n_gen = 0
+        self.n_cached = 0  # prompt tokens taken from the slot's cache (not evaluated again)
+        self.t_prefill: int | None = None  # when the prompt's last chunk was evaluated
+        self._sampler = sampler
+        self._stop = StopMatcher(opts.stop)
+        self._decoder = tok.stream_decoder() if tok is not None else None
+        self._eog = tok.eog_ids if tok is not None else frozenset()
+        self._limit = opts.num_predict if opts.num_predict >= 0 else None
+        self._pos = 0  # next prompt position to evaluate
+        self._pending: int | None = None  # sampled token whose forward pass the next step runs
+
+    @property
+    def prefilled(self) -> bool:
+        return self.t_prefill is not None
+
+    @property
+    def finished(self) -> bool:
+        return self.state in (DONE, CANCELLED)
+
+    def is_cancelled(self) -> bool:
+        return self.cancelled is not None and self.cancelled.is_set()
+
+    def _more(self) -> bool:  # room in the context and in num_predict for another token
+        return len(self.history) < self.n_ctx and (self._limit is None or self.n_gen < self._limit)
+
+    def _on_logits(self, logits: np.ndarray) -> list[Token | Done]:
+        """Sample one token from the logits of the last evaluated position; the events it makes."""
+        if not self._more():
+            return [self._finish("length", False)]
+        if self.is_cancelled():
+            self.state = CANCELLED  # the consumer is gone: no Done to send
+            return []
+        token = int(self._sampler.sample(logits, self.history))
+        self.history.append(token)
+        self.n_gen += 1
+        if token in self._eog:
+            return [self._finish("stop", False)]
+        emit, hit = self._stop.feed(self._decoder.add(token) if self._decoder is not None else "")
+        events: list[Token | Done] = [Token(token=token, text=emit)]
+        if hit:
+            events.append(self._finish("stop", True))
+        elif self._more():  # only then is this token's forward pass needed
+            self._pending = token
+        else:
+            events.append(self._finish("length", False))
+        return events
+
+    def _finish(self, reason: str, hit: bool) -> Done:
+        t_end = time.perf_counter_ns()
+        held = ""
+        if not hit:
+            # Text a stop string might still have completed, and bytes of an unfinished character.
+            held = self._stop.feed(self._decoder.flush() if self._decoder is not None else "")[0] + self._stop.flush()
+        self.state = DONE
+        return Done(
+            done_reason=reason,
+            prompt_eval_count=len(self.prompt),  # the whole prompt, as Ollama counts it
+            prompt_cached_count=self.n_cached,
+            prompt_eval_duration=self.t_prefill - self.t_start,
+            eval_count=self.n_gen,
+            eval_duration=t_end - self.t_prefill,
+            load_duration=self.load_duration_ns,
+            total_duration=t_end - self.t_start + self.load_duration_ns,
+            text=held,
+            context=self.history,
+        )
+
+
+class Batcher:
+    """Many sequences over one model, each in its own KV slot, advanced together one `step` at a time.
+
+    Not thread-safe: one thread adds and steps; `cancelled` events may be set from anywhere."""
+
+    def __init__(self, model, n_slots: int | None = None, *, reuse_min: int = REUSE_MIN_TOKENS) -> None:
+        n = model.cache.n_slots if n_slots is None else n_slots
+        if not 0 < n <= model.cache.n_slots:
+            raise ValueError(f"n_slots must be in 1..{model.cache.n_slots} (the model's KV slots), got {n}")
+        self.model = model
+        self.n_slots = n
+        self.reuse_min = max(1, reuse_min)  # shortest cached prefix a prompt reuses
+        # Decode rows per forward: at most as many as every device computes with its one-row path.
+        self.max_rows = min(getattr(d, "invariant_rows", 1) for d in layer_devices(model.backend, model.weights))
+        self._held: dict[int, Sequence] = {}  # slot -> its sequence, in the order they were added
+        self._last_used = [0] * n  # slot -> step count when it was last released (least recently used goes first)
+        self._steps = 0
+
+    @property
+    def sequences(self) -> list[Sequence]:
+        """The sequences that hold a slot (prefilling or decoding)."""
+        return list(self._held.values())
+
+    @property
+    def free_slots(self) -> int:
+        return self.n_slots - len(self._held)
+
+    def add(self, ids, options: dict | Options | None = None, *, constraint=None,
+            cancelled: threading.Event | None = None, slot: int | None = None, load_duration_ns: int = 0) -> Sequence:
+        """Validate a request and give it a free slot (`slot`, or the free one whose cache shares the longest
+        prefix with the prompt). Raises as `generate` does (ContextLengthExceeded, InvalidRequest) and
+        RuntimeError when no slot is free; its events come from the following steps."""
+        seq = Sequence(self.model, ids, options, constraint, cancelled, load_duration_ns)
+        if slot is None:
+            slot = self._pick_slot(seq.prompt)
+        elif not 0 <= slot < self.n_slots or slot in self._held:
+            raise RuntimeError(f"slot {slot} is not a free slot of 0..{self.n_slots - 1}")
+        seq.slot = slot
+        seq._pos = self._reuse(slot, seq.prompt)
+        seq.n_cached = seq._pos
+        self._held[slot] = seq
+        return seq
+
+    def step(self) -> list[tuple[Sequence, list[Token | Done]]]:
+        """One forward over every decoding sequence's next token and at most one prefill chunk; then sampling.
+
+        Returns (sequence, events) for every sequence that produced events or left: a cancelled one comes with
+        no events (and its slot is free again); a finished one's events end with its Done."""
+        self._steps += 1
+        out: list[tuple[Sequence, list[Token | Done]]] = []
+        for seq in list(self._held.values()):
+            if seq.is_cancelled():
+                seq.state = CANCELLED
+                self._release(seq)
+                out.append((seq, []))
+        decoding = [s for s in self._held.values() if s._pending is not None]
+        fresh: list[tuple[Sequence, np.ndarray]] = []  # sequences with the logits of their last position
+        for i in range(0, len(decoding), self.max_rows):
+            group = decoding[i : i + self.max_rows]
+            logits = self._decode(group)  # (len(group), n_vocab)
+            fresh.extend(zip(group, logits))
+        prefilling = next((s for s in self._held.values() if s.state == PREFILL), None)
+        if prefilling is not None:
+            logits = self._prefill_chunk(prefilling)
+            if logits is not None:
+                fresh.append((prefilling, logits))
+        for seq, logits in fresh:
+            events = seq._on_logits(logits)
+            if seq.finished:
+                self._release(seq)
+            out.append((seq, events))
+        return out
+
+    def close(self) -> None:
+        """Drop every sequence (as if cancelled, no Done), keeping what each slot's cache validly holds."""
+        for seq in list(self._held.values()):
+            seq.state = CANCELLED
+            self._release(seq)
+
+    # -- internals ---------------------------------------------------------------------------------
+
+    def _decode(self, group: list[Sequence]) -> np.ndarray:
+        """One forward of one row per sequence (its pending token, in its own slot): logits (n, n_vocab)."""
+        batch = Batch(
+            tokens=np.array([s._pending for s in group], np.int64),  # (n,)
+            positions=np.array([len(s.history) - 1 for s in group], np.int64),  # (n,)
+            slots=np.array([s.slot for s in group], np.int64),  # (n,)
+        )
+        for s in group:
+            s._pending = None
+        return self.model.forward(batch, self.model.cache, output_rows=None)
+
+    def _prefill_chunk(self, seq: Sequence) -> np.ndarray | None:
+        """Evaluate seq's next prompt chunk, cut as `generate` alone cuts it; the last one's logits, else None."""
+        model = self.model
+        start = seq._pos
+        chunk = seq.prompt[start : start + seq.num_batch]
+        logits = model.forward(model.batch(chunk, start, seq.slot), model.cache, output_rows=np.array([len(chunk) - 1]))[0]
+        seq._pos = start + len(chunk)
+        if seq._pos < len(seq.prompt):
+            return None
+        seq.t_prefill = time.perf_counter_ns()
+        seq.state = DECODE
+        return logits
+
+    def _release(self, seq: Sequence) -> None:
+        """Free seq's slot, recording the ids whose keys its cache now holds (for the next prompt's reuse)."""
+        if self._held.get(seq.slot) is seq:
+            del self._held[seq.slot]
+            self.model._slot_tokens[seq.slot] = seq.history[: int(self.model.cache.lengths[seq.slot])]
+            self._last_used[seq.slot] = self._steps
+
+    def _pick_slot(self, prompt: list[int]) -> int:
+        free = [s for s in range(self.n_slots) if s not in self._held]
+        if not free:
+            raise RuntimeError(f"all {self.n_slots} slots are busy")
+        return max(free, key=lambda s: (self._reusable(s, prompt), -self._last_used[s]))
+
+    def _reusable(self, slot: int, prompt: list[int]) -> int:
+        """How many leading prompt positions slot's cache provides (at least one token is always evaluated)."""
+        cache = self.model.cache
+        keep = _common_prefix(self.model._slot_tokens.get(slot, []), prompt, min(len(prompt) - 1, int(cache.lengths[slot])))
+        return keep if keep >= self.reuse_min and cache.can_trim(slot, keep) else 0
+
+    def _reuse(self, slot: int, prompt: list[int]) -> int:
+        """Trim slot's cache to the reusable prefix of prompt; the first position left to evaluate."""
+        cache = self.model.cache
+        keep = self._reusable(slot, prompt)
+        if keep:
+            cache.trim(slot, keep)
+        else:
+            cache.clear(slot)
+        self.model._slot_tokens[slot] = []  # invalid until the sequence leaves the slot
+        return keep
+
+
+def _common_prefix(a: list[int], b: list[int], limit: int) -> int:
+    """Length of the common prefix of a and b, at most limit."""
+    n = min(len(a), len(b), limit)
+    if n <= 0:
+        return 0
+    diff = np.flatnonzero(np.asarray(a[:n], np.int64) != np.asarray(b[:n], np.int64))
+    return int(diff[0]) if len(diff) else n
