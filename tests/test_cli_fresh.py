@@ -232,7 +232,7 @@ def test_one_access_log_line_per_request(daemon, caplog):
     assert len(lines) == 2, lines
     assert lines[0].startswith("127.0.0.1 GET /api/tags 200 ")
     assert lines[1].startswith("127.0.0.1 POST /api/show 404 ")
-    assert all(re.search(r" \d+(\.\d+)?(µs|ms|s)$", ln) for ln in lines), lines
+    assert all(re.search(r" \d+(\.\d+)?(µs|ms|s) req_[0-9a-f]{24}$", ln) for ln in lines), lines
 
 
 def test_show_verbose_shortens_long_arrays_unless_full():

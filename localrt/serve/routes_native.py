@@ -9,7 +9,14 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response
 from .. import errors
 from ..api import types as api_types
 from .request_meta import warn_ignored
-from .streaming import cancellable, fold_chat, fold_generate, fold_progress, json_body, streamed
+from .streaming import (
+    cancellable,
+    fold_chat,
+    fold_generate,
+    fold_progress,
+    json_body,
+    streamed,
+)
 
 API_VERSION = "0.13.0"  # the Ollama wire format we speak; clients gate features on it
 

@@ -16,7 +16,6 @@ from . import routes_native as native
 from . import routes_openai as v1
 from .access_log import AccessLog
 from .error_map import error_response, error_status  # noqa: F401 - error_status: the mapping, for callers
-from .request_meta import RequestId
 from .routes_native import API_VERSION  # noqa: F401
 from .security import Guard
 from .streaming import fold_chat, fold_generate, fold_progress  # noqa: F401
@@ -74,5 +73,5 @@ def make_app(service, config):
     app = Starlette(routes=routes)
     app.state.service = service
     public = ("/v2/",) if getattr(config, "registry_public", False) else ()
-    return RequestId(AccessLog(Guard(app, loopback_bind=is_loopback(config.host), origins=config.origins,
-                           api_key=config.api_key, public_read_prefixes=public)))
+    return AccessLog(Guard(app, loopback_bind=is_loopback(config.host), origins=config.origins,
+                           api_key=config.api_key, public_read_prefixes=public))
