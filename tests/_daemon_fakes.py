@@ -146,7 +146,8 @@ class FakeModel:
 def make_config(models_dir: Path, **overrides) -> cfg.Config:
     base = dataclasses.replace(cfg.load({}), host="127.0.0.1", port=free_port(), models_dir=Path(models_dir),
                                readonly_models_dirs=())
-    return dataclasses.replace(base, **overrides)
+    # One request at a time per model unless a test asks for more: the fakes' queue/503/cancel tests count on it.
+    return dataclasses.replace(base, **{"num_parallel": 1, **overrides})
 
 
 @contextlib.contextmanager

@@ -94,7 +94,7 @@ def wait_until(pred, timeout=5.0):
 def make(zoo=None, clock=None, **cfg):
     zoo = zoo or Zoo()
     clock = clock or FakeClock()
-    config = Config(**{"keep_alive": "5m", "max_loaded_models": 3, "max_queue": 16, **cfg})
+    config = Config(**{"keep_alive": "5m", "max_loaded_models": 3, "max_queue": 16, "num_parallel": 1, **cfg})
     return Scheduler(zoo.load, config, clock=clock, wall_clock=lambda: 0.0), zoo, clock
 
 
@@ -422,7 +422,7 @@ def test_work_function_can_be_passed_with_the_request(sched):
 
 @pytest.mark.parametrize(
     "cfg,match",
-    [({"num_parallel": 2}, "NUM_PARALLEL"), ({"max_queue": 0}, "MAX_QUEUE"), ({"keep_alive": "soon"}, "KEEP_ALIVE"),
+    [({"num_parallel": 0}, "NUM_PARALLEL"), ({"num_parallel": 17}, "NUM_PARALLEL"), ({"max_queue": 0}, "MAX_QUEUE"), ({"keep_alive": "soon"}, "KEEP_ALIVE"),
      ({"max_loaded_models": -1}, "MAX_LOADED")],
 )
 def test_bad_configuration_is_refused(cfg, match):
@@ -474,3 +474,20 @@ def test_the_reaper_thread_unloads_on_time_with_the_real_clock():
         assert 0.1 <= time.monotonic() - t0 < 5.0  # woken by the expiry, not by the 30 s polling
     finally:
         s.stop(timeout=2)
+
+
+def test_num_parallel_requests_run_together_and_the_rest_wait():
+    s, zoo, _ = make(num_parallel=2)
+    gate = threading.Event()
+    streams = [s.submit(req(id=i, gate=gate)) for i in range(3)]
+    wait_until(lambda: zoo.active == 2)
+    time.sleep(0.05)
+    info = s.ps()[0]
+    assert zoo.active == 2 and info.slots_in_use == 2 and info.busy and info.queued == 1
+    gate.set()
+    got = [list(st) for st in streams]
+    assert got == [[("a", i, 0), ("a", i, 1)] for i in range(3)]
+    assert zoo.max_active == 2
+    wait_until(lambda: not s.ps()[0].busy)
+    assert s.unload("a", wait=5) and zoo.closed == [("a", 4096)]
+    s.stop()

@@ -57,6 +57,7 @@ class RunnerInfo:
     busy: bool
     queued: int
     size_vram: int = 0  # bytes of the model in GPU memory (0: CPU only)
+    slots_in_use: int = 0  # requests running on it now
 
 
 def system_available_memory() -> int:
@@ -127,7 +128,7 @@ class _Runner:
         self.state = "loading"  # loading -> ready -> closing -> closed
         self.loaded: Any = None
         self.queue: collections.deque[_Job] = collections.deque()
-        self.active: _Job | None = None
+        self.active: set[_Job] = set()  # jobs running now (at most num_parallel)
         self.expires_at: float | None = None  # scheduler clock; None while busy or kept forever
         self.last_used = now
         self.thread: threading.Thread | None = None
@@ -143,7 +144,7 @@ class _Runner:
         return True
 
     def idle(self) -> bool:
-        return self.state == "ready" and self.active is None and not self.queue
+        return self.state == "ready" and not self.active and not self.queue
 
 
 class Stream:

@@ -9,7 +9,8 @@ Ollama's rules (`server/sched.go`, `shared/reference/ollama_spec.md` section 6):
 - A request with a smaller num_ctx than the loaded one is served by it; a larger num_ctx or any other
   changed load-time option (num_batch, num_gpu, main_gpu, use_mmap, num_thread) reloads the model once the
   work before it is done.
-- Requests for one model are served one at a time. At most `max_queue` requests wait (not yet running, all
+- Up to `num_parallel` requests for one model run at once (each on its own thread; the service steps them
+  together through the model's BatchDriver); the others wait. At most `max_queue` requests wait (not yet running, all
   models together); one more raises Busy (HTTP 503).
 
 Fairness across clients (a client is the caller's address, see serve/security.client_key): the next request
@@ -72,8 +73,9 @@ class Scheduler:
         wall_clock: Callable[[], float] = time.time,
         reap_interval: float = 1.0,
     ):
-        if getattr(config, "num_parallel", 1) != 1:
-            raise ValueError("LOCALRT_NUM_PARALLEL must be 1: each model serves one request at a time for now")
+        self.num_parallel = getattr(config, "num_parallel", 1)
+        if not 1 <= self.num_parallel <= 16:
+            raise ValueError(f"LOCALRT_NUM_PARALLEL must be in 1..16, got {self.num_parallel}")
         if config.max_queue < 1:
             raise ValueError(f"LOCALRT_MAX_QUEUE must be at least 1, got {config.max_queue}")
         if config.max_loaded_models < 0:
@@ -171,8 +173,8 @@ class Scheduler:
         with self._cv:
             if not self._cv.wait_for(self._all_closed, timeout=timeout):
                 for r in list(self._runners.values()) + self._closing:
-                    if r.active is not None:
-                        r.active.cancelled.set()
+                    for job in r.active:
+                        job.cancelled.set()
         threads = [r.thread for r in list(self._runners.values()) + self._closing if r.thread is not None]
         for t in threads + [self._reaper]:
             t.join(timeout=max(0.1, deadline - time.monotonic()))
@@ -418,19 +420,14 @@ class Scheduler:
             self._dispatch()
         while True:
             with self._cv:
-                while not r.queue and r.state == "ready":
+                while r.state == "ready" and (not r.queue or len(r.active) >= self.num_parallel):
                     self._cv.wait()
-                if not r.queue:
+                if not r.queue or r.state != "ready":
+                    self._cv.wait_for(lambda: not r.active)
                     break  # retired
                 job = self._next_job(r)
-                r.active = job
-            last = self._run(r, job)
-            with self._cv:
-                r.active = None
-                if r.idle():
-                    self._after_work(r)
-                self._dispatch()
-            job.out.put(last)  # after the bookkeeping, so a finished consumer sees the model idle
+                r.active.add(job)
+            threading.Thread(target=self._job_thread, args=(r, job), name=f"localrt-job-{r.key}", daemon=True).start()
         try:
             close = getattr(loaded, "close", None)
             if close is not None:
@@ -441,6 +438,15 @@ class Scheduler:
                 r.loaded = None
                 self._closing.remove(r)
                 self._dispatch()
+
+    def _job_thread(self, r: _Runner, job: _Job) -> None:
+        last = self._run(r, job)
+        with self._cv:
+            r.active.discard(job)
+            if r.idle():
+                self._after_work(r)
+            self._dispatch()
+        job.out.put(last)  # after the bookkeeping, so a finished consumer sees the model idle
 
     def _run(self, r: _Runner, job: _Job) -> tuple[str, Any]:
         """Run one job, streaming its events; returns the last item for its consumer (end or error)."""
@@ -482,7 +488,8 @@ class Scheduler:
             expires_at=expires,
             context_length=int(ctx) if isinstance(ctx, int) else int(r.load_options.get("num_ctx") or 0),
             load_options=dict(r.load_options),
-            busy=r.active is not None,
+            busy=bool(r.active),
+            slots_in_use=len(r.active),
             queued=len(r.queue),
             size_vram=min(int(getattr(r.loaded, "size_vram", 0) or 0), total),
         )

@@ -23,6 +23,7 @@ from ..engine.events import Done, Token
 from ..errors import Cancelled, InvalidRequest, ModelLoadError, ModelNotFound
 from ..models import library
 from ..templates.toolcalls import ToolCallParser, forced_call_format, tag_for_template
+from .batch_driver import BatchDriver
 from .catalog import Catalog
 from .scheduler import MemoryNeed, Request, Scheduler
 
@@ -47,6 +48,7 @@ class Loaded:
     template: Any  # templates.ChatTemplate
     template_stop: tuple[str, ...]
     unreported_load_ns: int = 0  # the load's duration, reported once, by the request that waited for it
+    driver: Any = None  # the BatchDriver that steps this model's requests together (None: a model without KV slots)
 
     @property
     def size_vram(self) -> int:
@@ -66,6 +68,8 @@ class Loaded:
         self.record = rec
 
     def close(self) -> None:
+        if self.driver is not None:
+            self.driver.close()
         self.model.close()
 
 
@@ -103,6 +107,7 @@ class Service:
         self._gpu_probe = gpu_probe  # main_gpu -> a DeviceReport (engine.backends.devices.probe by default)
         self._weights: dict[str, Any] = {}  # name -> the weights file its loaded instance was loaded from
         self._weights_lock = threading.Lock()
+        self._slots = max(1, int(getattr(config, "num_parallel", 1)))  # KV slots per loaded model
         self.scheduler = Scheduler(self._load, config, estimate_fn=self._estimate, **(scheduler_kw or {}))
 
     def close(self) -> None:
@@ -128,12 +133,13 @@ class Service:
         t0 = time.perf_counter_ns()
         num_gpu = self._num_gpu(load_options["num_gpu"], load_options["main_gpu"])
         model = self._load_model(rec.model_path, num_ctx=load_options["num_ctx"], num_batch=load_options["num_batch"],
-                                 num_gpu=num_gpu, main_gpu=load_options["main_gpu"])
+                                 num_gpu=num_gpu, main_gpu=load_options["main_gpu"], n_slots=self._slots)
         with self._weights_lock:
             self._weights[name] = rec.model_path
         try:
             choice = templates.choose_template(model.metadata, rec.template)
-            return Loaded(name, model, rec, choice.load(), tuple(choice.stop), time.perf_counter_ns() - t0)
+            driver = BatchDriver(model, min(self._slots, model.cache.n_slots)) if hasattr(model, "cache") else None
+            return Loaded(name, model, rec, choice.load(), tuple(choice.stop), time.perf_counter_ns() - t0, driver)
         except BaseException:
             model.close()
             raise
@@ -165,7 +171,7 @@ class Service:
         rec = self.record(name)
         if rec.model_path is None:
             return MemoryNeed(private=0)
-        return estimate_memory(rec.model_path, load_options["num_ctx"], load_options["num_batch"])
+        return estimate_memory(rec.model_path, load_options["num_ctx"], load_options["num_batch"], self._slots)
 
     def options(self, rec: st.ModelRecord, request_options: dict) -> Options:
         """Defaults < server config < the model's params < the request. Unknown and deprecated keys are ignored
@@ -286,7 +292,11 @@ class Service:
                         raise InvalidRequest("input exceeds maximum context length")
                     ids = ids[:limit]
                 count += len(ids)
-                vectors.append(np.asarray(model.embed(ids), dtype=np.float64))
+                if loaded.driver is None:
+                    vectors.append(np.asarray(model.embed(ids), dtype=np.float64))
+                else:
+                    with loaded.driver.exclusive():  # embed uses slot 0: never beside running sequences
+                        vectors.append(np.asarray(model.embed(ids), dtype=np.float64))
             yield {"vectors": vectors, "count": count, "load": loaded.take_load_ns()}
 
         events = self._submit(name, opts, req.keep_alive, work)
@@ -385,7 +395,7 @@ def _unloads(keep_alive, work) -> bool:
     return not work and keep_alive is not None and parse_duration(keep_alive) == 0
 
 
-def estimate_memory(path, num_ctx: int, num_batch: int) -> MemoryNeed:
+def estimate_memory(path, num_ctx: int, num_batch: int, n_slots: int = 1) -> MemoryNeed:
     """What a load needs: the weights stay in the mmap (reclaimable page cache); the KV cache (f32 K and V for
     every layer and position, a ring for sliding-window layers) and the batch scratch are private.
 
@@ -403,7 +413,7 @@ def estimate_memory(path, num_ctx: int, num_batch: int) -> MemoryNeed:
     caps = [n_ctx if w <= 0 else min(n_ctx, w + n_batch) for w in cfg.windows]  # positions kept per layer
     kv = sum(caps) * cfg.n_head_kv * (cfg.head_dim + cfg.head_dim_v) * 4  # K (cap, n_head_kv, head_dim) + V f32 per layer
     scratch = (n_batch * 8 * max(cfg.n_embd, cfg.n_ff) + 2 * cfg.n_vocab) * 4  # activations of one prefill chunk + a logits row
-    return MemoryNeed(private=kv + scratch + (32 << 20), mapped=mapped)
+    return MemoryNeed(private=kv * n_slots + scratch + (32 << 20), mapped=mapped)
 
 
 def _run(loaded: Loaded, ids: list[int], opts: Options, cancelled: threading.Event,
@@ -413,7 +423,10 @@ def _run(loaded: Loaded, ids: list[int], opts: Options, cancelled: threading.Eve
     options = opts.to_dict()
     if not options["stop"] and loaded.template_stop:
         options["stop"] = list(loaded.template_stop)
-    gen = loaded.model.generate(ids, options, cancelled=cancelled, constraint=constraint)
+    if loaded.driver is not None:  # stepped together with the model's other requests
+        gen = loaded.driver.submit(ids, options, constraint, cancelled)
+    else:
+        gen = loaded.model.generate(ids, options, cancelled=cancelled, constraint=constraint)
     try:
         yield from gen
     finally:
