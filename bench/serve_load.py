@@ -1,0 +1,169 @@
+"""Many users at once: N streaming clients against localrt and native llama-server (-np N) on the same GGUF.
+
+    python3 bench/serve_load.py --llama-server PATH/llama-server [--clients 1 4 8] [--requests 2] [--tokens 64]
+
+Each client sends `--requests` streaming /v1/chat/completions requests one after another (greedy, max_tokens
+`--tokens`, a prompt of its own). Per request: TTFT (first content chunk) and TPOT ((last - first chunk) / (tokens
+- 1)). Per run: p50/p95/p99 of both, aggregate output tok/s (all tokens / wall time) and goodput (requests/s that
+met the SLO: TTFT <= 2 s and TPOT <= 100 ms). Both servers run with 2 threads and one slot per client, one after
+the other on the same machine. JSON to stdout and bench/results/serve_load.json.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import httpx
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+SLO_TTFT_S, SLO_TPOT_S = 2.0, 0.100
+PROMPT = "Client {c}, question {r}: tell me a short story about a lighthouse keeper and a lost ship."
+
+
+def _free_port() -> int:
+    from localrt.serve.daemon import free_port
+
+    return free_port()
+
+
+def _wait(url: str, proc: subprocess.Popen, timeout: float = 180) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"server exited with {proc.returncode}")
+        try:
+            if httpx.get(url, timeout=2).status_code < 500:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.5)
+    raise RuntimeError(f"{url} did not answer")
+
+
+def _one(base: str, model: str, prompt: str, tokens: int) -> dict:
+    body = {"model": model, "messages": [{"role": "user", "content": prompt}], "stream": True, "temperature": 0,
+            "max_tokens": tokens, "stream_options": {"include_usage": True}}
+    t0 = time.perf_counter()
+    first = last = None
+    chunks = 0
+    usage = None
+    with httpx.stream("POST", base + "/v1/chat/completions", json=body, timeout=600) as r:
+        r.raise_for_status()
+        for line in r.iter_lines():
+            if not line.startswith("data: ") or line == "data: [DONE]":
+                continue
+            obj = json.loads(line[6:])
+            usage = obj.get("usage") or usage
+            for ch in obj.get("choices") or []:
+                if (ch.get("delta") or {}).get("content"):
+                    now = time.perf_counter()
+                    first = first or now
+                    last = now
+                    chunks += 1
+    n = int((usage or {}).get("completion_tokens") or chunks)
+    ttft = (first or time.perf_counter()) - t0
+    tpot = (last - first) / (n - 1) if first and last and n > 1 else 0.0
+    return {"ttft": ttft, "tpot": tpot, "tokens": n}
+
+
+def _run(base: str, model: str, clients: int, requests: int, tokens: int) -> dict:
+    results: list[dict] = []
+    lock = threading.Lock()
+
+    def client(c: int) -> None:
+        for r in range(requests):
+            got = _one(base, model, PROMPT.format(c=c, r=r), tokens)
+            with lock:
+                results.append(got)
+
+    _one(base, model, "Warm up.", 4)
+    t0 = time.perf_counter()
+    threads = [threading.Thread(target=client, args=(c,)) for c in range(clients)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    wall = time.perf_counter() - t0
+
+    def pct(key: str, q: float) -> float:
+        xs = sorted(r[key] for r in results)
+        return round(xs[min(len(xs) - 1, int(q * len(xs)))], 3)
+
+    good = sum(1 for r in results if r["ttft"] <= SLO_TTFT_S and r["tpot"] <= SLO_TPOT_S)
+    return {
+        "requests": len(results), "wall_s": round(wall, 2),
+        "aggregate_tok_s": round(sum(r["tokens"] for r in results) / wall, 1),
+        "ttft_s": {"p50": pct("ttft", 0.5), "p95": pct("ttft", 0.95), "p99": pct("ttft", 0.99)},
+        "tpot_s": {"p50": pct("tpot", 0.5), "p95": pct("tpot", 0.95), "p99": pct("tpot", 0.99)},
+        "goodput_req_s": round(good / wall, 3), "met_slo": f"{good}/{len(results)}",
+        "mean_tokens": round(statistics.mean(r["tokens"] for r in results), 1),
+    }
+
+
+def _localrt(clients: int, store: Path, gguf: Path):
+    port = _free_port()
+    env = {**os.environ, "LOCALRT_HOST": f"127.0.0.1:{port}", "LOCALRT_MODELS": str(store / "models"),
+           "LOCALRT_DATA": str(store / "data"), "LOCALRT_NUM_PARALLEL": str(clients), "LOCALRT_NUM_THREADS": "2"}
+    proc = subprocess.Popen([sys.executable, "-m", "localrt", "serve"], cwd=REPO, env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    base = f"http://127.0.0.1:{port}"
+    _wait(base + "/", proc)
+    httpx.post(base + "/api/pull", json={"model": "smollm2:135m", "stream": False}, timeout=600).raise_for_status()
+    return proc, base, "smollm2:135m"
+
+
+def _llama_server(clients: int, path: str, gguf: Path, ctx: int):
+    port = _free_port()
+    proc = subprocess.Popen([path, "-m", str(gguf), "-np", str(clients), "-c", str(ctx * clients), "-t", "2",
+                             "--host", "127.0.0.1", "--port", str(port), "-cb"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    base = f"http://127.0.0.1:{port}"
+    _wait(base + "/health", proc)
+    return proc, base, "model"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--llama-server", required=True)
+    ap.add_argument("--clients", type=int, nargs="+", default=[1, 4, 8])
+    ap.add_argument("--requests", type=int, default=2)
+    ap.add_argument("--tokens", type=int, default=64)
+    args = ap.parse_args()
+    from localrt.models.builtin_models import smollm2_path
+
+    gguf = smollm2_path()
+    out: dict = {"setup": {"model": "SmolLM2-135M-Instruct Q4_1", "threads": 2, "requests_per_client": args.requests,
+                           "max_tokens": args.tokens, "slo": {"ttft_s": SLO_TTFT_S, "tpot_s": SLO_TPOT_S},
+                           "loadavg_1m_at_start": os.getloadavg()[0]}, "runs": {}}
+    with tempfile.TemporaryDirectory() as tmp:
+        for n in args.clients:
+            row = {}
+            for name, start in (("localrt", lambda: _localrt(n, Path(tmp), gguf)),
+                                ("llama_server", lambda: _llama_server(n, args.llama_server, gguf, 1024))):
+                proc, base, model = start()
+                try:
+                    row[name] = _run(base, model, n, args.requests, args.tokens)
+                finally:
+                    proc.terminate()
+                    proc.wait(timeout=30)
+            row["ratio_aggregate_tok_s"] = round(row["localrt"]["aggregate_tok_s"] /
+                                                 row["llama_server"]["aggregate_tok_s"], 2)
+            out["runs"][str(n)] = row
+            print(json.dumps({n: row}), flush=True)
+    out["setup"]["loadavg_1m_at_end"] = os.getloadavg()[0]
+    (REPO / "bench" / "results" / "serve_load.json").write_text(json.dumps(out, indent=2) + "\n")
+    print(json.dumps(out, indent=2))
+
+
+if __name__ == "__main__":
+    main()
