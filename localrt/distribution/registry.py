@@ -315,13 +315,18 @@ class _Registry:
         loc = f"/v2/{name.namespace}/{name.model}/blobs/uploads/{key}"
         return Response(status_code=202, headers={"Location": loc, "Docker-Upload-UUID": key, "Range": "0-0"})
 
-    async def patch_upload(self, request: Request) -> Response:
+    def _upload_of(self, request: Request) -> _Upload | Response:
+        """The upload a PATCH / PUT continues, or the error reply (read-only mirror, unknown upload)."""
         if (denied := self._deny_writes()) is not None:
             return denied
         try:
-            up = self._session(request)
+            return self._session(request)
         except LookupError:
             return _error(404, "BLOB_UPLOAD_UNKNOWN", "no such upload")
+
+    async def patch_upload(self, request: Request) -> Response:
+        if isinstance(up := self._upload_of(request), Response):
+            return up
         async with up.lock:
             if (bad := _check_range(up, request)) is not None:
                 return bad
@@ -330,12 +335,8 @@ class _Registry:
                                                   "Docker-Upload-UUID": request.path_params["upload"]})
 
     async def finish_upload(self, request: Request) -> Response:
-        if (denied := self._deny_writes()) is not None:
-            return denied
-        try:
-            up = self._session(request)
-        except LookupError:
-            return _error(404, "BLOB_UPLOAD_UNKNOWN", "no such upload")
+        if isinstance(up := self._upload_of(request), Response):
+            return up
         digest = dg.validate(request.query_params.get("digest"))
         try:
             async with up.lock:
