@@ -1,6 +1,7 @@
 """Many users at once: N streaming clients against localrt and native llama-server (-np N) on the same GGUF.
 
-    python3 bench/serve_load.py --llama-server PATH/llama-server [--clients 1 4 8] [--requests 2] [--tokens 64]
+    python3 bench/serve_load.py --llama-server PATH/llama-server [--models smollm2 gemma3] [--clients 1 4 8 16]
+                                [--requests 2] [--tokens 64]
 
 Each client sends `--requests` streaming /v1/chat/completions requests one after another (greedy, max_tokens
 `--tokens`, a prompt of its own). Per request: TTFT (first content chunk) and TPOT ((last - first chunk) / (tokens
@@ -86,7 +87,12 @@ def _run(base: str, model: str, clients: int, requests: int, tokens: int) -> dic
             with lock:
                 results.append(got)
 
-    _one(base, model, "Warm up.", 4)
+    # Warm up as many streams as will be measured (every batch size's kernels loaded, every slot touched once).
+    warm = [threading.Thread(target=_one, args=(base, model, f"Warm up {c}.", 8)) for c in range(clients)]
+    for t in warm:
+        t.start()
+    for t in warm:
+        t.join()
     t0 = time.perf_counter()
     threads = [threading.Thread(target=client, args=(c,)) for c in range(clients)]
     for t in threads:
@@ -110,7 +116,10 @@ def _run(base: str, model: str, clients: int, requests: int, tokens: int) -> dic
     }
 
 
-def _localrt(clients: int, store: Path, gguf: Path):
+MODELS = {"smollm2": ("smollm2:135m", "SmolLM2-135M-Instruct Q4_1"), "gemma3": ("gemma3:270m", "Gemma 3 270M Q4_K_M")}
+
+
+def _localrt(clients: int, store: Path, name: str):
     port = _free_port()
     env = {**os.environ, "LOCALRT_HOST": f"127.0.0.1:{port}", "LOCALRT_MODELS": str(store / "models"),
            "LOCALRT_DATA": str(store / "data"), "LOCALRT_NUM_PARALLEL": str(clients), "LOCALRT_NUM_THREADS": "2"}
@@ -118,8 +127,8 @@ def _localrt(clients: int, store: Path, gguf: Path):
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     base = f"http://127.0.0.1:{port}"
     _wait(base + "/", proc)
-    httpx.post(base + "/api/pull", json={"model": "smollm2:135m", "stream": False}, timeout=600).raise_for_status()
-    return proc, base, "smollm2:135m"
+    httpx.post(base + "/api/pull", json={"model": name, "stream": False}, timeout=600).raise_for_status()
+    return proc, base, name
 
 
 def _llama_server(clients: int, path: str, gguf: Path, ctx: int):
@@ -135,31 +144,37 @@ def _llama_server(clients: int, path: str, gguf: Path, ctx: int):
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--llama-server", required=True)
-    ap.add_argument("--clients", type=int, nargs="+", default=[1, 4, 8])
+    ap.add_argument("--models", nargs="+", default=["smollm2", "gemma3"], choices=sorted(MODELS))
+    ap.add_argument("--clients", type=int, nargs="+", default=[1, 4, 8, 16])
     ap.add_argument("--requests", type=int, default=2)
     ap.add_argument("--tokens", type=int, default=64)
     args = ap.parse_args()
-    from localrt.models.builtin_models import smollm2_path
+    from localrt.models import builtin_models
 
-    gguf = smollm2_path()
-    out: dict = {"setup": {"model": "SmolLM2-135M-Instruct Q4_1", "threads": 2, "requests_per_client": args.requests,
-                           "max_tokens": args.tokens, "slo": {"ttft_s": SLO_TTFT_S, "tpot_s": SLO_TPOT_S},
-                           "loadavg_1m_at_start": os.getloadavg()[0]}, "runs": {}}
+    out: dict = {"setup": {"threads": 2, "requests_per_client": args.requests, "max_tokens": args.tokens,
+                           "slo": {"ttft_s": SLO_TTFT_S, "tpot_s": SLO_TPOT_S},
+                           "loadavg_1m_at_start": os.getloadavg()[0]}, "models": {}}
     with tempfile.TemporaryDirectory() as tmp:
-        for n in args.clients:
-            row = {}
-            for name, start in (("localrt", lambda: _localrt(n, Path(tmp), gguf)),
-                                ("llama_server", lambda: _llama_server(n, args.llama_server, gguf, 1024))):
-                proc, base, model = start()
-                try:
-                    row[name] = _run(base, model, n, args.requests, args.tokens)
-                finally:
-                    proc.terminate()
-                    proc.wait(timeout=30)
-            row["ratio_aggregate_tok_s"] = round(row["localrt"]["aggregate_tok_s"] /
-                                                 row["llama_server"]["aggregate_tok_s"], 2)
-            out["runs"][str(n)] = row
-            print(json.dumps({n: row}), flush=True)
+        for key in args.models:
+            name, label = MODELS[key]
+            gguf = getattr(builtin_models, f"{key}_path")()
+            runs: dict = {}
+            out["models"][label] = runs
+            for n in args.clients:
+                row = {}
+                for server, start in (("localrt", lambda: _localrt(n, Path(tmp), name)),
+                                      ("llama_server", lambda: _llama_server(n, args.llama_server, gguf, 1024))):
+                    proc, base, model = start()
+                    try:
+                        row[server] = _run(base, model, n, args.requests, args.tokens)
+                    finally:
+                        proc.terminate()
+                        proc.wait(timeout=30)
+                ls, lr = row["llama_server"], row["localrt"]
+                row["ratio_aggregate_tok_s"] = round(lr["aggregate_tok_s"] / ls["aggregate_tok_s"], 2)
+                row["ttft_p95_localrt_le_llama_server"] = lr["ttft_s"]["p95"] <= ls["ttft_s"]["p95"]
+                runs[str(n)] = row
+                print(json.dumps({label: {n: row}}), flush=True)
     out["setup"]["loadavg_1m_at_end"] = os.getloadavg()[0]
     (REPO / "bench" / "results" / "serve_load.json").write_text(json.dumps(out, indent=2) + "\n")
     print(json.dumps(out, indent=2))
