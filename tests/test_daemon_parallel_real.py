@@ -67,6 +67,18 @@ def test_concurrent_greedy_chats_equal_their_solo_outputs_and_overlap(daemon):
     assert max(firsts) < min(lasts), "every request streamed its first token before any one finished"
 
 
+def test_ps_shows_the_slots_and_the_kv_cache_in_use(daemon):
+    import httpx
+
+    client = ollama.Client(host=daemon.url)
+    client.pull(MODEL)
+    client.chat(model=MODEL, messages=[{"role": "user", "content": "hi"}], options=GREEDY)
+    (entry,) = [m for m in httpx.get(daemon.url + "/api/ps").json()["models"] if m["name"] == MODEL]
+    assert entry["slots"] == 4 and entry["slots_in_use"] == 0  # the request is over
+    # the cache was allocated whole at load; the finished chat's positions stay cached for the next prompt
+    assert 0 < entry["kv_cache_used_bytes"] < entry["kv_cache_bytes"] <= entry["size"]
+
+
 def test_an_embedding_beside_running_chats_waits_its_turn_and_is_unchanged(daemon):
     client = ollama.Client(host=daemon.url)
     alone = client.embed(model=MODEL, input="hello world").embeddings[0]

@@ -45,6 +45,10 @@ class BatchDriver:
         self._thread.start()
 
     @property
+    def n_slots(self) -> int:
+        return self._batcher.n_slots
+
+    @property
     def slots_in_use(self) -> int:
         return self._held
 
@@ -151,6 +155,10 @@ class BatchDriver:
                     self._held = len(b.sequences)
                     self._cv.notify_all()
                 continue
+            with self._cv:  # before any event goes out: a consumer that saw its Done sees its slot free
+                self._held = len(b.sequences)
+                if not self._held:
+                    self._cv.notify_all()  # exclusive() waits for this
             for seq, events in results:
                 out = self._routes[id(seq)]
                 if events:
@@ -158,7 +166,3 @@ class BatchDriver:
                 if seq.finished:
                     del self._routes[id(seq)]
                     out.put((_END, seq.state == "cancelled" and not seq.prefilled))
-            with self._cv:
-                self._held = len(b.sequences)
-                if not self._held:
-                    self._cv.notify_all()  # exclusive() waits for this

@@ -6,7 +6,7 @@ import collections
 import contextvars
 import queue
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Callable, Iterable, Iterator, Mapping
 
@@ -58,6 +58,7 @@ class RunnerInfo:
     queued: int
     size_vram: int = 0  # bytes of the model in GPU memory (0: CPU only)
     slots_in_use: int = 0  # requests running on it now
+    slots: Mapping[str, int] = field(default_factory=dict)  # the loaded model's KV slots and use (Loaded.slots)
 
 
 def system_available_memory() -> int:

@@ -492,6 +492,7 @@ class Scheduler:
             slots_in_use=len(r.active),
             queued=len(r.queue),
             size_vram=min(int(getattr(r.loaded, "size_vram", 0) or 0), total),
+            slots=dict(getattr(r.loaded, "slots", None) or {}),
         )
 
 

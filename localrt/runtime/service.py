@@ -55,6 +55,17 @@ class Loaded:
         plan = getattr(self.model, "placement", None)
         return int(getattr(plan, "vram_bytes", 0) or 0)
 
+    @property
+    def slots(self) -> dict:
+        """What /api/ps reports of the model's KV slots: how many, how many run a request now, and the KV
+        cache's bytes (allocated at load) and the part holding valid positions."""
+        cache = getattr(self.model, "cache", None)
+        if cache is None or self.driver is None:
+            return {}
+        per_pos = cache.nbytes // max(1, cache.n_slots * cache.n_ctx)  # bytes of one position (rings counted pro rata)
+        return {"slots": int(self.driver.n_slots), "slots_in_use": int(self.driver.slots_in_use),
+                "kv_cache_bytes": int(cache.nbytes), "kv_cache_used_bytes": int(cache.lengths.sum()) * int(per_pos)}
+
     def take_load_ns(self) -> int:
         ns, self.unreported_load_ns = self.unreported_load_ns, 0
         return ns
@@ -332,7 +343,7 @@ class Service:
             models.append({"name": info.name, "model": info.name, "size": int(info.size), "size_vram": info.size_vram,
                            "digest": digest, "details": rec_details,
                            "expires_at": expires.strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
-                           "context_length": int(info.context_length)})
+                           "context_length": int(info.context_length), **info.slots})
         return {"models": models}
 
     def tags(self) -> dict:
