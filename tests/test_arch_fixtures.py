@@ -1,0 +1,83 @@
+"""Each architecture family against llama.cpp's own logits on tiny random-weight models (tests/archgen.py).
+
+The GGUF files are rebuilt here from their seeds; llama.cpp's logits for archgen.IDS (one batched prefill)
+were stored by bench/make_arch_reference.py in tests/data/arch/<case>.npz, as float16. With F32 weights
+every position must agree within 1% of that position's logit range; with Q8_0 weights (activations quantized
+to 8 bits on both sides) the top-1 token must agree wherever llama.cpp's top-2 gap is clear. Each feature a
+case exists for is also switched off once, to show the comparison would catch its absence.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+import archgen
+from localrt.engine.loader import load_model
+
+CHECKED = ["llama", "qwen2"]  # the cases whose architecture the engine runs
+F32_TOLERANCE = 0.01  # of each position's logit range (max - min)
+CLEAR_GAP = 0.5  # logits: below this llama.cpp's own top-2 is a near-tie that Q8_0 rounding may flip
+
+
+def _reference(case: archgen.Case, label: str) -> np.ndarray:
+    with np.load(archgen.DATA / f"{case.name}.npz") as z:
+        return z[label].astype(np.float32)  # (n_tok, n_vocab)
+
+
+def _model(tmp_path, case: archgen.Case, wtype: int):
+    path = archgen.write(tmp_path / f"{case.name}-{wtype}.gguf", case, wtype)
+    return load_model(path, num_ctx=case.n_ctx, num_gpu=0)
+
+
+def relative_error(ours: np.ndarray, ref: np.ndarray) -> float:
+    """The largest |ours - ref| of each position over that position's range in ref, worst position."""
+    return float((np.abs(ours - ref).max(axis=1) / np.ptp(ref, axis=1)).max())
+
+
+def _logits(model) -> np.ndarray:
+    try:
+        return model.logits(archgen.IDS)
+    finally:
+        model.close()
+
+
+@pytest.mark.parametrize("name", CHECKED)
+def test_f32_logits_agree_with_llamacpp(tmp_path, name):
+    case = archgen.CASES[name]
+    ref = _reference(case, "f32")
+    err = relative_error(_logits(_model(tmp_path, case, archgen.F32)), ref)
+    assert err < F32_TOLERANCE, f"{name}: max error {err:.2%} of the logit range"
+
+
+@pytest.mark.parametrize("name", CHECKED)
+def test_q8_0_top1_agrees_where_the_gap_is_clear(tmp_path, name):
+    case = archgen.CASES[name]
+    ref = _reference(case, "q8_0")
+    ours = _logits(_model(tmp_path, case, archgen.Q8_0))
+    top2 = np.sort(ref, axis=1)[:, -2:]
+    clear = top2[:, 1] - top2[:, 0] > CLEAR_GAP
+    assert clear.sum() >= len(archgen.IDS) // 2, "too few clear positions for the check to mean anything"
+    agree = ours.argmax(axis=1) == ref.argmax(axis=1)
+    assert agree[clear].all(), f"{name}: top-1 differs at clear positions {np.flatnonzero(clear & ~agree).tolist()}"
+
+
+def _zero_qkv_biases(model) -> None:
+    for L in model.weights.layers:
+        L.attn_q_bias = L.attn_k_bias = L.attn_v_bias = None
+
+
+# case -> what switches its feature off in a loaded model
+ABLATIONS = {
+    "qwen2": _zero_qkv_biases,
+}
+
+
+@pytest.mark.parametrize("name", list(ABLATIONS))
+def test_each_feature_is_what_makes_its_case_agree(tmp_path, name):
+    case = archgen.CASES[name]
+    model = _model(tmp_path, case, archgen.F32)
+    ABLATIONS[name](model)
+    err = relative_error(_logits(model), _reference(case, "f32"))
+    assert err > 5 * F32_TOLERANCE, f"{name} agrees with llama.cpp even without its feature ({err:.2%})"
