@@ -16,7 +16,7 @@ import pytest
 import archgen
 from localrt.engine.loader import load_model
 
-CHECKED = ["llama", "qwen2"]  # the cases whose architecture the engine runs
+CHECKED = ['llama', 'qwen2', 'llama3_rope']  # the cases whose architecture the engine runs
 F32_TOLERANCE = 0.01  # of each position's logit range (max - min)
 CLEAR_GAP = 0.5  # logits: below this llama.cpp's own top-2 is a near-tie that Q8_0 rounding may flip
 
@@ -63,21 +63,42 @@ def test_q8_0_top1_agrees_where_the_gap_is_clear(tmp_path, name):
     assert agree[clear].all(), f"{name}: top-1 differs at clear positions {np.flatnonzero(clear & ~agree).tolist()}"
 
 
-def _zero_qkv_biases(model) -> None:
-    for L in model.weights.layers:
-        L.attn_q_bias = L.attn_k_bias = L.attn_v_bias = None
+def _config(**changes):
+    def apply(model) -> None:
+        model.config = dataclasses.replace(model.config, **changes)
+    return apply
 
 
-# case -> what switches its feature off in a loaded model
+def _layers(**changes):
+    def apply(model) -> None:
+        model.weights.layers = [dataclasses.replace(L, **changes) for L in model.weights.layers]
+    return apply
+
+
+def _swap_gate_up(model) -> None:
+    model.weights.layers = [dataclasses.replace(L, ffn_gate=L.ffn_up, ffn_up=L.ffn_gate) for L in model.weights.layers]
+
+
+def _no_rope_factors(model) -> None:
+    model.weights.rope_freqs = np.ones_like(model.weights.rope_freqs)
+
+
+def _short_factors(model) -> None:
+    model.weights.rope_freqs = model.weights.longrope[0]
+
+
+# feature -> (case, what switches it off in a loaded model)
 ABLATIONS = {
-    "qwen2": _zero_qkv_biases,
+    "qwen2 q/k/v biases": ("qwen2", _layers(attn_q_bias=None, attn_k_bias=None, attn_v_bias=None)),
+    "llama3 rope_freqs": ("llama3_rope", _no_rope_factors),
 }
 
 
-@pytest.mark.parametrize("name", list(ABLATIONS))
-def test_each_feature_is_what_makes_its_case_agree(tmp_path, name):
+@pytest.mark.parametrize("feature", list(ABLATIONS))
+def test_each_feature_is_what_makes_its_case_agree(tmp_path, feature):
+    name, switch_off = ABLATIONS[feature]
     case = archgen.CASES[name]
     model = _model(tmp_path, case, archgen.F32)
-    ABLATIONS[name](model)
+    switch_off(model)
     err = relative_error(_logits(model), _reference(case, "f32"))
-    assert err > 5 * F32_TOLERANCE, f"{name} agrees with llama.cpp even without its feature ({err:.2%})"
+    assert err > 5 * F32_TOLERANCE, f"{name} agrees with llama.cpp even without {feature} ({err:.2%})"
