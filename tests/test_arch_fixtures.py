@@ -16,7 +16,7 @@ import pytest
 import archgen
 from localrt.engine.loader import load_model
 
-CHECKED = ['llama', 'qwen2', 'llama3_rope']  # the cases whose architecture the engine runs
+CHECKED = ['llama', 'qwen2', 'llama3_rope', 'qwen3']  # the cases whose architecture the engine runs
 F32_TOLERANCE = 0.01  # of each position's logit range (max - min)
 CLEAR_GAP = 0.5  # logits: below this llama.cpp's own top-2 is a near-tie that Q8_0 rounding may flip
 
@@ -91,6 +91,7 @@ def _short_factors(model) -> None:
 ABLATIONS = {
     "qwen2 q/k/v biases": ("qwen2", _layers(attn_q_bias=None, attn_k_bias=None, attn_v_bias=None)),
     "llama3 rope_freqs": ("llama3_rope", _no_rope_factors),
+    "qwen3 q/k norms": ("qwen3", _layers(attn_q_norm=None, attn_k_norm=None)),
 }
 
 
