@@ -16,7 +16,7 @@ import pytest
 import archgen
 from localrt.engine.loader import load_model
 
-CHECKED = ['llama', 'qwen2', 'llama3_rope', 'qwen3']  # the cases whose architecture the engine runs
+CHECKED = ['llama', 'qwen2', 'llama3_rope', 'qwen3', 'phi3', 'phi3_short', 'phi3_long']  # the cases whose architecture the engine runs
 F32_TOLERANCE = 0.01  # of each position's logit range (max - min)
 CLEAR_GAP = 0.5  # logits: below this llama.cpp's own top-2 is a near-tie that Q8_0 rounding may flip
 
@@ -92,6 +92,10 @@ ABLATIONS = {
     "qwen2 q/k/v biases": ("qwen2", _layers(attn_q_bias=None, attn_k_bias=None, attn_v_bias=None)),
     "llama3 rope_freqs": ("llama3_rope", _no_rope_factors),
     "qwen3 q/k norms": ("qwen3", _layers(attn_q_norm=None, attn_k_norm=None)),
+    "phi3 gate before up": ("phi3", _swap_gate_up),
+    "phi3 short factors": ("phi3_short", _no_rope_factors),
+    "phi3 attn_factor": ("phi3_short", _config(rope_attn_factor=1.0)),
+    "phi3 long factors past the original context": ("phi3_long", _short_factors),
 }
 
 
