@@ -16,7 +16,7 @@ import pytest
 import archgen
 from localrt.engine.loader import load_model
 
-CHECKED = ['llama', 'qwen2', 'llama3_rope', 'qwen3', 'phi3', 'phi3_short', 'phi3_long']  # the cases whose architecture the engine runs
+CHECKED = list(archgen.CASES)
 F32_TOLERANCE = 0.01  # of each position's logit range (max - min)
 CLEAR_GAP = 0.5  # logits: below this llama.cpp's own top-2 is a near-tie that Q8_0 rounding may flip
 
@@ -96,6 +96,10 @@ ABLATIONS = {
     "phi3 short factors": ("phi3_short", _no_rope_factors),
     "phi3 attn_factor": ("phi3_short", _config(rope_attn_factor=1.0)),
     "phi3 long factors past the original context": ("phi3_long", _short_factors),
+    "gemma2 attention softcap": ("gemma2", _config(attn_softcap=0.0)),
+    "gemma2 final softcap": ("gemma2", _config(final_logit_softcap=0.0)),
+    "gemma2 sliding window": ("gemma2", _config(windows=(0, 0, 0))),
+    "gemma2 post norms": ("gemma2", _layers(post_attention_norm=np.ones(64, np.float32), post_ffw_norm=np.ones(64, np.float32))),
 }
 
 
