@@ -63,6 +63,22 @@ def test_q8_0_top1_agrees_where_the_gap_is_clear(tmp_path, name):
     assert agree[clear].all(), f"{name}: top-1 differs at clear positions {np.flatnonzero(clear & ~agree).tolist()}"
 
 
+@pytest.mark.parametrize("name", CHECKED)
+def test_f32_decode_steps_agree_with_llamacpp(tmp_path, name):
+    """A 4-token prefill, then one token per step: the per-token attention kernel, the KV cache (a ring for
+    sliding-window layers) and the caps on the decode path, against the same batched llama.cpp logits."""
+    case = archgen.CASES[name]
+    model = _model(tmp_path, case, archgen.F32)
+    try:
+        model.cache.clear(0)
+        rows = [model.forward(model.batch(archgen.IDS[:4], 0), model.cache)]
+        rows += [model.forward(model.batch(archgen.IDS[i : i + 1], i), model.cache) for i in range(4, len(archgen.IDS))]
+    finally:
+        model.close()
+    err = relative_error(np.concatenate(rows), _reference(case, "f32"))
+    assert err < F32_TOLERANCE, f"{name}: max error {err:.2%} of the logit range"
+
+
 def _config(**changes):
     def apply(model) -> None:
         model.config = dataclasses.replace(model.config, **changes)
