@@ -229,23 +229,27 @@ def _kv_store(k, v, k_cache, v_cache, positions, slots):
             v_cache[s, h, j, :] = v[t, h, :]
 
 
-def attention(q, k_cache, v_cache, positions, slots, window, scale, out):
+def attention(q, k_cache, v_cache, positions, slots, window, scale, out, softcap=0.0):
     """Causal attention of each query token over its own slot's cache.
 
     q: (n_tok, n_head, head_dim) f32; k_cache/v_cache: (n_slots, n_kv, cap, head_dim) f32, already
     holding every key up to each query's position; positions/slots: (n_tok,) int; window: 0 for
     full attention, else a key at p0 is visible to a query at p1 iff p1 - p0 < window.
     out: (n_tok, n_head, head_dim_v) f32.  Query head h reads KV head h // (n_head / n_kv).
+    softcap > 0 caps each score s = q.k * scale as softcap * tanh(s / softcap) before the softmax (gemma2).
     """
     if checks.attention(q, k_cache, v_cache, positions, slots, window, out) == 0:
         return out
+    softcap = np.float32(softcap)
+    if not softcap >= 0:
+        raise checks.KernelArgumentError(f"softcap must be 0 (off) or positive, got {softcap}")
     # Threads pay off once the jobs read enough keys: a decode step over a few hundred positions does.
     n_keys = int(positions.max()) + 1 if window <= 0 else min(int(positions.max()) + 1, window)
     work = q.shape[0] * q.shape[1] * n_keys * (q.shape[2] + v_cache.shape[3]) * 4  # bytes of k, v read
     if work >= threads.PARALLEL_MIN_BYTES * 4 and q.shape[0] * q.shape[1] > 1:
         threads.use_threads_for(work)
-        return _attention_parallel(q, k_cache, v_cache, positions, slots, window, scale, out)
-    return _attention_serial(q, k_cache, v_cache, positions, slots, window, scale, out)
+        return _attention_parallel(q, k_cache, v_cache, positions, slots, window, scale, softcap, out)
+    return _attention_serial(q, k_cache, v_cache, positions, slots, window, scale, softcap, out)
 
 
 # Reassociation lets LLVM vectorize the dot-product reductions; no flag that assumes finite values,
@@ -254,7 +258,7 @@ _REDUCE = {"reassoc", "contract", "nsz", "arcp"}
 
 
 @njit(cache=True, nogil=True, fastmath=_REDUCE)
-def _attend(q, k_cache, v_cache, positions, slots, window, scale, out, job):
+def _attend(q, k_cache, v_cache, positions, slots, window, scale, softcap, out, job):
     """One (token, head) job of `attention`."""
     n_head = q.shape[1]
     hd = q.shape[2]
@@ -277,6 +281,8 @@ def _attend(q, k_cache, v_cache, positions, slots, window, scale, out, job):
         for d in range(hd):
             acc += q[t, h, d] * k_cache[s, kvh, kj, d]
         acc *= scale
+        if softcap > 0:
+            acc = softcap * np.float32(math.tanh(acc / softcap))
         scores[j] = acc
         if acc > m:
             m = acc
@@ -296,16 +302,16 @@ def _attend(q, k_cache, v_cache, positions, slots, window, scale, out, job):
 
 
 @njit(cache=True, nogil=True, parallel=True)
-def _attention_parallel(q, k_cache, v_cache, positions, slots, window, scale, out):
+def _attention_parallel(q, k_cache, v_cache, positions, slots, window, scale, softcap, out):
     for job in prange(q.shape[0] * q.shape[1]):
-        _attend(q, k_cache, v_cache, positions, slots, window, scale, out, job)
+        _attend(q, k_cache, v_cache, positions, slots, window, scale, softcap, out, job)
     return out
 
 
 @njit(cache=True, nogil=True)
-def _attention_serial(q, k_cache, v_cache, positions, slots, window, scale, out):
+def _attention_serial(q, k_cache, v_cache, positions, slots, window, scale, softcap, out):
     for job in range(q.shape[0] * q.shape[1]):
-        _attend(q, k_cache, v_cache, positions, slots, window, scale, out, job)
+        _attend(q, k_cache, v_cache, positions, slots, window, scale, softcap, out, job)
     return out
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from ..errors import ModelLoadError
 from . import arch as archs
-from .arch.common import TensorSource
+from .arch.common import TensorSource, select_rope_factors
 from .backends.backend import CPUBackend, QTensor
 from .backends.offload import offload
 from .kv_cache import KV_TYPES
@@ -35,10 +35,12 @@ def load_model(path: str | os.PathLike, num_ctx: int = DEFAULT_NUM_CTX, *, num_b
         backend = CPUBackend()
         tensors = {name: QTensor(name, t.ggml_type, tuple(int(d) for d in t.shape), t.data) for name, t in f.tensors.items()}
         weights = archs.get(cfg.arch).load(cfg, TensorSource(tensors, backend))
+        n_ctx = min(num_ctx, cfg.n_ctx_train)
+        select_rope_factors(weights, cfg, n_ctx)
         tok = _tokenizer(f.metadata) if tokenizer else None
         model = Model(
             cfg, f.metadata, weights, backend, tok,
-            num_ctx=min(num_ctx, cfg.n_ctx_train), num_batch=min(num_batch, num_ctx), n_slots=n_slots, kv_type=kv_type, source=f,
+            num_ctx=n_ctx, num_batch=min(num_batch, num_ctx), n_slots=n_slots, kv_type=kv_type, source=f,
         )
         offload(model, num_gpu, main_gpu)
     except BaseException:

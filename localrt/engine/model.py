@@ -1,151 +1,19 @@
-"""ModelConfig (built from GGUF metadata in one function) and Model (weights + forward + public API)."""
+"""Model: weights + forward + public API (its ModelConfig comes from `localrt.engine.config`, re-exported here)."""
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass
-from typing import Iterator, Mapping
+from typing import Iterator
 
 import numpy as np
 
 from simd_kernels import ops
 
-from ..errors import ContextLengthExceeded, InvalidModel, InvalidRequest, ModelLoadError
+from ..errors import ContextLengthExceeded, InvalidRequest, ModelLoadError
 from . import arch as archs
-from . import validate
-from .arch.common import GLOBAL_TENSORS, Batch, dims
+from .arch.common import Batch
+from .config import ModelConfig, config_from_metadata
 from .kv_cache import KVCache
 
-
-@dataclass(frozen=True)
-class ModelConfig:
-    arch: str
-    n_vocab: int
-    n_ctx_train: int
-    n_embd: int
-    n_layer: int
-    n_head: int
-    n_head_kv: int
-    head_dim: int  # per-head width of q and k
-    head_dim_v: int
-    n_ff: int
-    rms_eps: float
-    rope_mode: int  # ops.ROPE_NORMAL or ops.ROPE_NEOX
-    n_rot: int
-    rope_base: float
-    rope_freq_scale: float  # 1 / linear scaling factor; applies to full-attention layers
-    rope_base_swa: float  # base of sliding-window layers
-    windows: tuple[int, ...]  # per layer: 0 = full attention, else the sliding window
-    attn_scale: float  # multiplies q.k
-    embed_scale: float  # multiplies the token embedding
-    final_logit_softcap: float  # 0 = off
-
-    @property
-    def n_embd_k(self) -> int:
-        return self.n_head_kv * self.head_dim
-
-
-_ROPE_MODES = {"llama": ops.ROPE_NORMAL, "qwen2": ops.ROPE_NEOX, "gemma3": ops.ROPE_NEOX}
-
-
-def config_from_metadata(md: dict, tensors: Mapping | None = None) -> ModelConfig:
-    """Every hyperparameter the forward uses, read from GGUF metadata with llama.cpp's defaults and validated.
-
-    With `tensors` (GGUF name -> .shape/.ggml_type[/.data], the file's tensor infos) the config is also checked
-    against the file: block_count before anything per layer is built, then every tensor the forward indexes
-    (see localrt.engine.validate). Raises InvalidModel naming the key and both numbers."""
-    arch = md.get("general.architecture")
-    if not isinstance(arch, str):
-        raise InvalidModel("model file has no general.architecture")
-    module = archs.get(arch)  # raises UnsupportedArchitecture
-    k = validate.Keys(md, arch)
-
-    n_layer = k.int("block_count", lo=1)
-    if tensors is not None:
-        validate.check_block_count(k, n_layer, tensors)
-    k.int("block_count", lo=1, hi=validate.MAX_BLOCKS)
-    n_embd = k.int("embedding_length", hi=validate.MAX_WIDTH)
-    n_head = k.per_layer_int("attention.head_count", n_layer, hi=validate.MAX_HEADS)
-    n_head_kv = k.per_layer_int("attention.head_count_kv", n_layer, n_head, hi=validate.MAX_HEADS)
-    n_ff = k.per_layer_int("feed_forward_length", n_layer, hi=validate.MAX_WIDTH)
-    if not k.has("attention.key_length") and n_embd % n_head:
-        raise InvalidModel(f"{k.name('embedding_length')} ({n_embd}) is not a multiple of {k.name('attention.head_count')} "
-                           f"({n_head}) and the file has no {k.name('attention.key_length')}")
-    head_dim = k.int("attention.key_length", n_embd // n_head, hi=validate.MAX_WIDTH)
-    head_dim_v = k.int("attention.value_length", head_dim, hi=validate.MAX_WIDTH)
-    n_rot = k.int("rope.dimension_count", head_dim, lo=2, hi=validate.MAX_WIDTH)
-    tokens = md.get("tokenizer.ggml.tokens")
-    if tokens is None and not k.has("vocab_size"):
-        raise InvalidModel(f"model file has neither {arch}.vocab_size nor tokenizer.ggml.tokens")
-    n_vocab = k.int("vocab_size", len(tokens) if tokens is not None else None)
-    _check_experts(k)
-
-    scaling = k.str("rope.scaling.type", "none")
-    factor = k.float("rope.scaling.factor", 0.0, positive=False, hi=validate.MAX_ROPE_FACTOR)
-    if scaling not in ("none", "linear") and factor not in (0.0, 1.0):
-        raise InvalidModel(f"{k.name('rope.scaling.type')} {scaling!r} is not supported")
-    freq_scale = 1.0 / factor if factor > 0 else 1.0
-
-    window = k.int("attention.sliding_window", 0, lo=0, hi=validate.MAX_CONTEXT)
-    windows = (0,) * n_layer
-    if arch == "gemma3" and window > 0:
-        windows = tuple(window if swa else 0 for swa in _swa_layers(k, n_layer))
-
-    attn_scale = k.float("attention.scale", 0.0, positive=False, hi=validate.MAX_ATTN_SCALE) or 1.0 / math.sqrt(head_dim)
-    if arch == "gemma3" and n_layer == 62:
-        # Gemma 3 27B scales by n_embd / n_head instead of head_dim (query_pre_attn_scalar).
-        attn_scale = 1.0 / math.sqrt(n_embd // n_head)
-
-    cfg = ModelConfig(
-        arch=arch,
-        n_vocab=n_vocab,
-        n_ctx_train=k.int("context_length", 2048, hi=validate.MAX_CONTEXT),
-        n_embd=n_embd,
-        n_layer=n_layer,
-        n_head=n_head,
-        n_head_kv=n_head_kv,
-        head_dim=head_dim,
-        head_dim_v=head_dim_v,
-        n_ff=n_ff,
-        rms_eps=k.float("attention.layer_norm_rms_epsilon", 1e-5),
-        rope_mode=_ROPE_MODES[arch],
-        n_rot=n_rot,
-        rope_base=k.float("rope.freq_base", 10000.0),
-        rope_freq_scale=freq_scale,
-        rope_base_swa=k.float("rope.freq_base_swa", 10000.0) if arch == "gemma3" else 10000.0,  # only gemma3's local layers
-        windows=windows,
-        attn_scale=attn_scale,
-        embed_scale=float(np.sqrt(np.float32(n_embd))) if arch == "gemma3" else 1.0,
-        final_logit_softcap=k.float("final_logit_softcapping", 0.0, positive=False),
-    )
-    validate.check_heads(k, cfg)
-    validate.check_vocab(k, n_vocab)
-    if tensors is not None:
-        validate.check_tensors(k, cfg, tensors, GLOBAL_TENSORS, module.BLOCK, dims(cfg))
-    return cfg
-
-
-def _check_experts(k: validate.Keys) -> None:
-    """This engine runs dense FFNs only: a mixture-of-experts file is refused by name."""
-    n_expert = k.int("expert_count", 0, lo=0, hi=validate.MAX_EXPERTS)
-    n_used = k.int("expert_used_count", 0, lo=0, hi=validate.MAX_EXPERTS)
-    if n_expert > 0:
-        raise InvalidModel(f"{k.name('expert_count')} is {n_expert}: mixture-of-experts models are not supported")
-    if n_used > 0:
-        raise InvalidModel(f"{k.name('expert_used_count')} is {n_used} but {k.name('expert_count')} is 0")
-
-
-def _swa_layers(k: validate.Keys, n_layer: int) -> list[bool]:
-    """Which layers use the sliding window: a bool per layer, or period p (layer il is local iff il % p < p - 1)."""
-    key = k.name("attention.sliding_window_pattern")
-    pattern = k.raw("attention.sliding_window_pattern", 6)
-    if isinstance(pattern, (list, np.ndarray)):
-        if len(pattern) != n_layer:
-            raise InvalidModel(f"{key} has {len(pattern)} entries for {n_layer} layers ({k.name('block_count')})")
-        if not all(isinstance(b, (bool, np.bool_)) or validate.is_int(b) for b in pattern):
-            raise InvalidModel(f"{key} must hold one bool per layer")
-        return [bool(b) for b in pattern]
-    period = k.int("attention.sliding_window_pattern", 6, lo=0, hi=validate.MAX_BLOCKS)
-    return [period > 0 and il % period < period - 1 for il in range(n_layer)]
+__all__ = ["Model", "ModelConfig", "config_from_metadata"]
 
 
 class Model:

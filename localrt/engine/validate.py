@@ -3,7 +3,7 @@
 Every hyperparameter the forward uses is read with its type and range checked (`Keys`), then compared with
 the shapes of the tensors in the file (`check_block_count`, `check_tensors`), before anything is allocated
 or any kernel runs. Each error is an `InvalidModel` (a 400 at the HTTP edge) naming the GGUF key or tensor
-and both numbers. `localrt.engine.model.config_from_metadata(metadata, tensors)` drives it; the loader, `create`
+and both numbers. `localrt.engine.config.config_from_metadata(metadata, tensors)` drives it; the loader, `create`
 and the memory estimate all go through that one call.
 
 `tensors` maps GGUF names to objects with `.shape` (NumPy order) and `.ggml_type` (gguf_io.TensorInfo or
@@ -32,6 +32,7 @@ FLOAT_MIN, FLOAT_MAX = 1e-30, 1e30  # positive float hyperparameters stay well i
 FINITE_SCAN_BYTES = 1 << 20  # float tensors up to this size are scanned for NaN/inf; bigger ones are not read
 
 F32, F16, BF16 = 0, 1, 30
+ROPE_FACTOR_TENSORS = ("rope_freqs.weight", "rope_factors_long.weight", "rope_factors_short.weight")
 _BLOCK_NAME = re.compile(r"blk\.(\d+)\.")
 
 
@@ -137,7 +138,7 @@ def check_block_count(keys: Keys, n_layer: int, tensors: Mapping) -> None:
     raise InvalidModel(f"{key} is {n_layer} but the file's blocks go up to blk.{top} with blk.{missing} missing")
 
 
-def check_heads(keys: Keys, cfg) -> None:
+def check_heads(keys: Keys, cfg, *, partial_rotary: bool = False) -> None:
     """Head counts, head sizes and the rope dimension count against each other (metadata only)."""
     head, kv = keys.name("attention.head_count"), keys.name("attention.head_count_kv")
     if cfg.n_head % cfg.n_head_kv:
@@ -146,8 +147,8 @@ def check_heads(keys: Keys, cfg) -> None:
     if cfg.n_rot % 2 or cfg.n_rot > cfg.head_dim:
         raise InvalidModel(f"{rot} is {cfg.n_rot} but the head size ({kl}) is {cfg.head_dim}: "
                            "it must be even and at most the head size")
-    if cfg.n_rot != cfg.head_dim:
-        # llama.cpp refuses this for llama; qwen2 and gemma3 rotate whole heads too (no partial rotary).
+    if cfg.n_rot != cfg.head_dim and not partial_rotary:
+        # llama.cpp refuses this for llama and qwen3; qwen2 and the gemmas rotate whole heads too. phi3 may not.
         raise InvalidModel(f"{rot} is {cfg.n_rot} but the head size ({kl}) is {cfg.head_dim}: "
                            f"{cfg.arch} rotates the whole head")
 
@@ -161,6 +162,7 @@ def dim_labels(keys: Keys, vocab_label: str) -> dict[str, str]:
         "n_vocab": vocab_label, "n_embd": k("embedding_length"), "n_ff": k("feed_forward_length"), "head_dim": kl,
         "n_q": f"{head} x {kl}", "n_k": f"{kv} x {kl}", "n_v": f"{kv} x {vl}", "n_o": f"{head} x {vl}",
         "n_rot_half": f"{k('rope.dimension_count')} / 2",
+        "n_qkv": f"{head} x {kl} + 2 x {kv} x {kl}", "n_ff2": f"2 x {k('feed_forward_length')}",
     }
 
 
@@ -181,11 +183,11 @@ def check_tensors(keys: Keys, cfg, tensors: Mapping, global_table: dict, block_t
     for il in range(cfg.n_layer):
         for name, spec in block_table.items():
             _check_tensor(tensors, f"blk.{il}.{name}", spec, dims, labels)
-    freqs = tensors.get("rope_freqs.weight")
-    if freqs is not None:
-        values = _float_values(freqs)
+    for name in ROPE_FACTOR_TENSORS:
+        factors = tensors.get(name)
+        values = None if factors is None else _float_values(factors)
         if values is not None and not (values > 0).all():
-            raise InvalidModel("tensor 'rope_freqs.weight' has values that are not greater than 0 (rope divides by them)")
+            raise InvalidModel(f"tensor {name!r} has values that are not greater than 0 (rope divides by them)")
 
 
 def _check_tensor(tensors: Mapping, name: str, spec: tuple, dims: dict, labels: dict) -> None:

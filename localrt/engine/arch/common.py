@@ -50,9 +50,10 @@ class Weights:
     output_norm: np.ndarray
     output: QTensor  # token_embd itself when the file ties the output
     layers: list[Layer]
-    rope_freqs: np.ndarray  # (n_rot/2,) f32, ones unless the file has rope_freqs
+    rope_freqs: np.ndarray  # (n_rot/2,) f32 rope divisors: rope_freqs (llama3) or rope_factors_short, else ones
     # Device per layer, then one for output_norm + output (see localrt.engine.backends.offload); empty: all on the model's backend.
     devices: list = field(default_factory=list)
+    longrope: tuple | None = None  # (rope_factors_short, rope_factors_long), each (n_rot/2,) f32 or None; see select_rope_factors
 
 
 def layer_devices(be, w: Weights) -> list:
@@ -161,6 +162,8 @@ def dims(cfg) -> dict[str, int]:
         "n_ff": cfg.n_ff,
         "head_dim": cfg.head_dim,
         "n_rot_half": cfg.n_rot // 2,
+        "n_qkv": cfg.n_head * cfg.head_dim + cfg.n_head_kv * (cfg.head_dim + cfg.head_dim_v),
+        "n_ff2": 2 * cfg.n_ff,
     }
 
 
@@ -170,24 +173,36 @@ def _fetch(src: TensorSource, name: str, shape: tuple[int, ...], required: bool)
     return src.vector(name, shape[0], required=required)
 
 
-def load_common(cfg, src: TensorSource, block: TensorTable) -> Weights:
-    """GLOBAL_TENSORS (output tied to token_embd when absent) and, per block, the tensors of `block`."""
+def load_common(cfg, src: TensorSource, block: TensorTable, globals_: TensorTable = GLOBAL_TENSORS, extra=None) -> Weights:
+    """The tensors of `globals_` (output tied to token_embd when absent) and, per block, the tensors of `block`
+    plus the Layer fields `extra(il)` returns (an arch's split fused tensors)."""
     d = dims(cfg)
-    g = {name: _fetch(src, name, tuple(d[k] for k in shape), req) for name, (shape, req) in GLOBAL_TENSORS.items()}
-    freqs = g["rope_freqs.weight"]
+    g = {name: _fetch(src, name, tuple(d[k] for k in shape), req) for name, (shape, req) in globals_.items()}
+    longrope = g.get("rope_factors_short.weight"), g.get("rope_factors_long.weight")
+    freqs = g.get("rope_freqs.weight")
+    if freqs is None:
+        freqs = longrope[0]
     return Weights(
         token_embd=g["token_embd.weight"],
         output_norm=g["output_norm.weight"],
-        output=g["output.weight"] if g["output.weight"] is not None else g["token_embd.weight"],
-        layers=[load_layer(cfg, src, il, block) for il in range(cfg.n_layer)],
+        output=g["output.weight"] if g.get("output.weight") is not None else g["token_embd.weight"],
+        layers=[load_layer(cfg, src, il, block, **(extra(il) if extra else {})) for il in range(cfg.n_layer)],
         rope_freqs=freqs if freqs is not None else np.ones(cfg.n_rot // 2, np.float32),  # (n_rot/2,)
+        longrope=longrope if any(f is not None for f in longrope) else None,
     )
 
 
-def load_layer(cfg, src: TensorSource, il: int, block: TensorTable) -> Layer:
-    """Block il's tensors as a Layer (field = GGUF name minus `.weight`, dots as underscores)."""
+def select_rope_factors(w: Weights, cfg, n_ctx: int) -> None:
+    """Longrope (phi3): as llama.cpp, a context above rope.scaling.original_context_length rotates with
+    rope_factors_long (none if the file has none), else with rope_factors_short; fixed for the loaded model."""
+    if w.longrope is not None:
+        chosen = w.longrope[1] if n_ctx > cfg.rope_orig_ctx else w.longrope[0]
+        w.rope_freqs = chosen if chosen is not None else np.ones(cfg.n_rot // 2, np.float32)  # (n_rot/2,)
+
+
+def load_layer(cfg, src: TensorSource, il: int, block: TensorTable, **fields) -> Layer:
+    """Block il's tensors as a Layer (field = GGUF name minus `.weight`, dots as underscores), plus `fields`."""
     d = dims(cfg)
-    fields = {}
     for name, (shape, required) in block.items():
         fields[name.removesuffix(".weight").replace(".", "_")] = _fetch(src, f"blk.{il}.{name}", tuple(d[k] for k in shape), required)
     return Layer(**fields)
@@ -209,12 +224,16 @@ def attention(be, cfg, w: Weights, L: Layer, il: int, h: np.ndarray, batch: Batc
         be.ops.rms_norm_heads(k3, L.attn_k_norm, cfg.rms_eps)
     be.ops.rope(q3, batch.positions, cfg.n_rot, rope_base, freq_scale, w.rope_freqs, cfg.rope_mode)
     be.ops.rope(k3, batch.positions, cfg.n_rot, rope_base, freq_scale, w.rope_freqs, cfg.rope_mode)
+    if cfg.rope_attn_factor != 1.0:  # ggml scales cos and sin: the rotated dims only
+        q3[:, :, : cfg.n_rot] *= np.float32(cfg.rope_attn_factor)
+        k3[:, :, : cfg.n_rot] *= np.float32(cfg.rope_attn_factor)
     v3 = v.reshape(n, cfg.n_head_kv, cfg.head_dim_v)
     if cache.as_f16:  # what llama.cpp's default F16 cache keeps (NumPy converts with F16C, fast)
         k3, v3 = k3.astype(np.float16).astype(np.float32), v3.astype(np.float16).astype(np.float32)
     be.ops.kv_store(k3, v3, cache.k[il], cache.v[il], batch.positions, batch.slots)
     a = be.xp.empty((n, cfg.n_head, cfg.head_dim_v), np.float32)  # (n_tok, n_head, head_dim_v)
-    be.attention(q3, cache.k[il], cache.v[il], batch.positions, batch.slots, cfg.windows[il], cfg.attn_scale, a)
+    be.attention(q3, cache.k[il], cache.v[il], batch.positions, batch.slots, cfg.windows[il], cfg.attn_scale, a,
+                 softcap=cfg.attn_softcap)
     out = be.linear(L.attn_output, a.reshape(n, -1))  # (n_tok, n_embd)
     if L.attn_output_bias is not None:
         be.ops.add_bias(out, L.attn_output_bias)

@@ -1,11 +1,14 @@
 """gemma3: scaled embedding, q/k norms, sandwich norms, GELU-tanh gated FFN, local/global layers.
 
 Norm weights in the file already include Gemma's +1. Local (sliding-window) layers use rope base
-`rope_base_swa` without frequency scaling; global layers use the file's base and scaling.
+`rope_base_swa` and scale `rope_freq_scale_swa` (gemma3: none); global layers use the file's base and scaling.
+gemma2 runs this same forward (its layers have no q/k norms; its soft-capping is in the config).
 """
 from __future__ import annotations
 
 import numpy as np
+
+from simd_kernels import ops
 
 from .common import (
     Batch,
@@ -20,6 +23,7 @@ from .common import (
 )
 
 
+ROPE_MODE = ops.ROPE_NEOX
 BLOCK = block_tensors(qk_norm=True, sandwich=True)
 
 
@@ -41,7 +45,7 @@ def forward(be, cfg, w: Weights, batch: Batch, cache) -> np.ndarray:
         prev = dev
         local = cfg.windows[il] > 0
         base = cfg.rope_base_swa if local else cfg.rope_base
-        scale = 1.0 if local else cfg.rope_freq_scale
+        scale = cfg.rope_freq_scale_swa if local else cfg.rope_freq_scale
         dev.ops.rms_norm(x, L.attn_norm, cfg.rms_eps, h)
         a = attention(dev, cfg, w, L, il, h, batch, cache, base, scale)
         dev.ops.rms_norm(a, L.post_attention_norm, cfg.rms_eps, a)

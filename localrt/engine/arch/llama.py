@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from simd_kernels import ops
+
 from .common import (
     Batch,
     TensorSource,
@@ -20,6 +22,7 @@ from .common import (
 )
 
 
+ROPE_MODE = ops.ROPE_NORMAL
 BLOCK = block_tensors()  # q/k/v biases are read when present
 
 

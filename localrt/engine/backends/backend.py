@@ -121,12 +121,13 @@ class CPUBackend:
             self._scratches = [np.empty(SCRATCH_ELEMS // n, np.float32) for _ in range(n)]
         return self._scratches
 
-    def attention(self, q, k_cache, v_cache, positions, slots, window: int, scale: float, out: np.ndarray) -> np.ndarray:
-        """Causal attention over the cache; see `ops.attention` for shapes and the window rule."""
+    def attention(self, q, k_cache, v_cache, positions, slots, window: int, scale: float, out: np.ndarray,
+                  softcap: float = 0.0) -> np.ndarray:
+        """Causal attention over the cache; see `ops.attention` for shapes, the window rule and softcap."""
         n = len(positions)
         one_run = n >= ATTN_BLAS_MIN_TOKENS and (slots == slots[0]).all() and (np.diff(positions) == 1).all()
-        if not one_run:
-            return ops.attention(q, k_cache, v_cache, positions, slots, window, scale, out)
+        if not one_run or not softcap >= 0:  # the kernel refuses a bad softcap by name
+            return ops.attention(q, k_cache, v_cache, positions, slots, window, scale, out, softcap)
         # A prefill chunk of one sequence: per KV head, scores and mixing are two BLAS products.
         n_head, n_kv, cap = q.shape[1], k_cache.shape[1], k_cache.shape[2]
         group = n_head // n_kv
@@ -160,6 +161,10 @@ class CPUBackend:
                 qg = np.ascontiguousarray(q[a:b, heads, :].transpose(1, 0, 2)).reshape(group * m, -1)
                 sc = (qg @ k.T).reshape(group, m, len(keys))  # (group, m, n_keys)
                 sc *= np.float32(scale)
+                if softcap > 0:
+                    sc /= np.float32(softcap)
+                    np.tanh(sc, out=sc)
+                    sc *= np.float32(softcap)
                 sc += mask[a:b]
                 sc -= sc.max(axis=2, keepdims=True)
                 np.exp(sc, out=sc)

@@ -139,11 +139,13 @@ class CUDABackend:
 
     # -- attention -------------------------------------------------------------------------------
 
-    def attention(self, q, k_cache, v_cache, positions, slots, window: int, scale: float, out):
-        """Causal attention over this device's cache layer; shapes as `simd_kernels.ops.attention`."""
+    def attention(self, q, k_cache, v_cache, positions, slots, window: int, scale: float, out, softcap: float = 0.0):
+        """Causal attention over this device's cache layer; shapes and softcap as `simd_kernels.ops.attention`."""
         cp = self.cp
         if checks.attention(q, k_cache, v_cache, positions, slots, window, out) == 0:
             return out
+        if not softcap >= 0:
+            raise checks.KernelArgumentError(f"softcap must be 0 (off) or positive, got {softcap}")
         n_tok, n_head, hd = q.shape
         n_kv, cap, hd_v = k_cache.shape[1], k_cache.shape[2], v_cache.shape[3]
         pmax = int(np.max(positions)) + 1
@@ -153,7 +155,7 @@ class CUDABackend:
             (n_tok * n_head,), (128,),
             (cp.ascontiguousarray(q), k_cache, v_cache, self.host_constant(positions), self.host_constant(slots),
              np.int32(n_head), np.int32(n_kv), np.int32(cap), np.int32(hd), np.int32(hd_v), np.int32(window),
-             np.float32(scale), scores, np.int32(max_keys), out))
+             np.float32(scale), np.float32(softcap), scores, np.int32(max_keys), out))
         return out
 
     def _k(self, name: str):

@@ -269,7 +269,7 @@ extern "C" __global__ void kv_store(const float* k, const float* v, float* kc, f
 /* One block per (token, head): scores into `scores` (n_tok * n_head, max_keys), softmax, mix values. */
 extern "C" __global__ void attention(const float* q, const float* kc, const float* vc, const long long* pos,
                                      const long long* slots, int n_head, int n_kv, int cap, int hd, int hd_v,
-                                     int window, float scale, float* scores, int max_keys, float* out) {
+                                     int window, float scale, float softcap, float* scores, int max_keys, float* out) {
     __shared__ float red[32];
     int job = blockIdx.x, t = job / n_head, h = job % n_head, kvh = h / (n_head / n_kv);
     long long p = pos[t], s = slots[t];
@@ -285,6 +285,7 @@ extern "C" __global__ void attention(const float* q, const float* kc, const floa
         float acc = 0.f;
         for (int d = 0; d < hd; ++d) acc += qv[d] * kr[d];
         acc *= scale;
+        if (softcap > 0.f) acc = softcap * tanhf(acc / softcap);  /* gemma2's attention logit soft-capping */
         sc[j] = acc;
         m = fmaxf(m, acc);
     }

@@ -1,0 +1,193 @@
+"""ModelConfig: every hyperparameter the forward uses, built from GGUF metadata in one function.
+
+Defaults and per-family rules are llama.cpp's (`src/llama-model.cpp`, `src/models/<arch>.cpp`); every value
+is range-checked by `validate.Keys` and, given the file's tensors, checked against their shapes.
+"""
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass
+from typing import Mapping
+
+import numpy as np
+
+from ..errors import InvalidModel
+from . import arch as archs
+from . import validate
+from .arch.common import GLOBAL_TENSORS, dims
+
+log = logging.getLogger("localrt.engine")
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    arch: str
+    n_vocab: int
+    n_ctx_train: int
+    n_embd: int
+    n_layer: int
+    n_head: int
+    n_head_kv: int
+    head_dim: int  # per-head width of q and k
+    head_dim_v: int
+    n_ff: int
+    rms_eps: float
+    rope_mode: int  # ops.ROPE_NORMAL or ops.ROPE_NEOX
+    n_rot: int
+    rope_base: float
+    rope_freq_scale: float  # 1 / linear scaling factor; applies to full-attention layers
+    rope_base_swa: float  # base of sliding-window layers
+    windows: tuple[int, ...]  # per layer: 0 = full attention, else the sliding window
+    attn_scale: float  # multiplies q.k
+    embed_scale: float  # multiplies the token embedding
+    final_logit_softcap: float  # 0 = off
+    rope_freq_scale_swa: float = 1.0  # frequency scale of sliding-window layers
+    attn_softcap: float = 0.0  # q.k * attn_scale -> cap * tanh(. / cap) before the softmax; 0 = off
+    rope_attn_factor: float = 1.0  # multiplies the rotated dims of q and k (llama.cpp's rope attn_factor)
+    rope_orig_ctx: int = 0  # longrope: a context above this picks rope_factors_long (else _short)
+
+    @property
+    def n_embd_k(self) -> int:
+        return self.n_head_kv * self.head_dim
+
+
+SWA_PERIOD = {"gemma2": 2, "gemma3": 6}  # default sliding_window_pattern: layer il is local iff il % p < p - 1
+SWA_DEFAULT = {"gemma2": 4096}  # sliding window when the file has none (llama.cpp's n_swa for gemma 2)
+PARTIAL_ROTARY = ("phi3",)  # families whose rope may rotate fewer dims than the head (Phi-4-mini: 96 of 128)
+FACTOR_SCALING = {"llama": "llama3", "phi3": "longrope"}  # rope.scaling.type carried by factor tensors
+
+
+def config_from_metadata(md: dict, tensors: Mapping | None = None) -> ModelConfig:
+    """Every hyperparameter the forward uses, read from GGUF metadata with llama.cpp's defaults and validated.
+
+    With `tensors` (GGUF name -> .shape/.ggml_type[/.data], the file's tensor infos) the config is also checked
+    against the file: block_count before anything per layer is built, then every tensor the forward indexes
+    (see localrt.engine.validate). Raises InvalidModel naming the key and both numbers."""
+    arch = md.get("general.architecture")
+    if not isinstance(arch, str):
+        raise InvalidModel("model file has no general.architecture")
+    module = archs.get(arch)  # raises UnsupportedArchitecture
+    k = validate.Keys(md, arch)
+
+    n_layer = k.int("block_count", lo=1)
+    if tensors is not None:
+        validate.check_block_count(k, n_layer, tensors)
+    k.int("block_count", lo=1, hi=validate.MAX_BLOCKS)
+    n_embd = k.int("embedding_length", hi=validate.MAX_WIDTH)
+    n_head = k.per_layer_int("attention.head_count", n_layer, hi=validate.MAX_HEADS)
+    n_head_kv = k.per_layer_int("attention.head_count_kv", n_layer, n_head, hi=validate.MAX_HEADS)
+    n_ff = k.per_layer_int("feed_forward_length", n_layer, hi=validate.MAX_WIDTH)
+    if not k.has("attention.key_length") and n_embd % n_head:
+        raise InvalidModel(f"{k.name('embedding_length')} ({n_embd}) is not a multiple of {k.name('attention.head_count')} "
+                           f"({n_head}) and the file has no {k.name('attention.key_length')}")
+    head_dim = k.int("attention.key_length", n_embd // n_head, hi=validate.MAX_WIDTH)
+    head_dim_v = k.int("attention.value_length", head_dim, hi=validate.MAX_WIDTH)
+    n_rot = k.int("rope.dimension_count", head_dim, lo=2, hi=validate.MAX_WIDTH)
+    tokens = md.get("tokenizer.ggml.tokens")
+    if tokens is None and not k.has("vocab_size"):
+        raise InvalidModel(f"model file has neither {arch}.vocab_size nor tokenizer.ggml.tokens")
+    n_vocab = k.int("vocab_size", len(tokens) if tokens is not None else None)
+    n_ctx_train = k.int("context_length", 2048, hi=validate.MAX_CONTEXT)
+    _check_experts(k)
+
+    freq_scale = _rope_freq_scale(k, tensors)
+    rope_base = k.float("rope.freq_base", 10000.0)
+    windows = _windows(k, n_layer)
+    gemma = arch in ("gemma2", "gemma3")
+
+    attn_scale = k.float("attention.scale", 0.0, positive=False, hi=validate.MAX_ATTN_SCALE) or 1.0 / math.sqrt(head_dim)
+    if gemma:
+        # query_pre_attn_scalar: head_dim, but n_embd / n_head for the 27B models (gemma2: 46 layers, gemma3: 62),
+        # set by llama.cpp whatever attention.scale says.
+        attn_scale = 1.0 / math.sqrt(n_embd // n_head if n_layer == {"gemma2": 46, "gemma3": 62}[arch] else head_dim)
+
+    cfg = ModelConfig(
+        arch=arch,
+        n_vocab=n_vocab,
+        n_ctx_train=n_ctx_train,
+        n_embd=n_embd,
+        n_layer=n_layer,
+        n_head=n_head,
+        n_head_kv=n_head_kv,
+        head_dim=head_dim,
+        head_dim_v=head_dim_v,
+        n_ff=n_ff,
+        rms_eps=k.float("attention.layer_norm_rms_epsilon", 1e-5),
+        rope_mode=module.ROPE_MODE,
+        n_rot=n_rot,
+        rope_base=rope_base,
+        rope_freq_scale=freq_scale,
+        # Sliding-window layers: gemma3 has its own base (default 10000) and no scaling; gemma2 the global ones.
+        rope_base_swa=k.float("rope.freq_base_swa", 10000.0 if arch == "gemma3" else rope_base),
+        rope_freq_scale_swa=1.0 if arch == "gemma3" else freq_scale,
+        windows=windows,
+        attn_scale=attn_scale,
+        embed_scale=float(np.sqrt(np.float32(n_embd))) if gemma else 1.0,
+        # gemma2 always caps (llama.cpp's defaults 50 and 30); others only where the file says so.
+        final_logit_softcap=k.float("final_logit_softcapping", 30.0 if arch == "gemma2" else 0.0, positive=arch == "gemma2"),
+        attn_softcap=k.float("attn_logit_softcapping", 50.0) if arch == "gemma2" else 0.0,
+        rope_attn_factor=k.float("rope.scaling.attn_factor", 1.0, hi=validate.MAX_ROPE_FACTOR),
+        rope_orig_ctx=k.int("rope.scaling.original_context_length", n_ctx_train, hi=validate.MAX_CONTEXT),
+    )
+    validate.check_heads(k, cfg, partial_rotary=arch in PARTIAL_ROTARY)
+    validate.check_vocab(k, n_vocab)
+    if tensors is not None:
+        validate.check_tensors(k, cfg, tensors, getattr(module, "GLOBALS", GLOBAL_TENSORS), module.BLOCK, dims(cfg))
+        if hasattr(module, "check_tensors"):
+            module.check_tensors(cfg, tensors)
+    return cfg
+
+
+def _rope_freq_scale(k: validate.Keys, tensors: Mapping | None) -> float:
+    """1 / rope.scaling.factor for linear scaling; 1 for none, and for the types whose factors are tensors."""
+    key = k.name("rope.scaling.type")
+    scaling = k.str("rope.scaling.type", "linear")  # llama.cpp's default
+    factor = k.float("rope.scaling.factor", 0.0, positive=False, hi=validate.MAX_ROPE_FACTOR)
+    by_tensor = FACTOR_SCALING.get(k.arch)
+    if scaling == by_tensor:
+        # llama3 (rope_freqs) / longrope (rope_factors_long/short): the per-dimension factors are in the file.
+        needed = ("rope_freqs.weight",) if scaling == "llama3" else ("rope_factors_long.weight", "rope_factors_short.weight")
+        if tensors is not None and not any(n in tensors for n in needed):
+            raise InvalidModel(f"{key} is {scaling!r} but the file has no {' or '.join(needed)} tensor with its factors")
+        return 1.0
+    if scaling not in ("none", "linear") and factor not in (0.0, 1.0):  # yarn & co. with a factor of 1 scale nothing
+        raise InvalidModel(f"{key} {scaling!r} (factor {factor:g}) is not supported for {k.arch}")
+    return 1.0 / factor if scaling == "linear" and factor > 0 else 1.0
+
+
+def _windows(k: validate.Keys, n_layer: int) -> tuple[int, ...]:
+    """Per layer the sliding window (0: full attention), from attention.sliding_window and its pattern."""
+    arch = k.arch
+    window = k.int("attention.sliding_window", SWA_DEFAULT.get(arch, 0), lo=0, hi=validate.MAX_CONTEXT)
+    if arch == "phi3" and window > 0:
+        log.warning("%s is %d: llama.cpp runs Phi-3 with full attention (its sliding window is disabled), and so does "
+                    "localrt", k.name("attention.sliding_window"), window)
+    if arch not in SWA_PERIOD or window == 0:
+        return (0,) * n_layer
+    return tuple(window if swa else 0 for swa in _swa_layers(k, n_layer, SWA_PERIOD[arch]))
+
+
+def _check_experts(k: validate.Keys) -> None:
+    """This engine runs dense FFNs only: a mixture-of-experts file is refused by name."""
+    n_expert = k.int("expert_count", 0, lo=0, hi=validate.MAX_EXPERTS)
+    n_used = k.int("expert_used_count", 0, lo=0, hi=validate.MAX_EXPERTS)
+    if n_expert > 0:
+        raise InvalidModel(f"{k.name('expert_count')} is {n_expert}: mixture-of-experts models are not supported")
+    if n_used > 0:
+        raise InvalidModel(f"{k.name('expert_used_count')} is {n_used} but {k.name('expert_count')} is 0")
+
+
+def _swa_layers(k: validate.Keys, n_layer: int, default: int) -> list[bool]:
+    """Which layers use the sliding window: a bool per layer, or period p (layer il is local iff il % p < p - 1;
+    p = 0: every layer, as llama.cpp's set_swa_pattern)."""
+    key = k.name("attention.sliding_window_pattern")
+    pattern = k.raw("attention.sliding_window_pattern", default)
+    if isinstance(pattern, (list, np.ndarray)):
+        if len(pattern) != n_layer:
+            raise InvalidModel(f"{key} has {len(pattern)} entries for {n_layer} layers ({k.name('block_count')})")
+        if not all(isinstance(b, (bool, np.bool_)) or validate.is_int(b) for b in pattern):
+            raise InvalidModel(f"{key} must hold one bool per layer")
+        return [bool(b) for b in pattern]
+    period = k.int("attention.sliding_window_pattern", default, lo=0, hi=validate.MAX_BLOCKS)
+    return [period == 0 or il % period < period - 1 for il in range(n_layer)]

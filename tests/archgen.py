@@ -1,0 +1,200 @@
+"""Tiny random-weight GGUF files of every architecture family the engine runs, rebuilt bit for bit from a seed.
+
+`bench/make_arch_reference.py` runs llama.cpp once on each (F32 and Q8_0 weights) and stores its logits in
+`tests/data/arch/`; `tests/test_arch_fixtures.py` rebuilds the same files here and compares the engine with
+them, so the tests never need llama.cpp. The tokenizer is SmolLM2's own byte-level BPE (`tokenizer.ggml.*`),
+cut to its first VOCAB tokens and the merges among them (`tests/data/arch/tokenizer.json`, written by the
+bench script from the installed SmolLM2 file), so both runtimes load a real tokenizer of a small vocabulary.
+
+Each Case names what it exercises: q/k/v biases (qwen2), llama3 rope factors (`rope_freqs`), q/k norms
+(qwen3), fused qkv and gate+up with longrope factors and partial rotary (phi3), soft-capping, sandwich norms
+and alternating sliding windows (gemma2). The shapes are GGUF's (NumPy order: rows = outputs).
+"""
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import gguf
+import numpy as np
+
+import quant
+
+DATA = Path(__file__).parent / "data" / "arch"
+TOKENIZER_FILE = DATA / "tokenizer.json"
+VOCAB = 512  # SmolLM2's first 512 tokens: 17 specials, the byte alphabet, the first merges
+F32, Q8_0 = 0, 8
+# The fixed prompt both runtimes evaluate (ids in VOCAB; 1 = <|im_start|>, as a chat prompt begins).
+IDS = [1, 411, 278, 292, 17, 305, 331, 288, 423, 299, 264, 500, 356, 27, 392, 2]
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    arch: str
+    n_embd: int = 64
+    n_layer: int = 3
+    n_head: int = 4
+    n_head_kv: int = 2
+    head_dim: int = 16
+    n_ff: int = 128
+    n_rot: int = 0  # 0: the whole head
+    n_ctx_train: int = 1024
+    n_ctx: int = 256  # the context both runtimes run with (phi3 longrope picks its factors by it)
+    rope_base: float = 10000.0
+    eps: float = 1e-5
+    biases: bool = False
+    tied: bool = True
+    llama3_rope: tuple = ()  # (factor, low_freq_factor, high_freq_factor, original context): a rope_freqs tensor
+    longrope: bool = False  # phi3: rope_factors_long/short and rope.scaling.attn_factor
+    window: int = 0  # gemma2 sliding window (even layers local)
+    attn_softcap: float = 0.0
+    final_softcap: float = 0.0
+    extra: dict = field(default_factory=dict)  # more `<arch>.<suffix>`: value keys
+    seed: int = 0
+
+    @property
+    def rot(self) -> int:
+        return self.n_rot or self.head_dim
+
+
+CASES = {c.name: c for c in (
+    Case("llama", "llama", tied=False, seed=1),
+    Case("qwen2", "qwen2", biases=True, seed=2),
+    # Llama 3.x: the converter turns rope_scaling {factor 8, low 1, high 4, original 8192} into rope_freqs;
+    # an original context of 64 puts every factor regime (1, smoothed, 8) inside a 16-wide head.
+    Case("llama3_rope", "llama", llama3_rope=(8.0, 1.0, 4.0, 64), seed=3),
+    Case("qwen3", "qwen3", seed=4),
+    Case("phi3", "phi3", n_head_kv=4, tied=False, seed=5),
+    # Phi-3 128k style: long/short factors, attn_factor; n_ctx 256 <= original 256 picks the short factors,
+    # 512 the long ones. Partial rotary (12 of 16) as Phi-4-mini has it.
+    Case("phi3_short", "phi3", n_rot=12, longrope=True, n_ctx=256, seed=6),
+    Case("phi3_long", "phi3", n_rot=12, longrope=True, n_ctx=512, seed=6),
+    Case("gemma2", "gemma2", window=4, attn_softcap=1.0, final_softcap=25.0, eps=1e-6, seed=7),
+)}
+
+
+def tokenizer() -> dict:
+    return json.loads(TOKENIZER_FILE.read_text())
+
+
+def llama3_rope_freqs(head_dim: int, base: float, factor: float, low: float, high: float, orig: int) -> np.ndarray:
+    """rope_freqs (head_dim/2,) f32 exactly as llama.cpp's converter builds it for rope_type llama3."""
+    freqs = 1.0 / (base ** (np.arange(0, head_dim, 2, dtype=np.float32) / head_dim))
+    low_wavelen, high_wavelen = orig / low, orig / high
+    out = []
+    for f in freqs:
+        wavelen = 2 * math.pi / f
+        if wavelen < high_wavelen:
+            out.append(1.0)
+        elif wavelen > low_wavelen:
+            out.append(factor)
+        else:
+            smooth = (orig / wavelen - low) / (high - low)
+            out.append(1 / ((1 - smooth) / factor + smooth))
+    return np.asarray(out, np.float32)
+
+
+def weights(case: Case) -> dict[str, np.ndarray]:
+    """GGUF-named float32 weights, before the file stores its matrices as F32 or Q8_0."""
+    rng = np.random.default_rng(case.seed)
+    q_out, kv_out = case.n_head * case.head_dim, case.n_head_kv * case.head_dim
+
+    def mat(rows, cols, scale=None):
+        return rng.standard_normal((rows, cols)).astype(np.float32) * np.float32(scale or 1 / math.sqrt(cols))
+
+    def norm(n):
+        return (1.0 + 0.2 * rng.standard_normal(n)).astype(np.float32)
+
+    def bias(n):
+        return (0.5 * rng.standard_normal(n)).astype(np.float32)
+
+    w = {"token_embd.weight": mat(VOCAB, case.n_embd, 1.0), "output_norm.weight": norm(case.n_embd)}
+    if not case.tied:
+        w["output.weight"] = mat(VOCAB, case.n_embd, 1.0)  # logits of a few units: clear top-2 gaps
+    if case.llama3_rope:
+        w["rope_freqs.weight"] = llama3_rope_freqs(case.head_dim, case.rope_base, *case.llama3_rope)
+    if case.longrope:
+        w["rope_factors_long.weight"] = rng.uniform(1.0, 8.0, case.rot // 2).astype(np.float32)
+        w["rope_factors_short.weight"] = rng.uniform(0.8, 2.0, case.rot // 2).astype(np.float32)
+    for il in range(case.n_layer):
+        p = f"blk.{il}."
+        w[p + "attn_norm.weight"] = norm(case.n_embd)
+        if case.arch == "phi3":  # fused: rows q, then k, then v; ffn_up rows gate, then up
+            w[p + "attn_qkv.weight"] = mat(q_out + 2 * kv_out, case.n_embd)
+        else:
+            w[p + "attn_q.weight"] = mat(q_out, case.n_embd)
+            w[p + "attn_k.weight"] = mat(kv_out, case.n_embd)
+            w[p + "attn_v.weight"] = mat(kv_out, case.n_embd)
+        if case.biases:
+            w[p + "attn_q.bias"], w[p + "attn_k.bias"], w[p + "attn_v.bias"] = bias(q_out), bias(kv_out), bias(kv_out)
+        if case.arch == "qwen3":
+            w[p + "attn_q_norm.weight"], w[p + "attn_k_norm.weight"] = norm(case.head_dim), norm(case.head_dim)
+        w[p + "attn_output.weight"] = mat(case.n_embd, q_out)
+        w[p + "ffn_norm.weight"] = norm(case.n_embd)
+        if case.arch == "phi3":
+            w[p + "ffn_up.weight"] = mat(2 * case.n_ff, case.n_embd)
+        else:
+            w[p + "ffn_gate.weight"] = mat(case.n_ff, case.n_embd)
+            w[p + "ffn_up.weight"] = mat(case.n_ff, case.n_embd)
+        w[p + "ffn_down.weight"] = mat(case.n_embd, case.n_ff)
+        if case.arch == "gemma2":
+            w[p + "post_attention_norm.weight"], w[p + "post_ffw_norm.weight"] = norm(case.n_embd), norm(case.n_embd)
+    return w
+
+
+def write(path: Path, case: Case, wtype: int = F32) -> Path:
+    """Write the case's GGUF (matrices in wtype, vectors F32) to path; deterministic for a given case."""
+    a = case.arch
+    wr = gguf.GGUFWriter(str(path), a)
+    wr.add_name(f"archgen case {case.seed}")  # not the case name: llama.cpp keys Phi-3 token attributes on "phi3" in it
+    wr.add_file_type(0 if wtype == F32 else 7)  # llama_ftype ALL_F32 / MOSTLY_Q8_0
+    wr.add_block_count(case.n_layer)
+    wr.add_context_length(case.n_ctx_train)
+    wr.add_embedding_length(case.n_embd)
+    wr.add_feed_forward_length(case.n_ff)
+    wr.add_head_count(case.n_head)
+    wr.add_head_count_kv(case.n_head_kv)
+    wr.add_rope_freq_base(case.rope_base)
+    wr.add_layer_norm_rms_eps(case.eps)
+    wr.add_rope_dimension_count(case.rot)
+    if case.head_dim != case.n_embd // case.n_head:
+        wr.add_key_length(case.head_dim)
+        wr.add_value_length(case.head_dim)
+    if case.longrope:
+        orig = 256
+        wr.add_rope_scaling_orig_ctx_len(orig)
+        scale = case.n_ctx_train / orig  # the converter's attn_factor for su/longrope
+        wr.add_rope_scaling_attn_factors(math.sqrt(1 + math.log(scale) / math.log(orig)))
+    if case.window:
+        wr.add_sliding_window(case.window)
+    if case.attn_softcap:
+        wr.add_float32(f"{a}.attn_logit_softcapping", case.attn_softcap)
+    if case.final_softcap:
+        wr.add_float32(f"{a}.final_logit_softcapping", case.final_softcap)
+    for suffix, value in case.extra.items():
+        (wr.add_float32 if isinstance(value, float) else wr.add_uint32)(f"{a}.{suffix}", value)
+    tok = tokenizer()
+    wr.add_tokenizer_model(tok["model"])
+    wr.add_tokenizer_pre(tok["pre"])
+    wr.add_token_list(tok["tokens"])
+    wr.add_token_types(tok["token_type"])
+    wr.add_token_merges(tok["merges"])
+    wr.add_bos_token_id(tok["bos_token_id"])
+    wr.add_eos_token_id(tok["eos_token_id"])
+    wr.add_unk_token_id(tok["unknown_token_id"])
+    wr.add_pad_token_id(tok["padding_token_id"])
+    wr.add_add_bos_token(False)
+    for name, arr in weights(case).items():
+        if arr.ndim == 2 and wtype != F32:
+            raw = quant.quantize(arr, wtype)
+            wr.add_tensor(name, raw, raw_shape=raw.shape, raw_dtype=gguf.GGMLQuantizationType(wtype))
+        else:
+            wr.add_tensor(name, arr)
+    wr.write_header_to_file()
+    wr.write_kv_data_to_file()
+    wr.write_tensors_to_file()
+    wr.close()
+    return path

@@ -1,0 +1,129 @@
+"""Each architecture family against llama.cpp's own logits on tiny random-weight models (tests/archgen.py).
+
+The GGUF files are rebuilt here from their seeds; llama.cpp's logits for archgen.IDS (one batched prefill)
+were stored by bench/make_arch_reference.py in tests/data/arch/<case>.npz, as float16. With F32 weights
+every position must agree within 1% of that position's logit range; with Q8_0 weights (activations quantized
+to 8 bits on both sides) the top-1 token must agree wherever llama.cpp's top-2 gap is clear. Each feature a
+case exists for is also switched off once, to show the comparison would catch its absence.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+import archgen
+from localrt.engine.loader import load_model
+
+CHECKED = list(archgen.CASES)
+F32_TOLERANCE = 0.01  # of each position's logit range (max - min)
+CLEAR_GAP = 0.5  # logits: below this llama.cpp's own top-2 is a near-tie that Q8_0 rounding may flip
+
+
+def _reference(case: archgen.Case, label: str) -> np.ndarray:
+    with np.load(archgen.DATA / f"{case.name}.npz") as z:
+        return z[label].astype(np.float32)  # (n_tok, n_vocab)
+
+
+def _model(tmp_path, case: archgen.Case, wtype: int):
+    path = archgen.write(tmp_path / f"{case.name}-{wtype}.gguf", case, wtype)
+    return load_model(path, num_ctx=case.n_ctx, num_gpu=0)
+
+
+def relative_error(ours: np.ndarray, ref: np.ndarray) -> float:
+    """The largest |ours - ref| of each position over that position's range in ref, worst position."""
+    return float((np.abs(ours - ref).max(axis=1) / np.ptp(ref, axis=1)).max())
+
+
+def _logits(model) -> np.ndarray:
+    try:
+        return model.logits(archgen.IDS)
+    finally:
+        model.close()
+
+
+@pytest.mark.parametrize("name", CHECKED)
+def test_f32_logits_agree_with_llamacpp(tmp_path, name):
+    case = archgen.CASES[name]
+    ref = _reference(case, "f32")
+    err = relative_error(_logits(_model(tmp_path, case, archgen.F32)), ref)
+    assert err < F32_TOLERANCE, f"{name}: max error {err:.2%} of the logit range"
+
+
+@pytest.mark.parametrize("name", CHECKED)
+def test_q8_0_top1_agrees_where_the_gap_is_clear(tmp_path, name):
+    case = archgen.CASES[name]
+    ref = _reference(case, "q8_0")
+    ours = _logits(_model(tmp_path, case, archgen.Q8_0))
+    top2 = np.sort(ref, axis=1)[:, -2:]
+    clear = top2[:, 1] - top2[:, 0] > CLEAR_GAP
+    assert clear.sum() >= len(archgen.IDS) // 2, "too few clear positions for the check to mean anything"
+    agree = ours.argmax(axis=1) == ref.argmax(axis=1)
+    assert agree[clear].all(), f"{name}: top-1 differs at clear positions {np.flatnonzero(clear & ~agree).tolist()}"
+
+
+@pytest.mark.parametrize("name", CHECKED)
+def test_f32_decode_steps_agree_with_llamacpp(tmp_path, name):
+    """A 4-token prefill, then one token per step: the per-token attention kernel, the KV cache (a ring for
+    sliding-window layers) and the caps on the decode path, against the same batched llama.cpp logits."""
+    case = archgen.CASES[name]
+    model = _model(tmp_path, case, archgen.F32)
+    try:
+        model.cache.clear(0)
+        rows = [model.forward(model.batch(archgen.IDS[:4], 0), model.cache)]
+        rows += [model.forward(model.batch(archgen.IDS[i : i + 1], i), model.cache) for i in range(4, len(archgen.IDS))]
+    finally:
+        model.close()
+    err = relative_error(np.concatenate(rows), _reference(case, "f32"))
+    assert err < F32_TOLERANCE, f"{name}: max error {err:.2%} of the logit range"
+
+
+def _config(**changes):
+    def apply(model) -> None:
+        model.config = dataclasses.replace(model.config, **changes)
+    return apply
+
+
+def _layers(**changes):
+    def apply(model) -> None:
+        model.weights.layers = [dataclasses.replace(L, **changes) for L in model.weights.layers]
+    return apply
+
+
+def _swap_gate_up(model) -> None:
+    model.weights.layers = [dataclasses.replace(L, ffn_gate=L.ffn_up, ffn_up=L.ffn_gate) for L in model.weights.layers]
+
+
+def _no_rope_factors(model) -> None:
+    model.weights.rope_freqs = np.ones_like(model.weights.rope_freqs)
+
+
+def _short_factors(model) -> None:
+    model.weights.rope_freqs = model.weights.longrope[0]
+
+
+# feature -> (case, what switches it off in a loaded model)
+ABLATIONS = {
+    "qwen2 q/k/v biases": ("qwen2", _layers(attn_q_bias=None, attn_k_bias=None, attn_v_bias=None)),
+    "llama3 rope_freqs": ("llama3_rope", _no_rope_factors),
+    "qwen3 q/k norms": ("qwen3", _layers(attn_q_norm=None, attn_k_norm=None)),
+    "phi3 gate before up": ("phi3", _swap_gate_up),
+    "phi3 short factors": ("phi3_short", _no_rope_factors),
+    "phi3 attn_factor": ("phi3_short", _config(rope_attn_factor=1.0)),
+    "phi3 long factors past the original context": ("phi3_long", _short_factors),
+    "gemma2 attention softcap": ("gemma2", _config(attn_softcap=0.0)),
+    "gemma2 final softcap": ("gemma2", _config(final_logit_softcap=0.0)),
+    "gemma2 sliding window": ("gemma2", _config(windows=(0, 0, 0))),
+    "gemma2 post norms": ("gemma2", _layers(post_attention_norm=np.ones(64, np.float32), post_ffw_norm=np.ones(64, np.float32))),
+}
+
+
+@pytest.mark.parametrize("feature", list(ABLATIONS))
+def test_each_feature_is_what_makes_its_case_agree(tmp_path, feature):
+    name, switch_off = ABLATIONS[feature]
+    case = archgen.CASES[name]
+    model = _model(tmp_path, case, archgen.F32)
+    switch_off(model)
+    err = relative_error(_logits(model), _reference(case, "f32"))
+    assert err > 5 * F32_TOLERANCE, f"{name} agrees with llama.cpp even without {feature} ({err:.2%})"
