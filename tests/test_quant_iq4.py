@@ -57,7 +57,8 @@ def test_best_index_nearest_level_upper_on_ties():
     mids = (V[1:] + V[:-1]) / 2  # exact in float32: the levels are small integers
     assert np.array_equal(best_index(mids), np.arange(1, 16))
     assert np.array_equal(best_index(V), np.arange(16))
-    assert np.array_equal(best_index(np.float32([-1e9, -127.0, -126.9, 113.0, 1e9, 0.0, -0.0])), [0, 0, 0, 15, 15, 8, 8])
+    edges = np.float32([-1e9, -127.0, -126.9, 113.0, 1e9, 0.0, -0.0])
+    assert np.array_equal(best_index(edges), [0, 0, 0, 15, 15, 8, 8])
     x = np.random.default_rng(0).uniform(-140, 130, 10_000).astype(np.float32)
     nearest = np.abs(x[:, None] - V[None]).argmin(axis=1)  # first (lower) on an exact tie, none here
     assert np.array_equal(best_index(x), nearest)
