@@ -77,7 +77,8 @@ def metadata() -> tuple[dict, dict]:
         "tokenizer.ggml.eos_token_id": EOS_ID, "tokenizer.ggml.bos_token_id": EOS_ID,
         "tokenizer.ggml.add_bos_token": False,
     }
-    types = {f"{a}.rope.freq_base": GGUFValueType.FLOAT32, f"{a}.attention.layer_norm_rms_epsilon": GGUFValueType.FLOAT32,
+    types = {f"{a}.rope.freq_base": GGUFValueType.FLOAT32,
+             f"{a}.attention.layer_norm_rms_epsilon": GGUFValueType.FLOAT32,
              "tokenizer.ggml.token_type": (GGUFValueType.ARRAY, GGUFValueType.INT32)}
     return meta, types
 
