@@ -11,7 +11,7 @@ from math import prod
 
 import numpy as np
 
-from quant.formats import FORMATS, GGMLType, QuantError, get_format, row_bytes
+from quant.formats import FORMATS, KVALUES_IQ4NL, GGMLType, QuantError, get_format, row_bytes
 
 _CHUNK_BLOCKS = 1 << 16  # blocks dequantized per step; bounds temporaries for huge tensors
 
@@ -150,6 +150,29 @@ def _q6_k(b: np.ndarray) -> np.ndarray:
     return (dl[:, :, None] * q).reshape(n, 256)
 
 
+_KVALUES = np.array(KVALUES_IQ4NL, dtype=np.int8)  # (16,) index -> level
+
+
+def _iq4_nl(b: np.ndarray) -> np.ndarray:
+    q = _KVALUES[_nibbles_split(b["qs"])]  # (n, 32) levels in -127..113
+    return _f32(b["d"]) * q.astype(np.float32)
+
+
+def iq4_xs_scales(b: np.ndarray) -> np.ndarray:
+    """(n,) IQ4_XS blocks -> (n, 8) signed sub-block scales ls - 32, in -32..31."""
+    j = np.arange(8)
+    low4 = (b["scales_l"][:, j // 2] >> (4 * (j % 2)).astype(np.uint8)) & 0x0F  # (n, 8)
+    hi2 = (b["scales_h"][:, None] >> (2 * j).astype(np.uint16)) & 3  # (n, 8)
+    return (low4 | (hi2.astype(np.uint8) << 4)).astype(np.int8) - np.int8(32)
+
+
+def _iq4_xs(b: np.ndarray) -> np.ndarray:
+    n = len(b)
+    q = _KVALUES[_nibbles_split(b["qs"].reshape(n * 8, 16))].reshape(n, 8, 32)  # (n, sub-block, element)
+    dl = b["d"].astype(np.float32)[:, None] * iq4_xs_scales(b).astype(np.float32)  # (n, 8)
+    return (dl[:, :, None] * q.astype(np.float32)).reshape(n, 256)
+
+
 DEQUANTIZERS: dict[int, Callable[[np.ndarray], np.ndarray]] = {
     GGMLType.F32: _f32_plain,
     GGMLType.F16: _f32_plain,
@@ -165,6 +188,8 @@ DEQUANTIZERS: dict[int, Callable[[np.ndarray], np.ndarray]] = {
     GGMLType.Q4_K: _q4_k,
     GGMLType.Q5_K: _q5_k,
     GGMLType.Q6_K: _q6_k,
+    GGMLType.IQ4_NL: _iq4_nl,
+    GGMLType.IQ4_XS: _iq4_xs,
     GGMLType.Q8_K: _q8,
 }
 assert DEQUANTIZERS.keys() == FORMATS.keys()

@@ -14,6 +14,10 @@ from gguf_io import GGMLType
 QK = 32  # elements per block of the legacy types (QK4_0 = ... = QK8_1)
 QK_K = 256  # elements per super-block of the K-quants
 
+# The 16 levels of the non-linear 4-bit formats (IQ4_NL, IQ4_XS): a 4-bit index q stands for
+# KVALUES_IQ4NL[q] (ggml's kvalues_iq4nl), denser near zero where weights crowd.
+KVALUES_IQ4NL = (-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113)
+
 
 class QuantError(ValueError):
     """Bad input to quant: unknown type, shape/size mismatch, non-finite values to quantize."""
@@ -79,6 +83,14 @@ FORMATS: dict[int, BlockFormat] = {
             "Q6_K", GGMLType.Q6_K, QK_K, 210,
             (("ql", "u1", 128), ("qh", "u1", 64), ("scales", "i1", 16), ("d", "<f2", 1)),
         ),
+        # y = d * KVALUES_IQ4NL[q]; q: element j in the low nibble of qs[j], element j+16 in the high one
+        BlockFormat("IQ4_NL", GGMLType.IQ4_NL, QK, 18, (("d", "<f2", 1), ("qs", "u1", 16))),
+        # 8 sub-blocks of 32, each with a 6-bit scale ls (low 4 bits in scales_l nibble j, high 2 bits in
+        # bits 2j..2j+1 of scales_h); y = d * (ls - 32) * KVALUES_IQ4NL[q], qs as 8 IQ4_NL quant arrays
+        BlockFormat(
+            "IQ4_XS", GGMLType.IQ4_XS, QK_K, 136,
+            (("d", "<f2", 1), ("scales_h", "<u2", 1), ("scales_l", "u1", 4), ("qs", "u1", 128)),
+        ),
         BlockFormat(
             "Q8_K", GGMLType.Q8_K, QK_K, 292,
             (("d", "<f4", 1), ("qs", "i1", 256), ("bsums", "<i2", 16)),
@@ -102,6 +114,8 @@ VEC_DOT_TYPE: dict[int, int] = {
     GGMLType.Q4_K: GGMLType.Q8_K,
     GGMLType.Q5_K: GGMLType.Q8_K,
     GGMLType.Q6_K: GGMLType.Q8_K,
+    GGMLType.IQ4_NL: GGMLType.Q8_0,
+    GGMLType.IQ4_XS: GGMLType.Q8_K,
 }
 
 

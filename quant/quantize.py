@@ -5,7 +5,7 @@ from math import prod
 
 import numpy as np
 
-from quant import activations, kquants, legacy
+from quant import activations, iquants, kquants, legacy
 from quant._numeric import F32, require_finite
 from quant.formats import GGMLType, QuantError, get_format, row_bytes
 
@@ -33,6 +33,7 @@ _BLOCK_QUANTIZERS = {
     GGMLType.Q8_1: legacy.quantize_q8_1,
     GGMLType.Q8_K: activations.quantize_q8_k,
     **kquants.K_QUANTIZERS,
+    **iquants.I_QUANTIZERS,
 }
 
 
@@ -62,7 +63,8 @@ def quantize(array: np.ndarray, ggml_type: int) -> np.ndarray:
     """float array (..., cols) -> uint8 raw blocks (rows, row_bytes) of `ggml_type`, rows = prod(leading dims).
 
     Block types use ggml's reference quantizers (`quantize_row_*_ref`, no importance matrix): byte-exact
-    with ggml for Q4_0/Q4_1/Q5_0/Q5_1/Q8_0/Q8_1/Q8_K, and the same algorithm for the K-quants.
+    with ggml for Q4_0/Q4_1/Q5_0/Q5_1/Q8_0/Q8_1/Q8_K, and the same algorithm for the K-quants. IQ4_NL and
+    IQ4_XS follow `quantize_iq4_nl` / `quantize_iq4_xs` (the scale search llama-quantize runs).
     """
     fmt = get_format(ggml_type)
     x = _as_rows(array)

@@ -1,7 +1,8 @@
 """llama-quantize's per-tensor type choice (`llama_tensor_get_type`) for the file types localrt writes.
 
 Pure: `plan(tensors, metadata, ftype)` maps each tensor to the ggml type it gets. Without an importance
-matrix, as `llama-quantize` runs by default. The IQ*, TQ*, Q2_K_S and MXFP4 file types are not offered.
+matrix, as `llama-quantize` runs by default. Of the IQ* types only IQ4_NL and IQ4_XS are offered (the others
+need an importance matrix or have no kernels here); TQ*, Q2_K_S and MXFP4 are not.
 """
 from __future__ import annotations
 
@@ -38,6 +39,8 @@ FILE_TYPES: dict[str, FileType] = {
         FileType("Q5_K_S", 16, GGMLType.Q5_K),
         FileType("Q5_K_M", 17, GGMLType.Q5_K),
         FileType("Q6_K", 18, GGMLType.Q6_K),
+        FileType("IQ4_NL", 25, GGMLType.IQ4_NL),
+        FileType("IQ4_XS", 30, GGMLType.IQ4_XS),
     )
 }
 
@@ -48,6 +51,7 @@ _FALLBACK = {
     GGMLType.Q6_K: GGMLType.Q8_0,
     GGMLType.Q2_K: GGMLType.Q4_0,
     GGMLType.Q3_K: GGMLType.Q4_0,
+    GGMLType.IQ4_XS: GGMLType.IQ4_NL,
 }
 
 # name fragments llama.cpp never quantizes (besides norms, 1-D tensors and non-"weight" tensors)
@@ -153,6 +157,8 @@ def _attn_v_type(m: _Model, ftype: str, new: int) -> int:
         new = GGMLType.Q5_K if m.i_attention_wv < 2 else GGMLType.Q4_K
     elif ftype == "Q3_K_L":
         new = GGMLType.Q5_K
+    elif ftype in ("IQ4_NL", "IQ4_XS") and m.n_gqa >= 4:
+        new = GGMLType.Q5_K
     elif ftype in ("Q4_K_M", "Q5_K_M") and use_more_bits(m.i_attention_wv, m.n_attention_wv):
         new = GGMLType.Q6_K
     elif ftype == "Q4_K_S" and m.i_attention_wv < 4:
@@ -182,6 +188,8 @@ def _ffn_down_type(m: _Model, ftype: str, new: int, i_layer: int) -> int:
         return GGMLType.Q4_K if falcon else GGMLType.Q5_K
     if ftype == "Q4_K_M" and falcon:
         return GGMLType.Q6_K if i_layer < n // 16 else GGMLType.Q5_K if more else GGMLType.Q4_K
+    if ftype in ("IQ4_NL", "IQ4_XS") and i_layer < n // 8:  # without an importance matrix only
+        return GGMLType.Q5_K
     if ftype in ("Q4_K_M", "Q5_K_M") and more:
         return GGMLType.Q6_K
     if ftype == "Q4_K_S" and not falcon and i_layer < n // 8:
@@ -193,7 +201,7 @@ def _attn_output_type(m: _Model, ftype: str, new: int) -> int:
     if m.arch == "falcon":
         return GGMLType.Q4_K if ftype == "Q3_K_L" else new
     if m.n_expert == 8:
-        bumped = ftype in ("Q2_K", "Q3_K_S", "Q3_K_M", "Q4_K_S", "Q4_K_M")
+        bumped = ftype in ("Q2_K", "Q3_K_S", "Q3_K_M", "Q4_K_S", "Q4_K_M", "IQ4_NL", "IQ4_XS")
         return GGMLType.Q5_K if bumped else new
     return {"Q2_K": GGMLType.Q3_K, "Q3_K_M": GGMLType.Q4_K, "Q3_K_L": GGMLType.Q5_K}.get(ftype, new)
 

@@ -10,18 +10,19 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import dequant, floats, kquants, legacy
+from . import dequant, floats, iquants, kquants, legacy
 from .checks import KernelArgumentError
 from .threads import use_threads_for
 
 F32, F16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 = 0, 1, 2, 3, 6, 7, 8
-Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, BF16 = 10, 11, 12, 13, 14, 30
+Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS, BF16 = 10, 11, 12, 13, 14, 20, 23, 30
 
 # ggml type id -> (elements per block, bytes per block) for the weight formats the kernels read
 BLOCKS: dict[int, tuple[int, int]] = {
     F32: (1, 4), F16: (1, 2), BF16: (1, 2),
     Q4_0: (32, 18), Q4_1: (32, 20), Q5_0: (32, 22), Q5_1: (32, 24), Q8_0: (32, 34),
     Q2_K: (256, 84), Q3_K: (256, 110), Q4_K: (256, 144), Q5_K: (256, 176), Q6_K: (256, 210),
+    IQ4_NL: (32, 18), IQ4_XS: (256, 136),
 }
 
 # mul(w, x (n_tok, cols) f32, out (n_tok, rows) f32): fused dequantize x dot
@@ -30,7 +31,7 @@ MUL = {
     Q4_0: legacy.mul_q4_0, Q4_1: legacy.mul_q4_1, Q5_0: legacy.mul_q5_0, Q5_1: legacy.mul_q5_1,
     Q8_0: legacy.mul_q8_0,
     Q2_K: kquants.mul_q2_k, Q3_K: kquants.mul_q3_k, Q4_K: kquants.mul_q4_k, Q5_K: kquants.mul_q5_k,
-    Q6_K: kquants.mul_q6_k,
+    Q6_K: kquants.mul_q6_k, IQ4_NL: iquants.mul_iq4_nl, IQ4_XS: iquants.mul_iq4_xs,
 }
 
 # rows(w, ids (n,) int64, out (n, cols) f32): dequantize the selected rows
@@ -39,7 +40,7 @@ ROWS = {
     Q4_0: dequant.rows_q4_0, Q4_1: dequant.rows_q4_1, Q5_0: dequant.rows_q5_0, Q5_1: dequant.rows_q5_1,
     Q8_0: dequant.rows_q8_0,
     Q2_K: dequant.rows_q2_k, Q3_K: dequant.rows_q3_k, Q4_K: dequant.rows_q4_k, Q5_K: dequant.rows_q5_k,
-    Q6_K: dequant.rows_q6_k,
+    Q6_K: dequant.rows_q6_k, IQ4_NL: dequant.rows_iq4_nl, IQ4_XS: dequant.rows_iq4_xs,
 }
 
 # Batches at least this large go through dequantized row tiles and BLAS; smaller ones use the fused

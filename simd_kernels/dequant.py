@@ -10,6 +10,10 @@ from numba import njit, prange
 
 from .half import bf16_to_f32, f16_to_f32
 
+# The 16 levels of IQ4_NL / IQ4_XS (ggml's kvalues_iq4nl): a 4-bit index q stands for KVALUES_IQ4NL[q].
+KVALUES_IQ4NL = (-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113)
+_KV = np.array(KVALUES_IQ4NL, dtype=np.float32)  # (16,) the levels as the float they multiply
+
 
 @njit(inline="always")
 def _d(w, r, o):
@@ -153,6 +157,34 @@ def _row_q23_k(w, r, y, three):
                         y[256 * b + 128 * n + 32 * s + l] = dl * np.float32(q) - ml
 
 
+@njit(inline="always")
+def _iq4_levels(w, r, oq, dl, y, e):
+    """y[e:e+32] = dl * level of the 32 nibbles in w[r, oq:oq+16] (low nibbles first, then high)."""
+    for j in range(16):
+        byte = w[r, oq + j]
+        y[e + j] = dl * _KV[byte & 15]
+        y[e + 16 + j] = dl * _KV[byte >> 4]
+
+
+@njit(inline="always")
+def _row_iq4_nl(w, r, y):
+    """IQ4_NL block (18 B): d f16, qs[16]; y = d * KVALUES_IQ4NL[q]."""
+    for b in range(y.shape[0] // 32):
+        _iq4_levels(w, r, 18 * b + 2, _d(w, r, 18 * b), y, 32 * b)
+
+
+@njit(inline="always")
+def _row_iq4_xs(w, r, y):
+    """IQ4_XS super-block (136 B): d f16, scales_h u16, scales_l[4], qs[128]; y = d*(ls - 32)*KVALUES_IQ4NL[q]."""
+    for b in range(y.shape[0] // 256):
+        o = 136 * b
+        d = _d(w, r, o)
+        sh = np.int64(w[r, o + 2]) | (np.int64(w[r, o + 3]) << 8)
+        for j in range(8):
+            ls = ((np.int64(w[r, o + 4 + j // 2]) >> (4 * (j % 2))) & 15) | (((sh >> (2 * j)) & 3) << 4)
+            _iq4_levels(w, r, o + 8 + 16 * j, d * np.float32(ls - 32), y, 256 * b + 32 * j)
+
+
 @njit(cache=True, nogil=True, parallel=True)
 def rows_f32(w, ids, out):
     for k in prange(ids.shape[0]):
@@ -229,3 +261,15 @@ def rows_q5_k(w, ids, out):
 def rows_q6_k(w, ids, out):
     for k in prange(ids.shape[0]):
         _row_q6_k(w, ids[k], out[k])
+
+
+@njit(cache=True, nogil=True, parallel=True)
+def rows_iq4_nl(w, ids, out):
+    for k in prange(ids.shape[0]):
+        _row_iq4_nl(w, ids[k], out[k])
+
+
+@njit(cache=True, nogil=True, parallel=True)
+def rows_iq4_xs(w, ids, out):
+    for k in prange(ids.shape[0]):
+        _row_iq4_xs(w, ids[k], out[k])

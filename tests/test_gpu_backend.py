@@ -18,7 +18,7 @@ _REPORT = devices.probe(0)
 pytestmark = pytest.mark.skipif(_REPORT.gpu is None, reason=f"no usable GPU for the CUDA device: {_REPORT.reason}")
 
 FORMATS = {"f32": 0, "f16": 1, "bf16": 30, "q4_0": 2, "q4_1": 3, "q5_0": 6, "q5_1": 7, "q8_0": 8,
-           "q2_k": 10, "q3_k": 11, "q4_k": 12, "q5_k": 13, "q6_k": 14}
+           "q2_k": 10, "q3_k": 11, "q4_k": 12, "q5_k": 13, "q6_k": 14, "iq4_nl": 20, "iq4_xs": 23}
 
 
 @pytest.fixture(scope="module")

@@ -16,11 +16,11 @@ import simd_kernels as sk
 from _kernel_oracle import activation_error, emulated_dot, weights
 
 F32, F16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 = 0, 1, 2, 3, 6, 7, 8
-Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, BF16 = 10, 11, 12, 13, 14, 30
-ALL = [Q8_0, Q4_1, Q4_K, Q5_0, Q6_K, F32, Q4_0, Q5_1, Q2_K, Q3_K, Q5_K, F16, BF16]
+Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS, BF16 = 10, 11, 12, 13, 14, 20, 23, 30
+ALL = [Q8_0, Q4_1, Q4_K, Q5_0, Q6_K, F32, Q4_0, Q5_1, Q2_K, Q3_K, Q5_K, F16, BF16, IQ4_NL, IQ4_XS]
 # byte offsets of the f16 scales inside each block: random bytes there could be inf/NaN
 SCALE_OFFSETS = {Q4_0: [0], Q4_1: [0, 2], Q5_0: [0], Q5_1: [0, 2], Q8_0: [0], Q2_K: [80, 82],
-                 Q3_K: [108], Q4_K: [0, 2], Q5_K: [0, 2], Q6_K: [208]}
+                 Q3_K: [108], Q4_K: [0, 2], Q5_K: [0, 2], Q6_K: [208], IQ4_NL: [0], IQ4_XS: [0]}
 
 
 def random_weights(rng, t: int, rows: int, cols: int) -> np.ndarray:
@@ -66,7 +66,7 @@ def test_matvec_random_blocks(t: int, rows: int) -> None:
 def test_matmul_fused_and_tiled_paths(t: int) -> None:
     """Both matmul paths: the fused kernel (raw sk.MUL, any n_tok) and sk.matmul's choice for a batch."""
     rng = np.random.default_rng(7 + t)
-    rows, cols = 131, 768 if t in (Q8_0, Q4_1, Q5_0) else 512
+    rows, cols = 131, 768 if t in (Q8_0, Q4_1, Q5_0, IQ4_NL) else 512
     w = random_weights(rng, t, rows, cols)
     for n_tok in (6, 70, sk.api.BLAS_MIN_TOKENS + 1):
         x = rng.standard_normal((n_tok, cols)).astype(np.float32)

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 import simd_kernels as sk
-from simd_kernels import kquants, legacy
+from simd_kernels import iquants, kquants, legacy
 
 GENERATED = {t: k for t, k in sk.MUL.items() if k.py_func.__code__.co_filename.endswith("simd.py")}
 
@@ -33,10 +33,10 @@ print(json.dumps(calls))
 
 
 def test_every_block_format_kernel_is_generated() -> None:
-    assert sorted(GENERATED) == [2, 3, 6, 7, 8, 10, 11, 12, 13, 14]
+    assert sorted(GENERATED) == [2, 3, 6, 7, 8, 10, 11, 12, 13, 14, 20, 23]
     for kernel in GENERATED.values():
-        assert kernel.__name__.startswith("mul_q") and kernel.__doc__
-    assert legacy.mul_q8_0 is sk.MUL[8] and kquants.mul_q6_k is sk.MUL[14]
+        assert kernel.__name__.startswith(("mul_q", "mul_iq")) and kernel.__doc__
+    assert legacy.mul_q8_0 is sk.MUL[8] and kquants.mul_q6_k is sk.MUL[14] and iquants.mul_iq4_xs is sk.MUL[23]
 
 
 def test_generated_kernels_load_from_cache_in_a_new_process() -> None:

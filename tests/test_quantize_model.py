@@ -16,7 +16,7 @@ N_EMBD, N_FF, N_VOCAB, N_LAYER = 288, 512, 64, 2  # 288: not a multiple of 256, 
 TOLERANCE = {
     GGMLType.F32: 0.0, GGMLType.F16: 1e-3, GGMLType.BF16: 8e-3, GGMLType.Q8_0: 0.01, GGMLType.Q6_K: 0.03,
     GGMLType.Q5_0: 0.05, GGMLType.Q5_1: 0.05, GGMLType.Q5_K: 0.06, GGMLType.Q4_0: 0.1, GGMLType.Q4_1: 0.1,
-    GGMLType.Q4_K: 0.12, GGMLType.Q3_K: 0.2, GGMLType.Q2_K: 0.4,
+    GGMLType.Q4_K: 0.12, GGMLType.Q3_K: 0.2, GGMLType.Q2_K: 0.4, GGMLType.IQ4_NL: 0.12, GGMLType.IQ4_XS: 0.12,
 }
 
 
@@ -49,7 +49,7 @@ def tiny_f32(tmp_path_factory):
 
 
 @pytest.mark.parametrize("quantization", ["q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q2_K", "q3_K_M", "q4_K_S",
-                                          "q4_K_M", "q5_K_M", "q6_K", "f16", "bf16"])
+                                          "q4_K_M", "q5_K_M", "q6_K", "f16", "bf16", "iq4_nl", "iq4_xs"])
 def test_quantize_tiny_model(tiny_f32, tmp_path, quantization):
     src, originals = tiny_f32
     dst = tmp_path / "out.gguf"
@@ -134,7 +134,7 @@ LLAMA_HPARAMS = {"llama.context_length": 128, "llama.feed_forward_length": N_FF,
                  "llama.attention.head_count_kv": 4, "llama.attention.layer_norm_rms_epsilon": 1e-5,
                  "llama.rope.dimension_count": 72}
 ALL_QUANTIZATIONS = ["q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q2_K", "q3_K_S", "q3_K_M", "q3_K_L", "q4_K_S",
-                     "q4_K_M", "q5_K_S", "q5_K_M", "q6_K"]
+                     "q4_K_M", "q5_K_S", "q5_K_M", "q6_K", "iq4_nl", "iq4_xs"]
 
 
 def write_deep(path, n_layer: int = 12) -> None:

@@ -15,7 +15,7 @@ FORMATS: dict[str, tuple[int, int, int]] = {
     "f32": (0, 1, 4), "f16": (1, 1, 2), "bf16": (30, 1, 2),
     "q4_0": (2, 32, 18), "q4_1": (3, 32, 20), "q5_0": (6, 32, 22), "q5_1": (7, 32, 24), "q8_0": (8, 32, 34),
     "q2_k": (10, 256, 84), "q3_k": (11, 256, 110), "q4_k": (12, 256, 144), "q5_k": (13, 256, 176),
-    "q6_k": (14, 256, 210),
+    "q6_k": (14, 256, 210), "iq4_nl": (20, 32, 18), "iq4_xs": (23, 256, 136),
 }
 
 DEVICE_FUNCS = r"""
@@ -120,6 +120,22 @@ DEV float deq_q3_k(const u8* b, int i) {
     int q = (b[32 + 32 * n + l] >> (2 * j)) & 3;
     int m = (b[l] >> (4 * n + j)) & 1 ? 0 : 4;
     return f16(b + 108) * (float)((low | (high << 4)) - 32) * (float)(q - m);
+}
+
+/* IQ4_NL / IQ4_XS: a 4-bit index q stands for one of 16 int8 levels (ggml's kvalues_iq4nl). */
+#ifdef __CUDACC__
+__constant__
+#endif
+static const i8 kvalues_iq4nl[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+
+DEV float deq_iq4_nl(const u8* b, int i) { return f16(b) * (float)kvalues_iq4nl[nib32(b + 2, i)]; }
+
+/* IQ4_XS: d, scales_h u16, scales_l[4], qs[128]; sub-block j of 32 has the 6-bit scale ls (offset 32). */
+DEV float deq_iq4_xs(const u8* b, int i) {
+    int j = i >> 5, l = i & 31;
+    int sh = (int)b[2] | ((int)b[3] << 8);
+    int ls = ((b[4 + (j >> 1)] >> (4 * (j & 1))) & 0xF) | (((sh >> (2 * j)) & 3) << 4);
+    return f16(b) * (float)(ls - 32) * (float)kvalues_iq4nl[nib32(b + 8 + 16 * j, l)];
 }
 """
 

@@ -1,0 +1,181 @@
+"""Fused dequantize x dot for the non-linear 4-bit formats IQ4_NL and IQ4_XS.
+
+Weights w: uint8 (rows, row_bytes), raw GGUF blocks read in place. A 4-bit index q stands for the int8 level
+KVALUES_IQ4NL[q], so a block decodes by a 16-entry table lookup where Q4_0 subtracts 8.
+Activations x: float32 (n_tok, cols), quantized once per call as llama.cpp's CPU backend pairs them: Q8_0 for
+IQ4_NL (`ggml_vec_dot_iq4_nl_q8_0`), Q8_K for IQ4_XS (`ggml_vec_dot_iq4_xs_q8_K`); each block's (sub-block's)
+dot product is an exact integer sum. Output out: float32 (n_tok, rows). Both kernels are simd.fused_kernel's
+loop nest around the row dots below, so a row's result does not depend on how many tokens share the call.
+
+The lookup is generic LLVM IR (no target intrinsics): one `extractelement` of the constant table per lane of
+a <16 x i8> index vector, gathered back with `insertelement`; LLVM's x86 backend lowers that pattern to one
+pshufb (checked for haswell, znver4 and this host; plain x86-64 / x86-64-v2 targets get correct scalar code).
+The two halves of a block (16 low nibbles, 16 high ones) are looked up and dotted apart: concatenated first
+into one <32 x i8>, the two gathers merge into a 32-lane one that LLVM no longer recognises.
+"""
+from __future__ import annotations
+
+from llvmlite import ir
+from numba import types
+from numba.core import cgutils
+from numba.extending import intrinsic
+
+from .actquant import quantize_q8_0, quantize_q8_k
+from .dequant import KVALUES_IQ4NL
+from .simd import (
+    _I8, _I16, _I32, _V8F, _Acts, _byte_ptr, _c, _const_vec, _data, _load_half, _load_vec, _reduce_f, _shuffle,
+    _splat, _token_indices, fused_kernel,
+)
+
+_V8I = ir.VectorType(_I32, 8)
+_V16I = ir.VectorType(_I32, 16)
+NL_BYTES, XS_BYTES = 18, 136  # IQ4_NL block (32 elements), IQ4_XS super-block (256 elements)
+
+
+def _lookup16(builder, idx):
+    """<16 x i8> indices in 0..15 -> <16 x i8> levels KVALUES_IQ4NL[idx] (one pshufb on x86)."""
+    table = _const_vec(_I8, KVALUES_IQ4NL)
+    out = ir.Constant(ir.VectorType(_I8, 16), ir.Undefined)
+    for i in range(16):
+        level = builder.extract_element(table, builder.extract_element(idx, ir.Constant(_I32, i)))
+        out = builder.insert_element(out, level, ir.Constant(_I32, i))
+    return out
+
+
+def _levels(builder, wd, o):
+    """The 16 quant bytes at o -> (levels of elements 0..15, levels of elements 16..31), each <16 x i8>."""
+    v = _load_vec(builder, wd, o, 16)
+    lo = builder.and_(v, _const_vec(_I8, [15] * 16))
+    hi = builder.lshr(v, _const_vec(_I8, [4] * 16))
+    return _lookup16(builder, lo), _lookup16(builder, hi)
+
+
+def _dot16(builder, q, xv):
+    """<16 x i8> . <16 x i8> -> <8 x i32>, lane i = q[2i]*x[2i] + q[2i+1]*x[2i+1] (exact)."""
+    p = builder.mul(builder.sext(q, _V16I), builder.sext(xv, _V16I), flags=["nsw"])
+    return builder.add(_shuffle(builder, p, p, range(0, 16, 2)), _shuffle(builder, p, p, range(1, 16, 2)))
+
+
+def _dot32(builder, halves, xqd, xo):
+    """One block's 32 levels . the int8 activations xqd[xo:xo+32] -> <8 x i32> exact partial sums.
+
+    Lane i sums elements 2i, 2i+1, 2i+16, 2i+17: the same lanes as simd._dot32_lanes."""
+    lo, hi = halves
+    return builder.add(_dot16(builder, lo, _load_vec(builder, xqd, xo, 16)),
+                       _dot16(builder, hi, _load_vec(builder, xqd, builder.add(xo, _c(16)), 16)))
+
+
+def _token_rows(context, builder, sig, args, n_tok):
+    """(activation quants row, activation scales row) pointers of tokens t0..t0+n_tok-1."""
+    acts = _Acts(context, builder, sig, args, 1)
+    return acts, [(acts.row(0, t), acts.row(1, t)) for t in _token_indices(builder, args[4], n_tok)]
+
+
+def _make_nl_rowdot(n_tok):
+    @intrinsic
+    def rowdot(typingctx, w, xq, xd, xs, t0):
+        """IQ4_NL row . Q8_0 activations of tokens t0..t0+n_tok-1: Σ_b d_w*d_x*Σ level*xq over the row's blocks.
+
+        w: uint8 (row_bytes,); xq: int8 (n_tok_all, cols); xd: float32 (n_tok_all, cols/32); xs unused.
+        Returns a tuple of n_tok float32.
+        """
+        sig = types.UniTuple(types.float32, n_tok)(w, xq, xd, xs, t0)
+
+        def codegen(context, builder, sig, args):
+            wd = _data(context, builder, sig.args[0], args[0])
+            acts, toks = _token_rows(context, builder, sig, args, n_tok)
+            # two accumulator sets, for even and odd blocks, as the legacy formats (simd._make_rowdot)
+            accs = [[cgutils.alloca_once_value(builder, ir.Constant(_V8F, [0.0] * 8)) for _ in toks] for _ in "eo"]
+
+            def block(blk, k):
+                o = builder.mul(blk, _c(NL_BYTES))
+                halves = _levels(builder, wd, builder.add(o, _c(2)))
+                dw = _load_half(builder, wd, o)
+                for (xqd, xdd), acc in zip(toks, accs[k]):
+                    dx = builder.load(builder.gep(xdd, [blk]))
+                    isum = _dot32(builder, halves, xqd, builder.mul(blk, _c(32)))
+                    part = builder.fmul(_splat(builder, builder.fmul(dw, dx), 8), builder.sitofp(isum, _V8F))
+                    builder.store(builder.fadd(builder.load(acc), part), acc)
+
+            with cgutils.for_range(builder, builder.udiv(acts.n_blocks, _c(2))) as loop:
+                block(builder.mul(loop.index, _c(2)), 0)
+                block(builder.add(builder.mul(loop.index, _c(2)), _c(1)), 1)
+            with builder.if_then(builder.trunc(acts.n_blocks, ir.IntType(1))):  # odd count: the last block
+                block(builder.sub(acts.n_blocks, _c(1)), 0)
+            totals = [_reduce_f(builder, builder.fadd(builder.load(even), builder.load(odd)), 8)
+                      for even, odd in zip(*accs)]
+            return context.make_tuple(builder, sig.return_type, totals)
+
+        return sig, codegen
+
+    rowdot.__name__ = f"rowdot{n_tok}_iq4_nl"
+    return rowdot
+
+
+def _xs_scales(builder, wd, o):
+    """The IQ4_XS super-block at o -> <8 x i32> signed sub-block scales ls - 32 (in -32..31).
+
+    ls_j: low 4 bits = nibble j % 2 of scales_l[j // 2] (bytes 4..7), high 2 bits = bits 2j, 2j+1 of scales_h (2..3).
+    """
+    sl = _load_vec(builder, wd, builder.add(o, _c(4)), 4)
+    low = builder.zext(_shuffle(builder, sl, sl, [j // 2 for j in range(8)]), _V8I)
+    low = builder.and_(builder.lshr(low, _const_vec(_I32, [4 * (j % 2) for j in range(8)])), _const_vec(_I32, [15] * 8))
+    sh_ptr = builder.bitcast(_byte_ptr(builder, wd, builder.add(o, _c(2))), _I16.as_pointer())
+    sh = _splat(builder, builder.zext(builder.load(sh_ptr, align=1), _I32), 8)
+    high = builder.and_(builder.lshr(sh, _const_vec(_I32, [2 * j for j in range(8)])), _const_vec(_I32, [3] * 8))
+    ls = builder.or_(low, builder.shl(high, _const_vec(_I32, [4] * 8)))
+    return builder.sub(ls, _const_vec(_I32, [32] * 8))
+
+
+def _make_xs_rowdot(n_tok):
+    @intrinsic
+    def rowdot(typingctx, w, xq, xd, bsums, t0):
+        """IQ4_XS row . Q8_K activations of tokens t0..t0+n_tok-1: Σ_b d_w*d_x*Σ_j (ls_j - 32)*Σ level*xq.
+
+        w: uint8 (row_bytes,); xq: int8 (n_tok_all, cols); xd: float32 (n_tok_all, cols/256); bsums unused
+        (IQ4_XS has no mins). A super-block's lanes sum 8 sub-blocks of 4 products each: |lane| <= 8*32*4*127*127
+        < 2**24, exact in int32 and in its float32 conversion.
+        Returns a tuple of n_tok float32.
+        """
+        sig = types.UniTuple(types.float32, n_tok)(w, xq, xd, bsums, t0)
+
+        def codegen(context, builder, sig, args):
+            wd = _data(context, builder, sig.args[0], args[0])
+            acts, toks = _token_rows(context, builder, sig, args, n_tok)
+            accs = [cgutils.alloca_once_value(builder, ir.Constant(_V8F, [0.0] * 8)) for _ in toks]
+            with cgutils.for_range(builder, acts.n_blocks) as loop:
+                blk = loop.index
+                o = builder.mul(blk, _c(XS_BYTES))
+                d = _load_half(builder, wd, o)
+                scales = _xs_scales(builder, wd, o)
+                xo = builder.mul(blk, _c(256))
+                isums = [ir.Constant(_V8I, [0] * 8) for _ in toks]
+                for j in range(8):  # sub-block j: elements 32j..32j+31, quant bytes 8+16j..8+16j+15
+                    halves = _levels(builder, wd, builder.add(o, _c(8 + 16 * j)))
+                    sc = _splat(builder, builder.extract_element(scales, ir.Constant(_I32, j)), 8)
+                    for i, (xqd, _) in enumerate(toks):
+                        part = _dot32(builder, halves, xqd, builder.add(xo, _c(32 * j)))
+                        isums[i] = builder.add(isums[i], builder.mul(sc, part))
+                for (_, xdd), acc, isum in zip(toks, accs, isums):
+                    dx = builder.load(builder.gep(xdd, [blk]))
+                    part = builder.fmul(_splat(builder, builder.fmul(d, dx), 8), builder.sitofp(isum, _V8F))
+                    builder.store(builder.fadd(builder.load(acc), part), acc)
+            totals = [_reduce_f(builder, builder.load(a), 8) for a in accs]
+            return context.make_tuple(builder, sig.return_type, totals)
+
+        return sig, codegen
+
+    rowdot.__name__ = f"rowdot{n_tok}_iq4_xs"
+    return rowdot
+
+
+# name -> (rowdot1, rowdot4), as simd.ROWDOTS
+ROWDOTS = {"iq4_nl": (_make_nl_rowdot(1), _make_nl_rowdot(4)), "iq4_xs": (_make_xs_rowdot(1), _make_xs_rowdot(4))}
+
+mul_iq4_nl = fused_kernel(
+    "mul_iq4_nl", "IQ4_NL block (18 B): d f16, qs[16]; y = d*KVALUES_IQ4NL[q] (Q8_0 activations).", quantize_q8_0,
+    *ROWDOTS["iq4_nl"], __name__)
+mul_iq4_xs = fused_kernel(
+    "mul_iq4_xs", "IQ4_XS super-block (136 B): d f16; scales_h u16; scales_l[4]; qs[128]; "
+    "y = d*(ls - 32)*KVALUES_IQ4NL[q] (Q8_K activations).", quantize_q8_k,
+    *ROWDOTS["iq4_xs"], __name__)
