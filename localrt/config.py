@@ -59,7 +59,7 @@ class Config:
     readonly_models_dirs: tuple[Path, ...] = ()
     data_dir: Path = field(default_factory=_data_dir)
     keep_alive: str = "5m"
-    num_parallel: int = 4  # requests one loaded model runs together (1..16)
+    num_parallel: int = 0  # requests one loaded model runs together: 1..16, or 0 = automatic (as Ollama: 4, or 1 where 4 do not fit)
     max_loaded_models: int = 3
     max_queue: int = 512
     origins: tuple[str, ...] = ()
@@ -111,7 +111,7 @@ def load(env: dict | None = None) -> Config:
         readonly_models_dirs=ro,
         data_dir=data_dir,
         keep_alive=env.get("LOCALRT_KEEP_ALIVE", "5m").strip() or "5m",
-        num_parallel=_int(env, "LOCALRT_NUM_PARALLEL", 4),
+        num_parallel=_int(env, "LOCALRT_NUM_PARALLEL", 0),
         max_loaded_models=_int(env, "LOCALRT_MAX_LOADED_MODELS", 3),
         max_queue=_int(env, "LOCALRT_MAX_QUEUE", 512),
         origins=origins,

@@ -422,7 +422,7 @@ def test_work_function_can_be_passed_with_the_request(sched):
 
 @pytest.mark.parametrize(
     "cfg,match",
-    [({"num_parallel": 0}, "NUM_PARALLEL"), ({"num_parallel": 17}, "NUM_PARALLEL"), ({"max_queue": 0}, "MAX_QUEUE"), ({"keep_alive": "soon"}, "KEEP_ALIVE"),
+    [({"num_parallel": -1}, "NUM_PARALLEL"), ({"num_parallel": 17}, "NUM_PARALLEL"), ({"max_queue": 0}, "MAX_QUEUE"), ({"keep_alive": "soon"}, "KEEP_ALIVE"),
      ({"max_loaded_models": -1}, "MAX_LOADED")],
 )
 def test_bad_configuration_is_refused(cfg, match):

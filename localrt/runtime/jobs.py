@@ -21,6 +21,7 @@ CLIENT: contextvars.ContextVar[str] = contextvars.ContextVar("localrt_client", d
 LOCAL_CALLER: contextvars.ContextVar[bool] = contextvars.ContextVar("localrt_local_caller", default=True)
 _EVENT, _ERROR, _END = "event", "error", "end"
 DEFAULT_MAX_LOADED = 3  # Ollama's "auto" on a CPU-only machine
+AUTO_PARALLEL = 4  # LOCALRT_NUM_PARALLEL=0 (the default): 4 requests per model where 4 KV slots fit in memory, as Ollama
 
 
 @dataclass(frozen=True)

@@ -40,23 +40,23 @@ from typing import Any, Callable
 from ..api.options import parse_duration
 from ..errors import Busy, Cancelled, InvalidRequest, ModelLoadError
 from .jobs import (
-    CLIENT,
     _END,
     _ERROR,
     _EVENT,
     _UNSET,
+    AUTO_PARALLEL,
+    CLIENT,
     DEFAULT_MAX_LOADED,
     MemoryNeed,
     Request,
     RunnerInfo,
     Stream,
-    _Job,
-    _Runner,
     _gib,
+    _Job,
     _load_options,
+    _Runner,
     system_available_memory,
 )
-
 
 MAX_CLIENTS = 4096  # clients whose last service is remembered for fairness
 
@@ -73,9 +73,10 @@ class Scheduler:
         wall_clock: Callable[[], float] = time.time,
         reap_interval: float = 1.0,
     ):
-        self.num_parallel = getattr(config, "num_parallel", 1)
-        if not 1 <= self.num_parallel <= 16:
-            raise ValueError(f"LOCALRT_NUM_PARALLEL must be in 1..16, got {self.num_parallel}")
+        parallel = getattr(config, "num_parallel", 1)
+        if not 0 <= parallel <= 16:
+            raise ValueError(f"LOCALRT_NUM_PARALLEL must be in 1..16 (or 0: automatic), got {parallel}")
+        self.num_parallel = parallel or AUTO_PARALLEL  # auto: a model with fewer slots queues the rest (batch_driver)
         if config.max_queue < 1:
             raise ValueError(f"LOCALRT_MAX_QUEUE must be at least 1, got {config.max_queue}")
         if config.max_loaded_models < 0:

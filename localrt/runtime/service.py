@@ -25,6 +25,7 @@ from ..models import library
 from ..templates.toolcalls import ToolCallParser, forced_call_format, tag_for_template
 from .batch_driver import BatchDriver
 from .catalog import Catalog
+from .jobs import AUTO_PARALLEL, system_available_memory
 from .scheduler import MemoryNeed, Request, Scheduler
 
 log = logging.getLogger("localrt.service")
@@ -118,7 +119,9 @@ class Service:
         self._gpu_probe = gpu_probe  # main_gpu -> a DeviceReport (engine.backends.devices.probe by default)
         self._weights: dict[str, Any] = {}  # name -> the weights file its loaded instance was loaded from
         self._weights_lock = threading.Lock()
-        self._slots = max(1, int(getattr(config, "num_parallel", 1)))  # KV slots per loaded model
+        self._parallel = int(getattr(config, "num_parallel", 1))  # KV slots per loaded model; 0: automatic
+        self._auto_slots: dict[tuple, int] = {}  # (weights, num_ctx, num_batch) -> slots chosen automatically
+        self._available = (scheduler_kw or {}).get("available_fn") or system_available_memory
         self.scheduler = Scheduler(self._load, config, estimate_fn=self._estimate, **(scheduler_kw or {}))
 
     def close(self) -> None:
@@ -143,13 +146,14 @@ class Service:
             raise ModelLoadError(f"model '{name}' has a vision projector; vision is not supported yet")
         t0 = time.perf_counter_ns()
         num_gpu = self._num_gpu(load_options["num_gpu"], load_options["main_gpu"])
+        slots = self._slots_for(rec.model_path, load_options)
         model = self._load_model(rec.model_path, num_ctx=load_options["num_ctx"], num_batch=load_options["num_batch"],
-                                 num_gpu=num_gpu, main_gpu=load_options["main_gpu"], n_slots=self._slots)
+                                 num_gpu=num_gpu, main_gpu=load_options["main_gpu"], n_slots=slots)
         with self._weights_lock:
             self._weights[name] = rec.model_path
         try:
             choice = templates.choose_template(model.metadata, rec.template)
-            driver = BatchDriver(model, min(self._slots, model.cache.n_slots)) if hasattr(model, "cache") else None
+            driver = BatchDriver(model, min(slots, model.cache.n_slots)) if hasattr(model, "cache") else None
             return Loaded(name, model, rec, choice.load(), tuple(choice.stop), time.perf_counter_ns() - t0, driver)
         except BaseException:
             model.close()
@@ -182,7 +186,25 @@ class Service:
         rec = self.record(name)
         if rec.model_path is None:
             return MemoryNeed(private=0)
-        return estimate_memory(rec.model_path, load_options["num_ctx"], load_options["num_batch"], self._slots)
+        return estimate_memory(rec.model_path, load_options["num_ctx"], load_options["num_batch"],
+                               self._slots_for(rec.model_path, load_options))
+
+    def _slots_for(self, path, load_options: dict) -> int:
+        """KV slots for a load: LOCALRT_NUM_PARALLEL when set (a load that does not fit is then refused by the
+        scheduler, naming the memory), else Ollama's automatic rule: 4 where 4 slots' KV cache fits in the memory
+        available when the model is first estimated, else 1 (decided once per weights and context)."""
+        if self._parallel:
+            return self._parallel
+        key = (str(path), load_options["num_ctx"], load_options["num_batch"])
+        if key not in self._auto_slots:
+            need = estimate_memory(path, load_options["num_ctx"], load_options["num_batch"], AUTO_PARALLEL)
+            available = self._available()
+            slots = AUTO_PARALLEL if need.private <= available else 1
+            if slots < AUTO_PARALLEL:
+                log.info("%s: %d KV slots need %.1f GiB, %.1f GiB is available: 1 slot (LOCALRT_NUM_PARALLEL sets it)",
+                         path, AUTO_PARALLEL, need.private / (1 << 30), available / (1 << 30))
+            self._auto_slots[key] = slots
+        return self._auto_slots[key]
 
     def options(self, rec: st.ModelRecord, request_options: dict) -> Options:
         """Defaults < server config < the model's params < the request. Unknown and deprecated keys are ignored
