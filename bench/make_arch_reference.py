@@ -1,6 +1,7 @@
 """Record llama.cpp's logits on tiny random-weight models of each architecture, for tests/test_arch_fixtures.py.
 
     python3 bench/make_arch_reference.py            # writes tests/data/arch/{tokenizer.json,<case>.npz}
+    python3 bench/make_arch_reference.py qwen3moe   # only the named cases (the others' files stay as they are)
 
 Needs `llama-cpp-python` (the tests never do) and the installed SmolLM2 package (for its tokenizer, cut to
 archgen.VOCAB tokens and written once to tests/data/arch/tokenizer.json). For every archgen case, in F32 and
@@ -61,7 +62,11 @@ def main() -> None:
     if not archgen.TOKENIZER_FILE.exists():
         write_tokenizer()
     with tempfile.TemporaryDirectory() as d:
-        for case in archgen.CASES.values():
+        names = sys.argv[1:] or list(archgen.CASES)
+        unknown = [n for n in names if n not in archgen.CASES]
+        if unknown:
+            raise SystemExit(f"unknown case(s) {unknown}; the cases are {list(archgen.CASES)}")
+        for case in (archgen.CASES[n] for n in names):
             out = {}
             for label, wtype in (("f32", archgen.F32), ("q8_0", archgen.Q8_0)):
                 path = archgen.write(Path(d) / f"{case.name}-{label}.gguf", case, wtype)

@@ -8,7 +8,7 @@ bench script from the installed SmolLM2 file), so both runtimes load a real toke
 
 Each Case names what it exercises: q/k/v biases (qwen2), llama3 rope factors (`rope_freqs`), q/k norms
 (qwen3), fused qkv and gate+up with longrope factors and partial rotary (phi3), soft-capping, sandwich norms
-and alternating sliding windows (gemma2). The shapes are GGUF's (NumPy order: rows = outputs).
+and alternating sliding windows (gemma2), top-k routing over stacked 3-D expert tensors (qwen3moe). The shapes are GGUF's (NumPy order: rows = outputs).
 """
 from __future__ import annotations
 
@@ -52,6 +52,9 @@ class Case:
     window: int = 0  # gemma2 sliding window (even layers local)
     attn_softcap: float = 0.0
     final_softcap: float = 0.0
+    n_expert: int = 0  # qwen3moe: experts per layer, routed top-n_expert_used, each n_ff_exp wide
+    n_expert_used: int = 0
+    n_ff_exp: int = 0
     extra: dict = field(default_factory=dict)  # more `<arch>.<suffix>`: value keys
     seed: int = 0
 
@@ -73,6 +76,8 @@ CASES = {c.name: c for c in (
     Case("phi3_short", "phi3", n_rot=12, longrope=True, n_ctx=256, seed=6),
     Case("phi3_long", "phi3", n_rot=12, longrope=True, n_ctx=512, seed=6),
     Case("gemma2", "gemma2", window=4, attn_softcap=1.0, final_softcap=25.0, eps=1e-6, seed=7),
+    # Qwen 3 30B-A3B style, in miniature: 8 experts, 2 per token, each 32 wide (feed_forward_length unused).
+    Case("qwen3moe", "qwen3moe", n_expert=8, n_expert_used=2, n_ff_exp=32, seed=8),
 )}
 
 
@@ -130,16 +135,23 @@ def weights(case: Case) -> dict[str, np.ndarray]:
             w[p + "attn_v.weight"] = mat(kv_out, case.n_embd)
         if case.biases:
             w[p + "attn_q.bias"], w[p + "attn_k.bias"], w[p + "attn_v.bias"] = bias(q_out), bias(kv_out), bias(kv_out)
-        if case.arch == "qwen3":
+        if case.arch in ("qwen3", "qwen3moe"):
             w[p + "attn_q_norm.weight"], w[p + "attn_k_norm.weight"] = norm(case.head_dim), norm(case.head_dim)
         w[p + "attn_output.weight"] = mat(case.n_embd, q_out)
         w[p + "ffn_norm.weight"] = norm(case.n_embd)
-        if case.arch == "phi3":
+        if case.n_expert:  # GGUF's stacked experts: (n_expert, rows, cols)
+            e, f = case.n_expert, case.n_ff_exp
+            w[p + "ffn_gate_inp.weight"] = mat(e, case.n_embd, 2 / math.sqrt(case.n_embd))  # router logits of a few units
+            w[p + "ffn_gate_exps.weight"] = mat(e * f, case.n_embd).reshape(e, f, case.n_embd)
+            w[p + "ffn_up_exps.weight"] = mat(e * f, case.n_embd).reshape(e, f, case.n_embd)
+            w[p + "ffn_down_exps.weight"] = mat(e * case.n_embd, f).reshape(e, case.n_embd, f)
+        elif case.arch == "phi3":
             w[p + "ffn_up.weight"] = mat(2 * case.n_ff, case.n_embd)
         else:
             w[p + "ffn_gate.weight"] = mat(case.n_ff, case.n_embd)
             w[p + "ffn_up.weight"] = mat(case.n_ff, case.n_embd)
-        w[p + "ffn_down.weight"] = mat(case.n_embd, case.n_ff)
+        if not case.n_expert:
+            w[p + "ffn_down.weight"] = mat(case.n_embd, case.n_ff)
         if case.arch == "gemma2":
             w[p + "post_attention_norm.weight"], w[p + "post_ffw_norm.weight"] = norm(case.n_embd), norm(case.n_embd)
     return w
@@ -174,6 +186,10 @@ def write(path: Path, case: Case, wtype: int = F32) -> Path:
         wr.add_float32(f"{a}.attn_logit_softcapping", case.attn_softcap)
     if case.final_softcap:
         wr.add_float32(f"{a}.final_logit_softcapping", case.final_softcap)
+    if case.n_expert:
+        wr.add_expert_count(case.n_expert)
+        wr.add_expert_used_count(case.n_expert_used)
+        wr.add_expert_feed_forward_length(case.n_ff_exp)
     for suffix, value in case.extra.items():
         (wr.add_float32 if isinstance(value, float) else wr.add_uint32)(f"{a}.{suffix}", value)
     tok = tokenizer()
@@ -188,8 +204,9 @@ def write(path: Path, case: Case, wtype: int = F32) -> Path:
     wr.add_pad_token_id(tok["padding_token_id"])
     wr.add_add_bos_token(False)
     for name, arr in weights(case).items():
-        if arr.ndim == 2 and wtype != F32:
-            raw = quant.quantize(arr, wtype)
+        if arr.ndim >= 2 and wtype != F32 and "ffn_gate_inp" not in name:  # llama-quantize keeps the router F32
+            raw = quant.quantize(arr.reshape(-1, arr.shape[-1]), wtype)  # (rows of every expert, row bytes)
+            raw = raw.reshape(*arr.shape[:-1], raw.shape[-1])
             wr.add_tensor(name, raw, raw_shape=raw.shape, raw_dtype=gguf.GGMLQuantizationType(wtype))
         else:
             wr.add_tensor(name, arr)

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 import archgen
+from localrt.engine.backends.backend import QTensor
 from localrt.engine.loader import load_model
 
 CHECKED = list(archgen.CASES)
@@ -103,6 +104,13 @@ def _short_factors(model) -> None:
     model.weights.rope_freqs = model.weights.longrope[0]
 
 
+def _router_off(model) -> None:
+    """A zero router: uniform probabilities, so every token takes experts 0..k-1 whatever its input."""
+    zero = np.zeros((model.config.n_expert, model.config.n_embd), np.float32)
+    model.weights.layers = [dataclasses.replace(L, ffn_gate_inp=QTensor("router", 0, zero.shape, zero.view(np.uint8)))
+                            for L in model.weights.layers]
+
+
 # feature -> (case, what switches it off in a loaded model)
 ABLATIONS = {
     "qwen2 q/k/v biases": ("qwen2", _layers(attn_q_bias=None, attn_k_bias=None, attn_v_bias=None)),
@@ -115,6 +123,9 @@ ABLATIONS = {
     "gemma2 attention softcap": ("gemma2", _config(attn_softcap=0.0)),
     "gemma2 final softcap": ("gemma2", _config(final_logit_softcap=0.0)),
     "gemma2 sliding window": ("gemma2", _config(windows=(0, 0, 0))),
+    "qwen3moe routing": ("qwen3moe", _router_off),
+    "qwen3moe top-k": ("qwen3moe", _config(n_expert_used=3)),
+    "qwen3moe renormalised expert weights": ("qwen3moe", _config(expert_weights_norm=False)),
     "gemma2 post norms": ("gemma2", _layers(post_attention_norm=np.ones(64, np.float32), post_ffw_norm=np.ones(64, np.float32))),
 }
 

@@ -13,7 +13,7 @@ from localrt.models.gguf_facts import config_from_gguf, gguf_facts, human_number
 from localrt.models.quantize import quantize_model
 from localrt.runtime.service import estimate_memory
 
-NEW = ["llama3_rope", "qwen3", "phi3", "phi3_short", "gemma2"]
+NEW = ["llama3_rope", "qwen3", "phi3", "phi3_short", "gemma2", "qwen3moe"]
 
 
 @pytest.mark.parametrize("name", NEW)
@@ -48,7 +48,7 @@ def test_create_quantize_q8_0_is_the_same_model_as_the_fixture(tmp_path, name):
         ref.close()
 
 
-@pytest.mark.parametrize("name", ["phi3", "gemma2"])
+@pytest.mark.parametrize("name", ["phi3", "gemma2", "qwen3moe"])
 def test_create_quantize_q4_k_m_runs(tmp_path, name):
     case = archgen.CASES[name]
     src = archgen.write(tmp_path / "f32.gguf", case, archgen.F32)

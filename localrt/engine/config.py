@@ -46,6 +46,10 @@ class ModelConfig:
     attn_softcap: float = 0.0  # q.k * attn_scale -> cap * tanh(. / cap) before the softmax; 0 = off
     rope_attn_factor: float = 1.0  # multiplies the rotated dims of q and k (llama.cpp's rope attn_factor)
     rope_orig_ctx: int = 0  # longrope: a context above this picks rope_factors_long (else _short)
+    n_expert: int = 0  # mixture of experts (qwen3moe): experts per layer; 0 = dense FFN
+    n_expert_used: int = 0  # experts each token is routed to (top-k of the router's softmax)
+    n_ff_exp: int = 0  # each expert's feed-forward width
+    expert_weights_norm: bool = False  # renormalise the top-k router probabilities to sum to 1
 
     @property
     def n_embd_k(self) -> int:
@@ -56,6 +60,7 @@ SWA_PERIOD = {"gemma2": 2, "gemma3": 6}  # default sliding_window_pattern: layer
 SWA_DEFAULT = {"gemma2": 4096}  # sliding window when the file has none (llama.cpp's n_swa for gemma 2)
 PARTIAL_ROTARY = ("phi3",)  # families whose rope may rotate fewer dims than the head (Phi-4-mini: 96 of 128)
 FACTOR_SCALING = {"llama": "llama3", "phi3": "longrope"}  # rope.scaling.type carried by factor tensors
+MOE = ("qwen3moe",)  # families whose FFN is a mixture of experts (llama.cpp renormalises their top-k weights)
 
 
 def config_from_metadata(md: dict, tensors: Mapping | None = None) -> ModelConfig:
@@ -89,7 +94,7 @@ def config_from_metadata(md: dict, tensors: Mapping | None = None) -> ModelConfi
         raise InvalidModel(f"model file has neither {arch}.vocab_size nor tokenizer.ggml.tokens")
     n_vocab = k.int("vocab_size", len(tokens) if tokens is not None else None)
     n_ctx_train = k.int("context_length", 2048, hi=validate.MAX_CONTEXT)
-    _check_experts(k)
+    n_expert, n_expert_used, n_ff_exp = _experts(k, n_layer, n_ff)
 
     freq_scale = _rope_freq_scale(k, tensors)
     rope_base = k.float("rope.freq_base", 10000.0)
@@ -129,6 +134,10 @@ def config_from_metadata(md: dict, tensors: Mapping | None = None) -> ModelConfi
         attn_softcap=k.float("attn_logit_softcapping", 50.0) if arch == "gemma2" else 0.0,
         rope_attn_factor=k.float("rope.scaling.attn_factor", 1.0, hi=validate.MAX_ROPE_FACTOR),
         rope_orig_ctx=k.int("rope.scaling.original_context_length", n_ctx_train, hi=validate.MAX_CONTEXT),
+        n_expert=n_expert,
+        n_expert_used=n_expert_used,
+        n_ff_exp=n_ff_exp,
+        expert_weights_norm=arch in MOE,  # qwen3moe's graph always renormalises (no key read, as llama.cpp)
     )
     validate.check_heads(k, cfg, partial_rotary=arch in PARTIAL_ROTARY)
     validate.check_vocab(k, n_vocab)
@@ -168,14 +177,29 @@ def _windows(k: validate.Keys, n_layer: int) -> tuple[int, ...]:
     return tuple(window if swa else 0 for swa in _swa_layers(k, n_layer, SWA_PERIOD[arch]))
 
 
-def _check_experts(k: validate.Keys) -> None:
-    """This engine runs dense FFNs only: a mixture-of-experts file is refused by name."""
-    n_expert = k.int("expert_count", 0, lo=0, hi=validate.MAX_EXPERTS)
-    n_used = k.int("expert_used_count", 0, lo=0, hi=validate.MAX_EXPERTS)
-    if n_expert > 0:
-        raise InvalidModel(f"{k.name('expert_count')} is {n_expert}: mixture-of-experts models are not supported")
-    if n_used > 0:
-        raise InvalidModel(f"{k.name('expert_used_count')} is {n_used} but {k.name('expert_count')} is 0")
+def _experts(k: validate.Keys, n_layer: int, n_ff: int) -> tuple[int, int, int]:
+    """(expert_count, expert_used_count, expert_feed_forward_length) of a mixture-of-experts family, as llama.cpp
+    reads them (the width defaults to feed_forward_length / expert_used_count); (0, 0, 0) for a dense one, whose
+    file must not claim experts. What qwen3moe's graph has no use for (expert groups) is refused by name."""
+    if k.arch not in MOE:
+        n_expert = k.int("expert_count", 0, lo=0, hi=validate.MAX_EXPERTS)
+        n_used = k.per_layer_int("expert_used_count", n_layer, 0, lo=0, hi=validate.MAX_EXPERTS)
+        if n_expert > 0:
+            raise InvalidModel(f"{k.name('expert_count')} is {n_expert}: {k.arch} has no mixture-of-experts layers")
+        if n_used > 0:
+            raise InvalidModel(f"{k.name('expert_used_count')} is {n_used} but {k.name('expert_count')} is 0")
+        return 0, 0, 0
+    n_expert = k.int("expert_count", hi=validate.MAX_EXPERTS)
+    n_used = k.per_layer_int("expert_used_count", n_layer, hi=n_expert)  # 1..expert_count
+    groups = k.int("expert_group_count", 0, lo=0, hi=validate.MAX_EXPERTS)
+    if groups > 1:
+        raise InvalidModel(f"{k.name('expert_group_count')} is {groups}: grouped expert selection is not supported "
+                           f"for {k.arch}")
+    if not k.has("expert_feed_forward_length") and n_ff < n_used:
+        raise InvalidModel(f"the file has no {k.name('expert_feed_forward_length')} and {k.name('feed_forward_length')} "
+                           f"({n_ff}) / {k.name('expert_used_count')} ({n_used}) is 0")
+    n_ff_exp = k.per_layer_int("expert_feed_forward_length", n_layer, n_ff // n_used, hi=validate.MAX_WIDTH)
+    return n_expert, n_used, n_ff_exp
 
 
 def _swa_layers(k: validate.Keys, n_layer: int, default: int) -> list[bool]:

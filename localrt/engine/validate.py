@@ -163,6 +163,7 @@ def dim_labels(keys: Keys, vocab_label: str) -> dict[str, str]:
         "n_q": f"{head} x {kl}", "n_k": f"{kv} x {kl}", "n_v": f"{kv} x {vl}", "n_o": f"{head} x {vl}",
         "n_rot_half": f"{k('rope.dimension_count')} / 2",
         "n_qkv": f"{head} x {kl} + 2 x {kv} x {kl}", "n_ff2": f"2 x {k('feed_forward_length')}",
+        "n_expert": k("expert_count"), "n_ff_exp": k("expert_feed_forward_length"),
     }
 
 
@@ -202,7 +203,7 @@ def _check_tensor(tensors: Mapping, name: str, spec: tuple, dims: dict, labels: 
     if got != want:
         why = "; ".join(f"{labels[d]} is {dims[d]}" for i, d in enumerate(shape_dims) if i >= len(got) or got[i] != dims[d])
         raise InvalidModel(f"tensor {name!r} has shape {got} but the metadata gives {want} ({why or 'wrong rank'})")
-    if len(want) == 2 and (t.ggml_type not in simd_kernels.MUL or t.ggml_type not in simd_kernels.ROWS):
+    if len(want) >= 2 and (t.ggml_type not in simd_kernels.MUL or t.ggml_type not in simd_kernels.ROWS):
         raise InvalidModel(f"tensor {name!r} has ggml type {t.ggml_type}, which this runtime cannot compute with")
     if len(want) == 1 and t.ggml_type not in simd_kernels.ROWS:
         raise InvalidModel(f"tensor {name!r} has ggml type {t.ggml_type}, which this runtime cannot read")

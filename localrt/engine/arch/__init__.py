@@ -4,12 +4,13 @@ from __future__ import annotations
 from types import ModuleType
 
 from ...errors import UnsupportedArchitecture
-from . import gemma2, gemma3, llama, phi3, qwen2, qwen3
+from . import gemma2, gemma3, llama, phi3, qwen2, qwen3, qwen3moe
 
 ARCHITECTURES: dict[str, ModuleType] = {
     "llama": llama,  # also Mistral 7B-type files and SmolLM2, which carry arch "llama"
     "qwen2": qwen2,
     "qwen3": qwen3,
+    "qwen3moe": qwen3moe,
     "phi3": phi3,
     "gemma2": gemma2,
     "gemma3": gemma3,

@@ -31,9 +31,9 @@ class Layer:
     attn_v: QTensor
     attn_output: QTensor
     ffn_norm: np.ndarray
-    ffn_gate: QTensor
-    ffn_up: QTensor
-    ffn_down: QTensor
+    ffn_gate: QTensor | None = None  # dense FFN (None in a mixture-of-experts layer)
+    ffn_up: QTensor | None = None
+    ffn_down: QTensor | None = None
     attn_q_bias: np.ndarray | None = None
     attn_k_bias: np.ndarray | None = None
     attn_v_bias: np.ndarray | None = None
@@ -42,6 +42,12 @@ class Layer:
     attn_k_norm: np.ndarray | None = None
     post_attention_norm: np.ndarray | None = None
     post_ffw_norm: np.ndarray | None = None
+    # Mixture of experts (see .moe): the router (n_expert, n_embd) and, per expert, a 2-D view of its slice
+    # of the stacked 3-D tensors: gate/up (n_ff_exp, n_embd), down (n_embd, n_ff_exp).
+    ffn_gate_inp: QTensor | None = None
+    ffn_gate_exps: list[QTensor] | None = None
+    ffn_up_exps: list[QTensor] | None = None
+    ffn_down_exps: list[QTensor] | None = None
 
 
 @dataclass
@@ -93,6 +99,15 @@ class TensorSource:
             raise ModelLoadError(f"tensor {name!r} has shape {t.shape}, expected {(rows, cols)}")
         self.backend.check(t)
         return t
+
+    def experts(self, name: str, n_expert: int, rows: int, cols: int) -> list[QTensor]:
+        """Each expert's (rows, cols) slice of a stacked (n_expert, rows, cols) weight, viewed in place: its raw
+        block rows e * rows .. (e + 1) * rows of the file's (n_expert * rows, row_bytes) data, not a copy."""
+        t = self._get(name)
+        if t.shape != (n_expert, rows, cols) or t.data.shape[0] != n_expert * rows:
+            raise ModelLoadError(f"tensor {name!r} has shape {t.shape}, expected {(n_expert, rows, cols)}")
+        self.backend.check(t)
+        return [QTensor(f"{name}[{e}]", t.ggml_type, (rows, cols), t.data[e * rows : (e + 1) * rows]) for e in range(n_expert)]
 
     def vector(self, name: str, n: int, required: bool = True) -> np.ndarray | None:
         if not required and name not in self.tensors:
@@ -164,10 +179,14 @@ def dims(cfg) -> dict[str, int]:
         "n_rot_half": cfg.n_rot // 2,
         "n_qkv": cfg.n_head * cfg.head_dim + cfg.n_head_kv * (cfg.head_dim + cfg.head_dim_v),
         "n_ff2": 2 * cfg.n_ff,
+        "n_expert": cfg.n_expert,
+        "n_ff_exp": cfg.n_ff_exp,
     }
 
 
 def _fetch(src: TensorSource, name: str, shape: tuple[int, ...], required: bool):
+    if len(shape) == 3:
+        return src.experts(name, *shape) if required or src.has(name) else None
     if len(shape) == 2:
         return src.matrix(name, *shape) if required or src.has(name) else None
     return src.vector(name, shape[0], required=required)

@@ -20,6 +20,7 @@ from .common import (
     layer_devices,
     load_common,
 )
+from .moe import moe_ffn
 
 
 ROPE_MODE = ops.ROPE_NORMAL
@@ -40,7 +41,7 @@ def forward(be, cfg, w: Weights, batch: Batch, cache) -> np.ndarray:
         dev = devs[il]
         a = attention(dev, cfg, w, L, il, h, batch, cache, cfg.rope_base, cfg.rope_freq_scale)
         dev.ops.add_rms_norm(x, a, L.ffn_norm, cfg.rms_eps, h)
-        f = gated_ffn(dev, L, h, dev.ops.swiglu)
+        f = moe_ffn(dev, cfg, L, h) if L.ffn_gate_inp is not None else gated_ffn(dev, L, h, dev.ops.swiglu)
         next_norm = w.layers[il + 1].attn_norm if il + 1 < cfg.n_layer else w.output_norm
         x, h = add_norm_next(dev, devs[il + 1], x, f, next_norm, cfg.rms_eps, h)
     return h  # on the output layer's device

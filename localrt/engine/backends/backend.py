@@ -76,13 +76,16 @@ class CPUBackend:
         """Rows `ids` of an embedding matrix: (len(ids), n_embd) float32."""
         return simd_kernels.get_rows(w.ggml_type, w.data, ids)
 
-    def linear(self, w: QTensor, x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
-        """y = x @ W.T: x (n_tok, cols) float32 -> (n_tok, rows) float32."""
+    def linear(self, w: QTensor, x: np.ndarray, out: np.ndarray | None = None, *, per_row: bool = False) -> np.ndarray:
+        """y = x @ W.T: x (n_tok, cols) float32 -> (n_tok, rows) float32.
+
+        `per_row`: always the fused kernel, whose every row computes as in a one-row call (an expert's tokens
+        are a group whose size depends on the rest of the batch: see localrt.engine.arch.moe)."""
         if x.ndim != 2 or x.shape[1] != w.shape[1] or (out is not None and out.shape != (x.shape[0], w.shape[0])):
             # The raw kernels below check nothing: one tuple comparison keeps them in bounds.
             raise simd_kernels.KernelArgumentError(f"{w.name}: x {x.shape} / out {None if out is None else out.shape} "
                                                    f"do not fit the weight's shape {w.shape}")
-        if x.shape[0] < BLAS_MIN_TOKENS:
+        if x.shape[0] < BLAS_MIN_TOKENS or per_row:
             if out is None:
                 out = np.empty((x.shape[0], w.shape[0]), np.float32)  # (n_tok, rows)
             # The raw fused kernel (8-bit activations, as llama.cpp), without the checked wrapper: decode

@@ -28,6 +28,10 @@ def offload(model, num_gpu: int, main_gpu: int = 0, *, probe: Callable = devices
         raise ValueError("this model's layers were already placed; load it again to place them differently")
     if num_gpu == 0:
         plan = placement.cpu_only(cfg.n_layer, "num_gpu is 0: CPU only")
+    elif cfg.n_expert > 0:
+        # The expert kernels (per-expert views, grouped tokens) are the CPU's; the GPU backend has none yet.
+        plan = placement.cpu_only(cfg.n_layer, f"{cfg.arch}: mixture-of-experts layers run on the CPU only")
+        log.warning("%s", plan.reason)
     else:
         report = probe(main_gpu)
         if report.gpu is None:

@@ -1,0 +1,50 @@
+"""The mixture-of-experts FFN (qwen3moe), computed as llama.cpp's build_moe_ffn does with softmax gating.
+
+probs = softmax(ffn_gate_inp . m) over all experts; the k = expert_used_count experts of highest prob; their
+probs renormalised to sum to 1 where the family says so (the sum clamped below at F16's smallest normal, as
+llama.cpp); out = sum over ranks (highest prob first) of weight * Wdown_e . (silu(Wgate_e m) * Wup_e m).
+
+Only the selected experts' weights are read. Tokens are grouped by expert and each group goes through the
+per-row fused kernel over that expert's 2-D view (`Backend.linear(per_row=True)`), so a token's products do not
+depend on how many other tokens chose the same expert; each token then sums its own k results in rank order,
+never in group order. A token's output is therefore the same in any batch (batch invariance).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .common import Layer
+
+WEIGHT_SUM_MIN = np.float32(6.103515625e-5)  # llama.cpp's clamp of the top-k sum before dividing by it
+
+
+def route(be, cfg, L: Layer, m: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per token of m (n_tok, n_embd): the chosen experts (n_tok, k) int64, best first, and their weights (n_tok, k) f32."""
+    probs = be.linear(L.ffn_gate_inp, m, per_row=True)  # (n_tok, n_expert) router logits; per row: routing never depends on the batch
+    be.ops.softmax_rows(probs)
+    # Stable sort of -p: the k largest, ties to the lower expert id.
+    chosen = np.argsort(-probs, axis=1, kind="stable")[:, : cfg.n_expert_used]  # (n_tok, k)
+    weights = np.take_along_axis(probs, chosen, axis=1)  # (n_tok, k)
+    if cfg.expert_weights_norm:
+        weights /= np.maximum(weights.sum(axis=1, keepdims=True), WEIGHT_SUM_MIN)
+    return chosen, weights
+
+
+def moe_ffn(be, cfg, L: Layer, m: np.ndarray) -> np.ndarray:
+    """The routed experts' weighted SwiGLU FFNs for m (n_tok, n_embd) -> (n_tok, n_embd)."""
+    n, k = m.shape[0], cfg.n_expert_used
+    chosen, weights = route(be, cfg, L, m)
+    per_rank = np.empty((k, n, cfg.n_embd), np.float32)  # (k, n_tok, n_embd): token t's rank-r expert output
+    for e in np.unique(chosen):
+        tok, rank = np.nonzero(chosen == e)  # the tokens routed to expert e, and at which rank
+        x = np.ascontiguousarray(m[tok])  # (n_e, n_embd)
+        gate = be.linear(L.ffn_gate_exps[e], x, per_row=True)  # (n_e, n_ff_exp)
+        up = be.linear(L.ffn_up_exps[e], x, per_row=True)  # (n_e, n_ff_exp)
+        be.ops.swiglu(gate, up, gate)
+        down = be.linear(L.ffn_down_exps[e], gate, per_row=True)  # (n_e, n_embd)
+        down *= weights[tok, rank][:, None]
+        per_rank[rank, tok] = down
+    out = per_rank[0].copy()  # (n_tok, n_embd)
+    for r in range(1, k):  # llama.cpp's order: ((e_0 + e_1) + e_2) + ...
+        out += per_rank[r]
+    return out

@@ -1,0 +1,155 @@
+"""qwen3moe beyond the oracle fixture (tests/test_arch_fixtures.py): its metadata validated against the stacked
+expert tensors, experts viewed in place, only the routed experts read, and a token's result independent of its batch."""
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+
+import archgen
+import gguf_io
+from localrt.engine.arch import moe
+from localrt.engine.config import config_from_metadata
+from localrt.engine.loader import load_model
+from localrt.errors import InvalidModel
+
+CASE = archgen.CASES["qwen3moe"]
+
+
+@pytest.fixture(scope="module")
+def moe_file(tmp_path_factory):
+    return archgen.write(tmp_path_factory.mktemp("moe") / "m.gguf", CASE, archgen.Q8_0)
+
+
+def _config(path, **keys):
+    """config_from_metadata of the file with `qwen3moe.<suffix>` keys replaced (None: removed)."""
+    with gguf_io.open(path) as f:
+        md = dict(f.metadata)
+        for suffix, value in keys.items():
+            md.pop(f"qwen3moe.{suffix}", None)
+            if value is not None:
+                md[f"qwen3moe.{suffix}"] = value
+        return config_from_metadata(md, f.tensors)
+
+
+def test_config_reads_the_expert_keys(moe_file):
+    cfg = _config(moe_file)
+    assert (cfg.n_expert, cfg.n_expert_used, cfg.n_ff_exp, cfg.expert_weights_norm) == (8, 2, 32, True)
+    # llama.cpp's default width: feed_forward_length / expert_used_count (128 / 4 = 32 matches the tensors)
+    assert _config(moe_file, expert_feed_forward_length=None, expert_used_count=4).n_ff_exp == 32
+
+
+@pytest.mark.parametrize("keys, message", [
+    (dict(expert_count=None), "no metadata key 'qwen3moe.expert_count'"),
+    (dict(expert_count=0), "qwen3moe.expert_count is 0; it must be at least 1"),
+    (dict(expert_used_count=None), "no metadata key 'qwen3moe.expert_used_count'"),
+    (dict(expert_used_count=0), "qwen3moe.expert_used_count is 0; it must be at least 1 and at most 8"),
+    (dict(expert_used_count=9), "qwen3moe.expert_used_count is 9; it must be at least 1 and at most 8"),
+    (dict(expert_used_count=[2, 2, 3]), "qwen3moe.expert_used_count varies per layer"),
+    (dict(expert_group_count=4), "qwen3moe.expert_group_count is 4: grouped expert selection is not supported"),
+    # the metadata against the 3-D tensors' shapes, naming the tensor and the key
+    (dict(expert_count=4), "'blk.0.ffn_gate_inp.weight' has shape (8, 64) but the metadata gives (4, 64) "
+                           "(qwen3moe.expert_count is 4)"),
+    (dict(expert_feed_forward_length=16), "'blk.0.ffn_gate_exps.weight' has shape (8, 32, 64) but the metadata "
+                                          "gives (8, 16, 64) (qwen3moe.expert_feed_forward_length is 16)"),
+    (dict(expert_feed_forward_length=None, feed_forward_length=1, expert_used_count=2),
+     "no qwen3moe.expert_feed_forward_length and qwen3moe.feed_forward_length"),
+])
+def test_bad_expert_metadata_is_refused_by_name(moe_file, keys, message):
+    with pytest.raises(InvalidModel, match=re.escape(message)):
+        _config(moe_file, **keys)
+
+
+def test_a_dense_family_claiming_experts_is_refused(tmp_path):
+    path = archgen.write(tmp_path / "q.gguf", archgen.CASES["qwen3"])
+    with gguf_io.open(path) as f:
+        with pytest.raises(InvalidModel, match="qwen3.expert_count is 8: qwen3 has no mixture-of-experts layers"):
+            config_from_metadata({**f.metadata, "qwen3.expert_count": 8, "qwen3.expert_used_count": 2}, f.tensors)
+
+
+def test_a_3d_tensor_of_the_wrong_rank_or_type_is_refused(moe_file):
+    with gguf_io.open(moe_file) as f:
+        t = f.tensors["blk.2.ffn_down_exps.weight"]
+        flat = type("T", (), {"shape": (8 * 64, 32), "ggml_type": t.ggml_type, "data": t.data})()
+        with pytest.raises(InvalidModel, match=re.escape("'blk.2.ffn_down_exps.weight' has shape (512, 32)")):
+            config_from_metadata(f.metadata, {**f.tensors, "blk.2.ffn_down_exps.weight": flat})
+        odd = type("T", (), {"shape": t.shape, "ggml_type": 37, "data": t.data})()  # TQ2_0: no kernel reads it
+        with pytest.raises(InvalidModel, match="'blk.2.ffn_down_exps.weight' has ggml type 37"):
+            config_from_metadata(f.metadata, {**f.tensors, "blk.2.ffn_down_exps.weight": odd})
+
+
+def test_each_expert_is_a_view_of_its_rows_in_the_mmap(moe_file):
+    model = load_model(moe_file, num_ctx=64, num_gpu=0)
+    try:
+        stacked = model._source.tensors["blk.1.ffn_down_exps.weight"].data  # (8 * 64, row bytes)
+        views = model.weights.layers[1].ffn_down_exps
+        assert len(views) == 8 and all(v.shape == (64, 32) for v in views)
+        for e, v in enumerate(views):
+            assert v.data.base is not None and np.shares_memory(v.data, stacked)
+            assert v.data.ctypes.data == stacked.ctypes.data + e * 64 * stacked.strides[0]
+    finally:
+        model.close()
+
+
+class _Recording:
+    """The model's backend, recording the name of every weight a product reads."""
+
+    def __init__(self, inner) -> None:
+        self.inner, self.read = inner, []
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+    def linear(self, w, x, out=None, **kw):
+        self.read.append(w.name)
+        return self.inner.linear(w, x, out, **kw)
+
+
+def test_a_token_reads_only_its_routed_experts(moe_file):
+    model = load_model(moe_file, num_ctx=64, num_gpu=0)
+    try:
+        L = model.weights.layers[0]
+        h = np.ascontiguousarray(model.backend.embed(model.weights.token_embd, np.array([411])))  # (1, n_embd)
+        chosen, weights = moe.route(model.backend, model.config, L, h)
+        assert chosen.shape == (1, 2) and weights.sum() == pytest.approx(1.0, abs=1e-6)
+        rec = _Recording(model.backend)
+        moe.moe_ffn(rec, model.config, L, h)
+        want = ["blk.0.ffn_gate_inp.weight"] + [f"blk.0.ffn_{k}_exps.weight[{e}]" for e in sorted(chosen[0]) for k in ("gate", "up", "down")]
+        assert rec.read == want
+    finally:
+        model.close()
+
+
+def test_a_tokens_logits_do_not_depend_on_its_batch(moe_file):
+    """Slot 0's 8 tokens alone, then beside slot 1's 8 others (which route to other experts in other groups):
+    bit for bit the same logits."""
+    model = load_model(moe_file, num_ctx=64, n_slots=2, num_gpu=0)
+    try:
+        a, b = archgen.IDS[:8], archgen.IDS[8:]
+        model.cache.clear(0)
+        alone = model.forward(model.batch(a, 0, 0), model.cache)
+        model.cache.clear(0)
+        model.cache.clear(1)
+        both = model.batch(a + b, 0, 0)
+        both = type(both)(tokens=both.tokens, positions=np.r_[np.arange(8), np.arange(len(b))],
+                          slots=np.r_[np.zeros(8, np.int64), np.ones(len(b), np.int64)])
+        together = model.forward(both, model.cache)
+        np.testing.assert_array_equal(together[:8], alone)
+    finally:
+        model.close()
+
+
+def test_mixture_of_experts_layers_stay_on_the_cpu(moe_file):
+    from localrt.engine.backends.offload import offload
+
+    model = load_model(moe_file, num_ctx=64, num_gpu=0)
+    try:
+        model.weights.devices = []
+        for num_gpu in (-1, 99):
+            plan = offload(model, num_gpu, probe=lambda _gpu: pytest.fail("a GPU was probed for a MoE model"),
+                           make_device=lambda _gpu: pytest.fail("a device was made for a MoE model"))
+            model.weights.devices = []
+        assert plan.gpu_layers == () and not plan.output and "mixture-of-experts" in plan.reason
+    finally:
+        model.close()
