@@ -77,6 +77,15 @@ def _one(base: str, model: str, prompt: str, tokens: int) -> dict:
     return {"ttft": ttft, "tpot": tpot, "tokens": n}
 
 
+def _peak_rss_mib(pid: int) -> float:
+    """The server process's peak resident set (VmHWM), MiB."""
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return round(int(line.split()[1]) / 1024, 1)
+    return 0.0
+
+
 def _run(base: str, model: str, clients: int, requests: int, tokens: int) -> dict:
     results: list[dict] = []
     lock = threading.Lock()
@@ -167,6 +176,11 @@ def main() -> None:
                     proc, base, model = start()
                     try:
                         row[server] = _run(base, model, n, args.requests, args.tokens)
+                        row[server]["peak_rss_mib"] = _peak_rss_mib(proc.pid)
+                        if server == "localrt":
+                            ps = httpx.get(base + "/api/ps", timeout=10).json()["models"][0]
+                            row[server]["kv_cache_mib"] = round(ps["kv_cache_bytes"] / (1 << 20), 1)
+                            row[server]["weights_mib"] = round(gguf.stat().st_size / (1 << 20), 1)
                     finally:
                         proc.terminate()
                         proc.wait(timeout=30)
