@@ -14,6 +14,7 @@ from . import arch as archs
 from . import validate
 from .arch.common import GLOBAL_TENSORS, Batch, dims
 from .kv_cache import KVCache
+from .speculative import CostModel
 
 
 @dataclass(frozen=True)
@@ -165,6 +166,7 @@ class Model:
         )
         self.load_duration_ns = 0
         self._slot_tokens: dict[int, list[int]] = {}  # slot -> ids whose keys the cache holds (prefix reuse)
+        self.forward_costs = CostModel()  # decode forwards' seconds by row count, for every Batcher's draft planning
         self._source = source  # the open GGUF file: keeps the mmap the weights view alive
 
     def close(self) -> None:
