@@ -273,3 +273,13 @@ def test_a_draft_the_grammar_forbids_ends_the_run(tiny):
     assert [e.token for e in events] == [brace]
     assert (seq.draft.drafted_count, seq.draft.accepted_count) == (2, 0)
     assert seq._pending == brace
+
+
+def test_cost_samples_expire():
+    from localrt.engine import speculative
+
+    c = CostModel()
+    c.record(4, 5.0)  # measured while the machine was busy
+    for _ in range(speculative.HORIZON):
+        c.record(1, 0.01)
+    assert c.cost(4) == pytest.approx(0.01 * (1 + 3 * speculative.GUESS_SLOPE))  # guessed again: re-measured

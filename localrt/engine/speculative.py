@@ -27,6 +27,7 @@ the prior, so an occasional probe notices when a sequence starts copying.
 from __future__ import annotations
 
 import collections
+import statistics
 import time
 from dataclasses import replace
 
@@ -42,6 +43,7 @@ MARGIN = 1.05  # a draft must promise this much more throughput than the plain s
 # optimistic for a CPU (measured 0.6-0.65), so that drafting gets tried and the real cost measured.
 GUESS_SLOPE = 0.35
 SAMPLES = 15  # forwards kept per row count; the median is the estimate (robust to a busy machine)
+HORIZON = 2048  # forwards after which a sample expires (about 20 s of one sequence's decode on a CPU)
 
 
 class NgramIndex:
@@ -106,27 +108,45 @@ class DraftState:
 
 
 class CostModel:
-    """Seconds per decode forward by its row count: the median of the last SAMPLES forwards of each count."""
+    """Seconds per decode forward by its row count: the median of the last SAMPLES forwards of each count.
+
+    A sample expires after HORIZON forwards of any count: a count that stopped being run (because it measured
+    slow, on a machine that was busy then) falls back to the optimistic guess and is measured again."""
 
     def __init__(self) -> None:
-        self._samples: dict[int, collections.deque] = {}
+        self._samples: dict[int, collections.deque] = {}  # rows -> (forward index, seconds)
+        self._n = 0  # forwards recorded
+        self._known: dict[int, float] | None = None  # measured(), until the next record
 
     def record(self, rows: int, seconds: float) -> None:
-        self._samples.setdefault(rows, collections.deque(maxlen=SAMPLES)).append(seconds)
+        self._n += 1
+        self._samples.setdefault(rows, collections.deque(maxlen=SAMPLES)).append((self._n, seconds))
+        self._known = None
+
+    def measured(self) -> dict[int, float]:
+        """The current estimate of every row count with unexpired samples."""
+        if self._known is None:
+            out = {}
+            for rows, got in list(self._samples.items()):
+                fresh = sorted(t for i, t in got if i > self._n - HORIZON)
+                if fresh:
+                    out[rows] = statistics.median(fresh)
+            self._known = out
+        return self._known
 
     def cost(self, rows: int) -> float:
-        """Estimated seconds of a forward with `rows` rows (relative units until one-row forwards are measured)."""
-        got = self._samples.get(rows)
-        if got:
-            return float(np.median(got))
+        """Estimated seconds of a forward with `rows` rows (relative units until something is measured)."""
+        known = self.measured()
+        if rows in known:
+            return known[rows]
         base = 1.0  # nothing measured: relative units
-        if self._samples:  # one-row forwards from the smallest measured count
-            r = min(self._samples)
-            base = float(np.median(self._samples[r])) / (1.0 + GUESS_SLOPE * (r - 1))
+        if known:  # one-row forwards from the smallest measured count
+            r = min(known)
+            base = known[r] / (1.0 + GUESS_SLOPE * (r - 1))
         guess = base * (1.0 + GUESS_SLOPE * (rows - 1))
-        below = [r for r in self._samples if r < rows]
+        below = [r for r in known if r < rows]
         if below:  # never guess below a measured smaller count (forwards do not get cheaper with rows)
-            guess = max(guess, self.cost(max(below)))
+            guess = max(guess, known[max(below)])
         return guess
 
 
