@@ -283,3 +283,17 @@ def test_cost_samples_expire():
     for _ in range(speculative.HORIZON):
         c.record(1, 0.01)
     assert c.cost(4) == pytest.approx(0.01 * (1 + 3 * speculative.GUESS_SLOPE))  # guessed again: re-measured
+
+
+def test_final_reply_and_verbose_output_carry_the_draft_counts():
+    from localrt.cli.cli_format import verbose_stats
+    from localrt.runtime.service import _metrics
+
+    on = _metrics(Done("stop", eval_count=30, eval_duration=10, draft_count=24, draft_accepted_count=18), 0)
+    assert (on["draft_count"], on["draft_accepted_count"]) == (24, 18)
+    assert on["eval_count"] == 30 and on["done_reason"] == "stop"  # Ollama's fields as they were
+    off = _metrics(Done("stop", eval_count=30, eval_duration=10), 0)
+    assert "draft_count" not in off and "draft_accepted_count" not in off
+    text = verbose_stats(on)
+    assert "draft count:          24 token(s)" in text and "draft accepted:       18 token(s) (75.0%)" in text
+    assert "draft" not in verbose_stats(off)

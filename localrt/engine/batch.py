@@ -4,7 +4,9 @@ A `Batcher` is owned by one thread (the model's worker). `add` validates a reque
 slot (the one whose cached tokens share the longest prefix with the prompt); `step` runs one forward over
 the next token of every decoding sequence, then at most one prefill chunk of the oldest prompt still being
 evaluated, samples every sequence that got logits and returns each one's events. `generate()` is a Batcher
-of one sequence, so a request runs the same code alone or beside others.
+of one sequence, so a request runs the same code alone or beside others. A decoding sequence may carry a
+prompt-lookup draft in the step's forward (localrt.engine.speculative: rows for its pending token and the
+drafted ones, sampled in order while the draws equal the draft, the cache trimmed after), several in one step.
 
 Batch invariance: a sequence's tokens do not depend on what else runs with it. Every token row of the model
 goes through per-row kernels whose reduction order does not depend on the number of rows: decode rows take
