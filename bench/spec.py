@@ -5,8 +5,9 @@
 Per model and task, greedy (temperature 0), 2 threads: decode tok/s (eval_count / eval_duration) with
 speculation on (the default planner, its costs measured as it runs) and off (draft_num_predict 0), best of
 REPEATS with the two alternating; the acceptance rate (draft_accepted_count / draft_count); whether the
-texts are identical; and decode forwards and rows per generated token, which do not depend on the load of the
-machine (the tok/s figures do: they were measured on a shared 2-core machine).
+texts are identical; decode forwards and rows per generated token, which do not depend on the load of the
+machine (the tok/s figures do: they were measured on a shared 2-core machine); and a modelled speedup: the
+same forwards priced at the fastest of 5 timings of each row count (a calibration run before the tasks).
 
 Tasks: three copy-heavy ones (edit a given paragraph, rename a variable through a code block, answer by
 quoting a context) and free writing.
@@ -24,6 +25,8 @@ from pathlib import Path
 os.environ.setdefault("NUMBA_NUM_THREADS", "2")
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+
+import numpy as np  # noqa: E402
 
 PARAGRAPH = ("The committee met on Tuesday to review the annual budget. After a long discussion, the members agreed "
              "to increase funding for the public library by ten percent, to repair the roof of the community "
@@ -72,20 +75,37 @@ class Counting:
     """Counts the decode forwards (all rows' logits) and their rows of a model."""
 
     def __init__(self, model) -> None:
-        self.forwards = self.rows = 0
+        self.sizes: list[int] = []  # rows of each decode forward
         self._forward = model.forward
         model.forward = self
 
     def __call__(self, batch, cache, output_rows=None):
         if output_rows is None:
-            self.forwards += 1
-            self.rows += len(batch)
+            self.sizes.append(len(batch))
         return self._forward(batch, cache, output_rows)
+
+
+def calibrate(model, counter: Counting, ids: list[int], reps: int = 5) -> dict[int, float]:
+    """Seconds of a decode forward of 1..15 rows of one sequence: the fastest of reps (the least disturbed)."""
+    cache = model.cache
+    cache.clear(0)
+    counter._forward(model.batch(ids, 0), cache, np.array([len(ids) - 1]))
+    out = {}
+    for rows in range(1, 16):
+        best = float("inf")
+        for _ in range(reps):
+            cache.trim(0, len(ids))
+            t0 = time.perf_counter()
+            counter._forward(model.batch(ids[:rows], len(ids)), cache, None)
+            best = min(best, time.perf_counter() - t0)
+        out[rows] = best
+    model._slot_tokens.clear()
+    return out
 
 
 def run_once(model, counter: Counting, ids: list[int], tokens: int, spec: bool) -> dict:
     model._slot_tokens.clear()
-    counter.forwards = counter.rows = 0
+    counter.sizes = []
     opts = {"temperature": 0, "num_predict": tokens, **({} if spec else {"draft_num_predict": 0})}
     events = list(model.generate(ids, opts))
     done = events[-1]
@@ -93,8 +113,9 @@ def run_once(model, counter: Counting, ids: list[int], tokens: int, spec: bool) 
         "text": "".join(e.text for e in events[:-1]) + done.text,
         "eval_count": done.eval_count,
         "decode_tok_s": round(done.eval_count / (done.eval_duration / 1e9), 1),
-        "decode_forwards": counter.forwards,
-        "decode_rows": counter.rows,
+        "decode_forwards": len(counter.sizes),
+        "decode_rows": sum(counter.sizes),
+        "sizes": counter.sizes,
         "draft_count": done.draft_count,
         "draft_accepted_count": done.draft_accepted_count,
     }
@@ -107,6 +128,7 @@ def bench_model(name: str, tokens: int, repeats: int) -> dict:
     counter = Counting(model)
     warm = model.tokenize(chat(name, TASKS["edit_paragraph"]))
     run_once(model, counter, warm, 16, True)  # compile/load kernels and measure a few forwards
+    quiet = calibrate(model, counter, warm)
     out = {}
     for task, text in TASKS.items():
         ids = model.tokenize(chat(name, text))
@@ -132,11 +154,16 @@ def bench_model(name: str, tokens: int, repeats: int) -> dict:
             "decode_forwards_per_token_on": round(on["decode_forwards"] / n_gen, 3),
             "decode_rows_per_token_on": round(on["decode_rows"] / n_gen, 3),
             "decode_forwards_per_token_off": round(off["decode_forwards"] / max(1, off["eval_count"] - 1), 3),
+            # Decode time from the forwards' row counts and the calibrated (least disturbed) cost of each count:
+            # the speedup a quiet machine would show for these same forwards.
+            "modelled_speedup": round(sum(quiet[1] for _ in off["sizes"]) / sum(quiet[r] for r in on["sizes"]), 2),
+            "rows_histogram_on": {r: on["sizes"].count(r) for r in sorted(set(on["sizes"]))},
             "text_head": on["text"][:120],
         }
-        print(name, task, {k: v for k, v in out[task].items() if k != "text_head"}, flush=True)
+        print(name, task, {k: v for k, v in out[task].items() if k not in ("text_head", "rows_histogram_on")}, flush=True)
     costs = model.forward_costs
-    out["measured_forward_ms_by_rows"] = {r: round(t * 1e3, 1) for r, t in sorted(costs.measured().items())}
+    out["calibrated_forward_ms_by_rows"] = {r: round(t * 1e3, 2) for r, t in quiet.items()}
+    out["planner_measured_forward_ms_by_rows"] = {r: round(t * 1e3, 1) for r, t in sorted(costs.measured().items())}
     model.close()
     return out
 
@@ -160,6 +187,8 @@ def main() -> None:
     for name, tasks in results.items():
         copy = [tasks[t]["speedup"] for t in COPY_TASKS if t in tasks]
         summary[name] = {"copy_tasks_speedup": copy, "free_writing_speedup": tasks["free_writing"]["speedup"],
+                         "copy_tasks_modelled_speedup": [tasks[t]["modelled_speedup"] for t in COPY_TASKS if t in tasks],
+                         "free_writing_modelled_speedup": tasks["free_writing"]["modelled_speedup"],
                          "all_identical": all(tasks[t]["identical_text"] for t in TASKS)}
     Path(args.out).write_text(json.dumps({"setup": setup, "summary": summary, "models": results}, indent=2) + "\n")
     print(json.dumps(summary, indent=2))

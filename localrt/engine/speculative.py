@@ -43,7 +43,7 @@ MARGIN = 1.05  # a draft must promise this much more throughput than the plain s
 # optimistic for a CPU (measured 0.6-0.65), so that drafting gets tried and the real cost measured.
 GUESS_SLOPE = 0.35
 SAMPLES = 15  # forwards kept per row count; the median is the estimate (robust to a busy machine)
-HORIZON = 2048  # forwards after which a sample expires (about 20 s of one sequence's decode on a CPU)
+HORIZON = 256  # forwards after which a sample expires (a few seconds of decode): a busy spell is soon forgotten
 
 
 class NgramIndex:
