@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 import re
 
-INT, FLOAT, BOOL, STRINGS = "int", "float", "bool", "string list"
+INT, FLOAT, BOOL, STRING, STRINGS = "int", "float", "bool", "string", "string list"
 
 TYPES: dict[str, str] = {
     "num_ctx": INT,
@@ -29,6 +29,9 @@ TYPES: dict[str, str] = {
     "presence_penalty": FLOAT,
     "frequency_penalty": FLOAT,
     "stop": STRINGS,
+    # speculative decoding (localrt's, not Ollama's): prompt-lookup draft length; a draft model's name
+    "draft_num_predict": INT,
+    "draft_model": STRING,
 }
 
 # Accepted in a Modelfile with a warning and then skipped, as Ollama does. `numa` and `tfs_z` were removed
@@ -91,6 +94,7 @@ def check_json_value(name: str, value: object) -> None:
         INT: lambda v: isinstance(v, int) and not isinstance(v, bool),
         FLOAT: lambda v: isinstance(v, (int, float)) and not isinstance(v, bool),
         BOOL: lambda v: isinstance(v, bool),
+        STRING: lambda v: isinstance(v, str),
         STRINGS: lambda v: isinstance(v, list) and all(isinstance(s, str) for s in v),
     }[kind](value)
     if not ok:

@@ -34,19 +34,19 @@ def test_parsing_lists_every_ignored_key_once_with_where_it_was():
     req = ChatRequest.from_json({
         "model": "m", "bogus": 1, "messages": [{"role": "user", "content": "a", "name": "ann"},
                                                {"role": "user", "content": "b", "name": "bob", "x": 2}],
-        "options": {"temperature": 0.1, "draft_num_predict": 4, "keep_alive": "5m", "numa": False}})
+        "options": {"temperature": 0.1, "draft_p_min": 4, "keep_alive": "5m", "numa": False}})
     keys = ignored_keys(req)
-    assert sorted(keys) == ["bogus", "messages[].name", "messages[].x", "options.draft_num_predict",
+    assert sorted(keys) == ["bogus", "messages[].name", "messages[].x", "options.draft_p_min",
                             "options.keep_alive", "options.numa"]
-    assert keys[-3:] == ["options.draft_num_predict", "options.keep_alive", "options.numa"]  # in their order
+    assert keys[-3:] == ["options.draft_p_min", "options.keep_alive", "options.numa"]  # in their order
     assert GenerateRequest.from_json({"model": "m", "prompt": "p"}).ignored == []
 
 
 def test_resolve_ignores_unknown_options_only_when_asked():
-    opts = resolve({"draft_num_predict": 4, "top_k": 3}, ignore_unknown=True)
-    assert opts.top_k == 3 and opts.ignored == ("draft_num_predict",)
-    with pytest.raises(InvalidRequest, match="unknown option 'draft_num_predict'"):
-        resolve({"draft_num_predict": 4})  # one parameter set by name (the REPL's /set) is still refused
+    opts = resolve({"draft_p_min": 4, "top_k": 3}, ignore_unknown=True)
+    assert opts.top_k == 3 and opts.ignored == ("draft_p_min",)
+    with pytest.raises(InvalidRequest, match="unknown option 'draft_p_min'"):
+        resolve({"draft_p_min": 4})  # one parameter set by name (the REPL's /set) is still refused
 
 
 def test_unknown_fields_and_options_are_ignored_with_one_warning(daemon, caplog):
@@ -54,14 +54,14 @@ def test_unknown_fields_and_options_are_ignored_with_one_warning(daemon, caplog)
     caplog.set_level(logging.WARNING, logger="localrt.server")
     body = {"model": MODEL, "stream": False, "some_future_field": {"a": 1},
             "messages": [{"role": "user", "content": "hi [fields-1]", "name": "ann"}],
-            "options": {"num_predict": 3, "draft_num_predict": 4, "keep_alive": 0, "functions_unsupported_model": []}}
+            "options": {"num_predict": 3, "draft_p_min": 4, "keep_alive": 0, "functions_unsupported_model": []}}
     r = _post(srv, "/api/chat", body)
     assert r.status_code == 200, r.text
     reply = ollama.ChatResponse.model_validate(r.json())
     assert reply.done and reply.message.content == "xxx"
     lines = [w for w in _warnings(caplog) if "/api/chat" in w]
     assert len(lines) == 1, lines
-    for key in ("some_future_field", "messages[].name", "options.draft_num_predict", "options.keep_alive",
+    for key in ("some_future_field", "messages[].name", "options.draft_p_min", "options.keep_alive",
                 "options.functions_unsupported_model"):
         assert key in lines[0]
     assert r.headers["x-request-id"] in lines[0]

@@ -150,7 +150,7 @@ def test_messages_and_licenses_keep_order():
         ("FROM m\nPARAMETER num_ctx 99999999999999999999\n", 2, "invalid int value"),
         ("FROM m\nPARAMETER use_mmap yes\n", 2, "invalid bool value"),
         ("FROM m\nPARAMETER Temperature 1\n", 2, "unknown parameter 'Temperature'"),
-        ("FROM m\nPARAMETER draft_num_predict 4\n", 2, "unknown parameter"),
+        ("FROM m\nPARAMETER draft_p_min 4\n", 2, "unknown parameter"),
         ("FROM m\nPARAMETER bad-name 1\n", 2, "must be followed by a space"),
         ("FROM m\nMESSAGE User hi\n", 2, "message role must be one of"),
         ("FROM m\nMESSAGE tool hi\n", 2, "message role must be one of"),

@@ -27,6 +27,8 @@ SEED_MAX = (1 << 63) - 1  # Ollama's seed is a Go int (int64)
 INT32_MAX = (1 << 31) - 1
 STOP_MAX_COUNT = 256
 STOP_MAX_CHARS = 4096
+DRAFT_MAX = 256  # draft_num_predict: the engine drafts fewer where more rows would change a token's numerics
+DRAFT_DEFAULT = 16  # llama.cpp's default speculative.n_max; the engine adapts below it (localrt.engine.speculative)
 
 # Options that decide how a model is loaded; changing one (num_ctx upwards) means a reload.
 LOAD_TIME = ("num_ctx", "num_batch", "num_gpu", "main_gpu", "use_mmap", "num_thread")
@@ -74,6 +76,10 @@ class Options:
     presence_penalty: float = 0.0
     frequency_penalty: float = 0.0
     stop: tuple[str, ...] = ()
+    # speculative decoding (not Ollama's): the most tokens drafted per step by prompt lookup, 0 = off; and a
+    # draft model, refused by name (only prompt-lookup drafting is implemented), "" = none
+    draft_num_predict: int = DRAFT_DEFAULT
+    draft_model: str = ""
     ignored: tuple[str, ...] = ()  # keys that were given and ignored: DEPRECATED ones, and unknown ones
 
     def load_options(self) -> dict[str, Any]:
@@ -109,6 +115,8 @@ _RULES: dict[str, tuple[str, float | None, float | None]] = {
     "presence_penalty": ("float", None, None),
     "frequency_penalty": ("float", None, None),
     "stop": ("stop", None, None),
+    "draft_num_predict": ("int", 0, DRAFT_MAX),
+    "draft_model": ("draft_model", None, None),
 }
 assert set(_RULES) == {f.name for f in fields(Options)} - {"ignored"}
 
@@ -160,6 +168,8 @@ def _check(key: str, raw: Any) -> Any:
         return raw
     elif kind == "stop":
         return _as_stop(raw)
+    elif kind == "draft_model":
+        return _as_draft_model(raw)
     else:
         value = _as_float(key, raw)
         if kind == "float>0" and value <= 0:
@@ -211,6 +221,15 @@ def _as_stop(raw: Any) -> tuple[str, ...]:
         if len(item) > STOP_MAX_CHARS:
             raise InvalidRequest(f"option 'stop' entries must be at most {STOP_MAX_CHARS} characters")
     return tuple(items)
+
+
+def _as_draft_model(raw: Any) -> str:
+    if not isinstance(raw, str):
+        raise InvalidRequest(f"option 'draft_model' must be a model name (a string), got {raw!r}")
+    if raw:
+        raise InvalidRequest(f"option 'draft_model' ({raw!r}) is not supported: only prompt-lookup drafting is "
+                             "implemented (on by default; draft_num_predict sets its length, 0 turns it off)")
+    return raw
 
 
 def _check_deprecated(key: str, raw: Any) -> None:

@@ -91,6 +91,10 @@ def verbose_stats(done: dict) -> str:
         ("eval duration:", go_duration(ed)),
         ("eval rate:", rate(ec, ed)),
     ]
+    if "draft_count" in done:  # speculative decoding (prompt lookup): drafted tokens and how many were accepted
+        dc, da = done["draft_count"], done.get("draft_accepted_count", 0)
+        rows.append(("draft count:", f"{dc} token(s)"))
+        rows.append(("draft accepted:", f"{da} token(s) ({100 * da / dc:.1f}%)" if dc else f"{da} token(s)"))
     return "\n".join(f"{k:<22}{v}" for k, v in rows)
 
 

@@ -4,7 +4,9 @@ A `Batcher` is owned by one thread (the model's worker). `add` validates a reque
 slot (the one whose cached tokens share the longest prefix with the prompt); `step` runs one forward over
 the next token of every decoding sequence, then at most one prefill chunk of the oldest prompt still being
 evaluated, samples every sequence that got logits and returns each one's events. `generate()` is a Batcher
-of one sequence, so a request runs the same code alone or beside others.
+of one sequence, so a request runs the same code alone or beside others. A decoding sequence may carry a
+prompt-lookup draft in the step's forward (localrt.engine.speculative: rows for its pending token and the
+drafted ones, sampled in order while the draws equal the draft, the cache trimmed after), several in one step.
 
 Batch invariance: a sequence's tokens do not depend on what else runs with it. Every token row of the model
 goes through per-row kernels whose reduction order does not depend on the number of rows: decode rows take
@@ -26,6 +28,7 @@ from ..errors import ContextLengthExceeded, InvalidRequest
 from .arch.common import Batch, layer_devices
 from .events import Done, Token
 from .sampler import make_sampler
+from .speculative import DraftState, Speculator, draft_limit, kept_positions, verify
 from .stop import StopMatcher
 
 PREFILL, DECODE, DONE, CANCELLED = "prefill", "decode", "done", "cancelled"
@@ -78,6 +81,8 @@ class Sequence:
         self._limit = opts.num_predict if opts.num_predict >= 0 else None
         self._pos = 0  # next prompt position to evaluate
         self._pending: int | None = None  # sampled token whose forward pass the next step runs
+        # Prompt-lookup drafting (localrt.engine.speculative); None when draft_num_predict is 0.
+        self.draft = DraftState(opts.draft_num_predict) if opts.draft_num_predict > 0 else None
 
     @property
     def prefilled(self) -> bool:
@@ -133,6 +138,8 @@ class Sequence:
             total_duration=t_end - self.t_start + self.load_duration_ns,
             text=held,
             context=self.history,
+            draft_count=self.draft.drafted_count if self.draft is not None else None,
+            draft_accepted_count=self.draft.accepted_count if self.draft is not None else None,
         )
 
 
@@ -149,7 +156,12 @@ class Batcher:
         self.n_slots = n
         self.reuse_min = max(1, reuse_min)  # shortest cached prefix a prompt reuses
         # Decode rows per forward: at most as many as every device computes with its one-row path.
-        self.max_rows = min(getattr(d, "invariant_rows", 1) for d in layer_devices(model.backend, model.weights))
+        devices = layer_devices(model.backend, model.weights)
+        self.max_rows = min(getattr(d, "invariant_rows", 1) for d in devices)
+        # Rows one sequence may carry (its pending token and a draft) with one-row numerics on every device, and
+        # no more than a ring layer of the cache can take back (trim) after a rejected draft.
+        max_run = min(min(getattr(d, "invariant_run", getattr(d, "invariant_rows", 1)) for d in devices), model.cache.n_batch)
+        self._spec = Speculator(self.max_rows, max_run, getattr(model, "forward_costs", None))
         self._held: dict[int, Sequence] = {}  # slot -> its sequence, in the order they were added
         self._last_used = [0] * n  # slot -> step count when it was last released (least recently used goes first)
         self._steps = 0
@@ -192,18 +204,20 @@ class Batcher:
                 self._release(seq)
                 out.append((seq, []))
         decoding = [s for s in self._held.values() if s._pending is not None]
-        fresh: list[tuple[Sequence, np.ndarray]] = []  # sequences with the logits of their last position
-        for i in range(0, len(decoding), self.max_rows):
-            group = decoding[i : i + self.max_rows]
-            logits = self._decode(group)  # (len(group), n_vocab)
-            fresh.extend(zip(group, logits))
+        # Sequences with the logits (rows, n_vocab) of their pending token and draft, the match size, the draft.
+        fresh: list[tuple[Sequence, np.ndarray, int, list[int]]] = []
+        for group in self._spec.plan(decoding, [draft_limit(s) for s in decoding]):
+            fresh.extend(self._decode(group))
         prefilling = next((s for s in self._held.values() if s.state == PREFILL), None)
         if prefilling is not None:
             logits = self._prefill_chunk(prefilling)
             if logits is not None:
-                fresh.append((prefilling, logits))
-        for seq, logits in fresh:
-            events = seq._on_logits(logits)
+                fresh.append((prefilling, logits[None], 0, []))
+        for seq, logits, n, draft in fresh:
+            start = len(seq.history) - 1  # the position of the first row (pending token or prompt's last)
+            events = verify(seq, logits, n, draft)
+            if draft:  # drop the rows whose input was a rejected draft token
+                self.model.cache.trim(seq.slot, kept_positions(seq.history, start, seq.history[start:start + 1] + draft))
             if seq.finished:
                 self._release(seq)
             out.append((seq, events))
@@ -217,16 +231,27 @@ class Batcher:
 
     # -- internals ---------------------------------------------------------------------------------
 
-    def _decode(self, group: list[Sequence]) -> np.ndarray:
-        """One forward of one row per sequence (its pending token, in its own slot): logits (n, n_vocab)."""
-        batch = Batch(
-            tokens=np.array([s._pending for s in group], np.int64),  # (n,)
-            positions=np.array([len(s.history) - 1 for s in group], np.int64),  # (n,)
-            slots=np.array([s.slot for s in group], np.int64),  # (n,)
-        )
-        for s in group:
+    def _decode(self, group: list[tuple[Sequence, int, list[int]]]) -> list[tuple[Sequence, np.ndarray, int, list[int]]]:
+        """One forward over each sequence's pending token and draft, at its next positions in its own slot:
+        (sequence, its logits (1 + len(draft), n_vocab), match size, draft) per sequence."""
+        tokens, positions, slots = [], [], []
+        for s, _, draft in group:
+            start = len(s.history) - 1
+            tokens += [s._pending, *draft]
+            positions += range(start, start + 1 + len(draft))
+            slots += [s.slot] * (1 + len(draft))
             s._pending = None
-        return self.model.forward(batch, self.model.cache, output_rows=None)
+        batch = Batch(
+            tokens=np.array(tokens, np.int64),  # (n_rows,)
+            positions=np.array(positions, np.int64),  # (n_rows,)
+            slots=np.array(slots, np.int64),  # (n_rows,)
+        )
+        logits = self._spec.timed_forward(lambda: self.model.forward(batch, self.model.cache, output_rows=None), len(batch))
+        out, row = [], 0
+        for s, n, draft in group:
+            out.append((s, logits[row : row + 1 + len(draft)], n, draft))  # (1 + len(draft), n_vocab)
+            row += 1 + len(draft)
+        return out
 
     def _prefill_chunk(self, seq: Sequence) -> np.ndarray | None:
         """Evaluate seq's next prompt chunk, cut as `generate` alone cuts it; the last one's logits, else None."""

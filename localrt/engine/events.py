@@ -27,4 +27,8 @@ class Done:
     total_duration: int = 0
     text: str = ""  # text held back until the end (e.g. a partial stop-string match that did not complete)
     context: list[int] = field(default_factory=list)  # prompt + generated ids, for /api/generate's `context`
+    # Prompt-lookup speculation (localrt.engine.speculative): tokens drafted and, of those, accepted (emitted as
+    # drafted); None when the request switched it off (draft_num_predict 0).
+    draft_count: int | None = None
+    draft_accepted_count: int | None = None
     done: bool = True

@@ -19,7 +19,7 @@ import modelfile as mfile
 import store as st
 from store import manifests as mt
 
-from ..errors import InvalidModel
+from ..errors import InvalidModel, InvalidRequest
 from . import builtins
 from .gguf_facts import (  # noqa: F401 - part of create's interface
     FILE_TYPES,
@@ -309,6 +309,13 @@ def _text_layers(b: _Build, m: mfile.Modelfile) -> Iterator[dict]:
     if m.system is not None:
         yield b.add_text(mt.SYSTEM, m.system)
     if m.parameters:
+        if m.parameters.get("draft_model"):
+            from ..api.options import resolve
+
+            try:
+                resolve({"draft_model": m.parameters["draft_model"]})
+            except InvalidRequest as e:
+                raise CreateError(f"PARAMETER draft_model: {e}") from None
         b.params.update(m.parameters)  # merged over inherited ones, new values win (as Ollama)
         yield b.add_text(mt.PARAMS, json.dumps(b.params, sort_keys=True, separators=(",", ":"), ensure_ascii=False))
     if m.messages:

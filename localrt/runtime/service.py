@@ -478,7 +478,15 @@ def _metrics(ev: Done, load_ns: int) -> dict:
     return {"done": True, "done_reason": ev.done_reason, "total_duration": ev.total_duration + load_ns,
             "load_duration": ev.load_duration + load_ns, "prompt_eval_count": ev.prompt_eval_count,
             "prompt_eval_duration": ev.prompt_eval_duration, "eval_count": ev.eval_count,
-            "eval_duration": ev.eval_duration, PROMPT_CACHED_KEY: getattr(ev, "prompt_cached_count", 0)}
+            "eval_duration": ev.eval_duration, PROMPT_CACHED_KEY: getattr(ev, "prompt_cached_count", 0),
+            **_draft_counts(ev)}
+
+
+def _draft_counts(ev: Done) -> dict:
+    """Speculative decoding's counts as extra fields of the final reply (not Ollama's), when it was on."""
+    if getattr(ev, "draft_count", None) is None:
+        return {}
+    return {"draft_count": ev.draft_count, "draft_accepted_count": ev.draft_accepted_count}
 
 
 def _normalize(v: np.ndarray, dims: int | None) -> list[float]:

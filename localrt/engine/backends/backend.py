@@ -42,6 +42,9 @@ class CPUBackend:
     # The most token rows one call may carry while each row computes exactly as in a one-row call: the fused
     # kernel (below BLAS_MIN_TOKENS) and the per-row attention kernel are batch-invariant, BLAS is not.
     invariant_rows = BLAS_MIN_TOKENS - 1
+    # The most rows of one sequence at consecutive positions one call may carry with one-row numerics: from
+    # ATTN_BLAS_MIN_TOKENS on such a run attends with BLAS products (a speculative draft stays below).
+    invariant_run = ATTN_BLAS_MIN_TOKENS - 1
     xp = np  # the array module of this device (cupy for the CUDA one)
     ops = ops  # the simd_kernels.ops functions the arch code calls on this device's arrays
 

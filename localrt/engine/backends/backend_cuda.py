@@ -32,6 +32,7 @@ class CUDABackend:
 
     name = "cuda"
     invariant_rows = FUSED_MAX_TOKENS  # rows per call that keep the fused kernel's per-row numerics (cuBLAS above)
+    invariant_run = FUSED_MAX_TOKENS  # attention runs per (token, head) at any row count: the same bound
 
     def __init__(self, index: int = 0, cupy=None) -> None:
         if cupy is None:

@@ -1,0 +1,198 @@
+"""Speculative decoding by prompt lookup (localrt.engine.speculative) on the real models, JSON out.
+
+    python3 bench/spec.py [--models smollm2 gemma3] [--tokens 96] [--repeats 2] [--out bench/results/spec.json]
+
+Per model and task, greedy (temperature 0), 2 threads: decode tok/s (eval_count / eval_duration) with
+speculation on (the default planner, its costs measured as it runs) and off (draft_num_predict 0), best of
+REPEATS with the two alternating; the acceptance rate (draft_accepted_count / draft_count); whether the
+texts are identical; decode forwards and rows per generated token, which do not depend on the load of the
+machine (the tok/s figures do: they were measured on a shared 2-core machine); and a modelled speedup: the
+same forwards priced at the fastest of 5 timings of each row count (a calibration run before the tasks).
+
+Tasks: three copy-heavy ones (edit a given paragraph, rename a variable through a code block, answer by
+quoting a context) and free writing.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+
+os.environ.setdefault("NUMBA_NUM_THREADS", "2")
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+import numpy as np  # noqa: E402
+
+PARAGRAPH = ("The committee met on Tuesday to review the annual budget. After a long discussion, the members agreed "
+             "to increase funding for the public library by ten percent, to repair the roof of the community "
+             "centre before the winter, and to postpone the decision on the new parking lot until the spring. "
+             "The chair thanked everyone for their patience and closed the meeting at nine o'clock.")
+CODE = '''def summarize(values):
+    total = 0
+    count = 0
+    for v in values:
+        if v is None:
+            continue
+        total += v
+        count += 1
+    mean = total / count if count else 0.0
+    return {"total": total, "count": count, "mean": mean}'''
+CONTEXT = ("The Old Town Bridge was designed by the engineer Maria Keller in 1871. Construction began in 1874 and "
+           "took six years, because two floods destroyed the wooden scaffolding. The bridge was opened to traffic "
+           "on the first of May 1880, and for forty years it was the only crossing of the river within twenty "
+           "miles. In 1921 the city added a second lane, and in 1987 the bridge was closed to cars and became a "
+           "footpath.")
+TASKS = {
+    "edit_paragraph": f"Rewrite the following paragraph, changing Tuesday to Friday and keeping everything else "
+                      f"exactly the same:\n\n{PARAGRAPH}",
+    "rename_variable": f"Rename the variable `total` to `running_sum` in this Python function. Reply with the "
+                       f"complete code only.\n\n```python\n{CODE}\n```",
+    "quote_context": f"Context: {CONTEXT}\n\nQuestion: What happened to the bridge between 1874 and 1921? Answer by "
+                     f"quoting the sentences of the context word for word.",
+    "free_writing": "Write a short story about a lighthouse keeper who finds a message in a bottle.",
+}
+COPY_TASKS = ("edit_paragraph", "rename_variable", "quote_context")
+
+
+def model_path(name: str) -> str:
+    from localrt.models import builtin_models
+
+    return str(builtin_models.smollm2_path() if name == "smollm2" else builtin_models.gemma3_path())
+
+
+def chat(name: str, text: str) -> str:
+    if name == "smollm2":
+        return f"<|im_start|>user\n{text}<|im_end|>\n<|im_start|>assistant\n"
+    return f"<start_of_turn>user\n{text}<end_of_turn>\n<start_of_turn>model\n"
+
+
+class Counting:
+    """Counts the decode forwards (all rows' logits) and their rows of a model."""
+
+    def __init__(self, model) -> None:
+        self.sizes: list[int] = []  # rows of each decode forward
+        self._forward = model.forward
+        model.forward = self
+
+    def __call__(self, batch, cache, output_rows=None):
+        if output_rows is None:
+            self.sizes.append(len(batch))
+        return self._forward(batch, cache, output_rows)
+
+
+def calibrate(model, counter: Counting, ids: list[int], reps: int = 5) -> dict[int, float]:
+    """Seconds of a decode forward of 1..15 rows of one sequence: the fastest of reps (the least disturbed)."""
+    cache = model.cache
+    cache.clear(0)
+    counter._forward(model.batch(ids, 0), cache, np.array([len(ids) - 1]))
+    out = {}
+    for rows in range(1, 16):
+        best = float("inf")
+        for _ in range(reps):
+            cache.trim(0, len(ids))
+            t0 = time.perf_counter()
+            counter._forward(model.batch(ids[:rows], len(ids)), cache, None)
+            best = min(best, time.perf_counter() - t0)
+        out[rows] = best
+    model._slot_tokens.clear()
+    return out
+
+
+def run_once(model, counter: Counting, ids: list[int], tokens: int, spec: bool) -> dict:
+    model._slot_tokens.clear()
+    counter.sizes = []
+    opts = {"temperature": 0, "num_predict": tokens, **({} if spec else {"draft_num_predict": 0})}
+    events = list(model.generate(ids, opts))
+    done = events[-1]
+    return {
+        "text": "".join(e.text for e in events[:-1]) + done.text,
+        "eval_count": done.eval_count,
+        "decode_tok_s": round(done.eval_count / (done.eval_duration / 1e9), 1),
+        "decode_forwards": len(counter.sizes),
+        "decode_rows": sum(counter.sizes),
+        "sizes": counter.sizes,
+        "draft_count": done.draft_count,
+        "draft_accepted_count": done.draft_accepted_count,
+    }
+
+
+def bench_model(name: str, tokens: int, repeats: int) -> dict:
+    from localrt import load_model
+
+    model = load_model(model_path(name), num_ctx=1024, num_batch=256)
+    counter = Counting(model)
+    warm = model.tokenize(chat(name, TASKS["edit_paragraph"]))
+    run_once(model, counter, warm, 16, True)  # compile/load kernels and measure a few forwards
+    quiet = calibrate(model, counter, warm)
+    out = {}
+    for task, text in TASKS.items():
+        ids = model.tokenize(chat(name, text))
+        best: dict[str, dict] = {}
+        for r in range(repeats):
+            for spec in ((True, False) if r % 2 == 0 else (False, True)):
+                got = run_once(model, counter, ids, tokens, spec)
+                key = "on" if spec else "off"
+                if key not in best or got["decode_tok_s"] > best[key]["decode_tok_s"]:
+                    best[key] = got
+        on, off = best["on"], best["off"]
+        n_gen = max(1, on["eval_count"] - 1)  # the first token comes from the prompt's forward
+        out[task] = {
+            "prompt_tokens": len(ids),
+            "eval_count": on["eval_count"],
+            "identical_text": on["text"] == off["text"],
+            "decode_tok_s_on": on["decode_tok_s"],
+            "decode_tok_s_off": off["decode_tok_s"],
+            "speedup": round(on["decode_tok_s"] / off["decode_tok_s"], 2),
+            "draft_count": on["draft_count"],
+            "draft_accepted_count": on["draft_accepted_count"],
+            "acceptance": round(on["draft_accepted_count"] / on["draft_count"], 3) if on["draft_count"] else None,
+            "decode_forwards_per_token_on": round(on["decode_forwards"] / n_gen, 3),
+            "decode_rows_per_token_on": round(on["decode_rows"] / n_gen, 3),
+            "decode_forwards_per_token_off": round(off["decode_forwards"] / max(1, off["eval_count"] - 1), 3),
+            # Decode time from the forwards' row counts and the calibrated (least disturbed) cost of each count:
+            # the speedup a quiet machine would show for these same forwards.
+            "modelled_speedup": round(sum(quiet[1] for _ in off["sizes"]) / sum(quiet[r] for r in on["sizes"]), 2),
+            "rows_histogram_on": {r: on["sizes"].count(r) for r in sorted(set(on["sizes"]))},
+            "text_head": on["text"][:120],
+        }
+        print(name, task, {k: v for k, v in out[task].items() if k not in ("text_head", "rows_histogram_on")}, flush=True)
+    costs = model.forward_costs
+    out["calibrated_forward_ms_by_rows"] = {r: round(t * 1e3, 2) for r, t in quiet.items()}
+    out["planner_measured_forward_ms_by_rows"] = {r: round(t * 1e3, 1) for r, t in sorted(costs.measured().items())}
+    model.close()
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--models", nargs="+", default=["smollm2", "gemma3"])
+    ap.add_argument("--tokens", type=int, default=96)
+    ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "spec.json"))
+    args = ap.parse_args()
+    setup = {"threads": 2, "num_predict": args.tokens, "best_of": args.repeats, "temperature": 0,
+             "machine": platform.machine(), "python": platform.python_version(),
+             "loadavg_1m_at_start": round(os.getloadavg()[0], 2),
+             "note": "shared 2-core machine (other jobs running): tok/s are noisy, forwards/rows per token are not"}
+    t0 = time.time()
+    results = {name: bench_model(name, args.tokens, args.repeats) for name in args.models}
+    setup["loadavg_1m_at_end"] = round(os.getloadavg()[0], 2)
+    setup["wall_s"] = round(time.time() - t0, 1)
+    summary = {}
+    for name, tasks in results.items():
+        copy = [tasks[t]["speedup"] for t in COPY_TASKS if t in tasks]
+        summary[name] = {"copy_tasks_speedup": copy, "free_writing_speedup": tasks["free_writing"]["speedup"],
+                         "copy_tasks_modelled_speedup": [tasks[t]["modelled_speedup"] for t in COPY_TASKS if t in tasks],
+                         "free_writing_modelled_speedup": tasks["free_writing"]["modelled_speedup"],
+                         "all_identical": all(tasks[t]["identical_text"] for t in TASKS)}
+    Path(args.out).write_text(json.dumps({"setup": setup, "summary": summary, "models": results}, indent=2) + "\n")
+    print(json.dumps(summary, indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,246 @@
+"""Speculative decoding by prompt lookup: draft from the context's own n-grams, verify in the decode forward.
+
+A decoding sequence's next step normally runs one row (its pending token). With a draft d_1..d_k it runs k+1
+rows at the next k+1 positions (pending, d_1, ..., d_k) in the same batched forward, and the sequence samples
+from those rows in order, exactly as it would one step at a time: row i's logits are the ones single-token
+decode would give once d_1..d_i are the tokens sampled (decode rows are batch-invariant, see batch.py), so
+the walk goes on while the sampled token equals the drafted one and ends with the first one that differs
+(the model's own token, which becomes the pending one). The cache is trimmed to the positions whose input
+was the sampled token. Greedy output is therefore identical with and without drafts, token for token.
+
+Sampling: sampling row i with the sequence's own sampler and accepting d_i iff the draw equals it is
+speculative sampling for a point-mass draft: d_i is accepted with probability p(d_i) (p: the distribution
+after the sampler's whole chain, penalties and a grammar's mask included), and on rejection the token is a
+draw from p with d_i removed and renormalised. It also takes exactly one uniform per emitted token from
+the sequence's RNG, as plain decoding does, so a seeded request gives the same tokens with and without
+drafts. Grammar and stop strings hold for the same reason: every emitted token went through the same
+`Sequence._on_logits`, and a draft the grammar forbids can never be the draw, which ends the run there.
+
+Drafts (`NgramIndex`): the longest suffix of prompt + output (n from 3 down to 1) that occurred before;
+the draft is what followed its most recent occurrence. Whether to draft, and how long, is decided per step
+from the measured cost of a forward by its row count (`CostModel`; on a CPU extra rows cost most of a
+one-row forward, on a GPU little) and the acceptance rate the sequence has shown for matches of that size
+(`DraftState`): a step drafts only when the expected tokens per second beat the plain step's by a margin,
+so free writing, where matches rarely continue, turns drafting off by itself; stale evidence decays back to
+the prior, so an occasional probe notices when a sequence starts copying.
+"""
+from __future__ import annotations
+
+import collections
+import statistics
+import time
+from dataclasses import replace
+
+import numpy as np
+
+from .events import Done
+
+N_MAX, N_MIN = 3, 1  # n-gram sizes the lookup tries, longest first
+PRIOR_ACCEPT, PRIOR_REJECT = 3.0, 1.0  # pseudo-counts: a new match size is trusted at 0.75 per token
+DECAY = 0.97  # per decode step: evidence of ~23 steps ago counts half
+MARGIN = 1.05  # a draft must promise this much more throughput than the plain step
+# Until a row count is measured, its forward is guessed at (1 + GUESS_SLOPE * (rows - 1)) one-row forwards:
+# optimistic for a CPU (measured 0.6-0.65), so that drafting gets tried and the real cost measured.
+GUESS_SLOPE = 0.35
+SAMPLES = 15  # forwards kept per row count; the median is the estimate (robust to a busy machine)
+HORIZON = 256  # forwards after which a sample expires (a few seconds of decode): a busy spell is soon forgotten
+
+
+class NgramIndex:
+    """Where each n-gram (n = N_MIN..N_MAX) of a token list last occurred with a continuation.
+
+    `sync(tokens)` indexes what was appended since the last call (the list only grows: drafts never enter
+    it); `draft(tokens, k)` is (n, up to k tokens) that followed the most recent earlier occurrence of the
+    longest matching suffix, or (0, [])."""
+
+    def __init__(self) -> None:
+        self._last: list[dict[tuple[int, ...], int]] = [{} for _ in range(N_MAX + 1)]  # n -> n-gram -> start of its continuation
+        self._seen = 0  # tokens indexed so far
+
+    def sync(self, tokens: list[int]) -> None:
+        for j in range(max(self._seen, 1), len(tokens)):
+            for n in range(N_MIN, min(N_MAX, j) + 1):
+                self._last[n][tuple(tokens[j - n : j])] = j  # the n-gram ending before j goes on with tokens[j]
+        self._seen = len(tokens)
+
+    def draft(self, tokens: list[int], k: int) -> tuple[int, list[int]]:
+        self.sync(tokens)
+        if k <= 0:
+            return 0, []
+        for n in range(min(N_MAX, len(tokens)), N_MIN - 1, -1):
+            start = self._last[n].get(tuple(tokens[len(tokens) - n :]))
+            if start is not None:
+                return n, tokens[start : start + k]
+        return 0, []
+
+
+class DraftState:
+    """One sequence's drafting: its n-gram index, acceptance evidence per match size, counts for Done."""
+
+    def __init__(self, max_draft: int) -> None:
+        self.max_draft = max_draft  # the request's draft_num_predict (the backend may allow fewer)
+        self.index = NgramIndex()
+        self.accepted = np.zeros(N_MAX + 1)  # (N_MAX + 1,) decayed drafted tokens that were accepted, per n
+        self.rejected = np.zeros(N_MAX + 1)  # (N_MAX + 1,) decayed first rejections, per n
+        self.length = 4  # adaptive cap: doubles on a full accept, falls to accepted + 1 on a reject
+        self.drafted_count = 0
+        self.accepted_count = 0
+
+    def rate(self, n: int) -> float:
+        """Estimated probability that a drafted token from a size-n match is accepted."""
+        a, r = self.accepted[n], self.rejected[n]
+        return (a + PRIOR_ACCEPT) / (a + r + PRIOR_ACCEPT + PRIOR_REJECT)
+
+    def step(self) -> None:
+        self.accepted *= DECAY
+        self.rejected *= DECAY
+
+    def observe(self, n: int, drafted: int, accepted: int) -> None:
+        """A verified draft of `drafted` tokens from a size-n match; the first `accepted` were sampled."""
+        self.drafted_count += drafted
+        self.accepted_count += accepted
+        self.accepted[n] += accepted
+        if accepted < drafted:
+            self.rejected[n] += 1.0
+            self.length = max(1, accepted + 1)
+        else:
+            self.length = min(2 * self.length, self.max_draft)
+
+
+class CostModel:
+    """Seconds per decode forward by its row count: the median of the last SAMPLES forwards of each count.
+
+    A sample expires after HORIZON forwards of any count: a count that stopped being run (because it measured
+    slow, on a machine that was busy then) falls back to the optimistic guess and is measured again."""
+
+    def __init__(self) -> None:
+        self._samples: dict[int, collections.deque] = {}  # rows -> (forward index, seconds)
+        self._n = 0  # forwards recorded
+        self._known: dict[int, float] | None = None  # measured(), until the next record
+
+    def record(self, rows: int, seconds: float) -> None:
+        self._n += 1
+        self._samples.setdefault(rows, collections.deque(maxlen=SAMPLES)).append((self._n, seconds))
+        self._known = None
+
+    def measured(self) -> dict[int, float]:
+        """The current estimate of every row count with unexpired samples."""
+        if self._known is None:
+            out = {}
+            for rows, got in list(self._samples.items()):
+                fresh = sorted(t for i, t in got if i > self._n - HORIZON)
+                if fresh:
+                    out[rows] = statistics.median(fresh)
+            self._known = out
+        return self._known
+
+    def cost(self, rows: int) -> float:
+        """Estimated seconds of a forward with `rows` rows (relative units until something is measured)."""
+        known = self.measured()
+        if rows in known:
+            return known[rows]
+        base = 1.0  # nothing measured: relative units
+        if known:  # one-row forwards from the smallest measured count
+            r = min(known)
+            base = known[r] / (1.0 + GUESS_SLOPE * (r - 1))
+        guess = base * (1.0 + GUESS_SLOPE * (rows - 1))
+        below = [r for r in known if r < rows]
+        if below:  # never guess below a measured smaller count (forwards do not get cheaper with rows)
+            guess = max(guess, known[max(below)])
+        return guess
+
+
+def expected_tokens(rate: float, k: int) -> float:
+    """Tokens a verify step of k drafted tokens emits on average: 1 + rate + ... + rate**k."""
+    return float(sum(rate**i for i in range(k + 1)))
+
+
+class Speculator:
+    """A Batcher's drafting: plans each step's drafts over its decoding sequences, times its forwards.
+
+    `max_run`: the most rows one sequence may carry in a forward with its numerics unchanged (the backends'
+    `invariant_run`); `max_rows`: the most rows one forward may carry (the Batcher's group size)."""
+
+    def __init__(self, max_rows: int, max_run: int, costs: CostModel | None = None) -> None:
+        self.max_rows = max_rows
+        self.max_run = max_run
+        self.costs = costs if costs is not None else CostModel()  # the model's, shared with its other Batchers
+
+    def plan(self, seqs: list, limits: list[int]) -> list[list[tuple]]:
+        """The step's forwards: groups of (sequence, match size, draft), at most max_rows rows per group and
+        limits[i] drafted tokens for seqs[i] (0 where it has no room or does not draft).
+
+        Sequences are taken in order; each gets the draft length that maximises the expected tokens per second
+        of its group's forward (the rows already planned included) if that beats the forward without it by
+        MARGIN. A sequence whose rows would not fit drafts less; one whose pending row does not fit starts a group."""
+        groups: list[list[tuple]] = []
+        rows, tokens = self.max_rows, 0.0  # the current group's planned rows and expected tokens
+        for seq, limit in zip(seqs, limits):
+            if rows + 1 > self.max_rows:
+                groups.append([])
+                rows, tokens = 0, 0.0
+            state = seq.draft
+            n, draft, best_k = 0, [], 0
+            if state is not None:
+                state.step()
+                k_max = min(limit, state.length, state.max_draft, self.max_run - 1, self.max_rows - rows - 1)
+                n, draft = state.index.draft(seq.history, k_max)
+                best = (tokens + 1.0) / self.costs.cost(rows + 1) * MARGIN
+                rate = state.rate(n) if draft else 0.0
+                for k in range(1, len(draft) + 1):
+                    value = (tokens + expected_tokens(rate, k)) / self.costs.cost(rows + 1 + k)
+                    if value > best:
+                        best_k, best = k, value
+            groups[-1].append((seq, n, draft[:best_k]))
+            rows += 1 + best_k
+            tokens += expected_tokens(state.rate(n), best_k) if best_k else 1.0
+        return groups
+
+    def timed_forward(self, forward, rows: int):
+        """forward() timed into the cost model under its row count."""
+        t0 = time.perf_counter()
+        out = forward()
+        self.costs.record(rows, time.perf_counter() - t0)
+        return out
+
+
+def draft_limit(seq) -> int:
+    """The most tokens seq can usefully draft now: verification of k drafts yields up to k + 1 tokens, and the
+    sequence may emit only as many as its context and num_predict leave."""
+    room = seq.n_ctx - len(seq.history)
+    if seq._limit is not None:
+        room = min(room, seq._limit - seq.n_gen)
+    return max(0, room - 1)
+
+
+def verify(seq, logits: np.ndarray, n: int, draft: list[int]) -> list:
+    """Sample seq from the rows of (pending, *draft) in order while the draws equal the draft; its events.
+
+    logits (1 + len(draft), n_vocab); n: the size of the match the draft came from. A drafted token counts as
+    accepted when it is the token sampled (also when that token ends the sequence). The caller trims the
+    cache (`kept_positions`)."""
+    events: list = []
+    accepted = 0
+    for i in range(len(draft) + 1):
+        before = len(seq.history)
+        events.extend(seq._on_logits(logits[i]))
+        if i == len(draft) or len(seq.history) == before or seq.history[before] != draft[i]:
+            break
+        accepted += 1
+        if seq.finished:
+            break
+    if draft:
+        seq.draft.observe(n, len(draft), accepted)
+        if events and isinstance(events[-1], Done):  # built before this draft was counted
+            events[-1] = replace(events[-1], draft_count=seq.draft.drafted_count,
+                                 draft_accepted_count=seq.draft.accepted_count)
+    return events
+
+
+def kept_positions(history: list[int], start: int, inputs: list[int]) -> int:
+    """How many cache positions are valid after rows `inputs` ran at positions start.. : the prefix of start
+    plus the rows whose input is the token the sequence holds at that position."""
+    j = 0
+    while j < len(inputs) and start + j < len(history) and history[start + j] == inputs[j]:
+        j += 1
+    return start + j
