@@ -1,0 +1,57 @@
+"""The x86 integer-dot row dots (VNNI vpdpbusd, AVX2 vpmaddubsw) give bit-identical products to the generic LLVM
+code on this machine, so a model's numerics do not depend on which instructions its CPU has. Each path runs in a
+subprocess with a private Numba cache (the feature choice is not in Numba's cache key)."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import simd_kernels.simd as simd
+
+ROOT = Path(__file__).resolve().parent.parent
+TYPES = (2, 3, 8, 12)  # Q4_0 (signed quants), Q4_1 (unsigned, with a min), Q8_0, Q4_K
+_SCRIPT = """
+import json, sys
+import numpy as np
+sys.path.insert(0, {tests!r})
+import simd_kernels as sk
+from test_kernels import random_weights
+out = {{}}
+for t in {types!r}:
+    rng = np.random.default_rng(t)
+    w = random_weights(rng, t, 40, 512)
+    w.flags.writeable = False
+    for n in (1, 5, 8):
+        x = rng.standard_normal((n, 512)).astype(np.float32)
+        o = np.empty((n, 40), np.float32)
+        sk.MUL[t](w, x, o)
+        out[f"{{t}}_{{n}}"] = o.view(np.uint32).ravel().tolist()
+print(json.dumps(out))
+"""
+
+
+def _products(tmp_path: Path, features: str | None) -> dict:
+    env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path / f"cache-{features}"), "PYTHONPATH": str(ROOT)}
+    env.pop("LOCALRT_SIMD_X86", None)
+    if features is not None:
+        env["LOCALRT_SIMD_X86"] = features
+    code = _SCRIPT.format(tests=str(ROOT / "tests"), types=TYPES)
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    return json.loads(r.stdout.splitlines()[-1])
+
+
+@pytest.mark.skipif("avx2" not in simd._X86, reason="the host has no AVX2: only the generic code runs here")
+def test_every_x86_path_gives_the_generic_codes_bits(tmp_path):
+    generic = _products(tmp_path, "")
+    paths = ["avx2"] + (["avx2,avx512vnni,avx512vl"] if {"avx512vnni", "avx512vl"} <= simd._X86 else [])
+    for features in paths:
+        got = _products(tmp_path, features)
+        for key, bits in generic.items():
+            assert np.array_equal(np.array(got[key], np.uint32), np.array(bits, np.uint32)), (features, key)
