@@ -245,8 +245,9 @@ def ps() -> None:
     from localrt.cli.cli_format import human_bytes, processor, table, until
 
     rows = [[m["name"], m["digest"][:12], human_bytes(m["size"]), processor(m["size"], m.get("size_vram", 0)),
-             str(m.get("context_length", "")), until(m["expires_at"])] for m in _client().ps()]
-    typer.echo(table(["NAME", "ID", "SIZE", "PROCESSOR", "CONTEXT", "UNTIL"], rows))
+             str(m.get("context_length", "")), f'{m["slots_in_use"]}/{m["slots"]}' if "slots" in m else "",
+             until(m["expires_at"])] for m in _client().ps()]
+    typer.echo(table(["NAME", "ID", "SIZE", "PROCESSOR", "CONTEXT", "SLOTS", "UNTIL"], rows))
 
 
 @app.command()

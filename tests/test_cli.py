@@ -6,6 +6,7 @@ import os
 import signal
 import subprocess
 import sys
+import re
 import time
 from pathlib import Path
 
@@ -127,9 +128,10 @@ def test_run_one_shot_verbose_then_ps_and_stop(cli):
     ps = cli("ps")
     assert ps.exit_code == 0
     lines = ps.stdout.splitlines()
-    assert lines[0].split() == ["NAME", "ID", "SIZE", "PROCESSOR", "CONTEXT", "UNTIL"]
+    assert lines[0].split() == ["NAME", "ID", "SIZE", "PROCESSOR", "CONTEXT", "SLOTS", "UNTIL"]
     row = next(line for line in lines[1:] if line.startswith(f"{TINY}:latest"))
     assert "100% CPU" in row and " 512 " in row and "from now" in row
+    assert re.search(r" 0/\d+ ", row), row  # the slots in use / the model's KV slots
 
     stopped = cli("stop", TINY)
     assert stopped.exit_code == 0, stopped.output
