@@ -97,7 +97,8 @@ def tensor_shapes(arch: str, s: dict, tied: bool) -> dict[str, tuple[int, ...]]:
 def metadata(arch: str, s: dict, shape_name: str, qname: str) -> tuple[dict, dict]:
     base, eps, _ = ARCH_META[arch]
     hd = s["n_embd"] // s["n_head"]
-    md = {"general.architecture": arch, "general.name": f"random {arch} {shape_name}"}
+    # not the arch in the name: llama.cpp (and we, as it does) key Phi-3's EOG token attributes on "phi3" in it
+    md = {"general.architecture": arch, "general.name": f"random weights, {shape_name} shape"}
     u32 = {"block_count": s["n_layer"], "context_length": N_CTX_TRAIN, "embedding_length": s["n_embd"],
            "feed_forward_length": s["n_ff"], "attention.head_count": s["n_head"],
            "attention.head_count_kv": s["n_head_kv"], "rope.dimension_count": hd, "vocab_size": s["n_vocab"]}
