@@ -66,7 +66,7 @@ def weight_bytes(path: str) -> dict:
     return {"arch": arch, "file_tensor_bytes": total, "tied_output": tied, "bytes_per_token": per_token}
 
 
-def run_ours(path: str) -> dict:
+def run_ours(path: str, repeats: int = REPEATS) -> dict:
     import numpy as np
 
     from localrt.engine.loader import load_model
@@ -86,14 +86,14 @@ def run_ours(path: str) -> dict:
     model.forward(model.batch(pp_ids, 0), model.cache, output_rows=last(N_PP))
     model.forward(model.batch([1], N_PP), model.cache)
     decode_s = prefill_s = float("inf")
-    for _ in range(REPEATS):  # best of REPEATS: the minimum is the signal on a shared machine
+    for _ in range(repeats):  # best of repeats: the minimum is the signal on a shared machine
         reset()
         token = int(np.argmax(model.forward(model.batch(prompt, 0), model.cache, output_rows=last(len(prompt)))[0]))
         t0 = time.perf_counter()
         for pos in range(len(prompt), len(prompt) + N_GEN):
             token = int(np.argmax(model.forward(model.batch([token], pos), model.cache)[0]))
         decode_s = min(decode_s, time.perf_counter() - t0)
-    for _ in range(REPEATS):
+    for _ in range(repeats):
         reset()
         t0 = time.perf_counter()
         model.forward(model.batch(pp_ids, 0), model.cache, output_rows=last(N_PP))
@@ -102,9 +102,9 @@ def run_ours(path: str) -> dict:
             "pp128_tok_s": round(N_PP / prefill_s, 2), "numba_threads": int(os.environ.get("NUMBA_NUM_THREADS", 0))}
 
 
-def run_native(path: str, quiet: bool) -> dict:
+def run_native(path: str, quiet: bool, repeats: int = REPEATS) -> dict:
     cmd = [str(LLAMA_BENCH), "-m", path, "-t", str(THREADS), "-p", str(N_PP), "-n", str(N_GEN),
-           "-r", str(REPEATS), "-o", "json"]
+           "-r", str(repeats), "-o", "json"]
     proc = subprocess.run(_wrap(cmd, quiet), capture_output=True, text=True, cwd=ROOT, timeout=600)
     if proc.returncode != 0:
         return {"error": (proc.stderr.strip().splitlines() or [f"exit {proc.returncode}"])[-1]}
@@ -121,9 +121,9 @@ def _wrap(cmd: list[str], quiet: bool) -> list[str]:
     return ["env", "QUIET_KEEP=/work/wt-speed", str(QUIET), *cmd] if quiet else cmd
 
 
-def spawn(mode: str, arg: str, quiet: bool) -> dict:
+def spawn(mode: str, arg: str, quiet: bool, repeats: int = REPEATS) -> dict:
     env = dict(os.environ, NUMBA_NUM_THREADS=str(THREADS), PYTHONPATH=str(ROOT))
-    proc = subprocess.run(_wrap([sys.executable, __file__, "--worker", mode, arg], quiet),
+    proc = subprocess.run(_wrap([sys.executable, __file__, "--worker", mode, arg, "--repeats", str(repeats)], quiet),
                           capture_output=True, text=True, cwd=ROOT, env=env, timeout=600)
     if proc.returncode != 0:
         return {"error": (proc.stderr.strip().splitlines() or [f"exit {proc.returncode}"])[-1]}
@@ -140,29 +140,34 @@ def main() -> None:
     ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "decode_1b.json"))
     ap.add_argument("--quiet", action="store_true", help="run each timed process under /tmp/prof/quiet.sh")
     ap.add_argument("--worker", nargs=2, metavar=("MODE", "ARG"))
+    ap.add_argument("--repeats", type=int, default=REPEATS, help="best of how many runs, both engines")
+    ap.add_argument("--no-bandwidth", action="store_true", help="keep the bandwidth already in --out")
     args = ap.parse_args()
     if args.worker:
         mode, arg = args.worker
-        print(json.dumps(bandwidth() if mode == "bandwidth" else run_ours(arg)))
+        print(json.dumps(bandwidth() if mode == "bandwidth" else run_ours(arg, args.repeats)))
         return
     out_path = Path(args.out)
     results = json.loads(out_path.read_text()) if out_path.exists() else {"files": {}}
     results["setup"] = {
-        "threads": THREADS, "n_gen": N_GEN, "n_pp": N_PP, "ours_prompt_tokens": N_PROMPT, "best_of": REPEATS,
+        "threads": THREADS, "n_gen": N_GEN, "n_pp": N_PP, "ours_prompt_tokens": N_PROMPT,
         "machine": platform.machine(), "cpus": os.cpu_count(), "python": platform.python_version(),
         "quiet": args.quiet, "loadavg_1m_at_start": round(os.getloadavg()[0], 2),
         "note": "random weights from bench/make_model.py, SmolLM2's 49152-token vocabulary; tok/s is the best "
-                "of 3 for both engines (native's mean is *_avg_tok_s); shared 2-core machine, others paused "
+                "of best_of (per file) for both engines (native's mean is *_avg_tok_s); shared 2-core machine, others paused "
                 "when quiet",
     }
-    results["bandwidth"] = bw = spawn("bandwidth", "-", args.quiet)
+    if args.no_bandwidth and "bandwidth" in results:
+        bw = results["bandwidth"]
+    else:
+        results["bandwidth"] = bw = spawn("bandwidth", "-", args.quiet)
     print("bandwidth", bw, flush=True)
     for path in args.files:
         sizes = weight_bytes(path)
-        ours = spawn("ours", path, args.quiet)
-        native = run_native(path, args.quiet)
+        ours = spawn("ours", path, args.quiet, args.repeats)
+        native = run_native(path, args.quiet, args.repeats)
         per, gbs = sizes["bytes_per_token"], bw.get("read_GB_s")
-        entry = {**sizes, "ours": ours, "native": native}
+        entry = {**sizes, "best_of": args.repeats, "ours": ours, "native": native}
         if gbs:
             entry["mbu_ours"] = mbu(ours.get("tg64_tok_s"), per, gbs)
             entry["mbu_native"] = mbu(native.get("tg64_tok_s"), per, gbs)
