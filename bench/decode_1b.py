@@ -1,0 +1,186 @@
+"""Decode (tg64) and prefill (pp128) speed on 1B-class random-weight files, ours vs native llama-bench, with MBU.
+
+    python3 bench/decode_1b.py FILE.gguf ... [--out bench/results/decode_1b.json] [--quiet]
+
+FILEs come from `bench/make_model.py`. Per file, ours then native, each in its own process (2 threads:
+NUMBA_NUM_THREADS=2 / `llama-bench -t 2`): ours loads with `localrt.engine.loader.load_model`, prefills a
+16-token prompt, then times 64 greedy single-token steps (best of 3), and one 128-token prefill (logits of the
+last token only, best of 3); native runs `llama-bench -m FILE -t 2 -p 128 -n 64 -r 3 -o json` (pp128 and tg64,
+from an empty context as ours). MBU = weight bytes one decode step reads x tok/s / the memory read bandwidth
+measured here first (a 2-thread Numba prange sum over a 2 GiB float32 array, best of 5). The bytes per token are
+every tensor of the file but the token embedding's unused rows; a tied embedding is read in full as the output.
+With --quiet each timed process runs under /tmp/prof/quiet.sh (pauses the other processes on a shared machine).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+LLAMA_BENCH = Path("/work/llama/llama_cpp_python-0.3.36/vendor/llama.cpp/build/bin/llama-bench")
+QUIET = Path("/tmp/prof/quiet.sh")
+THREADS, N_GEN, N_PP, N_PROMPT, REPEATS = 2, 64, 128, 16, 3
+BW_BYTES = 2 << 30
+
+
+def bandwidth() -> dict:
+    """Memory read bandwidth: best of 5 sums over a 2 GiB float32 array, 2 Numba threads."""
+    import numba
+    import numpy as np
+
+    @numba.njit(parallel=True, nogil=True, fastmath=True)
+    def total(a):  # a: (n,) float32
+        s = 0.0
+        for i in numba.prange(a.shape[0]):
+            s += a[i]
+        return s
+
+    a = np.ones(BW_BYTES // 4, np.float32)  # (n,) float32: 2 GiB, far beyond any cache
+    total(a[:1024])  # compile outside the timing
+    best = float("inf")
+    for _ in range(5):
+        t0 = time.perf_counter()
+        s = total(a)
+        best = min(best, time.perf_counter() - t0)
+    assert s == a.size
+    return {"bytes": BW_BYTES, "threads": numba.get_num_threads(), "read_GB_s": round(BW_BYTES / best / 1e9, 2)}
+
+
+def weight_bytes(path: str) -> dict:
+    """Bytes of weights one decode step reads: every tensor, but one row of an untied token embedding."""
+    import gguf_io
+
+    with gguf_io.open(path) as f:
+        sizes = {name: int(t.data.nbytes) for name, t in f.tensors.items()}
+        arch = f.metadata["general.architecture"]
+        embd_rows = int(f.tensors["token_embd.weight"].shape[0])
+    total = sum(sizes.values())
+    tied = "output.weight" not in sizes  # gemma2 never reads one; the others fall back to token_embd
+    per_token = total if tied else total - sizes["token_embd.weight"] + sizes["token_embd.weight"] // embd_rows
+    return {"arch": arch, "file_tensor_bytes": total, "tied_output": tied, "bytes_per_token": per_token}
+
+
+def run_ours(path: str, repeats: int = REPEATS) -> dict:
+    import numpy as np
+
+    from localrt.engine.loader import load_model
+
+    t0 = time.perf_counter()
+    model = load_model(path, num_ctx=512)
+    load_s = time.perf_counter() - t0
+    prompt = model.tokenize("The history of the printing press begins in the fifteenth century, when")[:N_PROMPT]
+    pp_ids = (prompt * (N_PP // len(prompt) + 1))[:N_PP]
+    last = lambda n: np.array([n - 1])  # noqa: E731 - logits of the last prompt token only
+
+    def reset():
+        model.cache.clear(0)
+        model._slot_tokens.clear()
+
+    reset()  # warm-up: compiles (or loads from cache) every kernel both paths use
+    model.forward(model.batch(pp_ids, 0), model.cache, output_rows=last(N_PP))
+    model.forward(model.batch([1], N_PP), model.cache)
+    decode_s = prefill_s = float("inf")
+    for _ in range(repeats):  # best of repeats: the minimum is the signal on a shared machine
+        reset()
+        token = int(np.argmax(model.forward(model.batch(prompt, 0), model.cache, output_rows=last(len(prompt)))[0]))
+        t0 = time.perf_counter()
+        for pos in range(len(prompt), len(prompt) + N_GEN):
+            token = int(np.argmax(model.forward(model.batch([token], pos), model.cache)[0]))
+        decode_s = min(decode_s, time.perf_counter() - t0)
+    for _ in range(repeats):
+        reset()
+        t0 = time.perf_counter()
+        model.forward(model.batch(pp_ids, 0), model.cache, output_rows=last(N_PP))
+        prefill_s = min(prefill_s, time.perf_counter() - t0)
+    return {"load_s": round(load_s, 2), "tg64_tok_s": round(N_GEN / decode_s, 2),
+            "pp128_tok_s": round(N_PP / prefill_s, 2), "numba_threads": int(os.environ.get("NUMBA_NUM_THREADS", 0))}
+
+
+def run_native(path: str, quiet: bool, repeats: int = REPEATS) -> dict:
+    cmd = [str(LLAMA_BENCH), "-m", path, "-t", str(THREADS), "-p", str(N_PP), "-n", str(N_GEN),
+           "-r", str(repeats), "-o", "json"]
+    proc = subprocess.run(_wrap(cmd, quiet), capture_output=True, text=True, cwd=ROOT, timeout=600)
+    if proc.returncode != 0:
+        return {"error": (proc.stderr.strip().splitlines() or [f"exit {proc.returncode}"])[-1]}
+    out = {}
+    for test in json.loads(proc.stdout[proc.stdout.index("["):]):
+        key = f"pp{test['n_prompt']}" if test["n_prompt"] else f"tg{test['n_gen']}"
+        out[f"{key}_tok_s"] = round(max(test["samples_ts"]), 2)  # best of -r, as ours
+        out[f"{key}_avg_tok_s"] = round(test["avg_ts"], 2)
+        out["build_commit"] = test.get("build_commit")
+    return out
+
+
+def _wrap(cmd: list[str], quiet: bool) -> list[str]:
+    return ["env", "QUIET_KEEP=/work/wt-speed", str(QUIET), *cmd] if quiet else cmd
+
+
+def spawn(mode: str, arg: str, quiet: bool, repeats: int = REPEATS) -> dict:
+    env = dict(os.environ, NUMBA_NUM_THREADS=str(THREADS), PYTHONPATH=str(ROOT))
+    proc = subprocess.run(_wrap([sys.executable, __file__, "--worker", mode, arg, "--repeats", str(repeats)], quiet),
+                          capture_output=True, text=True, cwd=ROOT, env=env, timeout=600)
+    if proc.returncode != 0:
+        return {"error": (proc.stderr.strip().splitlines() or [f"exit {proc.returncode}"])[-1]}
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def mbu(tok_s: float | None, per_token: int, bw: float) -> float | None:
+    return round(tok_s * per_token / 1e9 / bw, 3) if tok_s else None
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("files", nargs="*")
+    ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "decode_1b.json"))
+    ap.add_argument("--quiet", action="store_true", help="run each timed process under /tmp/prof/quiet.sh")
+    ap.add_argument("--worker", nargs=2, metavar=("MODE", "ARG"))
+    ap.add_argument("--repeats", type=int, default=REPEATS, help="best of how many runs, both engines")
+    ap.add_argument("--no-bandwidth", action="store_true", help="keep the bandwidth already in --out")
+    args = ap.parse_args()
+    if args.worker:
+        mode, arg = args.worker
+        print(json.dumps(bandwidth() if mode == "bandwidth" else run_ours(arg, args.repeats)))
+        return
+    out_path = Path(args.out)
+    results = json.loads(out_path.read_text()) if out_path.exists() else {"files": {}}
+    results["setup"] = {
+        "threads": THREADS, "n_gen": N_GEN, "n_pp": N_PP, "ours_prompt_tokens": N_PROMPT,
+        "machine": platform.machine(), "cpus": os.cpu_count(), "python": platform.python_version(),
+        "quiet": args.quiet, "loadavg_1m_at_start": round(os.getloadavg()[0], 2),
+        "note": "random weights from bench/make_model.py, SmolLM2's 49152-token vocabulary; tok/s is the best "
+                "of best_of (per file) for both engines (native's mean is *_avg_tok_s); shared 2-core machine, others paused "
+                "when quiet",
+    }
+    if args.no_bandwidth and "bandwidth" in results:
+        bw = results["bandwidth"]
+    else:
+        results["bandwidth"] = bw = spawn("bandwidth", "-", args.quiet)
+    print("bandwidth", bw, flush=True)
+    for path in args.files:
+        sizes = weight_bytes(path)
+        ours = spawn("ours", path, args.quiet, args.repeats)
+        native = run_native(path, args.quiet, args.repeats)
+        per, gbs = sizes["bytes_per_token"], bw.get("read_GB_s")
+        entry = {**sizes, "best_of": args.repeats, "ours": ours, "native": native}
+        if gbs:
+            entry["mbu_ours"] = mbu(ours.get("tg64_tok_s"), per, gbs)
+            entry["mbu_native"] = mbu(native.get("tg64_tok_s"), per, gbs)
+        for key in ("tg64_tok_s", "pp128_tok_s"):
+            if ours.get(key) and native.get(key):
+                entry[f"ratio_{key.split('_')[0]}"] = round(ours[key] / native[key], 3)
+        results["files"][Path(path).name] = entry
+        print(Path(path).name, json.dumps(entry), flush=True)
+        out_path.parent.mkdir(parents=True, exist_ok=True)
+        out_path.write_text(json.dumps(results, indent=2) + "\n")  # after each file: a partial run keeps its figures
+    results["setup"]["loadavg_1m_at_end"] = round(os.getloadavg()[0], 2)
+    out_path.write_text(json.dumps(results, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,197 @@
+"""Random-weight GGUF files with the shapes of real 1B/3B models, quantized by our own quantizer, for speed runs.
+
+    python3 bench/make_model.py --out DIR [--shape 1b|3b] [--arch llama|qwen2|qwen3|phi3|gemma2] [--quant q8_0 q4_K_M]
+
+Writes DIR/<arch>-<shape>-<quant>.gguf (~0.8-3.5 GB each: keep DIR outside the repository). Shapes are Llama 3.2's:
+1b = n_embd 2048, 16 layers, 32 heads, 8 KV heads, n_ff 8192; 3b = 3072, 28 layers, 24 heads, 8 KV heads, n_ff 8192;
+every other arch gets the same shape with its own tensor layout (q/k/v biases for qwen2, q/k norms for qwen3, fused
+qkv and gate+up plus an untied output for phi3, sandwich norms and soft-capping for gemma2), as `tests/archgen.py`
+names them. The tokenizer is SmolLM2's (`tokenizer.ggml.*` copied from the installed file), so the vocabulary is
+SmolLM2's 49152 tokens, not Llama 3's 128256: the token embedding / output matrix is 49152 rows.
+
+Each tensor's type comes from `quant.recipe.plan` (llama-quantize's recipe, as `localrt create --quantize` uses
+through `localrt.models.quantize`) and its blocks from `quant.quantize`. Values are a seeded normal (std 0.02), norms 1.
+Our NumPy K-quantizer takes ~15 min for a 1B Q4_K_M model on this machine, so by default one random draw per
+(tensor kind, shape, type) is quantized once and reused by every layer that has it (cached across runs under
+DIR/_blocks): every layer still has its own bytes in the file, so the bytes a decode step reads are the same as
+with distinct draws; `--distinct` draws every tensor afresh.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import zlib
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tests"))
+
+import archgen  # noqa: E402
+import gguf_io  # noqa: E402
+import quant  # noqa: E402
+from gguf_io import GGUFValueType as VT  # noqa: E402
+from quant import recipe  # noqa: E402
+from quant.formats import GGMLType  # noqa: E402
+
+SHAPES = {
+    "1b": dict(n_embd=2048, n_layer=16, n_head=32, n_head_kv=8, n_ff=8192),
+    "3b": dict(n_embd=3072, n_layer=28, n_head=24, n_head_kv=8, n_ff=8192),
+}
+ARCHS = ("llama", "qwen2", "qwen3", "phi3", "gemma2")
+# per arch: rope base, rms eps, tied output (phi3 ships an output matrix; gemma2 always reads token_embd)
+ARCH_META = {
+    "llama": (500000.0, 1e-5, True),
+    "qwen2": (1000000.0, 1e-6, True),
+    "qwen3": (1000000.0, 1e-6, True),
+    "phi3": (10000.0, 1e-5, False),
+    "gemma2": (10000.0, 1e-6, True),
+}
+STD = 0.02
+N_CTX_TRAIN = 8192
+_CHUNK_ELEMENTS = 1 << 22  # elements quantized per call: bounds the quantizer's float temporaries
+
+
+def smollm2_tokenizer() -> tuple[dict, dict]:
+    from localrt.models import builtin_models
+
+    with gguf_io.open(builtin_models.smollm2_path()) as f:
+        keys = [k for k in f.metadata if k.startswith("tokenizer.")]
+        return {k: f.metadata[k] for k in keys}, {k: f.metadata_types[k] for k in keys}
+
+
+def tensor_shapes(arch: str, s: dict, tied: bool) -> dict[str, tuple[int, ...]]:
+    """GGUF tensor name -> shape in NumPy order (rows = outputs), for the given arch and shape."""
+    e, ff, hd = s["n_embd"], s["n_ff"], s["n_embd"] // s["n_head"]
+    q, kv = s["n_head"] * hd, s["n_head_kv"] * hd
+    t = {"token_embd.weight": (s["n_vocab"], e), "output_norm.weight": (e,)}
+    if not tied:
+        t["output.weight"] = (s["n_vocab"], e)
+    if arch == "llama":
+        t["rope_freqs.weight"] = (hd // 2,)
+    for il in range(s["n_layer"]):
+        p = f"blk.{il}."
+        t[p + "attn_norm.weight"] = (e,)
+        if arch == "phi3":
+            t[p + "attn_qkv.weight"] = (q + 2 * kv, e)
+        else:
+            t[p + "attn_q.weight"], t[p + "attn_k.weight"], t[p + "attn_v.weight"] = (q, e), (kv, e), (kv, e)
+        if arch == "qwen2":
+            t[p + "attn_q.bias"], t[p + "attn_k.bias"], t[p + "attn_v.bias"] = (q,), (kv,), (kv,)
+        if arch == "qwen3":
+            t[p + "attn_q_norm.weight"], t[p + "attn_k_norm.weight"] = (hd,), (hd,)
+        t[p + "attn_output.weight"] = (e, q)
+        t[p + "ffn_norm.weight"] = (e,)
+        if arch == "phi3":
+            t[p + "ffn_up.weight"] = (2 * ff, e)
+        else:
+            t[p + "ffn_gate.weight"], t[p + "ffn_up.weight"] = (ff, e), (ff, e)
+        t[p + "ffn_down.weight"] = (e, ff)
+        if arch == "gemma2":
+            t[p + "post_attention_norm.weight"], t[p + "post_ffw_norm.weight"] = (e,), (e,)
+    return t
+
+
+def metadata(arch: str, s: dict, shape_name: str, qname: str) -> tuple[dict, dict]:
+    base, eps, _ = ARCH_META[arch]
+    hd = s["n_embd"] // s["n_head"]
+    # not the arch in the name: llama.cpp (and we, as it does) key Phi-3's EOG token attributes on "phi3" in it
+    md = {"general.architecture": arch, "general.name": f"random weights, {shape_name} shape"}
+    u32 = {"block_count": s["n_layer"], "context_length": N_CTX_TRAIN, "embedding_length": s["n_embd"],
+           "feed_forward_length": s["n_ff"], "attention.head_count": s["n_head"],
+           "attention.head_count_kv": s["n_head_kv"], "rope.dimension_count": hd, "vocab_size": s["n_vocab"]}
+    f32 = {"rope.freq_base": base, "attention.layer_norm_rms_epsilon": eps}
+    if arch == "gemma2":  # Gemma 2's own values
+        u32["attention.sliding_window"] = 4096
+        f32["attn_logit_softcapping"], f32["final_logit_softcapping"] = 50.0, 30.0
+    types = {"general.architecture": VT.STRING, "general.name": VT.STRING}
+    for k, v in u32.items():
+        md[f"{arch}.{k}"], types[f"{arch}.{k}"] = v, VT.UINT32
+    for k, v in f32.items():
+        md[f"{arch}.{k}"], types[f"{arch}.{k}"] = v, VT.FLOAT32
+    tok, tok_types = smollm2_tokenizer()
+    md.update(tok)
+    types.update(tok_types)
+    ft = recipe.get_file_type(qname)
+    md["general.quantization_version"], md["general.file_type"] = 2, ft.value
+    types["general.quantization_version"] = types["general.file_type"] = VT.UINT32
+    return md, types
+
+
+def _kind(name: str) -> str:
+    return name.split(".", 2)[-1] if name.startswith("blk.") else name
+
+
+def draw(kind: str, shape: tuple[int, ...], seed: int) -> np.ndarray:
+    rng = np.random.default_rng([seed, zlib.crc32(f"{kind}{shape}".encode())])
+    return (rng.standard_normal(shape, dtype=np.float32) * np.float32(STD))  # shape, float32
+
+
+def blocks(name: str, shape: tuple[int, ...], target: int, cache: Path | None, seed: int) -> np.ndarray:
+    """The tensor's raw blocks (rows, row bytes) in `target`, from the on-disk cache when it has them."""
+    path = cache / f"{_kind(name)}_{'x'.join(map(str, shape))}_{target}_{seed}.npy" if cache else None
+    if path is not None and path.exists():
+        return np.load(path, mmap_mode="r")
+    x = draw(_kind(name) if cache else name, shape, seed)  # (rows, cols) float32
+    out = np.empty((shape[0], quant.row_bytes(target, shape[1])), np.uint8)  # (rows, target row bytes)
+    step = max(1, _CHUNK_ELEMENTS // shape[1])
+    for a in range(0, shape[0], step):
+        out[a:a + step] = quant.quantize(x[a:a + step], target)
+    if path is not None:
+        np.save(path, out)
+    return out
+
+
+def vector(name: str, shape: tuple[int, ...], arch: str, s: dict, seed: int) -> np.ndarray:
+    if name == "rope_freqs.weight":  # Llama 3.2's rope scaling (factor 32, low 1, high 4, original 8192)
+        return archgen.llama3_rope_freqs(s["n_embd"] // s["n_head"], ARCH_META[arch][0], 32.0, 1.0, 4.0, 8192)
+    if name.endswith(".bias"):
+        return draw(name, shape, seed)
+    return np.ones(shape, np.float32)  # norms = 1 (Gemma's +1 is already in the file's weights)
+
+
+def write(out: Path, arch: str, shape_name: str, qname: str, distinct: bool = False, seed: int = 0) -> Path:
+    s = dict(SHAPES[shape_name], n_vocab=len(smollm2_tokenizer()[0]["tokenizer.ggml.tokens"]))
+    tied = ARCH_META[arch][2]
+    shapes = tensor_shapes(arch, s, tied)
+    md, types = metadata(arch, s, shape_name, qname)
+    targets = recipe.plan([(n, sh, GGMLType.F16 if len(sh) > 1 else GGMLType.F32) for n, sh in shapes.items()],
+                          md, qname)
+    cache = None if distinct else out / "_blocks"
+    if cache:
+        cache.mkdir(parents=True, exist_ok=True)
+    dst = out / f"{arch}-{shape_name}-{qname}.gguf"
+    order = recipe.llama_order(shapes)
+    with gguf_io.GGUFWriter(dst, md, metadata_types=types) as w:
+        for name in order:
+            w.add_tensor_info(name, targets[name], shapes[name])
+        for i, name in enumerate(order):
+            sh = shapes[name]
+            if len(sh) == 1:
+                w.write_tensor(vector(name, sh, arch, s, seed), name)
+            else:
+                w.write_tensor(blocks(name, sh, targets[name], cache, seed), name)
+            print(f"\r{dst.name}: {i + 1}/{len(order)} {name}".ljust(72), end="", flush=True)
+    print()
+    return dst
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", required=True, type=Path)
+    ap.add_argument("--shape", choices=sorted(SHAPES), default="1b")
+    ap.add_argument("--arch", choices=ARCHS, default="llama")
+    ap.add_argument("--quant", nargs="+", default=["q8_0", "q4_K_M"])
+    ap.add_argument("--distinct", action="store_true", help="draw and quantize every tensor afresh (slow)")
+    args = ap.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    if ROOT in args.out.resolve().parents or args.out.resolve() == ROOT:
+        sys.exit("--out must be outside the repository (the files are gigabytes)")
+    for qname in args.quant:
+        print(write(args.out, args.arch, args.shape, recipe.get_file_type(qname).name, args.distinct))
+
+
+if __name__ == "__main__":
+    main()
