@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-LLAMA_BENCH = Path("/work/llama/llama_cpp_python-0.3.36/vendor/llama.cpp/build/bin/llama-bench")
+LLAMA_BENCH = Path(os.environ.get("LLAMA_BENCH", "/work/llama/llama_cpp_python-0.3.36/vendor/llama.cpp/build/bin/llama-bench"))
 QUIET = Path("/tmp/prof/quiet.sh")
 THREADS, N_GEN, N_PP, N_PROMPT, REPEATS = 2, 64, 128, 16, 3
 BW_BYTES = 2 << 30
