@@ -19,7 +19,7 @@ from _tiny_gguf import write_tiny_gguf
 from localrt.engine.backends.devices import DeviceReport
 from localrt.models.create import create
 from localrt.runtime.service import Service
-from localrt.serve import openai_compat
+from localrt.serve import openai_compat, openai_replies
 from localrt.serve.daemon import BackgroundServer
 
 NO_GPU = DeviceReport(None, "no CUDA device in this test")
@@ -63,7 +63,7 @@ def test_openai_stream_helper_accumulates_one_assistant_message(daemon):
 
 
 def test_the_finish_chunk_keeps_late_content_and_tool_calls_in_a_delta_of_their_own():
-    stream = openai_compat.ChatStream("m", openai_compat.Opts(stream=True))
+    stream = openai_replies.ChatStream("m", openai_compat.Opts(stream=True))
     call = {"function": {"name": "get_weather", "arguments": {"city": "Oslo"}}}
     done = {"message": {"role": "assistant", "content": "held", "tool_calls": [call]}, "done": True,
             "done_reason": "stop", "prompt_eval_count": 3, "eval_count": 2}

@@ -166,10 +166,17 @@ def _think(v: Any) -> bool | None:
     raise InvalidRequest(f"invalid think value: {v!r}")
 
 
-def _logprobs(f: Fields) -> None:
-    if f.bool("logprobs"):
-        raise InvalidRequest("logprobs is not supported yet")
-    f.int("top_logprobs", 0, 0, 20)
+TOP_LOGPROBS_MAX = 20  # Ollama's and OpenAI's bound
+
+
+def logprobs_fields(f: Fields, flag: str = "logprobs") -> tuple[bool, int]:
+    """(logprobs, top_logprobs): Ollama's (and /v1 chat's) pair. top_logprobs without logprobs would change nothing
+    (Ollama then reports nothing), so it is refused by name rather than ignored."""
+    on = bool(f.bool(flag, False))
+    top = f.int("top_logprobs", 0, 0, TOP_LOGPROBS_MAX) or 0
+    if top and not on:
+        raise InvalidRequest(f"top_logprobs requires {flag}: true")
+    return on, top
 
 
 def _inference_fields(f: Fields, r: "GenerateRequest | ChatRequest") -> None:
@@ -178,7 +185,7 @@ def _inference_fields(f: Fields, r: "GenerateRequest | ChatRequest") -> None:
     r.keep_alive = _keep_alive(f.any("keep_alive"))
     r.options = f.obj("options") or {}
     _think(f.any("think"))
-    _logprobs(f)
+    r.logprobs, r.top_logprobs = logprobs_fields(f)
     r.truncate = bool(f.bool("truncate", True))
     if f.bool("shift"):
         # the engine stops at num_ctx with done_reason "length"; it never drops old tokens to go on
@@ -249,6 +256,9 @@ class GenerateRequest:
     keep_alive: float | str | None = None
     options: dict = field(default_factory=dict)
     truncate: bool = True
+    logprobs: bool = False
+    top_logprobs: int = 0  # alternatives per token when logprobs is on
+    logit_bias: dict[int, float] | None = None  # /v1 only: token id -> bias added before sampling
     ignored: list[str] = field(default_factory=list)  # request keys nobody knows (options: see api.options)
 
     @classmethod
@@ -286,6 +296,9 @@ class ChatRequest:
     keep_alive: float | str | None = None
     options: dict = field(default_factory=dict)
     truncate: bool = True
+    logprobs: bool = False
+    top_logprobs: int = 0
+    logit_bias: dict[int, float] | None = None
     ignored: list[str] = field(default_factory=list)
 
     @classmethod
@@ -311,7 +324,7 @@ class ChatRequest:
 @dataclass
 class EmbedRequest:
     model: str
-    inputs: list[str]
+    inputs: list[str | list[int]]  # token ids only from /v1/embeddings (OpenAI accepts them; Ollama does not)
     truncate: bool = True
     dimensions: int | None = None
     keep_alive: float | str | None = None

@@ -27,7 +27,8 @@ from ..api.options import Options, resolve
 from ..errors import ContextLengthExceeded, InvalidRequest
 from .arch.common import Batch, layer_devices
 from .events import Done, Token
-from .sampler import make_sampler
+from .logprobs import LogprobTracker
+from .sampler import BiasedSampler, make_sampler
 from .speculative import DraftState, Speculator, draft_limit, kept_positions, verify
 from .stop import StopMatcher
 
@@ -44,7 +45,8 @@ class Sequence:
     `state` is "prefill" (prompt chunks still to evaluate), "decode", "done" (its Done was returned) or
     "cancelled" (dropped without Done; `prefilled` says whether its prompt had been evaluated)."""
 
-    def __init__(self, model, ids, options, constraint, cancelled, load_duration_ns: int) -> None:
+    def __init__(self, model, ids, options, constraint, cancelled, load_duration_ns: int, *,
+                 logprobs: int | None = None, logit_bias=None) -> None:
         self.t_start = time.perf_counter_ns()
         opts = options if isinstance(options, Options) else resolve(options)
         prompt = [int(i) for i in ids]
@@ -61,6 +63,8 @@ class Sequence:
             from ..structured import ConstrainedSampler
 
             sampler = ConstrainedSampler(sampler, constraint)
+        if logit_bias:
+            sampler = BiasedSampler(sampler, logit_bias, model.config.n_vocab)  # outermost: before a format's mask
         tok = model.tokenizer
         self.options = opts
         self.prompt = prompt
@@ -83,6 +87,7 @@ class Sequence:
         self._pending: int | None = None  # sampled token whose forward pass the next step runs
         # Prompt-lookup drafting (localrt.engine.speculative); None when draft_num_predict is 0.
         self.draft = DraftState(opts.draft_num_predict) if opts.draft_num_predict > 0 else None
+        self._logprobs = LogprobTracker(tok, logprobs) if logprobs is not None else None  # None: not asked for
 
     @property
     def prefilled(self) -> bool:
@@ -110,8 +115,13 @@ class Sequence:
         self.n_gen += 1
         if token in self._eog:
             return [self._finish("stop", False)]
-        emit, hit = self._stop.feed(self._decoder.add(token) if self._decoder is not None else "")
-        events: list[Token | Done] = [Token(token=token, text=emit)]
+        piece = self._decoder.add(token) if self._decoder is not None else ""
+        emit, hit = self._stop.feed(piece)
+        lps = ()
+        if self._logprobs is not None:
+            self._logprobs.add(logits, token, piece)
+            lps = self._logprobs.release(emit)
+        events: list[Token | Done] = [Token(token=token, text=emit, logprobs=lps)]
         if hit:
             events.append(self._finish("stop", True))
         elif self._more():  # only then is this token's forward pass needed
@@ -126,6 +136,7 @@ class Sequence:
         if not hit:
             # Text a stop string might still have completed, and bytes of an unfinished character.
             held = self._stop.feed(self._decoder.flush() if self._decoder is not None else "")[0] + self._stop.flush()
+        lps = self._logprobs.finish(held, hit) if self._logprobs is not None else ()
         self.state = DONE
         return Done(
             done_reason=reason,
@@ -140,6 +151,7 @@ class Sequence:
             context=self.history,
             draft_count=self.draft.drafted_count if self.draft is not None else None,
             draft_accepted_count=self.draft.accepted_count if self.draft is not None else None,
+            logprobs=lps,
         )
 
 
@@ -176,11 +188,14 @@ class Batcher:
         return self.n_slots - len(self._held)
 
     def add(self, ids, options: dict | Options | None = None, *, constraint=None,
-            cancelled: threading.Event | None = None, slot: int | None = None, load_duration_ns: int = 0) -> Sequence:
+            cancelled: threading.Event | None = None, slot: int | None = None, load_duration_ns: int = 0,
+            logprobs: int | None = None, logit_bias=None) -> Sequence:
         """Validate a request and give it a free slot (`slot`, or the free one whose cache shares the longest
         prefix with the prompt). Raises as `generate` does (ContextLengthExceeded, InvalidRequest) and
-        RuntimeError when no slot is free; its events come from the following steps."""
-        seq = Sequence(self.model, ids, options, constraint, cancelled, load_duration_ns)
+        RuntimeError when no slot is free; its events come from the following steps. `logprobs`: None, or how many
+        top alternatives each Token's log-probability entry lists; `logit_bias`: {token id: bias} before sampling."""
+        seq = Sequence(self.model, ids, options, constraint, cancelled, load_duration_ns, logprobs=logprobs,
+                       logit_bias=logit_bias)
         if slot is None:
             slot = self._pick_slot(seq.prompt)
         elif not 0 <= slot < self.n_slots or slot in self._held:

@@ -5,12 +5,35 @@ from dataclasses import dataclass, field
 
 
 @dataclass(frozen=True)
+class TokenLogprob:
+    """One token's log-probability under the model's own distribution (log-softmax of its raw logits)."""
+
+    id: int
+    text: str  # the token's piece, invalid UTF-8 as U+FFFD; `bytes` holds the exact bytes
+    bytes: bytes
+    logprob: float
+
+
+@dataclass(frozen=True)
+class Logprob:
+    """A generated token's log-probability and the most likely tokens at its position (most likely first)."""
+
+    token: TokenLogprob
+    top: tuple[TokenLogprob, ...] = ()
+
+
+@dataclass(frozen=True)
 class Token:
-    """One sampled token. `text` is what may be shown now: complete UTF-8 only, never part of a stop string."""
+    """One sampled token. `text` is what may be shown now: complete UTF-8 only, never part of a stop string.
+
+    `logprobs` (only when asked for): the entries of the generated tokens whose text begins in what has been shown
+    so far and was not in an earlier event, so that they travel with their text (a token held back by a possible
+    stop string comes with the event that shows it; the tokens of a stop string never come)."""
 
     token: int
     text: str
     done: bool = False
+    logprobs: tuple[Logprob, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -32,3 +55,4 @@ class Done:
     draft_count: int | None = None
     draft_accepted_count: int | None = None
     done: bool = True
+    logprobs: tuple[Logprob, ...] = ()  # entries that travel with `text` (see Token)

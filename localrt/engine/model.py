@@ -116,11 +116,11 @@ class Model:
     def detokenize(self, ids) -> str:
         return self._tok().decode(list(ids))
 
-    def generate(self, ids, options: dict | None = None, *, cancelled=None, constraint=None) -> Iterator:
+    def generate(self, ids, options: dict | None = None, *, cancelled=None, constraint=None, **sampling) -> Iterator:
         """Events (`localrt.engine.events.Token`... then `Done`) for a prompt of token ids; see engine.generate."""
         from .generate import generate
 
-        return generate(self, ids, options or {}, cancelled=cancelled, constraint=constraint)
+        return generate(self, ids, options or {}, cancelled=cancelled, constraint=constraint, **sampling)
 
     def _tok(self):
         if self.tokenizer is None:

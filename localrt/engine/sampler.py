@@ -1,13 +1,14 @@
 """Token sampling: a chain of small pure filters built once from Options, then one seeded draw.
 
 Chain order is llama.cpp's (`shared/reference/gguf_spec.md` 11.2, mirostat off):
-penalties -> top_k -> typical_p -> top_p -> min_p -> temperature -> dist. Disabled stages are left out
+[logit_bias, /v1 only: `BiasedSampler`] -> penalties -> top_k -> typical_p -> top_p -> min_p -> temperature -> dist. Disabled stages are left out
 of the chain when it is built. Temperature comes after the filters, so top_p and min_p see the
 untempered distribution.
 
 temperature <= 0 is greedy decoding: the argmax of the model's own logits, as Ollama v0.13's sampler
 does it (`sample/samplers.go`); no penalty or filter changes a greedy pick, so `temperature: 0` gives the
-same tokens as llama.cpp's greedy reference whatever the other options say.
+same tokens as llama.cpp's greedy reference whatever the other options say. Only a logit_bias (applied to the
+logits before the sampler sees them) and a format's mask do.
 
 The draw reproduces llama.cpp's `dist` stage with libstdc++: `std::mt19937(seed)` and
 `uniform_real_distribution<double>` built from two 32-bit outputs; probabilities are f32 exponentials
@@ -26,6 +27,7 @@ from typing import Any, Callable, Mapping, Protocol, Sequence
 import numpy as np
 
 from ..api.options import Options, resolve
+from ..errors import InvalidRequest
 
 _PARTIAL_MIN = 4096  # below this many candidates a plain argpartition is as fast as anything
 _SAMPLE_TARGET = 2048  # elements in the strided sample that guesses the top-k threshold
@@ -149,6 +151,14 @@ def penalize(logits: np.ndarray, window: Sequence[int] | np.ndarray, repeat: flo
     return out
 
 
+def logit_bias(logits: np.ndarray, ids: np.ndarray, bias: np.ndarray) -> np.ndarray:
+    """OpenAI's logit_bias: `bias` float32 (m,) added to the logits of `ids` int64 (m,) (distinct, in range).
+    Returns a copy; -100 all but bans a token, +100 all but forces it."""
+    out = logits.copy()  # (n_vocab,) float32: the caller's logits stay untouched
+    out[ids] += bias
+    return out
+
+
 def draw(c: Candidates, u: float) -> int:
     """Pick the first candidate whose running probability sum reaches u * sum (candidate order)."""
     p = np.exp(c.logits - np.max(c.logits))  # (n,) float32
@@ -208,6 +218,29 @@ class Sampler:
         if self._all_ids is None or len(self._all_ids) != n:
             self._all_ids = np.arange(n, dtype=np.int64)
         return self._all_ids
+
+
+LOGIT_BIAS_MAX = 100.0  # OpenAI's range is -100..100
+
+
+class BiasedSampler:
+    """Adds a logit_bias to the whole vocabulary's logits, then samples with `inner` (a Sampler, or a
+    ConstrainedSampler: the bias comes first, as llama.cpp's logit-bias stage is the first of its chain, so
+    a greedy pick sees it too and a format's mask still has the last word)."""
+
+    def __init__(self, inner, bias: Mapping[int, float], n_vocab: int) -> None:
+        keys = sorted(bias)  # distinct ints: the edge parsed the JSON object's string keys
+        ids = np.array(keys, dtype=np.int64)  # (m,)
+        if len(ids) and (ids[0] < 0 or ids[-1] >= n_vocab):
+            bad = int(ids[0] if ids[0] < 0 else ids[-1])
+            raise InvalidRequest(f"logit_bias: token id {bad} is outside the vocabulary (0..{n_vocab - 1})")
+        values = np.array([float(bias[k]) for k in keys], dtype=np.float32)  # (m,)
+        if not np.all(np.abs(values) <= LOGIT_BIAS_MAX):  # NaN fails too
+            raise InvalidRequest(f"logit_bias values must be between -{LOGIT_BIAS_MAX:g} and {LOGIT_BIAS_MAX:g}")
+        self.inner, self.ids, self.values = inner, ids, values
+
+    def sample(self, logits: np.ndarray, history: Sequence[int] = ()) -> int:
+        return self.inner.sample(logit_bias(np.asarray(logits, np.float32), self.ids, self.values), history)
 
 
 def make_sampler(options: Options | Mapping[str, Any], rng: Rng | None = None) -> Sampler:

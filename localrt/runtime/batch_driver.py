@@ -53,16 +53,17 @@ class BatchDriver:
         return self._held
 
     def submit(self, ids, options, constraint=None, cancelled: threading.Event | None = None,
-               load_duration_ns: int = 0) -> Iterator:
+               load_duration_ns: int = 0, **sampling) -> Iterator:
         """The events of one sequence; closing the iterator early drops the sequence at the next step.
-        Raises as `Batcher.add` does (ContextLengthExceeded, ...), and Cancelled if cancelled during its prompt."""
+        Raises as `Batcher.add` does (ContextLengthExceeded, ...), and Cancelled if cancelled during its prompt.
+        `sampling`: Batcher.add's logprobs and logit_bias."""
         flag = _Either(cancelled)
         out: queue.SimpleQueue = queue.SimpleQueue()
         with self._cv:
             if self._closed:
                 raise Cancelled("the model is being unloaded")
             self._pending.append(((ids, options), dict(constraint=constraint, cancelled=flag,
-                                                         load_duration_ns=load_duration_ns), out))
+                                                         load_duration_ns=load_duration_ns, **sampling), out))
             self._cv.notify_all()
         return self._events(out, flag)
 

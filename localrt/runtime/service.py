@@ -27,6 +27,7 @@ from .batch_driver import BatchDriver
 from .catalog import Catalog
 from .jobs import AUTO_PARALLEL, system_available_memory
 from .scheduler import MemoryNeed, Request, Scheduler
+from .sampling_extras import Pending, sampling_kwargs as _sampling
 
 log = logging.getLogger("localrt.service")
 
@@ -246,14 +247,16 @@ class Service:
                 truncate=req.truncate)
             ids = model.tokenize(prompt.text)
             constraint = structured.compile_format(req.format, model.tokenizer) if req.format else None
-            for ev in _run(loaded, ids, opts, cancelled, constraint):
+            pending = Pending(req.logprobs)
+            for ev in _run(loaded, ids, opts, cancelled, constraint, **_sampling(req)):
+                pending.add(ev.logprobs)
                 if isinstance(ev, Done):
-                    out = {**base(), "response": ev.text, **_metrics(ev, loaded.take_load_ns())}
+                    out = {**base(), "response": ev.text, **pending.take(), **_metrics(ev, loaded.take_load_ns())}
                     if not req.raw:
                         out["context"] = list(ev.context)
                     yield out
                 else:
-                    yield {**base(), "response": ev.text, "done": False}
+                    yield {**base(), "response": ev.text, "done": False, **pending.take()}
 
         return self._submit(name, opts, req.keep_alive, work, rec)
 
@@ -288,16 +291,18 @@ class Service:
             fmt = _forced_call(tag, req) if req.tool_choice is not None else req.format
             constraint = structured.compile_format(fmt, model.tokenizer) if fmt else None
             parser = ToolCallParser(tag, req.tools) if req.tools else None
-            for ev in _run(loaded, ids, opts, cancelled, constraint):
+            pending = Pending(req.logprobs)  # entries wait for a chunk that goes out
+            for ev in _run(loaded, ids, opts, cancelled, constraint, **_sampling(req)):
+                pending.add(ev.logprobs)
                 got = parser.feed(ev.text) if parser else None
                 content, calls = (got.content, got.calls) if got else (ev.text, [])
                 if isinstance(ev, Done):
                     if parser:
                         rest = parser.flush()
                         content, calls = content + rest.content, calls + rest.calls
-                    yield reply(content, calls, **_metrics(ev, loaded.take_load_ns()))
+                    yield reply(content, calls, **pending.take(), **_metrics(ev, loaded.take_load_ns()))
                 elif content or calls:
-                    yield reply(content, calls, done=False)
+                    yield reply(content, calls, done=False, **pending.take())
 
         return self._submit(name, opts, req.keep_alive, work, rec)
 
@@ -319,7 +324,7 @@ class Service:
             for text in req.inputs:
                 if cancelled.is_set():
                     return
-                ids = model.tokenize(text)
+                ids = model.tokenize(text) if isinstance(text, str) else list(text)  # /v1 ids: embed checks the vocabulary
                 if len(ids) > limit:
                     if not req.truncate:
                         raise InvalidRequest("input exceeds maximum context length")
@@ -451,16 +456,16 @@ def estimate_memory(path, num_ctx: int, num_batch: int, n_slots: int = 1) -> Mem
 
 
 def _run(loaded: Loaded, ids: list[int], opts: Options, cancelled: threading.Event,
-         constraint=None) -> Iterator[Token | Done]:
+         constraint=None, **sampling) -> Iterator[Token | Done]:
     """The engine's events for one request, with the template's stop strings added. The engine checks
     `cancelled` between prefill chunks and decode steps; the scheduler stops pulling events once it is set."""
     options = opts.to_dict()
     if not options["stop"] and loaded.template_stop:
         options["stop"] = list(loaded.template_stop)
     if loaded.driver is not None:  # stepped together with the model's other requests
-        gen = loaded.driver.submit(ids, options, constraint, cancelled)
+        gen = loaded.driver.submit(ids, options, constraint, cancelled, **sampling)
     else:
-        gen = loaded.model.generate(ids, options, cancelled=cancelled, constraint=constraint)
+        gen = loaded.model.generate(ids, options, cancelled=cancelled, constraint=constraint, **sampling)
     try:
         yield from gen
     finally:

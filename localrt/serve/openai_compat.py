@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import base64
 import json
-import secrets
-import time
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -16,21 +14,29 @@ from typing import Any
 import numpy as np
 
 from ..api.types import (
-    PROMPT_CACHED_KEY,
+    TOP_LOGPROBS_MAX,
     ChatRequest,
     EmbedRequest,
     Fields,
     GenerateRequest,
     Message,
+    logprobs_fields,
     parse_message,
 )
 from ..errors import InvalidRequest
+
+LOGIT_BIAS_MAX = 100  # OpenAI's range is -100..100 (the engine's sampler checks it again)
+
+
+N_MAX = 8  # choices per request: each is a sequence of its own
 
 
 @dataclass(frozen=True)
 class Opts:
     stream: bool = False
     include_usage: bool = False
+    n: int = 1  # choices; choice i samples with the request's seed + i
+    logprobs: bool = False  # the reply carries each choice's logprobs
 
 
 def error_body(status: int, message: str) -> dict:
@@ -84,17 +90,38 @@ def _sampling_options(f: Fields) -> dict:
         if not isinstance(stop, list) or not all(isinstance(s, str) for s in stop):
             raise InvalidRequest("stop must be a string or an array of strings")
         opts["stop"] = stop
-    if f.int("n", 1, 1, 1) != 1:
-        raise InvalidRequest("n must be 1")
-    if f.any("logit_bias"):
-        raise InvalidRequest("logit_bias is not supported")
-    if f.any("logprobs") not in (None, False, 0):
-        raise InvalidRequest("logprobs is not supported yet")
-    if f.any("top_logprobs") not in (None, 0):
-        raise InvalidRequest("top_logprobs is not supported yet")
     f.str("user")  # an end-user id for abuse tracking; it has no effect on output by definition
     extra = f.obj("options") or {}
     return {**opts, **extra}
+
+
+def _logit_bias(f: Fields) -> dict[int, float] | None:
+    """OpenAI's logit_bias: {"token id": bias in -100..100}; ids are checked against the vocabulary by the engine."""
+    v = f.any("logit_bias")
+    if v is None or v == {}:
+        return None
+    if not isinstance(v, dict):
+        raise InvalidRequest("logit_bias must be an object mapping token ids to biases")
+    out: dict[int, float] = {}
+    for key, bias in v.items():
+        if not (isinstance(key, str) and key.isascii() and key.isdigit() and len(key) <= 12):
+            raise InvalidRequest(f"logit_bias: key {str(key)[:40]!r} is not a token id")
+        if isinstance(bias, bool) or not isinstance(bias, (int, float)) or not -LOGIT_BIAS_MAX <= bias <= LOGIT_BIAS_MAX:
+            raise InvalidRequest(f"logit_bias: the bias of token {key} must be a number between -100 and 100")
+        out[int(key)] = out.get(int(key), 0.0) + float(bias)  # "7" and "007" name one token
+    return out
+
+
+def _extras(f: Fields, req: ChatRequest | GenerateRequest, opts: Opts, chat: bool) -> Opts:
+    """n, logit_bias and logprobs onto the native request; the Opts the reply needs to know them."""
+    n = f.int("n", 1, 1, N_MAX) or 1
+    req.logit_bias = _logit_bias(f)
+    if chat:
+        req.logprobs, req.top_logprobs = logprobs_fields(f)
+    else:
+        top = f.int("logprobs", None, 0, TOP_LOGPROBS_MAX)  # legacy: how many alternatives; 0 = the token only
+        req.logprobs, req.top_logprobs = top is not None, top or 0
+    return Opts(opts.stream, opts.include_usage, n, req.logprobs)
 
 
 def _content(value: Any, i: int) -> str:
@@ -233,6 +260,7 @@ def chat_request(body: dict) -> tuple[ChatRequest, Opts]:
             raise InvalidRequest(f"{key} is not supported")
     req = ChatRequest(model=model, messages=[_message(m, i, f) for i, m in enumerate(msgs)], tools=tools,
                       tool_choice=forced, stream=True, format=fmt, keep_alive=f.any("keep_alive"), options=options)
+    opts = _extras(f, req, opts, chat=True)
     # Unread (store, metadata, service_tier, prompt_cache_key, safety_identifier, verbosity, prediction, ...):
     # none changes what a local model answers, so they are ignored, as Ollama does, and logged by name.
     req.ignored = f.finish()
@@ -255,127 +283,9 @@ def completion_request(body: dict) -> tuple[GenerateRequest, Opts]:
         raise InvalidRequest("best_of must be 1")
     req = GenerateRequest(model=model, prompt=prompt, suffix=f.str("suffix", "") or "", stream=True,
                           keep_alive=f.any("keep_alive"), options=options)
+    opts = _extras(f, req, opts, chat=False)
     req.ignored = f.finish()
     return req, opts
-
-
-def _usage(done: dict | None) -> dict:
-    """OpenAI's usage: the whole prompt, and how much of it came from the prompt cache (Ollama has no field)."""
-    p = int((done or {}).get("prompt_eval_count", 0))
-    c = int((done or {}).get("eval_count", 0))
-    cached = int((done or {}).get(PROMPT_CACHED_KEY, 0))
-    return {"prompt_tokens": p, "completion_tokens": c, "total_tokens": p + c,
-            "prompt_tokens_details": {"cached_tokens": cached}}
-
-
-def _finish_reason(done: dict, had_tools: bool) -> str:
-    if had_tools:
-        return "tool_calls"
-    return "length" if done.get("done_reason") == "length" else "stop"
-
-
-def _tool_calls(calls: list[dict], start: int) -> list[dict]:
-    out = []
-    for k, c in enumerate(calls):
-        fn = c.get("function", {})
-        out.append({"id": c.get("id") or "call_" + secrets.token_hex(4), "index": start + k, "type": "function",
-                    "function": {"name": fn.get("name"), "arguments": json.dumps(fn.get("arguments", {}))}})
-    return out
-
-
-def _tail(base: dict, opts: Opts, done: dict | None) -> bytes:
-    """The end of an SSE stream: the usage chunk when asked for (`choices: []`), then [DONE]."""
-    extra = sse({**base, "choices": [], "usage": _usage(done)}) if opts.include_usage else b""
-    return extra + b"data: [DONE]\n\n"
-
-
-class ChatStream:
-    """Native /api/chat events -> chat.completion(.chunk) objects.
-
-    Streamed as OpenAI does: `role` only in the first delta, content and tool calls in deltas of their own,
-    and a last chunk with an empty delta that carries finish_reason."""
-
-    def __init__(self, model: str, opts: Opts):
-        self.model, self.opts = model, opts
-        self.id = "chatcmpl-" + secrets.token_hex(6)
-        self.created = int(time.time())  # one value for the whole stream
-        self.n_tools = 0
-        self.sent_role = False
-        self.done: dict | None = None
-
-    def _base(self, obj: str) -> dict:
-        return {"id": self.id, "object": obj, "created": self.created, "model": self.model,
-                "system_fingerprint": "fp_localrt"}
-
-    def _chunk(self, delta: dict, finish: str | None) -> bytes:
-        out = self._base("chat.completion.chunk")
-        out["choices"] = [{"index": 0, "delta": delta, "finish_reason": finish}]
-        return sse(out)
-
-    def chunk(self, item: dict) -> bytes:
-        msg = item.get("message") or {}
-        delta: dict[str, Any] = {}
-        if not self.sent_role:
-            delta["role"] = "assistant"
-            self.sent_role = True
-        if msg.get("content") or not item.get("done"):
-            delta["content"] = msg.get("content", "")
-        if msg.get("tool_calls"):
-            delta["tool_calls"] = _tool_calls(msg["tool_calls"], self.n_tools)
-            self.n_tools += len(msg["tool_calls"])
-        if not item.get("done"):
-            return self._chunk(delta, None)
-        self.done = item
-        head = self._chunk({"content": "", **delta}, None) if delta else b""
-        return head + self._chunk({}, _finish_reason(item, self.n_tools > 0))
-
-    def tail(self) -> bytes:
-        return _tail(self._base("chat.completion.chunk"), self.opts, self.done)
-
-    def whole(self, items: list[dict]) -> dict:
-        done = items[-1] if items else {}
-        content = "".join((i.get("message") or {}).get("content", "") for i in items)
-        calls = [c for i in items for c in (i.get("message") or {}).get("tool_calls", [])]
-        message: dict[str, Any] = {"role": "assistant", "content": content}
-        if calls:
-            message["tool_calls"] = _tool_calls(calls, 0)
-        out = self._base("chat.completion")
-        out["choices"] = [{"index": 0, "message": message, "finish_reason": _finish_reason(done, bool(calls))}]
-        out["usage"] = _usage(done)
-        return out
-
-
-class CompletionStream:
-    """Native /api/generate events -> text_completion objects."""
-
-    def __init__(self, model: str, opts: Opts):
-        self.model, self.opts = model, opts
-        self.id = "cmpl-" + secrets.token_hex(6)
-        self.done: dict | None = None
-
-    def _base(self) -> dict:
-        return {"id": self.id, "object": "text_completion", "created": int(time.time()), "model": self.model,
-                "system_fingerprint": "fp_localrt"}
-
-    def chunk(self, item: dict) -> bytes:
-        finish = None
-        if item.get("done"):
-            self.done = item
-            finish = _finish_reason(item, False)
-        out = self._base()
-        out["choices"] = [{"text": item.get("response", ""), "index": 0, "finish_reason": finish}]
-        return sse(out)
-
-    def tail(self) -> bytes:
-        return _tail(self._base(), self.opts, self.done)
-
-    def whole(self, items: list[dict]) -> dict:
-        done = items[-1] if items else {}
-        out = self._base()
-        out["choices"] = [{"text": "".join(i.get("response", "") for i in items), "index": 0,
-                           "finish_reason": _finish_reason(done, False)}]
-        out["usage"] = _usage(done)
-        return out
 
 
 def embeddings_request(body: dict) -> tuple[EmbedRequest, str]:
@@ -383,11 +293,16 @@ def embeddings_request(body: dict) -> tuple[EmbedRequest, str]:
     model = f.str("model", required=True, msg="model is required") or ""
     raw = f.any("input")
     if isinstance(raw, str):
-        inputs = [raw]
+        inputs: list = [raw]
     elif isinstance(raw, list) and raw and all(isinstance(x, str) for x in raw):
         inputs = list(raw)
+    elif isinstance(raw, list) and raw and all(_is_id(x) for x in raw):
+        inputs = [list(raw)]  # one input given as token ids
+    elif isinstance(raw, list) and raw and all(isinstance(x, list) and x and all(_is_id(t) for t in x) for x in raw):
+        inputs = [list(x) for x in raw]  # several, each as token ids (checked against the vocabulary on the model)
     else:
-        raise InvalidRequest("invalid input: a string or a non-empty array of strings is required")
+        raise InvalidRequest("invalid input: a string, an array of strings, an array of token ids or an array of "
+                             "non-empty arrays of token ids is required")
     encoding = f.str("encoding_format", "float") or "float"
     if encoding not in ("float", "base64"):
         raise InvalidRequest(f"encoding_format must be 'float' or 'base64', got {encoding!r}")
@@ -397,6 +312,10 @@ def embeddings_request(body: dict) -> tuple[EmbedRequest, str]:
                        options=f.obj("options") or {})
     req.ignored = f.finish()
     return req, encoding
+
+
+def _is_id(x: Any) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool) and 0 <= x < 1 << 31
 
 
 def embeddings_reply(model: str, native: dict, encoding: str) -> dict:

@@ -7,7 +7,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from .. import errors
-from . import openai_compat
+from . import openai_compat, openai_replies
+from .openai_choices import run_choices
 from .request_meta import warn_ignored
 from .streaming import cancellable, json_body, openai_streamed
 
@@ -19,15 +20,15 @@ def _service(request: Request):
 async def chat_completions(request: Request) -> Response:
     req, opts = openai_compat.chat_request(await json_body(request))
     warn_ignored(request, req)
-    events = await run_in_threadpool(_service(request).chat, req)
-    return await openai_streamed(request, events, opts, openai_compat.ChatStream(req.model, opts))
+    events = await run_in_threadpool(run_choices, _service(request).chat, req, opts.n)
+    return await openai_streamed(request, events, opts, openai_replies.ChatStream(req.model, opts))
 
 
 async def completions(request: Request) -> Response:
     req, opts = openai_compat.completion_request(await json_body(request))
     warn_ignored(request, req)
-    events = await run_in_threadpool(_service(request).generate, req)
-    return await openai_streamed(request, events, opts, openai_compat.CompletionStream(req.model, opts))
+    events = await run_in_threadpool(run_choices, _service(request).generate, req, opts.n)
+    return await openai_streamed(request, events, opts, openai_replies.CompletionStream(req.model, opts))
 
 
 async def embeddings(request: Request) -> Response:

@@ -171,7 +171,15 @@ def fold_generate(items: list[dict]) -> dict:
         return {}
     out = dict(items[-1])
     out["response"] = "".join(i.get("response", "") for i in items)
+    _fold_logprobs(out, items)
     return out
+
+
+def _fold_logprobs(out: dict, items: list[dict]) -> None:
+    """Every chunk's `logprobs` entries, in order, on the folded reply (left out when there are none, as Ollama)."""
+    entries = [e for i in items for e in i.get("logprobs") or ()]
+    if entries:
+        out["logprobs"] = entries
 
 
 def fold_chat(items: list[dict]) -> dict:
@@ -184,6 +192,7 @@ def fold_chat(items: list[dict]) -> dict:
     if calls:
         msg["tool_calls"] = calls
     out["message"] = msg
+    _fold_logprobs(out, items)
     return out
 
 

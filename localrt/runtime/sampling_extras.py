@@ -1,0 +1,59 @@
+"""What a request asks of the engine beside its options (logprobs, logit_bias), and the engine's log-probability
+entries as Ollama's `logprobs` field of a native reply chunk.
+
+Ollama's shape (`api/types.go`, `Logprob`): `[{"token", "logprob", "bytes", "top_logprobs": [{"token", "logprob",
+"bytes"}]}]`, one entry per generated token, carried by the chunk whose text the token is part of; `bytes` and
+`top_logprobs` are left out when empty (`omitempty`), and so is the whole key on a chunk without entries.
+"""
+from __future__ import annotations
+
+from typing import Iterable
+
+from ..engine.events import Logprob, TokenLogprob
+
+
+def sampling_kwargs(req) -> dict:
+    """The engine's keyword arguments beside the options, for a Generate/ChatRequest: logprobs (how many
+    alternatives per token) and a logit_bias, only when asked for."""
+    out: dict = {}
+    if req.logprobs:
+        out["logprobs"] = req.top_logprobs
+    if req.logit_bias:
+        out["logit_bias"] = req.logit_bias
+    return out
+
+
+def _token(t: TokenLogprob) -> dict:
+    out: dict = {"token": t.text, "logprob": t.logprob}
+    if t.bytes:
+        out["bytes"] = list(t.bytes)
+    return out
+
+
+def native(entries: Iterable[Logprob]) -> list[dict]:
+    out = []
+    for e in entries:
+        d = _token(e.token)
+        if e.top:
+            d["top_logprobs"] = [_token(t) for t in e.top]
+        out.append(d)
+    return out
+
+
+class Pending:
+    """Entries waiting for the next chunk that goes out (a chat reply holds back text a tool call may be)."""
+
+    def __init__(self, on: bool) -> None:
+        self.on = on
+        self._items: list[dict] = []
+
+    def add(self, entries: Iterable[Logprob]) -> None:
+        if self.on:
+            self._items.extend(native(entries))
+
+    def take(self) -> dict:
+        """{"logprobs": [...]} for the chunk going out now, or {} when there is nothing to carry."""
+        if not self._items:
+            return {}
+        out, self._items = self._items, []
+        return {"logprobs": out}
