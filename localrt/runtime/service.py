@@ -59,8 +59,7 @@ class Loaded:
 
     @property
     def slots(self) -> dict:
-        """What /api/ps reports of the model's KV slots: how many, how many run a request now, and the KV
-        cache's bytes (allocated at load) and the part holding valid positions."""
+        """For /api/ps: the KV slots, those running a request, the KV cache's bytes and the bytes holding positions."""
         cache = getattr(self.model, "cache", None)
         if cache is None or self.driver is None:
             return {}
@@ -191,9 +190,8 @@ class Service:
                                self._slots_for(rec.model_path, load_options))
 
     def _slots_for(self, path, load_options: dict) -> int:
-        """KV slots for a load: LOCALRT_NUM_PARALLEL when set (a load that does not fit is then refused by the
-        scheduler, naming the memory), else Ollama's automatic rule: 4 where 4 slots' KV cache fits in the memory
-        available when the model is first estimated, else 1 (decided once per weights and context)."""
+        """KV slots: LOCALRT_NUM_PARALLEL when set (the scheduler refuses a load that does not fit), else 4 where 4
+        slots' KV cache fits in the memory available at the first estimate, else 1 (once per weights and context)."""
         if self._parallel:
             return self._parallel
         key = (str(path), load_options["num_ctx"], load_options["num_batch"])
@@ -202,8 +200,7 @@ class Service:
             available = self._available()
             slots = AUTO_PARALLEL if need.private <= available else 1
             if slots < AUTO_PARALLEL:
-                log.info("%s: %d KV slots need %.1f GiB, %.1f GiB is available: 1 slot (LOCALRT_NUM_PARALLEL sets it)",
-                         path, AUTO_PARALLEL, need.private / (1 << 30), available / (1 << 30))
+                log.info("%s: 4 KV slots need %.1f GiB, %.1f GiB is available: 1 slot", path, need.private / 2**30, available / 2**30)
             self._auto_slots[key] = slots
         return self._auto_slots[key]
 
