@@ -73,7 +73,7 @@ CASES = [
                         "tool_calls": [{"function": {"name": "get_weather", "arguments": {"city": "Oslo"}}}]},
                        {"role": "tool", "content": "12C, rain"}],
           "tools": [WEATHER_TOOL]},
-         stream=True, ignored=("options.draft_num_predict",)),
+         stream=True),  # draft_num_predict is honoured now (speculative decoding): no warning
     Case("pydantic-ai OpenAIChatModel (stream, tools)",
          "pydantic_ai_slim/pydantic_ai/models/openai.py OpenAIChatModel._completions_create",
          "/v1/chat/completions",
