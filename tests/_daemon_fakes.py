@@ -168,6 +168,20 @@ def fake_daemon(models_dir: Path, service_kw: dict | None = None, **overrides):
         service.close()
 
 
+@contextlib.contextmanager
+def real_daemon(models_dir: Path, service_kw: dict | None = None, **overrides):
+    """A real daemon over a real Service (the built-in models load for real) on a free loopback port, with the
+    configuration's defaults but for `overrides` (Config fields). Yields the server."""
+    conf = dataclasses.replace(cfg.load({}), port=free_port(), models_dir=Path(models_dir), readonly_models_dirs=(),
+                               **overrides)
+    service = Service(conf, **(service_kw or {}))
+    try:
+        with BackgroundServer(service, conf) as srv:
+            yield srv
+    finally:
+        service.close()
+
+
 def raw_request(port: int, data: bytes, timeout: float = 10.0) -> bytes:
     """Send bytes on a fresh socket and read the reply until the server closes or the status line and headers
     (and, with Content-Length, the body) are in."""

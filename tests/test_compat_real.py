@@ -2,16 +2,12 @@
 hit, and num_gpu on a machine without a GPU."""
 from __future__ import annotations
 
-import dataclasses
-
 import ollama
 import openai
 import pytest
+from _daemon_fakes import real_daemon
 
-from localrt import config as cfg
 from localrt.engine.backends import devices
-from localrt.runtime.service import Service
-from localrt.serve.daemon import BackgroundServer, free_port
 
 MODEL = "smollm2:135m"
 GREEDY = {"temperature": 0, "num_predict": 2}
@@ -19,12 +15,8 @@ GREEDY = {"temperature": 0, "num_predict": 2}
 
 @pytest.fixture(scope="module")
 def daemon(tmp_path_factory):
-    conf = dataclasses.replace(cfg.load({}), port=free_port(), models_dir=tmp_path_factory.mktemp("models"),
-                               readonly_models_dirs=())
-    service = Service(conf)
-    with BackgroundServer(service, conf) as srv:
+    with real_daemon(tmp_path_factory.mktemp("models")) as srv:
         yield srv
-    service.close()
 
 
 def test_the_whole_prompt_is_counted_on_a_cache_hit(daemon):

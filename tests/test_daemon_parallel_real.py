@@ -3,16 +3,12 @@ streaming greedy chats at once through the model's BatchDriver; each one's outpu
 (the Batcher is batch-invariant) and their decodes overlap in time."""
 from __future__ import annotations
 
-import dataclasses
 import threading
 import time
 
 import ollama
 import pytest
-
-from localrt import config as cfg
-from localrt.serve.daemon import BackgroundServer, free_port
-from localrt.runtime.service import Service
+from _daemon_fakes import real_daemon
 
 MODEL = "smollm2:135m"
 GREEDY = {"temperature": 0, "repeat_penalty": 1.0, "num_predict": 16}
@@ -22,12 +18,8 @@ QUESTIONS = ["Write a long story about a cat.", "Explain how a steam engine work
 
 @pytest.fixture(scope="module")
 def daemon(tmp_path_factory):
-    conf = dataclasses.replace(cfg.load({}), port=free_port(), models_dir=tmp_path_factory.mktemp("models"),
-                               readonly_models_dirs=(), num_parallel=4)
-    service = Service(conf)
-    with BackgroundServer(service, conf) as srv:
+    with real_daemon(tmp_path_factory.mktemp("models"), num_parallel=4) as srv:
         yield srv
-    service.close()
 
 
 def test_concurrent_greedy_chats_equal_their_solo_outputs_and_overlap(daemon):

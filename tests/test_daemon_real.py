@@ -2,17 +2,13 @@
 official `ollama` and `openai` clients as a user would."""
 from __future__ import annotations
 
-import dataclasses
 import json
 
 import httpx
 import ollama
 import openai
 import pytest
-
-from localrt import config as cfg
-from localrt.serve.daemon import BackgroundServer, free_port
-from localrt.runtime.service import Service
+from _daemon_fakes import real_daemon
 
 MODEL = "smollm2:135m"
 GREEDY = {"temperature": 0, "repeat_penalty": 1.0, "num_predict": 8}
@@ -20,12 +16,8 @@ GREEDY = {"temperature": 0, "repeat_penalty": 1.0, "num_predict": 8}
 
 @pytest.fixture(scope="module")
 def daemon(tmp_path_factory):
-    conf = dataclasses.replace(cfg.load({}), port=free_port(), models_dir=tmp_path_factory.mktemp("models"),
-                               readonly_models_dirs=())
-    service = Service(conf)
-    with BackgroundServer(service, conf) as srv:
+    with real_daemon(tmp_path_factory.mktemp("models")) as srv:
         yield srv
-    service.close()
 
 
 @pytest.fixture

@@ -5,7 +5,6 @@ The oracle is llama.cpp (tests/data/logprobs_llamacpp.json, made by bench/make_l
 log-softmax of its logits at each greedy step of raw prompts chosen without near-ties among the greedy picks."""
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
 from pathlib import Path
@@ -15,12 +14,10 @@ import numpy as np
 import ollama
 import openai
 import pytest
+from _daemon_fakes import real_daemon
 
-from localrt import config as cfg
 from localrt.engine.logprobs import log_softmax_of
 from localrt.models import builtin_models
-from localrt.runtime.service import Service
-from localrt.serve.daemon import BackgroundServer, free_port
 
 MODEL = "smollm2:135m"
 FIXTURE = json.loads((Path(__file__).parent / "data" / "logprobs_llamacpp.json").read_text())
@@ -33,18 +30,14 @@ NEAR_TIE = 0.5
 
 @pytest.fixture(scope="module")
 def daemon(tmp_path_factory):
-    conf = dataclasses.replace(cfg.load({}), port=free_port(), models_dir=tmp_path_factory.mktemp("models"),
-                               readonly_models_dirs=())
-    service = Service(conf)
-    with BackgroundServer(service, conf) as srv:
+    with real_daemon(tmp_path_factory.mktemp("models")) as srv:
         yield srv
-    service.close()
 
 
 @pytest.fixture(scope="module")
 def pieces():
-    from localrt.engine.tokenizer import Tokenizer
     import gguf_io
+    from localrt.engine.tokenizer import Tokenizer
 
     with gguf_io.open(builtin_models.smollm2_path()) as f:
         tok = Tokenizer.from_gguf(f.metadata)

@@ -1,15 +1,10 @@
 """/v1's logit_bias and n > 1 through the official `openai` client, against a daemon on the built-in SmolLM2."""
 from __future__ import annotations
 
-import dataclasses
-
 import httpx
 import openai
 import pytest
-
-from localrt import config as cfg
-from localrt.runtime.service import Service
-from localrt.serve.daemon import BackgroundServer, free_port
+from _daemon_fakes import real_daemon
 
 MODEL = "smollm2:135m"
 PROMPT = "Write one word."
@@ -20,12 +15,8 @@ SHORT = "Hi"
 
 @pytest.fixture(scope="module")
 def daemon(tmp_path_factory):
-    conf = dataclasses.replace(cfg.load({}), port=free_port(), models_dir=tmp_path_factory.mktemp("models"),
-                               readonly_models_dirs=())
-    service = Service(conf)
-    with BackgroundServer(service, conf) as srv:
+    with real_daemon(tmp_path_factory.mktemp("models")) as srv:
         yield srv
-    service.close()
 
 
 @pytest.fixture(scope="module")
