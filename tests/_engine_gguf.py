@@ -93,11 +93,10 @@ def make_weights(spec: Spec) -> dict[str, np.ndarray]:
     return w
 
 
-def write_model(path: Path, spec: Spec, *, drop: str | None = None) -> dict[str, np.ndarray]:
-    """Write the model to path (leaving out tensor `drop`, for error tests); returns its weights."""
-    weights = make_weights(spec)
-    a = spec.arch
-    wr = gguf.GGUFWriter(str(path), a)
+def add_hparams(wr: gguf.GGUFWriter, spec) -> None:
+    """The decoder hyperparameters every tiny model states, from a spec with the fields of `Spec` (also
+    `archgen.Case`): sizes, heads, rope base, norm eps; key/value length only where the head size is not
+    n_embd / n_head; the sliding window when there is one."""
     wr.add_block_count(spec.n_layer)
     wr.add_context_length(spec.n_ctx_train)
     wr.add_embedding_length(spec.n_embd)
@@ -111,6 +110,14 @@ def write_model(path: Path, spec: Spec, *, drop: str | None = None) -> dict[str,
         wr.add_value_length(spec.head_dim)
     if spec.window:
         wr.add_sliding_window(spec.window)
+
+
+def write_model(path: Path, spec: Spec, *, drop: str | None = None) -> dict[str, np.ndarray]:
+    """Write the model to path (leaving out tensor `drop`, for error tests); returns its weights."""
+    weights = make_weights(spec)
+    a = spec.arch
+    wr = gguf.GGUFWriter(str(path), a)
+    add_hparams(wr, spec)
     if spec.softcap:
         wr.add_float32(f"{a}.final_logit_softcapping", spec.softcap)
     wr.add_tokenizer_model("gpt2")

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import gguf
 import numpy as np
+from _engine_gguf import add_hparams
 
 import quant
 
@@ -163,25 +164,13 @@ def write(path: Path, case: Case, wtype: int = F32) -> Path:
     wr = gguf.GGUFWriter(str(path), a)
     wr.add_name(f"archgen case {case.seed}")  # not the case name: llama.cpp keys Phi-3 token attributes on "phi3" in it
     wr.add_file_type(0 if wtype == F32 else 7)  # llama_ftype ALL_F32 / MOSTLY_Q8_0
-    wr.add_block_count(case.n_layer)
-    wr.add_context_length(case.n_ctx_train)
-    wr.add_embedding_length(case.n_embd)
-    wr.add_feed_forward_length(case.n_ff)
-    wr.add_head_count(case.n_head)
-    wr.add_head_count_kv(case.n_head_kv)
-    wr.add_rope_freq_base(case.rope_base)
-    wr.add_layer_norm_rms_eps(case.eps)
+    add_hparams(wr, case)  # sizes, heads, rope base, eps, key/value length, sliding window
     wr.add_rope_dimension_count(case.rot)
-    if case.head_dim != case.n_embd // case.n_head:
-        wr.add_key_length(case.head_dim)
-        wr.add_value_length(case.head_dim)
     if case.longrope:
         orig = 256
         wr.add_rope_scaling_orig_ctx_len(orig)
         scale = case.n_ctx_train / orig  # the converter's attn_factor for su/longrope
         wr.add_rope_scaling_attn_factors(math.sqrt(1 + math.log(scale) / math.log(orig)))
-    if case.window:
-        wr.add_sliding_window(case.window)
     if case.attn_softcap:
         wr.add_float32(f"{a}.attn_logit_softcapping", case.attn_softcap)
     if case.final_softcap:
