@@ -1,6 +1,7 @@
 """LLVM vector code for the hot loops, as Numba intrinsics (Numba itself widens int8 math to int64 lanes).
 
-Written in generic LLVM IR (no target intrinsics): LLVM picks AVX-512, AVX2 or SSE as the host has.
+Written in generic LLVM IR, so LLVM picks AVX-512, AVX2 or SSE as the host has; the int8 dots alone use x86's
+integer dot instructions (VNNI, AVX2) where the host has them, summing exactly what the generic code sums.
 `ROWDOTS[<type>]` = (rowdot1, rowdot4) dot one whole weight row against the Q8 activations of 1 or 4 tokens,
 decoding each weight block once, keeping 8 (or 16) float lanes of partial sums per token and reducing them
 once per row, as ggml's SIMD code does. f16 scales are read as LLVM `half` (one vcvtph2ps with F16C).
