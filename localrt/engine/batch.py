@@ -201,6 +201,8 @@ class Batcher:
         elif not 0 <= slot < self.n_slots or slot in self._held:
             raise RuntimeError(f"slot {slot} is not a free slot of 0..{self.n_slots - 1}")
         seq.slot = slot
+        if seq.draft is not None:
+            seq.draft.shared = getattr(self.model, "draft_evidence", None)
         seq._pos = self._reuse(slot, seq.prompt)
         seq.n_cached = seq._pos
         self._held[slot] = seq

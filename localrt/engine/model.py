@@ -12,7 +12,7 @@ from . import arch as archs
 from .arch.common import Batch
 from .config import ModelConfig, config_from_metadata
 from .kv_cache import KVCache
-from .speculative import CostModel
+from .speculative import CostModel, Evidence
 
 __all__ = ["Model", "ModelConfig", "config_from_metadata"]
 
@@ -35,6 +35,7 @@ class Model:
         self.load_duration_ns = 0
         self._slot_tokens: dict[int, list[int]] = {}  # slot -> ids whose keys the cache holds (prefix reuse)
         self.forward_costs = CostModel()  # decode forwards' seconds by row count, for every Batcher's draft planning
+        self.draft_evidence = Evidence()  # every sequence's verified drafts: the prior of a new sequence's drafting
         self._source = source  # the open GGUF file: keeps the mmap the weights view alive
 
     def close(self) -> None:
