@@ -8,13 +8,15 @@ of one sequence, so a request runs the same code alone or beside others. A decod
 prompt-lookup draft in the step's forward (localrt.engine.speculative: rows for its pending token and the
 drafted ones, sampled in order while the draws equal the draft, the cache trimmed after), several in one step.
 
-Batch invariance: a sequence's tokens do not depend on what else runs with it. Every token row of the model
-goes through per-row kernels whose reduction order does not depend on the number of rows: decode rows take
-the fused 8-bit `simd_kernels.MUL` path (bit-identical per row for any row count below the backend's
-`invariant_rows`, tests/test_batch_engine.py checks it) and the per-(token, head) attention kernel; prefill
-chunks run as forwards of their own, cut exactly as they are for the sequence alone, so a chunk is never
-pushed onto another path (BLAS linears, BLAS attention) by rows of other sequences. Reusing a slot's cached
-prefix is not invariant: the cached keys were computed by other chunks or by decode steps (see the test).
+Batch invariance: a sequence's tokens do not depend on what else runs with it, nor on what was cached. A row
+takes the BLAS path only inside a prompt chunk's pieces (`backends.backend.blas_pieces`: the chunk cut at
+multiples of 256 positions, pieces of 64+ rows, each chunk a forward of its own); every other row (decode,
+drafts, a short piece) goes through per-row kernels whose reduction order does not depend on the number of
+rows: the fused 8-bit `simd_kernels.MUL` path (bit-identical per row for any row count below the backend's
+`invariant_rows`, tests/test_batch_engine.py checks it) and the per-(token, head) attention kernel. Chunks end
+at multiples of num_batch positions, so a position's path depends only on the prompt. Prefix reuse is exact: a
+cached position is reused only where it was computed on the path a fresh evaluation of the new prompt takes
+(`exact_reuse`), from the sequence's own slot or copied from another slot's cache.
 """
 from __future__ import annotations
 
@@ -26,6 +28,7 @@ import numpy as np
 from ..api.options import Options, resolve
 from ..errors import ContextLengthExceeded, InvalidRequest
 from .arch.common import Batch, layer_devices
+from .backends.backend import prefill_end, prompt_pieces
 from .events import Done, Token
 from .logprobs import LogprobTracker
 from .sampler import BiasedSampler, make_sampler
@@ -33,10 +36,10 @@ from .speculative import DraftState, Speculator, draft_limit, kept_positions, ve
 from .stop import StopMatcher
 
 PREFILL, DECODE, DONE, CANCELLED = "prefill", "decode", "done", "cancelled"
-# A cached prefix shorter than this is evaluated again rather than reused (a chat template's common header
-# is shorter): which slot a request lands in then does not change its numerics, and the least recently
-# used slot goes first, keeping the longer caches of the others.
-REUSE_MIN_TOKENS = 32
+# A cached prefix shorter than this is evaluated again rather than reused (a chat template's common header is
+# shorter): the least recently used slot then goes first, keeping the longer caches of the others. Reuse is
+# exact, so this changes only speed.
+REUSE_MIN_TOKENS = 16
 
 
 class Sequence:
@@ -71,6 +74,7 @@ class Sequence:
         self.history = list(prompt)  # prompt + generated ids
         self.n_ctx = n_ctx
         self.num_batch = min(opts.num_batch, model.num_batch)
+        self.pieces = prompt_pieces(len(prompt), self.num_batch)  # prompt positions evaluated on the BLAS path
         self.cancelled: threading.Event | None = cancelled
         self.load_duration_ns = load_duration_ns
         self.slot = -1
@@ -197,13 +201,13 @@ class Batcher:
         seq = Sequence(self.model, ids, options, constraint, cancelled, load_duration_ns, logprobs=logprobs,
                        logit_bias=logit_bias)
         if slot is None:
-            slot = self._pick_slot(seq.prompt)
+            slot = self._pick_slot(seq)
         elif not 0 <= slot < self.n_slots or slot in self._held:
             raise RuntimeError(f"slot {slot} is not a free slot of 0..{self.n_slots - 1}")
         seq.slot = slot
         if seq.draft is not None:
             seq.draft.shared = getattr(self.model, "draft_evidence", None)
-        seq._pos = self._reuse(slot, seq.prompt)
+        seq._pos = self._reuse(slot, seq)
         seq.n_cached = seq._pos
         self._held[slot] = seq
         return seq
@@ -274,7 +278,7 @@ class Batcher:
         """Evaluate seq's next prompt chunk, cut as `generate` alone cuts it; the last one's logits, else None."""
         model = self.model
         start = seq._pos
-        chunk = seq.prompt[start : start + seq.num_batch]
+        chunk = seq.prompt[start : prefill_end(start, len(seq.prompt), seq.num_batch)]
         logits = model.forward(model.batch(chunk, start, seq.slot), model.cache, output_rows=np.array([len(chunk) - 1]))[0]
         seq._pos = start + len(chunk)
         if seq._pos < len(seq.prompt):
@@ -288,30 +292,68 @@ class Batcher:
         if self._held.get(seq.slot) is seq:
             del self._held[seq.slot]
             self.model._slot_tokens[seq.slot] = seq.history[: int(self.model.cache.lengths[seq.slot])]
+            self.model._slot_blocks[seq.slot] = prompt_pieces(len(seq.prompt), seq.num_batch)
             self._last_used[seq.slot] = self._steps
 
-    def _pick_slot(self, prompt: list[int]) -> int:
+    def _cached(self, slot: int) -> tuple[list[int], list[tuple[int, int]]]:
+        """The ids whose keys slot's cache holds and the positions it computed on the BLAS path (a running sequence's
+        too)."""
+        held = self._held.get(slot)
+        if held is not None:
+            return held.history[: int(self.model.cache.lengths[slot])], held.pieces
+        return self.model._slot_tokens.get(slot, []), self.model._slot_blocks.get(slot, [])
+
+    def _reusable(self, slot: int, seq: Sequence) -> int:
+        """How many leading prompt positions slot's cache provides exactly (at least one token is always evaluated)."""
+        tokens, pieces = self._cached(slot)
+        cache = self.model.cache
+        common = _common_prefix(tokens, seq.prompt, min(len(seq.prompt) - 1, int(cache.lengths[slot])))
+        keep = exact_reuse(common, pieces, seq.pieces)
+        return keep if keep >= self.reuse_min and cache.can_trim(slot, keep) else 0
+
+    def _pick_slot(self, seq: Sequence) -> int:
         free = [s for s in range(self.n_slots) if s not in self._held]
         if not free:
             raise RuntimeError(f"all {self.n_slots} slots are busy")
-        return max(free, key=lambda s: (self._reusable(s, prompt), -self._last_used[s]))
+        return max(free, key=lambda s: (self._reusable(s, seq), -self._last_used[s]))
 
-    def _reusable(self, slot: int, prompt: list[int]) -> int:
-        """How many leading prompt positions slot's cache provides (at least one token is always evaluated)."""
+    def _reuse(self, slot: int, seq: Sequence) -> int:
+        """Fill slot with the longest exactly reusable prefix of seq's prompt: its own cache's, or a copy of another
+        slot's (a shared system prompt, a conversation another slot holds); the first position left to evaluate."""
         cache = self.model.cache
-        keep = _common_prefix(self.model._slot_tokens.get(slot, []), prompt, min(len(prompt) - 1, int(cache.lengths[slot])))
-        return keep if keep >= self.reuse_min and cache.can_trim(slot, keep) else 0
-
-    def _reuse(self, slot: int, prompt: list[int]) -> int:
-        """Trim slot's cache to the reusable prefix of prompt; the first position left to evaluate."""
-        cache = self.model.cache
-        keep = self._reusable(slot, prompt)
-        if keep:
+        keep = self._reusable(slot, seq)
+        others = [(self._reusable(s, seq), s) for s in range(self.model.cache.n_slots) if s != slot]
+        best, src = max(others, default=(0, -1))
+        if best > keep:
+            cache.copy_prefix(src, slot, best)
+            keep = best
+        elif keep:
             cache.trim(slot, keep)
         else:
             cache.clear(slot)
         self.model._slot_tokens[slot] = []  # invalid until the sequence leaves the slot
         return keep
+
+
+def exact_reuse(common: int, cached: list[tuple[int, int]], fresh: list[tuple[int, int]]) -> int:
+    """How many of `common` shared leading positions a cache may give a new prompt with bit-identical numerics.
+
+    `cached` / `fresh`: the position ranges computed on the BLAS path, one product each, by the cache and by a
+    fresh evaluation of the new prompt (`prompt_pieces`); every other position is computed per row, alike in
+    both. Reuse ends at the first position whose path differs, moved back to the start of the new prompt's
+    piece if it falls inside one (a piece is evaluated whole)."""
+    def piece(pieces, p):
+        return next(((lo, hi) for lo, hi in pieces if lo <= p < hi), None)
+
+    keep = common
+    for p in sorted({0, *(b for r in cached + fresh for b in r)}):  # the paths can only change at these
+        if p >= common:
+            break
+        if piece(cached, p) != piece(fresh, p):
+            keep = p
+            break
+    inside = piece(fresh, keep)
+    return inside[0] if inside is not None else keep
 
 
 def _common_prefix(a: list[int], b: list[int], limit: int) -> int:

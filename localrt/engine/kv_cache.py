@@ -92,5 +92,16 @@ class KVCache:
             raise ValueError(f"cannot trim slot {slot} from {self.lengths[slot]} to {n} positions")
         self.lengths[slot] = n
 
+    def copy_prefix(self, src: int, dst: int, n: int) -> None:
+        """Give slot dst the first n positions of slot src (a prefix another sequence computed)."""
+        if src == dst or not self.can_trim(src, n):
+            raise ValueError(f"cannot copy {n} positions of slot {src} into slot {dst}")
+        for w, k, v in zip(self.windows, self.k, self.v):
+            if w > 0 and k.shape[2] < self.n_ctx:  # a ring: every index may hold a position n still needs
+                k[dst], v[dst] = k[src], v[src]
+            else:
+                k[dst, :, :n], v[dst, :, :n] = k[src, :, :n], v[src, :, :n]
+        self.lengths[dst] = n
+
     def clear(self, slot: int) -> None:
         self.lengths[slot] = 0

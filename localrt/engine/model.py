@@ -1,6 +1,7 @@
 """Model: weights + forward + public API (its ModelConfig comes from `localrt.engine.config`, re-exported here)."""
 from __future__ import annotations
 
+import contextlib
 from typing import Iterator
 
 import numpy as np
@@ -9,7 +10,8 @@ from simd_kernels import ops
 
 from ..errors import ContextLengthExceeded, InvalidRequest, ModelLoadError
 from . import arch as archs
-from .arch.common import Batch
+from .arch.common import Batch, layer_devices
+from .backends.backend import prefill_end
 from .config import ModelConfig, config_from_metadata
 from .kv_cache import KVCache
 from .speculative import CostModel, Evidence
@@ -34,6 +36,7 @@ class Model:
         )
         self.load_duration_ns = 0
         self._slot_tokens: dict[int, list[int]] = {}  # slot -> ids whose keys the cache holds (prefix reuse)
+        self._slot_blocks: dict[int, int] = {}  # slot -> end of the positions it holds as canonical blocks
         self.forward_costs = CostModel()  # decode forwards' seconds by row count, for every Batcher's draft planning
         self.draft_evidence = Evidence()  # every sequence's verified drafts: the prior of a new sequence's drafting
         self._source = source  # the open GGUF file: keeps the mmap the weights view alive
@@ -48,7 +51,7 @@ class Model:
     def forward(self, batch: Batch, cache: KVCache, output_rows: np.ndarray | None = None) -> np.ndarray:
         """Run one batch; logits (len(output_rows), n_vocab) float32 for the chosen rows (all if None)."""
         cache.check_batch(batch.positions, batch.slots)
-        h = self.arch.forward(self.backend, self.config, self.weights, batch, cache)  # (n_tok, n_embd)
+        h = self._run(batch, cache)  # (n_tok, n_embd)
         cache.advance(batch.positions, batch.slots)
         if output_rows is not None:
             xp = self.output_device.xp
@@ -74,13 +77,22 @@ class Model:
         self.cache.clear(slot)
         self._slot_tokens[slot] = []
         out = np.empty((len(ids), self.config.n_embd), np.float32)  # (n_tok, n_embd)
-        for start in range(0, len(ids), self.num_batch):
-            batch = self.batch(ids[start : start + self.num_batch], start, slot)
+        start = 0
+        while start < len(ids):
+            batch = self.batch(ids[start : prefill_end(start, len(ids), self.num_batch)], start, slot)
             self.cache.check_batch(batch.positions, batch.slots)
-            h = self.arch.forward(self.backend, self.config, self.weights, batch, self.cache)
-            out[start : start + len(batch)] = self.output_device.to_host(h)
+            out[start : start + len(batch)] = self.output_device.to_host(self._run(batch, self.cache))
             self.cache.advance(batch.positions, batch.slots)
+            start += len(batch)
         return out
+
+    def _run(self, batch: Batch, cache: KVCache):
+        """The architecture's forward with every device told which rows are canonical blocks (see backend.BLOCK)."""
+        with contextlib.ExitStack() as planned:
+            for dev in {id(d): d for d in layer_devices(self.backend, self.weights)}.values():
+                if hasattr(dev, "planned"):
+                    planned.enter_context(dev.planned(batch.positions, batch.slots))
+            return self.arch.forward(self.backend, self.config, self.weights, batch, cache)
 
     def batch(self, ids, start_pos: int, slot: int = 0) -> Batch:
         n = len(ids)

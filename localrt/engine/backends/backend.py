@@ -6,6 +6,7 @@ Weights are `QTensor`s: raw GGUF blocks viewed in place in the mmap, never dequa
 """
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 
 import numpy as np
@@ -16,13 +17,65 @@ from simd_kernels import ops, threads
 from ...errors import ModelLoadError
 
 F32 = 0
-# From this many tokens on, dequantize the weight into scratch and let BLAS multiply. Measured on the real models
-# (prefill forward of one chunk, 2 threads, best of 3; fused / BLAS ms): SmolLM2 32: 113 / 145, 64: 216 / 186,
-# 128: 441 / 285, 255: 922 / 548; Gemma 3 32: 115 / 163, 64: 225 / 216, 128: 485 / 329. Decode batches stay
-# below it (invariant_rows): the fused kernel is per-row invariant, BLAS is not.
+# The BLAS path: a weight dequantized into scratch tiles times the activations with BLAS, and attention as BLAS
+# products. It is taken only by a prompt chunk's *pieces*: the chunk's rows cut at multiples of BLOCK positions,
+# each of at least BLAS_MIN_TOKENS rows, one BLAS product per piece. Every other row (decode, drafts, a piece
+# shorter than that) takes the per-row kernels: the fused 8-bit kernel and the per-(token, head) attention, whose
+# numerics depend on the row alone. Prompt chunks end at multiples of num_batch positions (`prefill_end`), so a
+# position's piece, and therefore its keys, depend only on the prompt and num_batch: never on how the prompt
+# was resumed, on what ran beside it or on what was cached (prefix reuse is exact: localrt.engine.batch).
+# Measured (prefill forward of one chunk, 2 threads, best of 3; fused / BLAS ms): SmolLM2 32: 113 / 145,
+# 64: 216 / 186, 128: 441 / 285, 255: 922 / 548; Gemma 3 32: 115 / 163, 64: 225 / 216, 128: 485 / 329. One
+# product per 256 rows costs 1.09x one per 512 (per 64: 1.6x), measured on SmolLM2-sized tiles.
 BLAS_MIN_TOKENS = 64
-ATTN_BLAS_MIN_TOKENS = 16  # prefill chunks of at least this many tokens attend with BLAS products
+BLOCK = 256
 SCRATCH_ELEMS = 1 << 22  # (rows, cols) f32 chunk of a dequantized weight: 16 MiB
+
+
+def blas_pieces(positions: np.ndarray, slots: np.ndarray) -> list[tuple[int, int]]:
+    """Row ranges [lo, hi) of a batch that take the BLAS path: a single sequence's consecutive positions cut at
+    multiples of BLOCK, the pieces of at least BLAS_MIN_TOKENS rows (in order; none for a mixed batch)."""
+    n = len(positions)
+    if n < BLAS_MIN_TOKENS or not (slots == slots[0]).all() or not (np.diff(positions) == 1).all():
+        return []
+    p0 = int(positions[0])
+    out, lo = [], 0
+    while lo < n:
+        hi = min(n, (p0 + lo) // BLOCK * BLOCK + BLOCK - p0)
+        if hi - lo >= BLAS_MIN_TOKENS:
+            out.append((lo, hi))
+        lo = hi
+    return out
+
+
+def segments(n: int, pieces: list[tuple[int, int]]) -> list[tuple[int, int, bool]]:
+    """range(n) as consecutive (lo, hi, blas) runs: the pieces, and the per-row rows between them."""
+    out, at = [], 0
+    for lo, hi in pieces:
+        if lo > at:
+            out.append((at, lo, False))
+        out.append((lo, hi, True))
+        at = hi
+    if at < n:
+        out.append((at, n, False))
+    return out
+
+
+def prefill_end(start: int, total: int, num_batch: int) -> int:
+    """Where the prompt chunk from `start` ends: at the next multiple of num_batch positions, at most `total`."""
+    return min(total, (start // num_batch + 1) * num_batch)
+
+
+def prompt_pieces(n_prompt: int, num_batch: int) -> list[tuple[int, int]]:
+    """The position ranges of a prompt of n_prompt tokens (evaluated from 0 in chunks of num_batch) that take the
+    BLAS path: what `blas_pieces` gives each chunk (see `prefill_end`)."""
+    out, start = [], 0
+    while start < n_prompt:
+        end = prefill_end(start, n_prompt, num_batch)
+        positions = np.arange(start, end)
+        out += [(start + lo, start + hi) for lo, hi in blas_pieces(positions, np.zeros(len(positions), np.int64))]
+        start = end
+    return out
 
 
 @dataclass(frozen=True, eq=False)
@@ -39,17 +92,26 @@ class CPUBackend:
     """NumPy + Numba on the host: fused dequantize x dot kernels read the blocks in place."""
 
     name = "cpu"
-    # The most token rows one call may carry while each row computes exactly as in a one-row call: the fused
-    # kernel (below BLAS_MIN_TOKENS) and the per-row attention kernel are batch-invariant, BLAS is not.
+    # The most token rows one call may carry while each row computes exactly as in a one-row call: fewer than
+    # BLAS_MIN_TOKENS rows never make a BLAS piece, so every row takes the per-row kernels.
     invariant_rows = BLAS_MIN_TOKENS - 1
-    # The most rows of one sequence at consecutive positions one call may carry with one-row numerics: from
-    # ATTN_BLAS_MIN_TOKENS on such a run attends with BLAS products (a speculative draft stays below).
-    invariant_run = ATTN_BLAS_MIN_TOKENS - 1
+    invariant_run = BLAS_MIN_TOKENS - 1  # the same bound for the rows of one sequence at consecutive positions
     xp = np  # the array module of this device (cupy for the CUDA one)
     ops = ops  # the simd_kernels.ops functions the arch code calls on this device's arrays
 
     def __init__(self) -> None:
         self._scratches: list[np.ndarray] = []  # per prefill team member: flat f32, viewed as (chunk_rows, cols)
+        self._plan: tuple[int, list] | None = None  # (n_rows, blas_pieces) of the forward running now
+
+    @contextlib.contextmanager
+    def planned(self, positions: np.ndarray, slots: np.ndarray):
+        """Within the with, linears over the batch's rows take the BLAS path for its pieces, per-row kernels else."""
+        saved = self._plan
+        self._plan = (len(positions), blas_pieces(positions, slots))
+        try:
+            yield
+        finally:
+            self._plan = saved
 
     def put(self, a: np.ndarray) -> np.ndarray:
         """An f32 array moved onto this device (the hidden state crossing a device boundary)."""
@@ -92,21 +154,40 @@ class CPUBackend:
             # The raw kernels below check nothing: one tuple comparison keeps them in bounds.
             raise simd_kernels.KernelArgumentError(f"{w.name}: x {x.shape} / out {None if out is None else out.shape} "
                                                    f"do not fit the weight's shape {w.shape}")
-        if x.shape[0] < BLAS_MIN_TOKENS or per_row:
-            if out is None:
-                out = np.empty((x.shape[0], w.shape[0]), np.float32)  # (n_tok, rows)
-            # The raw fused kernel (8-bit activations, as llama.cpp), without the checked wrapper: decode
-            # makes hundreds of these calls per token; shapes were checked at load and activations are
-            # our own contiguous f32.
-            threads.use_threads_for(w.data.nbytes * x.shape[0])
-            simd_kernels.MUL[w.ggml_type](w.data, x, out)
-            return out
-        # Prefill is compute-bound: each team member dequantizes its share of the rows in big chunks and
-        # multiplies them with single-threaded BLAS, which beats the fused integer kernel once a few
-        # tokens share each weight.
-        rows, cols = w.shape
+        n = x.shape[0]
         if out is None:
-            out = np.empty((x.shape[0], rows), np.float32)  # (n_tok, rows)
+            out = np.empty((n, w.shape[0]), np.float32)  # (n_tok, rows)
+        plan = self._plan
+        if per_row:
+            pieces = []
+        elif plan is not None and plan[0] == n:
+            pieces = plan[1]
+        else:  # outside a forward (logits of many rows at once): one BLAS product from BLAS_MIN_TOKENS rows on
+            pieces = [(0, n)] if n >= BLAS_MIN_TOKENS else []
+        if not pieces:
+            self._fused(w, x, out)
+            return out
+        blas = [(lo, hi) for lo, hi, on_blas in segments(n, pieces) if on_blas]
+        self._blas(w, x, out, blas)
+        for lo, hi, on_blas in segments(n, pieces):
+            if not on_blas:
+                self._fused(w, x[lo:hi], out[lo:hi])
+        return out
+
+    @staticmethod
+    def _fused(w: QTensor, x: np.ndarray, out: np.ndarray) -> None:
+        # The raw fused kernel (8-bit activations, as llama.cpp), without the checked wrapper: decode makes
+        # hundreds of these calls per token; shapes were checked at load and activations are our own contiguous f32.
+        threads.use_threads_for(w.data.nbytes * x.shape[0])
+        simd_kernels.MUL[w.ggml_type](w.data, x, out)
+
+    def _blas(self, w: QTensor, x: np.ndarray, out: np.ndarray, pieces: list[tuple[int, int]]) -> None:
+        """out[lo:hi] = x[lo:hi] @ W.T for each piece, one BLAS product per piece (its numerics are its own).
+
+        Prefill is compute-bound: each team member dequantizes its share of the weight's rows in big chunks and
+        multiplies them with single-threaded BLAS, which beats the fused integer kernel once a few tokens share
+        each weight."""
+        rows, cols = w.shape
         team = threads.team()
         bounds = _split(rows, team.n, 16)
         rows_kernel = simd_kernels.ROWS[w.ggml_type]
@@ -117,13 +198,13 @@ class CPUBackend:
             r_lo, r_hi = bounds[i], bounds[i + 1]
             chunk = max(1, min(r_hi - r_lo, len(scratch) // cols))
             for r0 in range(r_lo, r_hi, chunk):
-                n = min(chunk, r_hi - r0)
-                tile = scratch[: n * cols].reshape(n, cols)  # (n, cols) dequantized rows r0..r0+n
-                rows_kernel(w.data, np.arange(r0, r0 + n, dtype=np.int64), tile)
-                np.matmul(x, tile.T, out=out[:, r0 : r0 + n])  # BLAS writes the strided column block in place
+                m = min(chunk, r_hi - r0)
+                tile = scratch[: m * cols].reshape(m, cols)  # (m, cols) dequantized rows r0..r0+m
+                rows_kernel(w.data, np.arange(r0, r0 + m, dtype=np.int64), tile)
+                for lo, hi in pieces:  # BLAS writes the strided column block in place
+                    np.matmul(x[lo:hi], tile.T, out=out[lo:hi, r0 : r0 + m])
 
         team.run(part)
-        return out
 
     def _team_scratch(self, n: int) -> list[np.ndarray]:
         """A flat f32 scratch (SCRATCH_ELEMS / n,) per team member: pages are touched only as tiles need them."""
@@ -134,56 +215,66 @@ class CPUBackend:
     def attention(self, q, k_cache, v_cache, positions, slots, window: int, scale: float, out: np.ndarray,
                   softcap: float = 0.0) -> np.ndarray:
         """Causal attention over the cache; see `ops.attention` for shapes, the window rule and softcap."""
-        n = len(positions)
-        one_run = n >= ATTN_BLAS_MIN_TOKENS and (slots == slots[0]).all() and (np.diff(positions) == 1).all()
-        if not one_run or not softcap >= 0:  # the kernel refuses a bad softcap by name
+        pieces = blas_pieces(positions, slots) if softcap >= 0 else []  # the kernel refuses a bad softcap by name
+        if not pieces:
             return ops.attention(q, k_cache, v_cache, positions, slots, window, scale, out, softcap)
-        # A prefill chunk of one sequence: per KV head, scores and mixing are two BLAS products.
-        n_head, n_kv, cap = q.shape[1], k_cache.shape[1], k_cache.shape[2]
-        group = n_head // n_kv
-        p0, p1 = int(positions[0]), int(positions[-1])
-        k0 = max(0, p0 - window + 1) if window > 0 else 0
-        keys = np.arange(k0, p1 + 1)  # (n_keys,) positions
-        idx = keys % cap  # ring slots of those positions (identity for full layers)
-        hidden = keys[None, :] > positions[:, None]  # (n_tok, n_keys) key after the query
-        if window > 0:
-            hidden |= keys[None, :] <= positions[:, None] - window  # key out of the query's window
-        mask = np.where(hidden, np.float32(-np.inf), np.float32(0.0))  # (n_tok, n_keys) additive
-        s = int(slots[0])
-        wrapped = k0 > 0 or p1 >= cap
-        k_all = k_cache[s][:, idx] if wrapped else k_cache[s, :, : p1 + 1]  # (n_kv, n_keys, hd)
-        v_all = v_cache[s][:, idx] if wrapped else v_cache[s, :, : p1 + 1]  # (n_kv, n_keys, hd_v)
-        # Query rows split over the team. Every member scores all keys (the masked ones too): each row's
-        # sums then run over the same operands as in one product, so the numerics do not depend on the split.
-        team = threads.team()
-        bounds = _split(n, team.n, 1)
-
-        def part(i: int) -> None:
-            a, b = bounds[i], bounds[i + 1]
-            if a >= b:
-                return
-            m = b - a
-            for kvh in range(n_kv):
-                k, v = k_all[kvh], v_all[kvh]  # (n_keys, hd), (n_keys, hd_v)
-                heads = slice(kvh * group, (kvh + 1) * group)
-                # (group * m, hd): 2-D operands keep numpy on BLAS (stacked matmul with a transposed
-                # operand falls back to a slow loop).
-                qg = np.ascontiguousarray(q[a:b, heads, :].transpose(1, 0, 2)).reshape(group * m, -1)
-                sc = (qg @ k.T).reshape(group, m, len(keys))  # (group, m, n_keys)
-                sc *= np.float32(scale)
-                if softcap > 0:
-                    sc /= np.float32(softcap)
-                    np.tanh(sc, out=sc)
-                    sc *= np.float32(softcap)
-                sc += mask[a:b]
-                sc -= sc.max(axis=2, keepdims=True)
-                np.exp(sc, out=sc)
-                sc /= sc.sum(axis=2, keepdims=True)
-                mixed = sc.reshape(group * m, -1) @ v  # (group * m, hd_v)
-                out[a:b, heads, :] = mixed.reshape(group, m, -1).transpose(1, 0, 2)
-
-        team.run(part)
+        for lo, hi, on_blas in segments(len(positions), pieces):
+            if on_blas:
+                _block_attention(q[lo:hi], k_cache, v_cache, positions[lo:hi], int(slots[lo]), window, scale,
+                                 out[lo:hi], softcap)
+            else:
+                ops.attention(q[lo:hi], k_cache, v_cache, positions[lo:hi], slots[lo:hi], window, scale, out[lo:hi],
+                              softcap)
         return out
+
+
+def _block_attention(q, k_cache, v_cache, positions, s: int, window: int, scale: float, out, softcap: float) -> None:
+    """One piece (consecutive positions of slot s): per KV head, scores and mixing are two BLAS products over the
+    keys from the piece's first visible one to its last position."""
+    n = len(positions)
+    n_head, n_kv, cap = q.shape[1], k_cache.shape[1], k_cache.shape[2]
+    group = n_head // n_kv
+    p0, p1 = int(positions[0]), int(positions[-1])
+    k0 = max(0, p0 - window + 1) if window > 0 else 0
+    keys = np.arange(k0, p1 + 1)  # (n_keys,) positions
+    idx = keys % cap  # ring slots of those positions (identity for full layers)
+    hidden = keys[None, :] > positions[:, None]  # (n_tok, n_keys) key after the query
+    if window > 0:
+        hidden |= keys[None, :] <= positions[:, None] - window  # key out of the query's window
+    mask = np.where(hidden, np.float32(-np.inf), np.float32(0.0))  # (n_tok, n_keys) additive
+    wrapped = k0 > 0 or p1 >= cap
+    k_all = k_cache[s][:, idx] if wrapped else k_cache[s, :, : p1 + 1]  # (n_kv, n_keys, hd)
+    v_all = v_cache[s][:, idx] if wrapped else v_cache[s, :, : p1 + 1]  # (n_kv, n_keys, hd_v)
+    # Query rows split over the team (the same split whenever this piece is evaluated). Every member scores all
+    # keys (the masked ones too): a row's sums run over the same operands whatever the split.
+    team = threads.team()
+    bounds = _split(n, team.n, 1)
+
+    def part(i: int) -> None:
+        a, b = bounds[i], bounds[i + 1]
+        if a >= b:
+            return
+        m = b - a
+        for kvh in range(n_kv):
+            k, v = k_all[kvh], v_all[kvh]  # (n_keys, hd), (n_keys, hd_v)
+            heads = slice(kvh * group, (kvh + 1) * group)
+            # (group * m, hd): 2-D operands keep numpy on BLAS (stacked matmul with a transposed
+            # operand falls back to a slow loop).
+            qg = np.ascontiguousarray(q[a:b, heads, :].transpose(1, 0, 2)).reshape(group * m, -1)
+            sc = (qg @ k.T).reshape(group, m, len(keys))  # (group, m, n_keys)
+            sc *= np.float32(scale)
+            if softcap > 0:
+                sc /= np.float32(softcap)
+                np.tanh(sc, out=sc)
+                sc *= np.float32(softcap)
+            sc += mask[a:b]
+            sc -= sc.max(axis=2, keepdims=True)
+            np.exp(sc, out=sc)
+            sc /= sc.sum(axis=2, keepdims=True)
+            mixed = sc.reshape(group * m, -1) @ v  # (group * m, hd_v)
+            out[a:b, heads, :] = mixed.reshape(group, m, -1).transpose(1, 0, 2)
+
+    team.run(part)
 
 
 def _split(n: int, parts: int, align: int) -> list[int]:
