@@ -7,8 +7,9 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from .. import errors
-from . import openai_compat, openai_replies
+from . import openai_compat, openai_replies, openai_responses
 from .openai_choices import run_choices
+from .openai_responses_reply import ResponsesStream
 from .request_meta import warn_ignored
 from .streaming import cancellable, json_body, openai_streamed
 
@@ -29,6 +30,14 @@ async def completions(request: Request) -> Response:
     warn_ignored(request, req)
     events = await run_in_threadpool(run_choices, _service(request).generate, req, opts.n)
     return await openai_streamed(request, events, opts, openai_replies.CompletionStream(req.model, opts))
+
+
+async def responses(request: Request) -> Response:
+    """The Responses API: a chat request underneath (openai_responses), its events as typed response events."""
+    req, opts = openai_responses.responses_request(await json_body(request))
+    warn_ignored(request, req)
+    events = await run_in_threadpool(_service(request).chat, req)
+    return await openai_streamed(request, events, opts, ResponsesStream(req.model, opts))
 
 
 async def embeddings(request: Request) -> Response:
