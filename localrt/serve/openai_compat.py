@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import base64
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
@@ -37,6 +37,8 @@ class Opts:
     include_usage: bool = False
     n: int = 1  # choices; choice i samples with the request's seed + i
     logprobs: bool = False  # the reply carries each choice's logprobs
+    echo: str | None = None  # /v1/completions echo: the prompt text each choice's text starts with
+    best_of: int = 1  # candidates generated (>= n); the n with the highest mean token logprob are the choices
 
 
 def error_body(status: int, message: str) -> dict:
@@ -283,13 +285,20 @@ def completion_request(body: dict) -> tuple[GenerateRequest, Opts]:
         raise InvalidRequest("prompt must be a string")
     opts = _stream_opts(f)
     options = sampling_options(f)
-    if f.bool("echo"):
-        raise InvalidRequest("echo is not supported")
-    if f.int("best_of", 1, 1, 1) != 1:
-        raise InvalidRequest("best_of must be 1")
+    echo = bool(f.bool("echo", False))
+    best_of = f.int("best_of", None, 1, N_MAX)
     req = GenerateRequest(model=model, prompt=prompt, suffix=f.str("suffix", "") or "", stream=True,
                           keep_alive=f.any("keep_alive"), options=options)
     opts = _extras(f, req, opts, chat=False)
+    if echo and req.logprobs:
+        raise InvalidRequest("echo with logprobs is not supported: the prompt tokens' logprobs are not computed")
+    if best_of is not None and best_of < opts.n:
+        raise InvalidRequest(f"best_of must be at least n ({opts.n}), got {best_of}")
+    if best_of is not None and best_of > 1 and opts.stream:
+        raise InvalidRequest("best_of greater than 1 cannot be streamed")
+    if best_of is not None and best_of > opts.n:
+        req.logprobs = True  # the candidates are ranked by their tokens' logprobs; the reply shows them only if asked
+    opts = replace(opts, echo=prompt if echo else None, best_of=max(best_of or 1, opts.n))
     req.ignored = f.finish()
     return req, opts
 
