@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import typing
 
 import httpx
 import jsonschema
@@ -216,3 +217,17 @@ def test_errors_have_the_openai_shape(client, daemon):
     body = httpx.post(daemon.url + "/v1/responses", json={"model": MODEL, "input": "hi",
                                                           "tools": [{"type": "file_search"}]}).json()
     assert body["error"]["type"] == "invalid_request_error" and "file_search" in body["error"]["message"]
+
+
+def test_parse_with_a_pydantic_text_format_and_logprobs(client):
+    import pydantic
+
+    class Pick(pydantic.BaseModel):
+        color: typing.Literal["red", "blue"]
+
+    r = client.responses.parse(model=MODEL, input="Pick a color.", temperature=0, text_format=Pick,
+                               include=["message.output_text.logprobs"], top_logprobs=2)
+    assert isinstance(r.output_parsed, Pick)
+    part = r.output[0].content[0]
+    assert "".join(lp.token for lp in part.logprobs) == part.text
+    assert all(len(lp.top_logprobs) == 2 and lp.logprob <= 0 for lp in part.logprobs)
