@@ -8,6 +8,7 @@ import typing
 import httpx
 import jsonschema
 import openai
+import pydantic
 import pytest
 from _daemon_fakes import real_daemon
 
@@ -96,13 +97,18 @@ def test_text_format_and_tool_choice_map_onto_the_chat_request():
 
 # ---- the reply, from native items ------------------------------------------------------------------------------
 
+_EVENT = pydantic.TypeAdapter(openai.types.responses.ResponseStreamEvent)
+
+
 def _events(raw: bytes) -> list[dict]:
+    """SSE frames -> event dicts, each named in its `event:` line and valid as the openai package's event type."""
     out = []
     for frame in raw.decode().split("\n\n"):
         if frame:
             head, data = frame.split("\n")
             obj = json.loads(data.removeprefix("data: "))
             assert head == "event: " + obj["type"]
+            _EVENT.validate_python(obj)
             out.append(obj)
     return out
 
@@ -130,7 +136,8 @@ def test_text_then_a_call_closes_the_message_before_the_function_call_item():
     msg, call = final["output"]
     assert msg["content"][0]["text"] == "Let me check." and msg["status"] == "completed"
     assert (call["call_id"], call["name"], json.loads(call["arguments"])) == ("call_9", "get_weather", {"city": "Paris"})
-    assert final["usage"] == {"input_tokens": 7, "input_tokens_details": {"cached_tokens": 4}, "output_tokens": 3,
+    assert final["usage"] == {"input_tokens": 7, "input_tokens_details": {"cached_tokens": 4, "cache_write_tokens": 0},
+                              "output_tokens": 3,
                               "output_tokens_details": {"reasoning_tokens": 0}, "total_tokens": 10}
     assert ResponsesStream(MODEL, opts).whole(items)["output"][1]["name"] == "get_weather"
 

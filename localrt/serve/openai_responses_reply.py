@@ -160,7 +160,8 @@ class ResponsesStream:
         if not self.done:
             return None
         p, c = int(self.done.get("prompt_eval_count", 0)), int(self.done.get("eval_count", 0))
-        return {"input_tokens": p, "input_tokens_details": {"cached_tokens": int(self.done.get(PROMPT_CACHED_KEY, 0))},
+        return {"input_tokens": p, "input_tokens_details": {"cached_tokens": int(self.done.get(PROMPT_CACHED_KEY, 0)),
+                                                           "cache_write_tokens": 0},
                 "output_tokens": c, "output_tokens_details": {"reasoning_tokens": 0}, "total_tokens": p + c}
 
     def response(self, error: dict | None = None) -> dict:
