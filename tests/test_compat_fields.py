@@ -98,7 +98,10 @@ def test_a_request_that_ignores_nothing_logs_nothing(daemon, caplog):
     ("/v1/chat/completions", {"n": 9}, "n must be"),
     ("/v1/chat/completions", {"modalities": ["text", "audio"]}, "modalities"),
     ("/v1/chat/completions", {"messages": [{"role": "assistant", "tool_calls": ["x"]}]}, "tool_calls"),
-    ("/v1/completions", {"echo": True}, "echo"),
+    ("/v1/completions", {"echo": True, "logprobs": 1}, "echo with logprobs"),
+    ("/v1/completions", {"n": 3, "best_of": 2}, "best_of must be at least n"),
+    ("/v1/completions", {"best_of": 2, "stream": True}, "best_of"),
+    ("/v1/completions", {"best_of": 9}, "best_of must be"),
 ])
 def test_known_fields_with_bad_or_unsupported_values_are_400_naming_them(daemon, path, body, word):
     srv, _ = daemon

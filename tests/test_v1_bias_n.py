@@ -148,3 +148,26 @@ def test_bad_token_id_embedding_input_is_a_400(daemon, inp, word):
     r = httpx.post(daemon.url + "/v1/embeddings", timeout=600, json={"model": MODEL, "input": inp})
     assert r.status_code == 400, r.text
     assert word in r.json()["error"]["message"]
+
+
+def test_echo_puts_the_prompt_before_the_completion(client):
+    kw = dict(model=MODEL, prompt=SHORT, temperature=0, max_tokens=4)
+    plain = client.completions.create(**kw).choices[0].text
+    assert client.completions.create(echo=True, **kw).choices[0].text == SHORT + plain
+    streamed = [c.choices[0].text for c in client.completions.create(echo=True, stream=True, **kw)]
+    assert streamed[0].startswith(SHORT) and "".join(streamed) == SHORT + plain
+
+
+def test_best_of_keeps_the_candidates_with_the_highest_mean_logprob(client):
+    kw = dict(model=MODEL, prompt=SHORT, temperature=1.0, max_tokens=5, seed=11)
+    cands = client.completions.create(n=4, logprobs=0, **kw)  # the same four candidates (seeds 11..14), with logprobs
+    means = [sum(c.logprobs.token_logprobs) / len(c.logprobs.token_logprobs) for c in cands.choices]
+    order = sorted(range(4), key=lambda i: (-means[i], i))
+    assert len(set(means)) > 1
+    best = client.completions.create(best_of=4, **kw)
+    (only,) = best.choices
+    assert only.index == 0 and only.text == cands.choices[order[0]].text and only.logprobs is None
+    assert best.usage.completion_tokens == cands.usage.completion_tokens  # every candidate's tokens are counted
+    two = client.completions.create(best_of=4, n=2, logprobs=0, **kw)
+    assert [c.text for c in two.choices] == [cands.choices[i].text for i in order[:2]]
+    assert two.choices[1].logprobs.token_logprobs == cands.choices[order[1]].logprobs.token_logprobs

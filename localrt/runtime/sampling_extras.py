@@ -7,9 +7,35 @@ Ollama's shape (`api/types.go`, `Logprob`): `[{"token", "logprob", "bytes", "top
 """
 from __future__ import annotations
 
+import logging
 from typing import Iterable
 
+from .. import structured
 from ..engine.events import Logprob, TokenLogprob
+from ..templates.toolcalls import forced_call_format, opened_call_format
+
+log = logging.getLogger("localrt.service")
+
+
+def request_constraint(tag: str, req, model):
+    """The constraint of a chat request: a forced call (tool_choice "required" or a named tool), else its `format`,
+    else with tools (tool_choice "auto") the call schema from the moment the model opens a call by itself (a lazy
+    constraint); None when nothing constrains it."""
+    if req.tool_choice is not None:
+        chosen = [t for t in req.tools if not req.tool_choice or t["function"].get("name") == req.tool_choice]
+        return structured.compile_format(forced_call_format(tag, chosen), model.tokenizer)
+    if req.format:
+        return structured.compile_format(req.format, model.tokenizer)
+    tokenizer = getattr(model, "tokenizer", None)
+    if not req.tools or tokenizer is None:  # without a tokenizer of its own (a scripted test model) nothing is masked
+        return None
+    trigger, fmt, at_start = opened_call_format(tag, req.tools)
+    try:
+        grammar = structured.compile_format(fmt, tokenizer).grammar
+    except structured.SchemaError as exc:  # a tool schema outside the supported subset: calls stay unconstrained
+        log.info("tool-call arguments are not constrained: %s", exc)
+        return None
+    return structured.LazyConstraint(grammar, trigger.encode(), at_start)
 
 
 def sampling_kwargs(req) -> dict:

@@ -22,12 +22,12 @@ from ..api.types import PROMPT_CACHED_KEY, ChatRequest, EmbedRequest, GenerateRe
 from ..engine.events import Done, Token
 from ..errors import Cancelled, InvalidRequest, ModelLoadError, ModelNotFound
 from ..models import library
-from ..templates.toolcalls import ToolCallParser, forced_call_format, tag_for_template
+from ..templates.toolcalls import ToolCallParser, tag_for_template
 from .batch_driver import BatchDriver
 from .catalog import Catalog
 from .jobs import AUTO_PARALLEL, system_available_memory
 from .scheduler import MemoryNeed, Request, Scheduler
-from .sampling_extras import Pending, sampling_kwargs as _sampling
+from .sampling_extras import Pending, request_constraint, sampling_kwargs as _sampling
 
 log = logging.getLogger("localrt.service")
 
@@ -285,8 +285,7 @@ class Service:
                 count_tokens=lambda t: len(model.tokenize(t)), truncate=req.truncate)
             ids = model.tokenize(prompt.text)
             tag = tag_for_template(loaded.template)
-            fmt = _forced_call(tag, req) if req.tool_choice is not None else req.format
-            constraint = structured.compile_format(fmt, model.tokenizer) if fmt else None
+            constraint = request_constraint(tag, req, model)
             parser = ToolCallParser(tag, req.tools) if req.tools else None
             pending = Pending(req.logprobs)  # entries wait for a chunk that goes out
             for ev in _run(loaded, ids, opts, cancelled, constraint, **_sampling(req)):
@@ -417,12 +416,6 @@ class Service:
 
         name, insecure = self.catalog.pull_args(body)
         return _push.push(self.store, name, insecure=insecure, token=self.config.registry_token)
-
-
-def _forced_call(tag: str, req: ChatRequest):
-    """tool_choice "required" (any tool) or a named tool: the format that makes the model write that call."""
-    chosen = [t for t in req.tools if not req.tool_choice or t["function"].get("name") == req.tool_choice]
-    return forced_call_format(tag, chosen)
 
 
 def _unloads(keep_alive, work) -> bool:

@@ -4,6 +4,9 @@ Choice i is the request with its options' `seed` + i when a seed was given (so t
 reproducible alone: choice i equals a single request with seed + i); without a seed every choice draws its own
 random seed. The scheduler and batch driver run the n sequences as they run any requests of one model: beside
 each other, up to the model's KV slots. Each item gets `_choice` (openai_replies.CHOICE_KEY).
+
+`best_of` (legacy completions, not streamed) runs best_of such choices and keeps the n whose tokens have the highest
+mean log-probability (BestOf).
 """
 from __future__ import annotations
 
@@ -12,7 +15,7 @@ import queue
 import threading
 from typing import Any, Callable, Iterator
 
-from .openai_replies import CHOICE_KEY
+from .openai_replies import CHOICE_KEY, usage_of
 
 _END = object()
 
@@ -91,3 +94,27 @@ class Merged:
     def cancel(self) -> None:
         for s in self._streams:
             _cancel(s)
+
+
+def mean_logprob(items: list[dict]) -> float:
+    """The mean log-probability of a candidate's tokens (its items' logprob entries); -inf for one with none."""
+    lps = [float(e.get("logprob", 0.0)) for item in items for e in item.get("logprobs") or ()]
+    return sum(lps) / len(lps) if lps else float("-inf")
+
+
+class BestOf:
+    """A non-streamed reply format (openai_replies.CompletionStream) over best_of candidates: the n with the highest
+    mean token logprob become choices 0..n-1, best first (ties: the lower candidate index); usage counts the tokens
+    of every candidate, as OpenAI counts them."""
+
+    def __init__(self, inner: Any, n: int) -> None:
+        self.inner, self.n = inner, n
+
+    def whole(self, items: list[dict]) -> dict:
+        by: dict[int, list[dict]] = {}
+        for item in items:
+            by.setdefault(int(item.get(CHOICE_KEY, 0)), []).append(item)
+        ranked = sorted(by, key=lambda i: (-mean_logprob(by[i]), i))[: self.n]
+        out = self.inner.whole([{**item, CHOICE_KEY: rank} for rank, i in enumerate(ranked) for item in by[i]])
+        out["usage"] = usage_of({i: mine[-1] for i, mine in by.items() if mine})
+        return out

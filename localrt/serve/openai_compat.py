@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import base64
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
@@ -37,6 +37,8 @@ class Opts:
     include_usage: bool = False
     n: int = 1  # choices; choice i samples with the request's seed + i
     logprobs: bool = False  # the reply carries each choice's logprobs
+    echo: str | None = None  # /v1/completions echo: the prompt text each choice's text starts with
+    best_of: int = 1  # candidates generated (>= n); the n with the highest mean token logprob are the choices
 
 
 def error_body(status: int, message: str) -> dict:
@@ -65,13 +67,13 @@ def _stream_opts(f: Fields) -> Opts:
 _EXTRA_SAMPLING = {"top_k": "top_k", "min_p": "min_p", "repetition_penalty": "repeat_penalty"}
 
 
-def _sampling_options(f: Fields) -> dict:
-    """The sampling fields both endpoints share, as native options; Ollama's `options` extra body wins."""
+def sampling_options(f: Fields, limits: tuple[str, ...] = ("max_completion_tokens", "max_tokens")) -> dict:
+    """The sampling fields every endpoint shares, as native options; Ollama's `options` extra body wins.
+    `limits`: the fields that bound the output's tokens, the first one given wins."""
     opts: dict[str, Any] = {}
-    max_tokens = f.int("max_tokens", None, 1)
-    max_completion = f.int("max_completion_tokens", None, 1)
-    if max_tokens is not None or max_completion is not None:
-        opts["num_predict"] = max_completion if max_completion is not None else max_tokens
+    given = [v for v in (f.int(key, None, 1) for key in limits) if v is not None]
+    if given:
+        opts["num_predict"] = given[0]
     for key in ("temperature", "top_p"):
         v = f.any(key)
         opts[key] = 1.0 if v is None else v  # OpenAI's defaults, not Ollama's
@@ -213,12 +215,7 @@ def _tools(f: Fields) -> tuple[list, str | None]:
     elif choice not in (None, "auto"):
         raise InvalidRequest('tool_choice must be "none", "auto", "required" or {"type": "function", "function": '
                              '{"name": ...}}')
-    if forced is not None:
-        names = [(t.get("function") or {}).get("name") for t in tools if isinstance(t, dict)]
-        if not names:
-            raise InvalidRequest("tool_choice asks for a tool call but no tools were given")
-        if forced and forced not in names:
-            raise InvalidRequest(f"tool_choice names {forced!r}, which is not among the tools")
+    check_forced(forced, tools)
     f.bool("parallel_tool_calls")  # several calls per reply are allowed either way; we never merge them
     if f.any("functions") or f.any("function_call") not in (None, "none", "auto"):
         raise InvalidRequest("functions and function_call (the deprecated function-calling fields) are not "
@@ -226,7 +223,18 @@ def _tools(f: Fields) -> tuple[list, str | None]:
     return tools, forced
 
 
-def _reasoning(f: Fields, model: str) -> None:
+def check_forced(forced: str | None, tools: list) -> None:
+    """A tool_choice that forces a call needs tools, and a named one must be among them."""
+    if forced is None:
+        return
+    names = [(t.get("function") or {}).get("name") for t in tools if isinstance(t, dict)]
+    if not names:
+        raise InvalidRequest("tool_choice asks for a tool call but no tools were given")
+    if forced and forced not in names:
+        raise InvalidRequest(f"tool_choice names {forced!r}, which is not among the tools")
+
+
+def reasoning(f: Fields, model: str) -> None:
     """Ollama maps reasoning_effort to `think`; no model here thinks, so only "none" (or nothing) is served."""
     effort = f.any("reasoning_effort")
     nested = f.any("reasoning")
@@ -249,12 +257,12 @@ def chat_request(body: dict) -> tuple[ChatRequest, Opts]:
     if not msgs:
         raise InvalidRequest("[] is too short - 'messages'")
     opts = _stream_opts(f)
-    options = _sampling_options(f)
+    options = sampling_options(f)
     tools, forced = _tools(f)
     fmt = _response_format(f.any("response_format"))
     if forced is not None and fmt is not None:
         raise InvalidRequest("tool_choice that forces a call cannot be combined with response_format")
-    _reasoning(f, model)
+    reasoning(f, model)
     for key, neutral in _REFUSED.items():
         if f.any(key) not in neutral:
             raise InvalidRequest(f"{key} is not supported")
@@ -276,14 +284,21 @@ def completion_request(body: dict) -> tuple[GenerateRequest, Opts]:
     if not isinstance(prompt, str):
         raise InvalidRequest("prompt must be a string")
     opts = _stream_opts(f)
-    options = _sampling_options(f)
-    if f.bool("echo"):
-        raise InvalidRequest("echo is not supported")
-    if f.int("best_of", 1, 1, 1) != 1:
-        raise InvalidRequest("best_of must be 1")
+    options = sampling_options(f)
+    echo = bool(f.bool("echo", False))
+    best_of = f.int("best_of", None, 1, N_MAX)
     req = GenerateRequest(model=model, prompt=prompt, suffix=f.str("suffix", "") or "", stream=True,
                           keep_alive=f.any("keep_alive"), options=options)
     opts = _extras(f, req, opts, chat=False)
+    if echo and req.logprobs:
+        raise InvalidRequest("echo with logprobs is not supported: the prompt tokens' logprobs are not computed")
+    if best_of is not None and best_of < opts.n:
+        raise InvalidRequest(f"best_of must be at least n ({opts.n}), got {best_of}")
+    if best_of is not None and best_of > 1 and opts.stream:
+        raise InvalidRequest("best_of greater than 1 cannot be streamed")
+    if best_of is not None and best_of > opts.n:
+        req.logprobs = True  # the candidates are ranked by their tokens' logprobs; the reply shows them only if asked
+    opts = replace(opts, echo=prompt if echo else None, best_of=max(best_of or 1, opts.n))
     req.ignored = f.finish()
     return req, opts
 

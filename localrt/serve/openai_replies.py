@@ -19,7 +19,7 @@ from .openai_compat import Opts, sse
 CHOICE_KEY = "_choice"  # which choice a native item belongs to (absent: 0)
 
 
-def _usage(dones: dict[int, dict]) -> dict:
+def usage_of(dones: dict[int, dict]) -> dict:
     """OpenAI's usage: the prompt once (choice 0's count; every choice has the same prompt) and how much of it came
     from the prompt cache; the completion tokens of every choice."""
     first = dones.get(0) or next(iter(dones.values()), {})
@@ -47,7 +47,7 @@ def _tool_calls(calls: list[dict], start: int) -> list[dict]:
 
 def _tail(base: dict, opts: Opts, dones: dict[int, dict]) -> bytes:
     """The end of an SSE stream: the usage chunk when asked for (`choices: []`), then [DONE]."""
-    extra = sse({**base, "choices": [], "usage": _usage(dones)}) if opts.include_usage else b""
+    extra = sse({**base, "choices": [], "usage": usage_of(dones)}) if opts.include_usage else b""
     return extra + b"data: [DONE]\n\n"
 
 
@@ -132,7 +132,7 @@ class ChatStream:
             choices.append(choice)
         out = self._base("chat.completion")
         out["choices"] = choices
-        out["usage"] = _usage(dones)
+        out["usage"] = usage_of(dones)
         return out
 
 
@@ -144,6 +144,7 @@ class CompletionStream:
         self.id = "cmpl-" + secrets.token_hex(6)
         self.dones: dict[int, dict] = {}
         self.offsets: dict[int, int] = {}  # choice -> characters of its text so far (text_offset)
+        self.echoed: set[int] = set()  # choices whose text has started (with the prompt, under echo)
 
     def _base(self) -> dict:
         return {"id": self.id, "object": "text_completion", "created": int(time.time()), "model": self.model,
@@ -167,6 +168,13 @@ class CompletionStream:
         choice["logprobs"] = self._logprobs(i, entries) if self.opts.logprobs else None
         return choice
 
+    def _echo(self, i: int, text: str) -> str:
+        """A choice's first text starts with the prompt when the request asked for echo."""
+        if self.opts.echo is None or i in self.echoed:
+            return text
+        self.echoed.add(i)
+        return self.opts.echo + text
+
     def chunk(self, item: dict) -> bytes:
         i = int(item.get(CHOICE_KEY, 0))
         finish = None
@@ -174,7 +182,7 @@ class CompletionStream:
             self.dones[i] = item
             finish = _finish_reason(item, False)
         out = self._base()
-        out["choices"] = [self._choice(i, item.get("response", ""), finish, item.get("logprobs") or [])]
+        out["choices"] = [self._choice(i, self._echo(i, item.get("response", "")), finish, item.get("logprobs") or [])]
         return sse(out)
 
     def tail(self) -> bytes:
@@ -185,9 +193,9 @@ class CompletionStream:
         for i, mine in (_by_choice(items) or {0: []}).items():
             done = dones[i] = mine[-1] if mine else {}
             entries = [e for m in mine for e in m.get("logprobs") or ()]
-            choices.append(self._choice(i, "".join(m.get("response", "") for m in mine),
+            choices.append(self._choice(i, self._echo(i, "".join(m.get("response", "") for m in mine)),
                                         _finish_reason(done, False), entries))
         out = self._base()
         out["choices"] = choices
-        out["usage"] = _usage(dones)
+        out["usage"] = usage_of(dones)
         return out

@@ -2,13 +2,16 @@
 calls as the native routes (never a second engine path)."""
 from __future__ import annotations
 
+from typing import Any
+
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from .. import errors
-from . import openai_compat, openai_replies
-from .openai_choices import run_choices
+from . import openai_compat, openai_replies, openai_responses
+from .openai_choices import BestOf, run_choices
+from .openai_responses_reply import ResponsesStream
 from .request_meta import warn_ignored
 from .streaming import cancellable, json_body, openai_streamed
 
@@ -27,8 +30,19 @@ async def chat_completions(request: Request) -> Response:
 async def completions(request: Request) -> Response:
     req, opts = openai_compat.completion_request(await json_body(request))
     warn_ignored(request, req)
-    events = await run_in_threadpool(run_choices, _service(request).generate, req, opts.n)
-    return await openai_streamed(request, events, opts, openai_replies.CompletionStream(req.model, opts))
+    events = await run_in_threadpool(run_choices, _service(request).generate, req, opts.best_of)
+    fmt: Any = openai_replies.CompletionStream(req.model, opts)
+    if opts.best_of > opts.n:  # never streamed (a 400 in completion_request)
+        fmt = BestOf(fmt, opts.n)
+    return await openai_streamed(request, events, opts, fmt)
+
+
+async def responses(request: Request) -> Response:
+    """The Responses API: a chat request underneath (openai_responses), its events as typed response events."""
+    req, opts = openai_responses.responses_request(await json_body(request))
+    warn_ignored(request, req)
+    events = await run_in_threadpool(_service(request).chat, req)
+    return await openai_streamed(request, events, opts, ResponsesStream(req.model, opts))
 
 
 async def embeddings(request: Request) -> Response:

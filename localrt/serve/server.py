@@ -56,6 +56,7 @@ ROUTES = [
     ("/api/blobs/{digest}", native.blob_post, ["POST"], guarded),
     ("/v1/chat/completions", v1.chat_completions, ["POST"], _v1),
     ("/v1/completions", v1.completions, ["POST"], _v1),
+    ("/v1/responses", v1.responses, ["POST"], _v1),
     ("/v1/embeddings", v1.embeddings, ["POST"], _v1),
     ("/v1/models", v1.models, ["GET"], _v1),
     ("/v1/models/{model}", v1.model, ["GET"], _v1),

@@ -160,7 +160,7 @@ async def openai_streamed(request: Request, events, opts, fmt):
     if first is _END:
         raise errors.LocalrtError("the model produced no events")
     return StreamingResponse(
-        _stream(pump, first, fmt.chunk, fmt.tail, openai_compat.sse_error),
+        _stream(pump, first, fmt.chunk, fmt.tail, getattr(fmt, "error", openai_compat.sse_error)),
         media_type="text/event-stream",
     )
 

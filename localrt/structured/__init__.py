@@ -17,9 +17,10 @@ validates against the schema.
 from __future__ import annotations
 
 from .constraint import ConstrainedSampler, Constraint, Grammar, check_format, compile_dfa, compile_format
+from .lazy import LazyConstraint
 from .errors import PatternError, SchemaError, SchemaTooComplex, UnsupportedSchema
 from .schema import Framed
 from .vocab import TokenIndex, token_index
 
-__all__ = ["ConstrainedSampler", "Constraint", "Framed", "check_format", "Grammar", "compile_dfa", "compile_format",
+__all__ = ["ConstrainedSampler", "Constraint", "LazyConstraint", "Framed", "check_format", "Grammar", "compile_dfa", "compile_format",
            "PatternError", "SchemaError", "SchemaTooComplex", "UnsupportedSchema", "TokenIndex", "token_index"]

@@ -101,6 +101,19 @@ class Constraint:
         self.state, self.stack = state, stack
         self.text += piece
 
+    def feed(self, data: bytes) -> bool:
+        """Step over bytes the model has already written (not a token of its own); False, and no change, when
+        they do not continue the document."""
+        d = self.grammar.dfa
+        state, stack = self.state, list(self.stack)
+        for b in data:
+            state = step(d, state, stack, b, MAX_STACK)
+            if state < 0:
+                return False
+        self.state, self.stack = state, stack
+        self.text += data
+        return True
+
     def done(self) -> bool:
         return bool(self.grammar.dfa.accept[self.state]) and not self.stack
 

@@ -52,12 +52,13 @@ class Framed:
     (e.g. `<tool_call>\n` + the call object + `\n</tool_call>`). Internal: never an Ollama `format` value."""
 
     prefix: str
-    schema_json: str  # the schema as canonical JSON (hashable, and the cache key)
+    schema_json: str  # the schema as JSON, its key order kept (hashable, and the cache key)
     suffix: str
+    blanks: bool = False  # whitespace (grammar.ws) may follow the prefix and precede the suffix
 
     @classmethod
-    def of(cls, prefix: str, schema: dict, suffix: str) -> "Framed":
-        return cls(prefix, json.dumps(schema, sort_keys=True), suffix)
+    def of(cls, prefix: str, schema: dict, suffix: str, blanks: bool = False) -> "Framed":
+        return cls(prefix, json.dumps(schema), suffix, blanks)  # key order kept: properties come in that order
 
 
 def build_nfa(fmt: Any) -> NFA:
@@ -68,8 +69,9 @@ def build_nfa(fmt: Any) -> NFA:
     if isinstance(fmt, Framed):
         schema = json.loads(fmt.schema_json)
         check_schema(schema)
-        body = _Builder(nfa, schema).value(schema, nfa.lit(start, fmt.prefix.encode()), "#", 0)
-        nfa.final = nfa.lit(body, fmt.suffix.encode())
+        head = nfa.lit(start, fmt.prefix.encode())
+        body = _Builder(nfa, schema).value(schema, g.ws(nfa, head) if fmt.blanks else head, "#", 0)
+        nfa.final = nfa.lit(g.ws(nfa, body) if fmt.blanks else body, fmt.suffix.encode())
         return nfa
     if fmt == "json":
         end = _Builder(nfa, {}).free.value(start, containers="{", scalars=False)

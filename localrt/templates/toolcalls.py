@@ -311,3 +311,15 @@ def forced_call_format(tag: str, tools: list[dict]):
     if tag == HERMES:
         return Framed.of(HERMES + "\n", schema, "\n" + _CLOSERS[HERMES])
     return Framed.of("" if tag == JSON_START else tag, schema, "")
+
+
+def opened_call_format(tag: str, tools: list[dict]):
+    """(trigger, format, at_start) for tool_choice "auto": once the model writes `trigger` by itself, `format`
+    (the call object of `tool_call_schema`, from the trigger on, blanks allowed around it) constrains the rest of
+    that call, so an opened call always parses. The "{" format's call is the whole reply: only at the start."""
+    from ..structured import Framed
+
+    schema = tool_call_schema(tools)
+    if tag == JSON_START:
+        return JSON_START, Framed.of("", schema, "", blanks=True), True
+    return tag, Framed.of(tag, schema, _CLOSERS.get(tag, ""), blanks=True), False

@@ -10,6 +10,7 @@ import logging
 import httpx
 import ollama
 import openai
+import pydantic
 import pytest
 
 from _client_bodies import CASES, MODEL, TOOLS_MODEL, Case
@@ -48,6 +49,17 @@ def _openai_replies(r: httpx.Response, case: Case) -> list:
     return [kind.model_validate(json.loads(d)) for d in data[:-1]]
 
 
+def _responses_reply(r: httpx.Response, case: Case):
+    """The response object: the whole reply, or the one the last event of the stream carries (every event parsed)."""
+    if not case.stream:
+        return openai.types.responses.Response.model_validate(r.json())
+    frames = [f for f in r.text.split("\n\n") if f]
+    event = pydantic.TypeAdapter(openai.types.responses.ResponseStreamEvent)
+    events = [event.validate_python(json.loads(f.split("\ndata: ", 1)[1])) for f in frames]
+    assert [e.sequence_number for e in events] == list(range(len(events)))
+    return events[-1].response
+
+
 @pytest.mark.parametrize("case", CASES, ids=[c.client for c in CASES])
 def test_client_request_is_served_and_parses(daemon, case, caplog):
     caplog.set_level(logging.WARNING, logger="localrt.server")
@@ -57,6 +69,9 @@ def test_client_request_is_served_and_parses(daemon, case, caplog):
     if case.path.startswith("/api/"):
         replies = _native_replies(r, case)
         assert replies[-1].done and replies[-1].prompt_eval_count > 0
+    elif case.path == "/v1/responses":
+        final = _responses_reply(r, case)
+        assert final.status in ("completed", "incomplete") and final.usage.input_tokens > 0
     else:
         replies = _openai_replies(r, case)
         finished = [c for x in replies for c in x.choices if c.finish_reason]
