@@ -6,7 +6,8 @@ the next token of every decoding sequence, then at most one prefill chunk of the
 evaluated, samples every sequence that got logits and returns each one's events. `generate()` is a Batcher
 of one sequence, so a request runs the same code alone or beside others. A decoding sequence may carry a
 prompt-lookup draft in the step's forward (localrt.engine.speculative: rows for its pending token and the
-drafted ones, sampled in order while the draws equal the draft, the cache trimmed after), several in one step.
+drafted ones, sampled in order while the draws equal the draft, the cache trimmed after), several in one step,
+or a draft from the draft model beside it (localrt.engine.draft_model, whose own cache follows the same way).
 
 Batch invariance: a sequence's tokens do not depend on what else runs with it. Every token row of the model
 goes through per-row kernels whose reduction order does not depend on the number of rows: decode rows take

@@ -23,6 +23,10 @@ one-row forward, on a GPU little) and the acceptance rate the sequence has shown
 (`DraftState`): a step drafts only when the expected tokens per second beat the plain step's by a margin,
 so free writing, where matches rarely continue, turns drafting off by itself; stale evidence decays back to
 the prior, so an occasional probe notices when a sequence starts copying.
+
+A request whose draft_model option names the draft model loaded beside the model drafts from it instead of the
+index (`DraftState.source`, localrt.engine.draft_model): its drafts count under match size 0, each drafted token
+adds one draft forward to the planned step's cost, and sampling verifies them by speculative sampling.
 """
 from __future__ import annotations
 
