@@ -121,6 +121,11 @@ def test_a_request_must_name_the_loaded_draft(target, same):
         Batcher(target, drafter=same).add(PROMPT, {"draft_model": "nope"})
     with pytest.raises(InvalidRequest, match="'same' is not loaded"):
         Batcher(target).add(PROMPT, {"draft_model": "same"})
+    b = Batcher(target, drafter=same)
+    assert b.add(PROMPT, {}).draft.source is None  # no draft_model: prompt lookup, on an instance with a draft too
+    assert b.add(PROMPT, {"draft_model": "same"}).draft.source is same
+    assert b.add(PROMPT, {"draft_model": "same", "draft_num_predict": 0}).draft is None  # speculation off
+    b.close()
 
 
 # -- greedy ------------------------------------------------------------------------------------------
