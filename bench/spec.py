@@ -1,6 +1,7 @@
-"""Speculative decoding by prompt lookup (localrt.engine.speculative) on the real models, JSON out.
+"""Speculative decoding (localrt.engine.speculative, draft_model) on the real models, JSON out.
 
     python3 bench/spec.py [--models smollm2 gemma3] [--tokens 96] [--repeats 2] [--out bench/results/spec.json]
+    python3 bench/spec.py --models --pairs gemma3 smollm2 [--tokens 64] [--out bench/results/spec_draft.json]
 
 Per model and task, greedy (temperature 0), 2 threads: decode tok/s (eval_count / eval_duration) with
 speculation on (the default planner, its costs measured as it runs) and off (draft_num_predict 0), best of
@@ -11,6 +12,14 @@ same forwards priced at the fastest of 5 timings of each row count (a calibratio
 
 Tasks: three copy-heavy ones (edit a given paragraph, rename a variable through a code block, answer by
 quoting a context) and free writing.
+
+`--pairs`: draft-model pairs made from one real model by our own quantizer. The original Q4 file (SmolLM2's
+Q4_1, Gemma 3's Q4_K_M) is dequantized to F16 (`quantize_model(..., "f16", allow_requantize=True)`: `create`
+refuses to requantize a quantized model, as Ollama does), and the F16 file quantized to Q8_0, what
+`create --quantize q8_0` does with it: the target is that Q8_0 model, the draft the original Q4. Per task,
+greedy: decode tok/s with speculation off, with prompt lookup (the default), with the draft model (the planner
+deciding, as a request runs), and with the draft model forced on at its adaptive length (a flat cost model:
+what drafting on every step costs, and the acceptance rate a draft of these weights reaches).
 """
 from __future__ import annotations
 
@@ -19,6 +28,7 @@ import json
 import os
 import platform
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -168,29 +178,114 @@ def bench_model(name: str, tokens: int, repeats: int) -> dict:
     return out
 
 
+def pair_files(name: str, workdir: Path) -> tuple[Path, Path]:
+    """(target Q8_0, draft: the original Q4 file) for a model; the Q8_0 is made once through an F16 file."""
+    from localrt.models.quantize import quantize_model
+
+    src, f16, q8 = Path(model_path(name)), workdir / f"{name}-f16.gguf", workdir / f"{name}-q8_0.gguf"
+    if not q8.exists():
+        workdir.mkdir(parents=True, exist_ok=True)
+        for _ in quantize_model(src, f16, "f16", allow_requantize=True):
+            pass
+        for _ in quantize_model(f16, q8, "q8_0"):
+            pass
+        f16.unlink()
+    return q8, src
+
+
+def bench_pair(name: str, tokens: int, repeats: int, workdir: Path) -> dict:
+    from localrt import load_model
+    from localrt.engine.draft_model import ModelDrafter
+    from localrt.engine.speculative import CostModel
+
+    class Flat(CostModel):  # every forward the same: drafting always pays (the "forced" mode)
+        def cost(self, rows: int) -> float:
+            return 1.0
+
+    target_path, draft_path = pair_files(name, workdir)
+    target = load_model(target_path, num_ctx=1024, num_batch=256)
+    drafter = ModelDrafter(target, load_model(draft_path, num_ctx=1024, num_batch=256), "draft")
+    planner_costs, planner_step = target.forward_costs, drafter.step_cost
+    modes = {"off": {"draft_num_predict": 0}, "lookup": {}, "draft": {"draft_model": "draft"},
+             "draft_forced": {"draft_model": "draft"}}
+
+    def run(ids: list[int], mode: str) -> dict:
+        forced = mode == "draft_forced"
+        target.forward_costs = Flat() if forced else planner_costs
+        drafter.step_cost = (lambda costs: 0.0) if forced else planner_step
+        target._slot_tokens.clear()
+        drafter.cached.clear()
+        events = list(target.generate(ids, {"temperature": 0, "num_predict": tokens, **modes[mode]}, draft=drafter))
+        done = events[-1]
+        return {"text": "".join(e.text for e in events[:-1]) + done.text, "eval_count": done.eval_count,
+                "decode_tok_s": round(done.eval_count / (done.eval_duration / 1e9), 1),
+                "draft_count": done.draft_count, "draft_accepted_count": done.draft_accepted_count}
+
+    run(target.tokenize(chat(name, TASKS["edit_paragraph"])), "draft_forced")  # compile kernels, measure forwards
+    run(target.tokenize(chat(name, TASKS["edit_paragraph"])), "draft")
+    out: dict = {"target": target_path.name + " (Q8_0 via F16, our quantizer)", "draft": draft_path.name}
+    for task, text in TASKS.items():
+        ids = target.tokenize(chat(name, text))
+        best: dict[str, dict] = {}
+        for r in range(repeats):
+            for mode in (modes if r % 2 == 0 else list(modes)[::-1]):
+                got = run(ids, mode)
+                if mode not in best or got["decode_tok_s"] > best[mode]["decode_tok_s"]:
+                    best[mode] = got
+        row = {"prompt_tokens": len(ids), "eval_count": best["off"]["eval_count"],
+               "identical_text": all(b["text"] == best["off"]["text"] for b in best.values())}
+        for mode, b in best.items():
+            row[f"decode_tok_s_{mode}"] = b["decode_tok_s"]
+            if mode != "off":
+                row[f"speedup_{mode}"] = round(b["decode_tok_s"] / best["off"]["decode_tok_s"], 2)
+                dc, da = b["draft_count"], b["draft_accepted_count"]
+                row[f"acceptance_{mode}"] = round(da / dc, 3) if dc else None
+                row[f"draft_count_{mode}"] = dc
+        out[task] = row
+        print(name, "pair", task, row, flush=True)
+    out["planner_target_forward_ms_by_rows"] = {r: round(t * 1e3, 1) for r, t in sorted(planner_costs.measured().items())}
+    out["draft_forward_ms_by_rows"] = {r: round(t * 1e3, 1) for r, t in sorted(drafter.model.forward_costs.measured().items())
+                                       if r <= 16}
+    drafter.close()
+    target.close()
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--models", nargs="+", default=["smollm2", "gemma3"])
+    ap.add_argument("--models", nargs="*", default=["smollm2", "gemma3"])
+    ap.add_argument("--pairs", nargs="*", default=[], help="draft-model pairs (Q8_0 target, Q4 draft) of these models")
+    ap.add_argument("--pair-dir", default=str(Path(tempfile.gettempdir()) / "localrt-spec-pairs"),
+                    help="where the Q8_0 targets are written (kept for the next run)")
     ap.add_argument("--tokens", type=int, default=96)
     ap.add_argument("--repeats", type=int, default=2)
-    ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "spec.json"))
+    ap.add_argument("--out", default=None, help="default: bench/results/spec.json (spec_draft.json with only --pairs)")
     args = ap.parse_args()
+    out_name = "spec_draft.json" if args.pairs and not args.models else "spec.json"
+    args.out = args.out or str(ROOT / "bench" / "results" / out_name)
     setup = {"threads": 2, "num_predict": args.tokens, "best_of": args.repeats, "temperature": 0,
              "machine": platform.machine(), "python": platform.python_version(),
              "loadavg_1m_at_start": round(os.getloadavg()[0], 2),
              "note": "shared 2-core machine (other jobs running): tok/s are noisy, forwards/rows per token are not"}
     t0 = time.time()
     results = {name: bench_model(name, args.tokens, args.repeats) for name in args.models}
+    pairs = {name: bench_pair(name, args.tokens, args.repeats, Path(args.pair_dir)) for name in args.pairs}
     setup["loadavg_1m_at_end"] = round(os.getloadavg()[0], 2)
     setup["wall_s"] = round(time.time() - t0, 1)
     summary = {}
+    for name, tasks in pairs.items():
+        summary[f"{name}_pair"] = {f"{m}_speedup": [tasks[t][f"speedup_{m}"] for t in TASKS]
+                                   for m in ("lookup", "draft", "draft_forced")}
+        summary[f"{name}_pair"]["draft_forced_acceptance"] = [tasks[t]["acceptance_draft_forced"] for t in TASKS]
+        summary[f"{name}_pair"]["all_identical"] = all(tasks[t]["identical_text"] for t in TASKS)
     for name, tasks in results.items():
         copy = [tasks[t]["speedup"] for t in COPY_TASKS if t in tasks]
         summary[name] = {"copy_tasks_speedup": copy, "free_writing_speedup": tasks["free_writing"]["speedup"],
                          "copy_tasks_modelled_speedup": [tasks[t]["modelled_speedup"] for t in COPY_TASKS if t in tasks],
                          "free_writing_modelled_speedup": tasks["free_writing"]["modelled_speedup"],
                          "all_identical": all(tasks[t]["identical_text"] for t in TASKS)}
-    Path(args.out).write_text(json.dumps({"setup": setup, "summary": summary, "models": results}, indent=2) + "\n")
+    body = {"setup": setup, "summary": summary, "models": results, **({"pairs": pairs} if pairs else {})}
+    Path(args.out).write_text(json.dumps(body, indent=2) + "\n")
     print(json.dumps(summary, indent=2))
 
 

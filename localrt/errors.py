@@ -59,3 +59,7 @@ class Busy(LocalrtError):
 
 class Cancelled(LocalrtError):
     """The client went away; work stopped."""
+
+
+class DraftModelMismatch(InvalidRequest):
+    """draft_model names a model whose tokenizer is not the target's (vocabulary, ids, BOS/EOS/EOG): a 400."""

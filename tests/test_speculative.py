@@ -4,7 +4,7 @@ The draft index and the planner are table-tested. On a tiny random model (drafti
 in which extra rows are free) seeded sampling gives the same tokens with and without drafts, and the
 distribution of the first two sampled tokens matches the exact one computed from the model's logits
 (chi-square); a drafted token a grammar forbids ends the accepted run at once. Options: draft_num_predict
-is range-checked and draft_model refused by name.
+is range-checked and draft_model must be a model name (tests/test_draft_model.py drafts with one).
 """
 from __future__ import annotations
 
@@ -139,8 +139,11 @@ def test_draft_options():
         with pytest.raises(InvalidRequest, match="draft_num_predict"):
             resolve({"draft_num_predict": bad})
     assert resolve({"draft_model": ""}).draft_model == ""
-    with pytest.raises(InvalidRequest, match="draft_model.*not supported"):
-        resolve({"draft_model": "smollm2:135m"})
+    assert resolve({"draft_model": "smollm2:135m"}).draft_model == "smollm2:135m"
+    assert resolve({"draft_model": "smollm2"}).load_options()["draft_model"] == "smollm2"  # loaded beside the model
+    for bad in ("two words", "x" * 513, "tab\there"):
+        with pytest.raises(InvalidRequest, match="draft_model"):
+            resolve({"draft_model": bad})
     with pytest.raises(InvalidRequest, match="draft_model"):
         resolve({"draft_model": 3})
 

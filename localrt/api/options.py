@@ -28,10 +28,12 @@ INT32_MAX = (1 << 31) - 1
 STOP_MAX_COUNT = 256
 STOP_MAX_CHARS = 4096
 DRAFT_MAX = 256  # draft_num_predict: the engine drafts fewer where more rows would change a token's numerics
+DRAFT_NAME_MAX = 512  # draft_model: a store name (host/namespace/model:tag); the store checks its grammar at load
 DRAFT_DEFAULT = 16  # llama.cpp's default speculative.n_max; the engine adapts below it (localrt.engine.speculative)
 
 # Options that decide how a model is loaded; changing one (num_ctx upwards) means a reload.
-LOAD_TIME = ("num_ctx", "num_batch", "num_gpu", "main_gpu", "use_mmap", "num_thread")
+# draft_model too: the draft model is loaded beside the model (an instance with a draft serves requests without one).
+LOAD_TIME = ("num_ctx", "num_batch", "num_gpu", "main_gpu", "use_mmap", "num_thread", "draft_model")
 
 # Keys the official Python client 0.6.x still models and Ollama v0.13 accepts and ignores (it logs
 # "invalid option provided"). We accept them too, after a type check, and report them in `Options.ignored`.
@@ -76,8 +78,8 @@ class Options:
     presence_penalty: float = 0.0
     frequency_penalty: float = 0.0
     stop: tuple[str, ...] = ()
-    # speculative decoding (not Ollama's): the most tokens drafted per step by prompt lookup, 0 = off; and a
-    # draft model, refused by name (only prompt-lookup drafting is implemented), "" = none
+    # speculative decoding (not Ollama's): the most tokens drafted per step, 0 = off; and the name of a draft
+    # model in the store with the model's tokenizer, loaded beside it ("" = none: drafts come from prompt lookup)
     draft_num_predict: int = DRAFT_DEFAULT
     draft_model: str = ""
     ignored: tuple[str, ...] = ()  # keys that were given and ignored: DEPRECATED ones, and unknown ones
@@ -226,9 +228,9 @@ def _as_stop(raw: Any) -> tuple[str, ...]:
 def _as_draft_model(raw: Any) -> str:
     if not isinstance(raw, str):
         raise InvalidRequest(f"option 'draft_model' must be a model name (a string), got {raw!r}")
-    if raw:
-        raise InvalidRequest(f"option 'draft_model' ({raw!r}) is not supported: only prompt-lookup drafting is "
-                             "implemented (on by default; draft_num_predict sets its length, 0 turns it off)")
+    if len(raw) > DRAFT_NAME_MAX or any(c.isspace() or not c.isprintable() for c in raw):
+        raise InvalidRequest(f"option 'draft_model' must be a model name (no spaces, at most {DRAFT_NAME_MAX} "
+                             f"characters), got {raw[:80]!r}")
     return raw
 
 

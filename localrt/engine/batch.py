@@ -6,7 +6,8 @@ the next token of every decoding sequence, then at most one prefill chunk of the
 evaluated, samples every sequence that got logits and returns each one's events. `generate()` is a Batcher
 of one sequence, so a request runs the same code alone or beside others. A decoding sequence may carry a
 prompt-lookup draft in the step's forward (localrt.engine.speculative: rows for its pending token and the
-drafted ones, sampled in order while the draws equal the draft, the cache trimmed after), several in one step.
+drafted ones, sampled in order while the draws equal the draft, the cache trimmed after), several in one step,
+or a draft from the draft model beside it (localrt.engine.draft_model, whose own cache follows the same way).
 
 Batch invariance: a sequence's tokens do not depend on what else runs with it, nor on what was cached. A row
 takes the BLAS path only inside a prompt chunk's pieces (`backends.backend.blas_pieces`: the chunk cut at
@@ -32,7 +33,8 @@ from .backends.backend import prefill_end, prompt_pieces
 from .events import Done, Token
 from .logprobs import LogprobTracker
 from .sampler import BiasedSampler, make_sampler
-from .speculative import DraftState, Speculator, draft_limit, kept_positions, verify
+from .draft_model import attach, check_drafts, sync_prompt
+from .speculative import DraftState, Speculator, draft_limit, kept_positions
 from .stop import StopMatcher
 
 PREFILL, DECODE, DONE, CANCELLED = "prefill", "decode", "done", "cancelled"
@@ -107,14 +109,15 @@ class Sequence:
     def _more(self) -> bool:  # room in the context and in num_predict for another token
         return len(self.history) < self.n_ctx and (self._limit is None or self.n_gen < self._limit)
 
-    def _on_logits(self, logits: np.ndarray) -> list[Token | Done]:
-        """Sample one token from the logits of the last evaluated position; the events it makes."""
+    def _on_logits(self, logits: np.ndarray, choose=None) -> list[Token | Done]:
+        """Sample one token from the logits of the last evaluated position (or take `choose(logits)`'s, which
+        commits it to the sampler: speculative sampling's accept-or-resample); the events it makes."""
         if not self._more():
             return [self._finish("length", False)]
         if self.is_cancelled():
             self.state = CANCELLED  # the consumer is gone: no Done to send
             return []
-        token = int(self._sampler.sample(logits, self.history))
+        token = int(self._sampler.sample(logits, self.history) if choose is None else choose(logits))
         self.history.append(token)
         self.n_gen += 1
         if token in self._eog:
@@ -164,13 +167,14 @@ class Batcher:
 
     Not thread-safe: one thread adds and steps; `cancelled` events may be set from anywhere."""
 
-    def __init__(self, model, n_slots: int | None = None, *, reuse_min: int = REUSE_MIN_TOKENS) -> None:
+    def __init__(self, model, n_slots: int | None = None, *, reuse_min: int = REUSE_MIN_TOKENS, drafter=None) -> None:
         n = model.cache.n_slots if n_slots is None else n_slots
         if not 0 < n <= model.cache.n_slots:
             raise ValueError(f"n_slots must be in 1..{model.cache.n_slots} (the model's KV slots), got {n}")
         self.model = model
         self.n_slots = n
         self.reuse_min = max(1, reuse_min)  # shortest cached prefix a prompt reuses
+        self.drafter = drafter  # a draft_model.ModelDrafter loaded beside the model, or None (prompt lookup only)
         # Decode rows per forward: at most as many as every device computes with its one-row path.
         devices = layer_devices(model.backend, model.weights)
         self.max_rows = min(getattr(d, "invariant_rows", 1) for d in devices)
@@ -204,10 +208,13 @@ class Batcher:
             slot = self._pick_slot(seq)
         elif not 0 <= slot < self.n_slots or slot in self._held:
             raise RuntimeError(f"slot {slot} is not a free slot of 0..{self.n_slots - 1}")
+        attach(seq, self.drafter)  # a request naming the draft model drafts with it instead of prompt lookup
         seq.slot = slot
         if seq.draft is not None:
             seq.draft.shared = getattr(self.model, "draft_evidence", None)
         seq._pos = self._reuse(slot, seq)
+        if seq.draft is not None and seq.draft.source is not None:
+            seq.draft.source.start(slot, seq.prompt, seq.num_batch)  # its own slot: reuse what the draft's cache holds of the prompt
         seq.n_cached = seq._pos
         self._held[slot] = seq
         return seq
@@ -236,9 +243,11 @@ class Batcher:
                 fresh.append((prefilling, logits[None], 0, []))
         for seq, logits, n, draft in fresh:
             start = len(seq.history) - 1  # the position of the first row (pending token or prompt's last)
-            events = verify(seq, logits, n, draft)
+            events = check_drafts(seq, logits, n, draft)
             if draft:  # drop the rows whose input was a rejected draft token
                 self.model.cache.trim(seq.slot, kept_positions(seq.history, start, seq.history[start:start + 1] + draft))
+                if seq.draft.source is not None:
+                    seq.draft.source.settle(seq.slot, seq.history)  # and the draft model's, the same way
             if seq.finished:
                 self._release(seq)
             out.append((seq, events))
@@ -281,6 +290,7 @@ class Batcher:
         chunk = seq.prompt[start : prefill_end(start, len(seq.prompt), seq.num_batch)]
         logits = model.forward(model.batch(chunk, start, seq.slot), model.cache, output_rows=np.array([len(chunk) - 1]))[0]
         seq._pos = start + len(chunk)
+        sync_prompt(seq)  # a draft model evaluates the same prompt positions in its own slot
         if seq._pos < len(seq.prompt):
             return None
         seq.t_prefill = time.perf_counter_ns()

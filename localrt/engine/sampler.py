@@ -206,13 +206,30 @@ class Sampler:
             raise ValueError(f"logits are not usable for sampling (max is {top})")
         if self.greedy:
             return int(np.argmax(logits))
+        return draw(self._chain(logits, history), self.rng.uniform())
+
+    def distribution(self, logits: np.ndarray, history: Sequence[int] = ()) -> tuple[np.ndarray, np.ndarray]:
+        """The distribution `sample` draws from: (ids int64 (m,), probabilities float64 (m,) summing to 1).
+        Greedy: the argmax with probability 1. For speculative sampling with a draft model (draft_model.py)."""
+        if logits.dtype != np.float32:
+            logits = logits.astype(np.float32)
+        if self.greedy:
+            return np.array([int(np.argmax(logits))], np.int64), np.ones(1)
+        c = self._chain(logits, history)
+        p = np.exp(c.logits - np.max(c.logits)).astype(np.float64)  # (m,)
+        return c.ids, p / p.sum()
+
+    def commit(self, token: int) -> None:
+        """A token chosen outside `sample` (speculative sampling) was emitted: nothing to advance here."""
+
+    def _chain(self, logits: np.ndarray, history: Sequence[int]) -> Candidates:
         if self._penalties and len(history):
             logits = penalize(logits, history[-self._last_n:], self.options.repeat_penalty,
                               self.options.frequency_penalty, self.options.presence_penalty)
         c = Candidates(self._ids(len(logits)), logits)
         for stage in self._stages:
             c = stage(c)
-        return draw(c, self.rng.uniform())
+        return c
 
     def _ids(self, n: int) -> np.ndarray:
         if self._all_ids is None or len(self._all_ids) != n:
@@ -241,6 +258,16 @@ class BiasedSampler:
 
     def sample(self, logits: np.ndarray, history: Sequence[int] = ()) -> int:
         return self.inner.sample(logit_bias(np.asarray(logits, np.float32), self.ids, self.values), history)
+
+    def distribution(self, logits: np.ndarray, history: Sequence[int] = ()) -> tuple[np.ndarray, np.ndarray]:
+        return self.inner.distribution(logit_bias(np.asarray(logits, np.float32), self.ids, self.values), history)
+
+    def commit(self, token: int) -> None:
+        self.inner.commit(token)
+
+    @property
+    def rng(self) -> Rng:
+        return self.inner.rng
 
 
 def make_sampler(options: Options | Mapping[str, Any], rng: Rng | None = None) -> Sampler:

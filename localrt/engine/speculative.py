@@ -23,6 +23,10 @@ one-row forward, on a GPU little) and the acceptance rate the sequence has shown
 (`DraftState`): a step drafts only when the expected tokens per second beat the plain step's by a margin,
 so free writing, where matches rarely continue, turns drafting off by itself; stale evidence decays back to
 the prior, so an occasional probe notices when a sequence starts copying.
+
+A request whose draft_model option names the draft model loaded beside the model drafts from it instead of the
+index (`DraftState.source`, localrt.engine.draft_model): its drafts count under match size 0, each drafted token
+adds one draft forward to the planned step's cost, and sampling verifies them by speculative sampling.
 """
 from __future__ import annotations
 
@@ -112,6 +116,11 @@ class DraftState:
         self.length = 4  # adaptive cap: doubles on a full accept, falls to accepted + 1 on a reject
         self.drafted_count = 0
         self.accepted_count = 0
+        # A draft model (draft_model.attach) instead of the n-gram index: its drafts count under match size 0.
+        self.source = None  # draft_model.ModelDrafter
+        self.q_sampler = None  # the draft's own sampler (temperature > 0), drawing from the sequence's RNG
+        self.fixed = False  # seeded sampling: the draft length follows acceptance only, never timing
+        self.pending_q: list = []  # (ids, probs) the drafted tokens were drawn from, for speculative sampling
 
     def rate(self, n: int) -> float:
         """Estimated probability that a drafted token from a size-n match is accepted."""
@@ -205,25 +214,37 @@ class Speculator:
         of its group's forward (the rows already planned included) if that beats the forward without it by
         MARGIN. A sequence whose rows would not fit drafts less; one whose pending row does not fit starts a group."""
         groups: list[list[tuple]] = []
-        rows, tokens = self.max_rows, 0.0  # the current group's planned rows and expected tokens
+        rows, tokens, extra = self.max_rows, 0.0, 0.0  # the current group's rows, expected tokens, draft seconds
         for seq, limit in zip(seqs, limits):
-            if rows + 1 > self.max_rows:
-                groups.append([])
-                rows, tokens = 0, 0.0
             state = seq.draft
-            n, draft, best_k = 0, [], 0
+            fixed = state is not None and state.fixed
+            k_fixed = min(limit, state.length, state.max_draft, self.max_run - 1, self.max_rows - 1) if fixed else 0
+            if rows + 1 + k_fixed > self.max_rows:  # a fixed draft length is never cut by the rows of others
+                groups.append([])
+                rows, tokens, extra = 0, 0.0, 0.0
+            n, draft, best_k, step = 0, [], 0, 0.0
             if state is not None:
                 state.step()
                 k_max = min(limit, state.length, state.max_draft, self.max_run - 1, self.max_rows - rows - 1)
-                n, draft = state.index.draft(seq.history, k_max)
-                best = (tokens + 1.0) / self.costs.cost(rows + 1) * MARGIN
+                if state.source is None:
+                    n, draft = state.index.draft(seq.history, k_max)
+                else:  # a draft model proposes any length; each drafted token costs one of its forwards
+                    step = state.source.step_cost(self.costs)
+                    draft = [None] * k_max
+                best = (tokens + 1.0) / (self.costs.cost(rows + 1) + extra) * MARGIN
                 rate = state.rate(n) if draft else 0.0
                 for k in range(1, len(draft) + 1):
-                    value = (tokens + expected_tokens(rate, k)) / self.costs.cost(rows + 1 + k)
+                    value = (tokens + expected_tokens(rate, k)) / (self.costs.cost(rows + 1 + k) + extra + k * step)
                     if value > best:
                         best_k, best = k, value
+                if fixed:
+                    best_k = k_fixed
+                if state.source is not None:
+                    draft = state.source.propose(seq, best_k) if best_k else []
+                    best_k = len(draft)  # the draft stops early at an end-of-generation token
             groups[-1].append((seq, n, draft[:best_k]))
             rows += 1 + best_k
+            extra += best_k * step
             tokens += expected_tokens(state.rate(n), best_k) if best_k else 1.0
         return groups
 

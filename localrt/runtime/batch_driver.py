@@ -32,9 +32,9 @@ class _Either:
 
 
 class BatchDriver:
-    def __init__(self, model: Any, n_slots: int) -> None:
+    def __init__(self, model: Any, n_slots: int, drafter: Any = None) -> None:
         self.model = model
-        self._batcher = Batcher(model, n_slots)
+        self._batcher = Batcher(model, n_slots, drafter=drafter)  # drafter: the draft model loaded beside it
         self._cv = threading.Condition()
         self._pending: collections.deque = collections.deque()  # (args, kwargs, out queue)
         self._routes: dict[int, queue.SimpleQueue] = {}  # id(sequence) -> its consumer's queue

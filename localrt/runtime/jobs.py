@@ -141,6 +141,8 @@ class _Runner:
             if name == "num_ctx" and want is not None and have is not None:
                 if want > have:
                     return False
+            elif name == "draft_model" and not want:  # a request without a draft model runs on any instance
+                continue
             elif want != have:
                 return False
         return True

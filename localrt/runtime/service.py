@@ -26,6 +26,7 @@ from ..templates.toolcalls import ToolCallParser, tag_for_template
 from .batch_driver import BatchDriver
 from .catalog import Catalog
 from .jobs import AUTO_PARALLEL, system_available_memory
+from .loading import estimate_memory, load_draft, with_draft_need
 from .scheduler import MemoryNeed, Request, Scheduler
 from .sampling_extras import Pending, request_constraint, sampling_kwargs as _sampling
 
@@ -51,6 +52,7 @@ class Loaded:
     template_stop: tuple[str, ...]
     unreported_load_ns: int = 0  # the load's duration, reported once, by the request that waited for it
     driver: Any = None  # the BatchDriver that steps this model's requests together (None: a model without KV slots)
+    draft: Any = None  # the draft model loaded beside it (engine.draft_model.ModelDrafter), or None
 
     @property
     def size_vram(self) -> int:
@@ -83,6 +85,8 @@ class Loaded:
         if self.driver is not None:
             self.driver.close()
         self.model.close()
+        if self.draft is not None:
+            self.draft.close()
 
 
 class Events:
@@ -151,12 +155,16 @@ class Service:
                                  num_gpu=num_gpu, main_gpu=load_options["main_gpu"], n_slots=slots)
         with self._weights_lock:
             self._weights[name] = rec.model_path
+        draft = None
         try:
+            draft = load_draft(self, model, rec, load_options, num_gpu, slots)  # None unless draft_model names one
             choice = templates.choose_template(model.metadata, rec.template)
-            driver = BatchDriver(model, min(slots, model.cache.n_slots)) if hasattr(model, "cache") else None
-            return Loaded(name, model, rec, choice.load(), tuple(choice.stop), time.perf_counter_ns() - t0, driver)
+            driver = BatchDriver(model, min(slots, model.cache.n_slots), draft) if hasattr(model, "cache") else None
+            return Loaded(name, model, rec, choice.load(), tuple(choice.stop), time.perf_counter_ns() - t0, driver, draft)
         except BaseException:
             model.close()
+            if draft is not None:
+                draft.close()
             raise
 
     def _num_gpu(self, num_gpu: int, main_gpu: int) -> int:
@@ -186,8 +194,9 @@ class Service:
         rec = self.record(name)
         if rec.model_path is None:
             return MemoryNeed(private=0)
-        return estimate_memory(rec.model_path, load_options["num_ctx"], load_options["num_batch"],
-                               self._slots_for(rec.model_path, load_options))
+        slots = self._slots_for(rec.model_path, load_options)
+        return with_draft_need(self, estimate_memory(rec.model_path, load_options["num_ctx"], load_options["num_batch"],
+                                                     slots), load_options, slots)
 
     def _slots_for(self, path, load_options: dict) -> int:
         """KV slots: LOCALRT_NUM_PARALLEL when set (the scheduler refuses a load that does not fit), else 4 where 4
@@ -421,28 +430,6 @@ class Service:
 def _unloads(keep_alive, work) -> bool:
     """A request with nothing to do and keep_alive 0 only unloads: it never creates a built-in model."""
     return not work and keep_alive is not None and parse_duration(keep_alive) == 0
-
-
-def estimate_memory(path, num_ctx: int, num_batch: int, n_slots: int = 1) -> MemoryNeed:
-    """What a load needs: the weights stay in the mmap (reclaimable page cache); the KV cache (f32 K and V for
-    every layer and position, a ring for sliding-window layers) and the batch scratch are private.
-
-    The numbers are the validated config's (InvalidModel for a file the loader would refuse), capped as the
-    loader caps them, so a model with layers never counts a zero-size cache."""
-    import gguf_io
-
-    from ..engine.model import config_from_metadata
-
-    with gguf_io.open(path) as f:
-        cfg = config_from_metadata(f.metadata, f.tensors)
-        mapped = sum(t.nbytes for t in f.tensors.values())
-    n_ctx = min(num_ctx, cfg.n_ctx_train)  # as load_model
-    n_batch = min(num_batch, num_ctx)
-    caps = [n_ctx if w <= 0 else min(n_ctx, w + n_batch) for w in cfg.windows]  # positions kept per layer
-    kv = sum(caps) * cfg.n_head_kv * (cfg.head_dim + cfg.head_dim_v) * 4  # K (cap, n_head_kv, head_dim) + V f32 per layer
-    scratch = (n_batch * 8 * max(cfg.n_embd, cfg.n_ff) + 2 * cfg.n_vocab) * 4  # activations of one prefill chunk + a logits row
-    scratch += n_batch * (cfg.n_expert + cfg.n_expert_used * cfg.n_embd) * 4  # MoE: router probs, per-rank expert outputs
-    return MemoryNeed(private=kv * n_slots + scratch + (32 << 20), mapped=mapped)
 
 
 def _run(loaded: Loaded, ids: list[int], opts: Options, cancelled: threading.Event,

@@ -149,6 +149,26 @@ class ConstrainedSampler:
         self.constraint.advance(token)
         return token
 
+    def distribution(self, logits: np.ndarray, history: list[int]) -> tuple[np.ndarray, np.ndarray]:
+        """What `sample` would draw from (ids, probabilities), without advancing the constraint."""
+        ids = self.constraint.allowed_ids()
+        if ids is None:
+            return self.sampler.distribution(self.constraint.apply(logits), history)
+        hist = np.asarray(history, np.int64)  # (n_hist,)
+        pos = np.searchsorted(ids, hist)  # (n_hist,)
+        known = pos < len(ids)
+        known[known] = ids[pos[known]] == hist[known]
+        sub, probs = self.sampler.distribution(logits[ids], pos[known])
+        return ids[sub], probs
+
+    def commit(self, token: int) -> None:
+        """A token chosen outside `sample` (speculative sampling, among this distribution's ids) was emitted."""
+        self.constraint.advance(token)
+
+    @property
+    def rng(self):
+        return self.sampler.rng
+
 
 _formats: OrderedDict = OrderedDict()
 _formats_lock = threading.Lock()

@@ -66,12 +66,12 @@ def prefill_end(start: int, total: int, num_batch: int) -> int:
     return min(total, (start // num_batch + 1) * num_batch)
 
 
-def prompt_pieces(n_prompt: int, num_batch: int) -> list[tuple[int, int]]:
-    """The position ranges of a prompt of n_prompt tokens (evaluated from 0 in chunks of num_batch) that take the
-    BLAS path: what `blas_pieces` gives each chunk (see `prefill_end`)."""
+def prompt_pieces(n_prompt: int, *num_batch: int) -> list[tuple[int, int]]:
+    """The position ranges of a prompt of n_prompt tokens (evaluated from 0 in chunks that end at the next multiple
+    of any of num_batch) that take the BLAS path: what `blas_pieces` gives each chunk (see `prefill_end`)."""
     out, start = [], 0
     while start < n_prompt:
-        end = prefill_end(start, n_prompt, num_batch)
+        end = min(prefill_end(start, n_prompt, nb) for nb in num_batch)
         positions = np.arange(start, end)
         out += [(start + lo, start + hi) for lo, hi in blas_pieces(positions, np.zeros(len(positions), np.int64))]
         start = end

@@ -1,0 +1,71 @@
+"""What a load needs and what it loads beside the model: the memory estimate, and the draft model (issue 15).
+
+A model whose load options name a `draft_model` (PARAMETER draft_model in its Modelfile, or the request's option)
+is loaded with that second model beside it, with as many KV slots, on the same worker: its memory counts in the
+load's estimate, its tokenizer is checked against the model's (engine.draft_model.check_tokenizers, a 400 when
+they differ), and it is closed with the model."""
+from __future__ import annotations
+
+import store as st
+
+from ..errors import InvalidRequest, ModelNotFound
+from .jobs import MemoryNeed
+
+
+def draft_record(service, name: str) -> st.ModelRecord:
+    """The store record of a draft model, or InvalidRequest (the request's model exists: not a 404)."""
+    try:
+        rec = service.record(name)
+    except ModelNotFound:
+        raise InvalidRequest(f"draft_model {name!r} not found: pull or create it first") from None
+    if rec.model_path is None:
+        raise InvalidRequest(f"draft_model {name!r} has no weights layer")
+    return rec
+
+
+def load_draft(service, target, rec: st.ModelRecord, load_options: dict, num_gpu: int, slots: int):
+    """The ModelDrafter for load_options' draft_model beside `target` (loaded from rec), or None when none is named."""
+    name = load_options.get("draft_model") or ""
+    if not name:
+        return None
+    from ..engine.draft_model import ModelDrafter
+
+    path = draft_record(service, name).model_path
+    draft = service._load_model(path, num_ctx=load_options["num_ctx"], num_batch=load_options["num_batch"],
+                                num_gpu=num_gpu, main_gpu=load_options["main_gpu"], n_slots=slots)
+    try:
+        return ModelDrafter(target, draft, name, target_name=rec.name.display)
+    except BaseException:
+        draft.close()
+        raise
+
+
+def with_draft_need(service, need: MemoryNeed, load_options: dict, slots: int) -> MemoryNeed:
+    """need plus what the draft model named in load_options needs (its weights mapped, its KV slots private)."""
+    name = load_options.get("draft_model") or ""
+    if not name:
+        return need
+    extra = estimate_memory(draft_record(service, name).model_path, load_options["num_ctx"], load_options["num_batch"], slots)
+    return MemoryNeed(private=need.private + extra.private, mapped=need.mapped + extra.mapped)
+
+
+def estimate_memory(path, num_ctx: int, num_batch: int, n_slots: int = 1) -> MemoryNeed:
+    """What a load needs: the weights stay in the mmap (reclaimable page cache); the KV cache (f32 K and V for
+    every layer and position, a ring for sliding-window layers) and the batch scratch are private.
+
+    The numbers are the validated config's (InvalidModel for a file the loader would refuse), capped as the
+    loader caps them, so a model with layers never counts a zero-size cache."""
+    import gguf_io
+
+    from ..engine.model import config_from_metadata
+
+    with gguf_io.open(path) as f:
+        cfg = config_from_metadata(f.metadata, f.tensors)
+        mapped = sum(t.nbytes for t in f.tensors.values())
+    n_ctx = min(num_ctx, cfg.n_ctx_train)  # as load_model
+    n_batch = min(num_batch, num_ctx)
+    caps = [n_ctx if w <= 0 else min(n_ctx, w + n_batch) for w in cfg.windows]  # positions kept per layer
+    kv = sum(caps) * cfg.n_head_kv * (cfg.head_dim + cfg.head_dim_v) * 4  # K (cap, n_head_kv, head_dim) + V f32 per layer
+    scratch = (n_batch * 8 * max(cfg.n_embd, cfg.n_ff) + 2 * cfg.n_vocab) * 4  # activations of one prefill chunk + a logits row
+    scratch += n_batch * (cfg.n_expert + cfg.n_expert_used * cfg.n_embd) * 4  # MoE: router probs, per-rank expert outputs
+    return MemoryNeed(private=kv * n_slots + scratch + (32 << 20), mapped=mapped)
