@@ -138,6 +138,9 @@ ABLATIONS = {
     "qwen3moe routing": ("qwen3moe", _router_off),
     "qwen3moe top-k": ("qwen3moe", _config(n_expert_used=3)),
     "qwen3moe renormalised expert weights": ("qwen3moe", _config(expert_weights_norm=False)),
+    "gemma3 sliding window": ("gemma3", _config(windows=(0,) * 6)),
+    "gemma3 local rope base": ("gemma3", lambda m: _config(rope_base_swa=m.config.rope_base)(m)),
+    "gemma3 q/k norms": ("gemma3", _layers(attn_q_norm=None, attn_k_norm=None)),
     "gemma2 post norms": ("gemma2", _layers(post_attention_norm=np.ones(64, np.float32), post_ffw_norm=np.ones(64, np.float32))),
 }
 
