@@ -1,12 +1,13 @@
 """Random-weight GGUF files with the shapes of real 1B/3B models, quantized by our own quantizer, for speed runs.
 
-    python3 bench/make_model.py --out DIR [--shape 1b|3b|a3b] [--arch llama|qwen2|qwen3|phi3|gemma2|qwen3moe]
+    python3 bench/make_model.py --out DIR [--shape 1b|3b|a3b] [--arch llama|qwen2|qwen3|phi3|gemma2|gemma3|qwen3moe]
                                 [--quant q8_0 q4_K_M]
 
 Writes DIR/<arch>-<shape>-<quant>.gguf (~0.8-3.5 GB each: keep DIR outside the repository). Shapes are Llama 3.2's:
 1b = n_embd 2048, 16 layers, 32 heads, 8 KV heads, n_ff 8192; 3b = 3072, 28 layers, 24 heads, 8 KV heads, n_ff 8192;
 every other dense arch gets the same shape with its own tensor layout (q/k/v biases for qwen2, q/k norms for qwen3,
-fused qkv and gate+up plus an untied output for phi3, sandwich norms and soft-capping for gemma2), as
+fused qkv and gate+up plus an untied output for phi3, sandwich norms and soft-capping for gemma2, q/k and sandwich
+norms with 512-token windows on five layers in six for gemma3), as
 `tests/archgen.py` names them. The MoE shape `a3b` (qwen3moe only, the default for it) is Qwen3-30B-A3B's layer cut to
 8 of its 48 layers and 64 of its 128 experts: n_embd 2048, 32 heads of 128, 4 KV heads, 64 experts of n_ff 768, 8
 routed per token (2.6B parameters, 0.46B active per token; 1.6 GB at Q4_K_M). The tokenizer is SmolLM2's (`tokenizer.ggml.*` copied from the installed file), so the vocabulary is
@@ -46,7 +47,7 @@ SHAPES = {
     "a3b": dict(n_embd=2048, n_layer=8, n_head=32, n_head_kv=4, head_dim=128, n_ff=6144,
                 n_expert=64, n_expert_used=8, n_ff_exp=768),
 }
-ARCHS = ("llama", "qwen2", "qwen3", "phi3", "gemma2", "qwen3moe")
+ARCHS = ("llama", "qwen2", "qwen3", "phi3", "gemma2", "gemma3", "qwen3moe")
 MOE_SHAPES = ("a3b",)  # the shapes with experts: qwen3moe only, and qwen3moe only with one of these
 # per arch: rope base, rms eps, tied output (phi3 ships an output matrix; gemma2 always reads token_embd)
 ARCH_META = {
@@ -55,6 +56,7 @@ ARCH_META = {
     "qwen3": (1000000.0, 1e-6, True),
     "phi3": (10000.0, 1e-5, False),
     "gemma2": (10000.0, 1e-6, True),
+    "gemma3": (1000000.0, 1e-6, True),
     "qwen3moe": (1000000.0, 1e-6, True),
 }
 STD = 0.02
@@ -92,7 +94,7 @@ def tensor_shapes(arch: str, s: dict, tied: bool) -> dict[str, tuple[int, ...]]:
             t[p + "attn_q.weight"], t[p + "attn_k.weight"], t[p + "attn_v.weight"] = (q, e), (kv, e), (kv, e)
         if arch == "qwen2":
             t[p + "attn_q.bias"], t[p + "attn_k.bias"], t[p + "attn_v.bias"] = (q,), (kv,), (kv,)
-        if arch in ("qwen3", "qwen3moe"):
+        if arch in ("qwen3", "qwen3moe", "gemma3"):
             t[p + "attn_q_norm.weight"], t[p + "attn_k_norm.weight"] = (hd,), (hd,)
         t[p + "attn_output.weight"] = (e, q)
         t[p + "ffn_norm.weight"] = (e,)
@@ -107,7 +109,7 @@ def tensor_shapes(arch: str, s: dict, tied: bool) -> dict[str, tuple[int, ...]]:
             t[p + "ffn_gate.weight"], t[p + "ffn_up.weight"] = (ff, e), (ff, e)
         if arch != "qwen3moe":
             t[p + "ffn_down.weight"] = (e, ff)
-        if arch == "gemma2":
+        if arch in ("gemma2", "gemma3"):
             t[p + "post_attention_norm.weight"], t[p + "post_ffw_norm.weight"] = (e,), (e,)
     return t
 
@@ -129,6 +131,8 @@ def metadata(arch: str, s: dict, shape_name: str, qname: str) -> tuple[dict, dic
     if arch == "gemma2":  # Gemma 2's own values
         u32["attention.sliding_window"] = 4096
         f32["attn_logit_softcapping"], f32["final_logit_softcapping"] = 50.0, 30.0
+    if arch == "gemma3":  # Gemma 3 1B's window; five local layers in six (gemma3's default pattern)
+        u32["attention.sliding_window"] = 512
     types = {"general.architecture": VT.STRING, "general.name": VT.STRING}
     for k, v in u32.items():
         md[f"{arch}.{k}"], types[f"{arch}.{k}"] = v, VT.UINT32

@@ -13,7 +13,7 @@ from localrt.engine.loader import load_model
 from localrt.errors import InvalidModel, MissingTensor
 from localrt.models.quantize import quantize_model
 
-NEW = ["llama3_rope", "qwen3", "phi3", "phi3_short", "gemma2", "qwen3moe"]
+NEW = ["llama3_rope", "qwen3", "phi3", "phi3_short", "gemma2", "gemma3", "qwen3moe"]
 
 
 @pytest.mark.parametrize("name", NEW)
