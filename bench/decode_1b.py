@@ -2,13 +2,14 @@
 
     python3 bench/decode_1b.py FILE.gguf ... [--out bench/results/decode_1b.json] [--quiet]
 
-FILEs come from `bench/make_model.py`. Per file, ours then native, each in its own process (2 threads:
+FILEs come from `bench/make_model.py` (every arch's 1b shape, and qwen3moe's a3b MoE shape). Per file, ours then native, each in its own process (2 threads:
 NUMBA_NUM_THREADS=2 / `llama-bench -t 2`): ours loads with `localrt.engine.loader.load_model`, prefills a
 16-token prompt, then times 64 greedy single-token steps (best of 3), and one 128-token prefill (logits of the
 last token only, best of 3); native runs `llama-bench -m FILE -t 2 -p 128 -n 64 -r 3 -o json` (pp128 and tg64,
 from an empty context as ours). MBU = weight bytes one decode step reads x tok/s / the memory read bandwidth
 measured here first (a 2-thread Numba prange sum over a 2 GiB float32 array, best of 5). The bytes per token are
-every tensor of the file but the token embedding's unused rows; a tied embedding is read in full as the output.
+every tensor of the file but the token embedding's unused rows; a tied embedding is read in full as the output; of
+a MoE layer's stacked experts (`ffn_*_exps`) only expert_used_count / expert_count are read per token.
 With --quiet each timed process runs under /tmp/prof/quiet.sh (pauses the other processes on a shared machine).
 """
 from __future__ import annotations
@@ -60,10 +61,18 @@ def weight_bytes(path: str) -> dict:
         sizes = {name: int(t.data.nbytes) for name, t in f.tensors.items()}
         arch = f.metadata["general.architecture"]
         embd_rows = int(f.tensors["token_embd.weight"].shape[0])
+        n_expert = int(f.metadata.get(f"{arch}.expert_count", 0) or 0)
+        n_used = int(f.metadata.get(f"{arch}.expert_used_count", 0) or 0)
     total = sum(sizes.values())
     tied = "output.weight" not in sizes  # gemma2 never reads one; the others fall back to token_embd
     per_token = total if tied else total - sizes["token_embd.weight"] + sizes["token_embd.weight"] // embd_rows
-    return {"arch": arch, "file_tensor_bytes": total, "tied_output": tied, "bytes_per_token": per_token}
+    experts = sum(n for name, n in sizes.items() if "_exps." in name)  # (n_expert, rows, row bytes) each
+    if n_expert:
+        per_token -= experts - experts * n_used // n_expert  # one token reads its n_used experts' slices only
+    out = {"arch": arch, "file_tensor_bytes": total, "tied_output": tied, "bytes_per_token": per_token}
+    if n_expert:
+        out.update(n_expert=n_expert, n_expert_used=n_used, expert_tensor_bytes=experts)
+    return out
 
 
 def run_ours(path: str, repeats: int = REPEATS) -> dict:

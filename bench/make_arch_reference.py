@@ -2,11 +2,14 @@
 
     python3 bench/make_arch_reference.py            # writes tests/data/arch/{tokenizer.json,<case>.npz}
     python3 bench/make_arch_reference.py qwen3moe   # only the named cases (the others' files stay as they are)
+    python3 bench/make_arch_reference.py --redo     # recompute labels a case's file already has (default: add missing)
 
 Needs `llama-cpp-python` (the tests never do) and the installed SmolLM2 package (for its tokenizer, cut to
 archgen.VOCAB tokens and written once to tests/data/arch/tokenizer.json). For every archgen case, in F32 and
 Q8_0 weights, the GGUF is rebuilt from its seed, llama.cpp evaluates archgen.IDS in one batch (logits_all,
 n_ctx = the case's, 2 threads) and the logits of every position are stored as float16 (len(IDS), VOCAB).
+Labels q4_k_m and iq4_xs are llama.cpp on the F32 file quantized by `localrt create --quantize`'s own quantizer
+(localrt.models.quantize: llama-quantize's recipe, so K-quants mixed with Q5_0/Q8_0/Q6_K fallbacks on 64-wide rows).
 """
 from __future__ import annotations
 
@@ -58,24 +61,49 @@ def oracle_logits(path: Path, n_ctx: int) -> np.ndarray:
         llm.close()
 
 
+LABELS = {"f32": archgen.F32, "q8_0": archgen.Q8_0, "q4_k_m": "q4_K_M", "iq4_xs": "iq4_xs"}
+
+
+def case_file(d: Path, case: archgen.Case, label: str) -> Path:
+    """The case's GGUF for a label: archgen's own F32/Q8_0 file, or the F32 file through our quantizer."""
+    wtype = LABELS[label]
+    if isinstance(wtype, int):
+        return archgen.write(d / f"{case.name}-{label}.gguf", case, wtype)
+    from localrt.models.quantize import quantize_model
+
+    dst = d / f"{case.name}-{label}.gguf"
+    for _ in quantize_model(archgen.write(d / f"{case.name}-src.gguf", case, archgen.F32), dst, wtype):
+        pass
+    return dst
+
+
 def main() -> None:
     if not archgen.TOKENIZER_FILE.exists():
         write_tokenizer()
+    args = sys.argv[1:]
+    redo = "--redo" in args
+    args = [a for a in args if a != "--redo"]
     with tempfile.TemporaryDirectory() as d:
-        names = sys.argv[1:] or list(archgen.CASES)
+        names = args or list(archgen.CASES)
         unknown = [n for n in names if n not in archgen.CASES]
         if unknown:
             raise SystemExit(f"unknown case(s) {unknown}; the cases are {list(archgen.CASES)}")
         for case in (archgen.CASES[n] for n in names):
+            npz = archgen.DATA / f"{case.name}.npz"
             out = {}
-            for label, wtype in (("f32", archgen.F32), ("q8_0", archgen.Q8_0)):
-                path = archgen.write(Path(d) / f"{case.name}-{label}.gguf", case, wtype)
+            if npz.exists() and not redo:
+                with np.load(npz) as z:
+                    out = {k: z[k] for k in z.files}
+            for label in LABELS:
+                if label in out:
+                    continue
+                path = case_file(Path(d), case, label)
                 logits = oracle_logits(path, case.n_ctx)
                 out[label] = logits.astype(np.float16)
                 top2 = np.sort(logits, axis=1)[:, -2:]
                 print(f"{case.name:12s} {label:5s} range {np.ptp(logits, axis=1).mean():6.2f} "
                       f"top-2 gap min {np.min(top2[:, 1] - top2[:, 0]):.3f}")
-            np.savez_compressed(archgen.DATA / f"{case.name}.npz", **out)
+            np.savez_compressed(npz, **out)
 
 
 if __name__ == "__main__":

@@ -1,12 +1,16 @@
 """Random-weight GGUF files with the shapes of real 1B/3B models, quantized by our own quantizer, for speed runs.
 
-    python3 bench/make_model.py --out DIR [--shape 1b|3b] [--arch llama|qwen2|qwen3|phi3|gemma2] [--quant q8_0 q4_K_M]
+    python3 bench/make_model.py --out DIR [--shape 1b|3b|a3b] [--arch llama|qwen2|qwen3|phi3|gemma2|gemma3|qwen3moe]
+                                [--quant q8_0 q4_K_M]
 
 Writes DIR/<arch>-<shape>-<quant>.gguf (~0.8-3.5 GB each: keep DIR outside the repository). Shapes are Llama 3.2's:
 1b = n_embd 2048, 16 layers, 32 heads, 8 KV heads, n_ff 8192; 3b = 3072, 28 layers, 24 heads, 8 KV heads, n_ff 8192;
-every other arch gets the same shape with its own tensor layout (q/k/v biases for qwen2, q/k norms for qwen3, fused
-qkv and gate+up plus an untied output for phi3, sandwich norms and soft-capping for gemma2), as `tests/archgen.py`
-names them. The tokenizer is SmolLM2's (`tokenizer.ggml.*` copied from the installed file), so the vocabulary is
+every other dense arch gets the same shape with its own tensor layout (q/k/v biases for qwen2, q/k norms for qwen3,
+fused qkv and gate+up plus an untied output for phi3, sandwich norms and soft-capping for gemma2, q/k and sandwich
+norms with 512-token windows on five layers in six for gemma3), as
+`tests/archgen.py` names them. The MoE shape `a3b` (qwen3moe only, the default for it) is Qwen3-30B-A3B's layer cut to
+8 of its 48 layers and 64 of its 128 experts: n_embd 2048, 32 heads of 128, 4 KV heads, 64 experts of n_ff 768, 8
+routed per token (2.6B parameters, 0.46B active per token; 1.6 GB at Q4_K_M). The tokenizer is SmolLM2's (`tokenizer.ggml.*` copied from the installed file), so the vocabulary is
 SmolLM2's 49152 tokens, not Llama 3's 128256: the token embedding / output matrix is 49152 rows.
 
 Each tensor's type comes from `quant.recipe.plan` (llama-quantize's recipe, as `localrt create --quantize` uses
@@ -39,8 +43,12 @@ from quant.formats import GGMLType  # noqa: E402
 SHAPES = {
     "1b": dict(n_embd=2048, n_layer=16, n_head=32, n_head_kv=8, n_ff=8192),
     "3b": dict(n_embd=3072, n_layer=28, n_head=24, n_head_kv=8, n_ff=8192),
+    # Qwen3-30B-A3B's own layer (head_dim 128 > n_embd / n_head; feed_forward_length 6144 is unused by qwen3moe)
+    "a3b": dict(n_embd=2048, n_layer=8, n_head=32, n_head_kv=4, head_dim=128, n_ff=6144,
+                n_expert=64, n_expert_used=8, n_ff_exp=768),
 }
-ARCHS = ("llama", "qwen2", "qwen3", "phi3", "gemma2")
+ARCHS = ("llama", "qwen2", "qwen3", "phi3", "gemma2", "gemma3", "qwen3moe")
+MOE_SHAPES = ("a3b",)  # the shapes with experts: qwen3moe only, and qwen3moe only with one of these
 # per arch: rope base, rms eps, tied output (phi3 ships an output matrix; gemma2 always reads token_embd)
 ARCH_META = {
     "llama": (500000.0, 1e-5, True),
@@ -48,6 +56,8 @@ ARCH_META = {
     "qwen3": (1000000.0, 1e-6, True),
     "phi3": (10000.0, 1e-5, False),
     "gemma2": (10000.0, 1e-6, True),
+    "gemma3": (1000000.0, 1e-6, True),
+    "qwen3moe": (1000000.0, 1e-6, True),
 }
 STD = 0.02
 N_CTX_TRAIN = 8192
@@ -62,9 +72,13 @@ def smollm2_tokenizer() -> tuple[dict, dict]:
         return {k: f.metadata[k] for k in keys}, {k: f.metadata_types[k] for k in keys}
 
 
+def head_dim(s: dict) -> int:
+    return s.get("head_dim") or s["n_embd"] // s["n_head"]
+
+
 def tensor_shapes(arch: str, s: dict, tied: bool) -> dict[str, tuple[int, ...]]:
     """GGUF tensor name -> shape in NumPy order (rows = outputs), for the given arch and shape."""
-    e, ff, hd = s["n_embd"], s["n_ff"], s["n_embd"] // s["n_head"]
+    e, ff, hd = s["n_embd"], s["n_ff"], head_dim(s)
     q, kv = s["n_head"] * hd, s["n_head_kv"] * hd
     t = {"token_embd.weight": (s["n_vocab"], e), "output_norm.weight": (e,)}
     if not tied:
@@ -80,32 +94,45 @@ def tensor_shapes(arch: str, s: dict, tied: bool) -> dict[str, tuple[int, ...]]:
             t[p + "attn_q.weight"], t[p + "attn_k.weight"], t[p + "attn_v.weight"] = (q, e), (kv, e), (kv, e)
         if arch == "qwen2":
             t[p + "attn_q.bias"], t[p + "attn_k.bias"], t[p + "attn_v.bias"] = (q,), (kv,), (kv,)
-        if arch == "qwen3":
+        if arch in ("qwen3", "qwen3moe", "gemma3"):
             t[p + "attn_q_norm.weight"], t[p + "attn_k_norm.weight"] = (hd,), (hd,)
         t[p + "attn_output.weight"] = (e, q)
         t[p + "ffn_norm.weight"] = (e,)
-        if arch == "phi3":
+        if arch == "qwen3moe":  # GGUF's stacked experts: (n_expert, rows, cols); the router stays F32
+            n, f = s["n_expert"], s["n_ff_exp"]
+            t[p + "ffn_gate_inp.weight"] = (n, e)
+            t[p + "ffn_gate_exps.weight"], t[p + "ffn_up_exps.weight"] = (n, f, e), (n, f, e)
+            t[p + "ffn_down_exps.weight"] = (n, e, f)
+        elif arch == "phi3":
             t[p + "ffn_up.weight"] = (2 * ff, e)
         else:
             t[p + "ffn_gate.weight"], t[p + "ffn_up.weight"] = (ff, e), (ff, e)
-        t[p + "ffn_down.weight"] = (e, ff)
-        if arch == "gemma2":
+        if arch != "qwen3moe":
+            t[p + "ffn_down.weight"] = (e, ff)
+        if arch in ("gemma2", "gemma3"):
             t[p + "post_attention_norm.weight"], t[p + "post_ffw_norm.weight"] = (e,), (e,)
     return t
 
 
 def metadata(arch: str, s: dict, shape_name: str, qname: str) -> tuple[dict, dict]:
     base, eps, _ = ARCH_META[arch]
-    hd = s["n_embd"] // s["n_head"]
+    hd = head_dim(s)
     # not the arch in the name: llama.cpp (and we, as it does) key Phi-3's EOG token attributes on "phi3" in it
     md = {"general.architecture": arch, "general.name": f"random weights, {shape_name} shape"}
     u32 = {"block_count": s["n_layer"], "context_length": N_CTX_TRAIN, "embedding_length": s["n_embd"],
            "feed_forward_length": s["n_ff"], "attention.head_count": s["n_head"],
            "attention.head_count_kv": s["n_head_kv"], "rope.dimension_count": hd, "vocab_size": s["n_vocab"]}
     f32 = {"rope.freq_base": base, "attention.layer_norm_rms_epsilon": eps}
+    if hd != s["n_embd"] // s["n_head"]:
+        u32["attention.key_length"] = u32["attention.value_length"] = hd
+    if "n_expert" in s:
+        u32.update(expert_count=s["n_expert"], expert_used_count=s["n_expert_used"],
+                   expert_feed_forward_length=s["n_ff_exp"])
     if arch == "gemma2":  # Gemma 2's own values
         u32["attention.sliding_window"] = 4096
         f32["attn_logit_softcapping"], f32["final_logit_softcapping"] = 50.0, 30.0
+    if arch == "gemma3":  # Gemma 3 1B's window; five local layers in six (gemma3's default pattern)
+        u32["attention.sliding_window"] = 512
     types = {"general.architecture": VT.STRING, "general.name": VT.STRING}
     for k, v in u32.items():
         md[f"{arch}.{k}"], types[f"{arch}.{k}"] = v, VT.UINT32
@@ -134,11 +161,13 @@ def blocks(name: str, shape: tuple[int, ...], target: int, cache: Path | None, s
     path = cache / f"{_kind(name)}_{'x'.join(map(str, shape))}_{target}_{seed}.npy" if cache else None
     if path is not None and path.exists():
         return np.load(path, mmap_mode="r")
-    x = draw(_kind(name) if cache else name, shape, seed)  # (rows, cols) float32
-    out = np.empty((shape[0], quant.row_bytes(target, shape[1])), np.uint8)  # (rows, target row bytes)
-    step = max(1, _CHUNK_ELEMENTS // shape[1])
-    for a in range(0, shape[0], step):
+    rows, cols = int(np.prod(shape[:-1])), shape[-1]  # a 3-D expert tensor: every expert's rows in turn
+    x = draw(_kind(name) if cache else name, shape, seed).reshape(rows, cols)  # (rows, cols) float32
+    out = np.empty((rows, quant.row_bytes(target, cols)), np.uint8)  # (rows, target row bytes)
+    step = max(1, _CHUNK_ELEMENTS // cols)
+    for a in range(0, rows, step):
         out[a:a + step] = quant.quantize(x[a:a + step], target)
+    out = out.reshape(*shape[:-1], out.shape[-1])  # (..., rows, target row bytes)
     if path is not None:
         np.save(path, out)
     return out
@@ -146,7 +175,7 @@ def blocks(name: str, shape: tuple[int, ...], target: int, cache: Path | None, s
 
 def vector(name: str, shape: tuple[int, ...], arch: str, s: dict, seed: int) -> np.ndarray:
     if name == "rope_freqs.weight":  # Llama 3.2's rope scaling (factor 32, low 1, high 4, original 8192)
-        return archgen.llama3_rope_freqs(s["n_embd"] // s["n_head"], ARCH_META[arch][0], 32.0, 1.0, 4.0, 8192)
+        return archgen.llama3_rope_freqs(head_dim(s), ARCH_META[arch][0], 32.0, 1.0, 4.0, 8192)
     if name.endswith(".bias"):
         return draw(name, shape, seed)
     return np.ones(shape, np.float32)  # norms = 1 (Gemma's +1 is already in the file's weights)
@@ -157,8 +186,8 @@ def write(out: Path, arch: str, shape_name: str, qname: str, distinct: bool = Fa
     tied = ARCH_META[arch][2]
     shapes = tensor_shapes(arch, s, tied)
     md, types = metadata(arch, s, shape_name, qname)
-    targets = recipe.plan([(n, sh, GGMLType.F16 if len(sh) > 1 else GGMLType.F32) for n, sh in shapes.items()],
-                          md, qname)
+    source = {n: GGMLType.F16 if len(sh) > 1 and "ffn_gate_inp" not in n else GGMLType.F32 for n, sh in shapes.items()}
+    targets = recipe.plan([(n, sh, source[n]) for n, sh in shapes.items()], md, qname)
     cache = None if distinct else out / "_blocks"
     if cache:
         cache.mkdir(parents=True, exist_ok=True)
@@ -181,11 +210,14 @@ def write(out: Path, arch: str, shape_name: str, qname: str, distinct: bool = Fa
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", required=True, type=Path)
-    ap.add_argument("--shape", choices=sorted(SHAPES), default="1b")
+    ap.add_argument("--shape", choices=sorted(SHAPES), help="default 1b (a3b for qwen3moe)")
     ap.add_argument("--arch", choices=ARCHS, default="llama")
     ap.add_argument("--quant", nargs="+", default=["q8_0", "q4_K_M"])
     ap.add_argument("--distinct", action="store_true", help="draw and quantize every tensor afresh (slow)")
     args = ap.parse_args()
+    args.shape = args.shape or ("a3b" if args.arch == "qwen3moe" else "1b")
+    if (args.arch == "qwen3moe") != (args.shape in MOE_SHAPES):
+        sys.exit(f"--shape {args.shape} is not a shape for --arch {args.arch} (qwen3moe takes {', '.join(MOE_SHAPES)})")
     args.out.mkdir(parents=True, exist_ok=True)
     if ROOT in args.out.resolve().parents or args.out.resolve() == ROOT:
         sys.exit("--out must be outside the repository (the files are gigabytes)")

@@ -3,8 +3,8 @@
 `simd_kernels.ops` (norms, RoPE, softmax, attention) lives beside these and is imported on its own.
 """
 from . import _cache_guard
-from .api import BLOCKS, MUL, ROWS, KernelArgumentError, get_rows, matmul, matvec
+from .api import BLOCKS, EXPERTS, MUL, ROWS, KernelArgumentError, get_rows, matmul, matvec
 
 _cache_guard.check(MUL[8])
 
-__all__ = ["BLOCKS", "MUL", "ROWS", "KernelArgumentError", "get_rows", "matmul", "matvec"]
+__all__ = ["BLOCKS", "EXPERTS", "MUL", "ROWS", "KernelArgumentError", "get_rows", "matmul", "matvec"]

@@ -12,6 +12,7 @@ import numpy as np
 
 from . import dequant, floats, iquants, kquants, legacy
 from .checks import KernelArgumentError
+from .simd import EXPERTS as _EXPERTS_BY_NAME
 from .threads import use_threads_for
 
 F32, F16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 = 0, 1, 2, 3, 6, 7, 8
@@ -33,6 +34,10 @@ MUL = {
     Q2_K: kquants.mul_q2_k, Q3_K: kquants.mul_q3_k, Q4_K: kquants.mul_q4_k, Q5_K: kquants.mul_q5_k,
     Q6_K: kquants.mul_q6_k, IQ4_NL: iquants.mul_iq4_nl, IQ4_XS: iquants.mul_iq4_xs,
 }
+
+# experts(w (n_expert * rows, row_bytes), rows, x (n_x, cols) f32, experts (n_pair,) int64, xrow (n_pair,) int64,
+# out (n_pair, rows) f32): out[p] = expert experts[p]'s rows . x[xrow[p]], as MUL computes each of them (simd.py)
+EXPERTS = {t: _EXPERTS_BY_NAME[k.py_func.__name__] for t, k in MUL.items() if k.py_func.__name__ in _EXPERTS_BY_NAME}
 
 # rows(w, ids (n,) int64, out (n, cols) f32): dequantize the selected rows
 ROWS = {

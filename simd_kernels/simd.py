@@ -414,7 +414,35 @@ def _fused_template(w, x, out):
                 t += 1
 
 
+def _experts_template(w, rows, x, experts, xrow, out):
+    xq, xd, xs = QUANTIZE(x)  # noqa: F821 (bound by fused_kernel)
+    for j in prange(experts.shape[0] * rows):  # every (pair, row): one flat loop, evenly split over threads
+        p = j // rows
+        r = j - p * rows
+        (out[p, r],) = ROWDOT1(w[experts[p] * rows + r], xq, xd, xs, xrow[p])  # noqa: F821
+
+
+EXPERTS = {}  # MUL kernel name -> its selected-experts kernel (see fused_kernel)
+
+
 def fused_kernel(name, doc, quantize, rowdot1, rowdot4, module):
+    """_fused_kernel's matmul kernel; its selected-experts sibling of the same row dots goes in EXPERTS[name].
+
+    EXPERTS[name](w, rows, x, experts, xrow, out): w uint8 (n_expert * rows, row_bytes), the stacked experts'
+    raw rows; x float32 (n_x, cols); experts, xrow int64 (n_pair,); out float32 (n_pair, rows) with
+    out[p] = expert experts[p]'s (rows, cols) matrix . x[xrow[p]]. One call for all the experts a batch chose
+    (x quantized once); every product is rowdot1's, as the matmul kernel computes each token (rowdot4 sums
+    each of its 4 tokens exactly as rowdot1 does), so a pair's result is the matmul kernel's for that token."""
+    globs = {**globals(), "QUANTIZE": quantize, "ROWDOT1": rowdot1, "ROWDOT4": rowdot4}
+    ename = name.replace("mul_", "experts_", 1)
+    code = _experts_template.__code__.replace(co_name=ename, co_qualname=ename)
+    fn = FunctionType(code, globs, ename)
+    fn.__qualname__, fn.__module__ = ename, module
+    EXPERTS[name] = njit(cache=True, nogil=True, parallel=True)(fn)
+    return _fused_kernel(name, doc, quantize, rowdot1, rowdot4, module)
+
+
+def _fused_kernel(name, doc, quantize, rowdot1, rowdot4, module):
     """The kernel name(w, x, out) = @njit(cache=True, nogil=True, parallel=True) of _fused_template.
 
     w: uint8 (rows, row_bytes) raw blocks; x: float32 (n_tok, cols); out: float32 (n_tok, rows).

@@ -1,14 +1,15 @@
 """Tiny random-weight GGUF files of every architecture family the engine runs, rebuilt bit for bit from a seed.
 
-`bench/make_arch_reference.py` runs llama.cpp once on each (F32 and Q8_0 weights) and stores its logits in
-`tests/data/arch/`; `tests/test_arch_fixtures.py` rebuilds the same files here and compares the engine with
+`bench/make_arch_reference.py` runs llama.cpp once on each (F32 and Q8_0 weights, and the F32 file through our
+quantizer at Q4_K_M and IQ4_XS) and stores its logits in `tests/data/arch/`; `tests/test_arch_fixtures.py` rebuilds the same files here and compares the engine with
 them, so the tests never need llama.cpp. The tokenizer is SmolLM2's own byte-level BPE (`tokenizer.ggml.*`),
 cut to its first VOCAB tokens and the merges among them (`tests/data/arch/tokenizer.json`, written by the
 bench script from the installed SmolLM2 file), so both runtimes load a real tokenizer of a small vocabulary.
 
 Each Case names what it exercises: q/k/v biases (qwen2), llama3 rope factors (`rope_freqs`), q/k norms
 (qwen3), fused qkv and gate+up with longrope factors and partial rotary (phi3), soft-capping, sandwich norms
-and alternating sliding windows (gemma2), top-k routing over stacked 3-D expert tensors (qwen3moe). The shapes are GGUF's (NumPy order: rows = outputs).
+and alternating sliding windows (gemma2), q/k norms with sandwich norms, five local layers in six and a local
+rope base of its own (gemma3), top-k routing over stacked 3-D expert tensors (qwen3moe). The shapes are GGUF's (NumPy order: rows = outputs).
 """
 from __future__ import annotations
 
@@ -50,12 +51,13 @@ class Case:
     tied: bool = True
     llama3_rope: tuple = ()  # (factor, low_freq_factor, high_freq_factor, original context): a rope_freqs tensor
     longrope: bool = False  # phi3: rope_factors_long/short and rope.scaling.attn_factor
-    window: int = 0  # gemma2 sliding window (even layers local)
+    window: int = 0  # sliding window: gemma2's even layers local, gemma3's layers il % 6 < 5
     attn_softcap: float = 0.0
     final_softcap: float = 0.0
     n_expert: int = 0  # qwen3moe: experts per layer, routed top-n_expert_used, each n_ff_exp wide
     n_expert_used: int = 0
     n_ff_exp: int = 0
+    embd_std: float = 1.0  # token_embd's scale (gemma multiplies it by sqrt(n_embd) on the way in)
     extra: dict = field(default_factory=dict)  # more `<arch>.<suffix>`: value keys
     seed: int = 0
 
@@ -77,6 +79,9 @@ CASES = {c.name: c for c in (
     Case("phi3_short", "phi3", n_rot=12, longrope=True, n_ctx=256, seed=6),
     Case("phi3_long", "phi3", n_rot=12, longrope=True, n_ctx=512, seed=6),
     Case("gemma2", "gemma2", window=4, attn_softcap=1.0, final_softcap=25.0, eps=1e-6, seed=7),
+    # Gemma 3 (1B/270M style): layers 0-4 local with rope base 10000 (gemma3's fixed rope.freq_base_swa), layer 5
+    # global with the file's base; q/k norms, no soft-capping.
+    Case("gemma3", "gemma3", n_layer=6, window=4, rope_base=1000000.0, eps=1e-6, seed=9, embd_std=0.2),
     # Qwen 3 30B-A3B style, in miniature: 8 experts, 2 per token, each 32 wide (feed_forward_length unused).
     Case("qwen3moe", "qwen3moe", n_expert=8, n_expert_used=2, n_ff_exp=32, seed=8),
 )}
@@ -117,7 +122,7 @@ def weights(case: Case) -> dict[str, np.ndarray]:
     def bias(n):
         return (0.5 * rng.standard_normal(n)).astype(np.float32)
 
-    w = {"token_embd.weight": mat(VOCAB, case.n_embd, 1.0), "output_norm.weight": norm(case.n_embd)}
+    w = {"token_embd.weight": mat(VOCAB, case.n_embd, case.embd_std), "output_norm.weight": norm(case.n_embd)}
     if not case.tied:
         w["output.weight"] = mat(VOCAB, case.n_embd, 1.0)  # logits of a few units: clear top-2 gaps
     if case.llama3_rope:
@@ -136,7 +141,7 @@ def weights(case: Case) -> dict[str, np.ndarray]:
             w[p + "attn_v.weight"] = mat(kv_out, case.n_embd)
         if case.biases:
             w[p + "attn_q.bias"], w[p + "attn_k.bias"], w[p + "attn_v.bias"] = bias(q_out), bias(kv_out), bias(kv_out)
-        if case.arch in ("qwen3", "qwen3moe"):
+        if case.arch in ("qwen3", "qwen3moe", "gemma3"):
             w[p + "attn_q_norm.weight"], w[p + "attn_k_norm.weight"] = norm(case.head_dim), norm(case.head_dim)
         w[p + "attn_output.weight"] = mat(case.n_embd, q_out)
         w[p + "ffn_norm.weight"] = norm(case.n_embd)
@@ -153,7 +158,7 @@ def weights(case: Case) -> dict[str, np.ndarray]:
             w[p + "ffn_up.weight"] = mat(case.n_ff, case.n_embd)
         if not case.n_expert:
             w[p + "ffn_down.weight"] = mat(case.n_embd, case.n_ff)
-        if case.arch == "gemma2":
+        if case.arch in ("gemma2", "gemma3"):
             w[p + "post_attention_norm.weight"], w[p + "post_ffw_norm.weight"] = norm(case.n_embd), norm(case.n_embd)
     return w
 

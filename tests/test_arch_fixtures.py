@@ -2,8 +2,9 @@
 
 The GGUF files are rebuilt here from their seeds; llama.cpp's logits for archgen.IDS (one batched prefill)
 were stored by bench/make_arch_reference.py in tests/data/arch/<case>.npz, as float16. With F32 weights
-every position must agree within 1% of that position's logit range; with Q8_0 weights (activations quantized
-to 8 bits on both sides) the top-1 token must agree wherever llama.cpp's top-2 gap is clear. Each feature a
+every position must agree within 1% of that position's logit range; with quantized weights (archgen's Q8_0 file,
+and the F32 file through `create --quantize`'s quantizer at Q4_K_M and IQ4_XS; activations quantized to 8 bits on
+both sides) the top-1 token must agree wherever llama.cpp's top-2 gap is clear. Each feature a
 case exists for is also switched off once, to show the comparison would catch its absence.
 """
 from __future__ import annotations
@@ -16,6 +17,7 @@ import pytest
 import archgen
 from localrt.engine.backends.backend import QTensor
 from localrt.engine.loader import load_model
+from localrt.models.quantize import quantize_model
 
 CHECKED = list(archgen.CASES)
 F32_TOLERANCE = 0.01  # of each position's logit range (max - min)
@@ -27,8 +29,14 @@ def _reference(case: archgen.Case, label: str) -> np.ndarray:
         return z[label].astype(np.float32)  # (n_tok, n_vocab)
 
 
-def _model(tmp_path, case: archgen.Case, wtype: int):
-    path = archgen.write(tmp_path / f"{case.name}-{wtype}.gguf", case, wtype)
+def _model(tmp_path, case: archgen.Case, wtype: int | str):
+    """The case loaded in archgen's F32/Q8_0 file (an int type), or quantized by quantize_model (a level name)."""
+    if isinstance(wtype, int):
+        path = archgen.write(tmp_path / f"{case.name}-{wtype}.gguf", case, wtype)
+    else:
+        path = tmp_path / f"{case.name}-{wtype}.gguf"
+        for _ in quantize_model(archgen.write(tmp_path / f"{case.name}-src.gguf", case, archgen.F32), path, wtype):
+            pass
     return load_model(path, num_ctx=case.n_ctx, num_gpu=0)
 
 
@@ -52,16 +60,20 @@ def test_f32_logits_agree_with_llamacpp(tmp_path, name):
     assert err < F32_TOLERANCE, f"{name}: max error {err:.2%} of the logit range"
 
 
+QUANTIZED = {"q8_0": archgen.Q8_0, "q4_k_m": "q4_K_M", "iq4_xs": "iq4_xs"}  # fixture label -> file
+
+
+@pytest.mark.parametrize("label", list(QUANTIZED))
 @pytest.mark.parametrize("name", CHECKED)
-def test_q8_0_top1_agrees_where_the_gap_is_clear(tmp_path, name):
+def test_quantized_top1_agrees_where_the_gap_is_clear(tmp_path, name, label):
     case = archgen.CASES[name]
-    ref = _reference(case, "q8_0")
-    ours = _logits(_model(tmp_path, case, archgen.Q8_0))
+    ref = _reference(case, label)
+    ours = _logits(_model(tmp_path, case, QUANTIZED[label]))
     top2 = np.sort(ref, axis=1)[:, -2:]
     clear = top2[:, 1] - top2[:, 0] > CLEAR_GAP
     assert clear.sum() >= len(archgen.IDS) // 2, "too few clear positions for the check to mean anything"
     agree = ours.argmax(axis=1) == ref.argmax(axis=1)
-    assert agree[clear].all(), f"{name}: top-1 differs at clear positions {np.flatnonzero(clear & ~agree).tolist()}"
+    assert agree[clear].all(), f"{name} {label}: top-1 differs at clear positions {np.flatnonzero(clear & ~agree).tolist()}"
 
 
 @pytest.mark.parametrize("name", CHECKED)
@@ -126,6 +138,9 @@ ABLATIONS = {
     "qwen3moe routing": ("qwen3moe", _router_off),
     "qwen3moe top-k": ("qwen3moe", _config(n_expert_used=3)),
     "qwen3moe renormalised expert weights": ("qwen3moe", _config(expert_weights_norm=False)),
+    "gemma3 sliding window": ("gemma3", _config(windows=(0,) * 6)),
+    "gemma3 local rope base": ("gemma3", lambda m: _config(rope_base_swa=m.config.rope_base)(m)),
+    "gemma3 q/k norms": ("gemma3", _layers(attn_q_norm=None, attn_k_norm=None)),
     "gemma2 post norms": ("gemma2", _layers(post_attention_norm=np.ones(64, np.float32), post_ffw_norm=np.ones(64, np.float32))),
 }
 

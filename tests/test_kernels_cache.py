@@ -49,3 +49,33 @@ def test_generated_kernels_load_from_cache_in_a_new_process() -> None:
         done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env, check=True)
     misses = json.loads(done.stdout.strip().splitlines()[-1])
     assert misses == {str(t): 0 for t in sorted(GENERATED)}, "kernels recompiled in a fresh process"
+
+
+_EXPERTS_PROBE = """
+import json, numpy as np, simd_kernels as sk
+calls = {}
+for t in TYPES:
+    per, size = sk.BLOCKS[t]
+    w = np.zeros((8, 256 // per * size), np.uint8)  # (2 experts * 4 rows, 256 elements)
+    w.flags.writeable = False  # as the mmap's weights
+    ids = np.zeros(1, np.int64)
+    sk.EXPERTS[t](w, 4, np.zeros((1, 256), np.float32), ids, ids, np.empty((1, 4), np.float32))
+    calls[t] = len(sk.EXPERTS[t].stats.cache_misses)
+print(json.dumps(calls))
+"""
+
+
+def test_experts_kernels_are_generated_beside_each_format_and_load_from_cache() -> None:
+    """simd.fused_kernel makes each format's selected-experts kernel too (qwen3moe's decode); they cache as MUL's do."""
+    assert sorted(sk.EXPERTS) == sorted(GENERATED)
+    assert all(k.__name__ == GENERATED[t].__name__.replace("mul_", "experts_") for t, k in sk.EXPERTS.items())
+    root = Path(sk.__file__).resolve().parents[1]
+    if not os.access(Path(sk.__file__).parent, os.W_OK):
+        pytest.skip("the package directory is read-only: Numba cannot cache here")
+    types = [8, 12]  # a legacy and a K-quant row dot: the two kinds of generated code (compiling all would be slow)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")])}
+    for _ in range(2):  # the first run fills the cache (a no-op when earlier tests or runs did)
+        done = subprocess.run([sys.executable, "-c", _EXPERTS_PROBE.replace("TYPES", repr(types))],
+                              capture_output=True, text=True, env=env, check=True)
+    misses = json.loads(done.stdout.strip().splitlines()[-1])
+    assert misses == {str(t): 0 for t in types}, "experts kernels recompiled in a fresh process"

@@ -105,8 +105,14 @@ class _Recording:
         self.read.append(w.name)
         return self.inner.linear(w, x, out, **kw)
 
+    def linear_experts(self, w, rows, x, experts, xrow):
+        self.read += [f"{w.name}[{e}]" for e in experts]  # the stacked tensor: the experts whose rows it reads
+        return self.inner.linear_experts(w, rows, x, experts, xrow)
 
-def test_a_token_reads_only_its_routed_experts(moe_file):
+
+@pytest.mark.parametrize("pairs", [True, False], ids=["one call per weight", "grouped by expert"])
+def test_a_token_reads_only_its_routed_experts(moe_file, monkeypatch, pairs):
+    monkeypatch.setattr(moe, "PAIRS_MAX_TOKENS", 8 if pairs else 0)
     model = load_model(moe_file, num_ctx=64, num_gpu=0)
     try:
         L = model.weights.layers[0]
@@ -115,8 +121,27 @@ def test_a_token_reads_only_its_routed_experts(moe_file):
         assert chosen.shape == (1, 2) and weights.sum() == pytest.approx(1.0, abs=1e-6)
         rec = _Recording(model.backend)
         moe.moe_ffn(rec, model.config, L, h)
-        want = ["blk.0.ffn_gate_inp.weight"] + [f"blk.0.ffn_{k}_exps.weight[{e}]" for e in sorted(chosen[0]) for k in ("gate", "up", "down")]
-        assert rec.read == want
+        if pairs:  # rank order, each weight once for both
+            want = [f"blk.0.ffn_{k}_exps.weight[{e}]" for k in ("gate", "up", "down") for e in chosen[0]]
+        else:
+            want = [f"blk.0.ffn_{k}_exps.weight[{e}]" for e in sorted(chosen[0]) for k in ("gate", "up", "down")]
+        assert rec.read == ["blk.0.ffn_gate_inp.weight"] + want
+    finally:
+        model.close()
+
+
+def test_both_paths_compute_the_same_bits(moe_file, monkeypatch):
+    """Six tokens' MoE FFN through the fused pairs call and grouped by expert: identical outputs, so where the
+    batch size switches paths a token's result does not move."""
+    model = load_model(moe_file, num_ctx=64, num_gpu=0)
+    try:
+        L = model.weights.layers[1]
+        m = np.ascontiguousarray(model.backend.embed(model.weights.token_embd, np.array(archgen.IDS[:6])))  # (6, n_embd)
+        monkeypatch.setattr(moe, "PAIRS_MAX_TOKENS", 8)
+        fused = moe.moe_ffn(model.backend, model.config, L, m)
+        monkeypatch.setattr(moe, "PAIRS_MAX_TOKENS", 0)
+        grouped = moe.moe_ffn(model.backend, model.config, L, m)
+        np.testing.assert_array_equal(fused, grouped)
     finally:
         model.close()
 
@@ -153,3 +178,27 @@ def test_mixture_of_experts_layers_stay_on_the_cpu(moe_file):
         assert plan.gpu_layers == () and not plan.output and "mixture-of-experts" in plan.reason
     finally:
         model.close()
+
+
+@pytest.mark.parametrize("ggml_type", [8, 12, 14, 23], ids=["Q8_0", "Q4_K", "Q6_K", "IQ4_XS"])
+def test_the_experts_kernel_is_the_matmul_kernel_per_pair(ggml_type):
+    """simd_kernels.EXPERTS against MUL on each expert's rows: bit for bit, whether MUL ran the token alone (one-token
+    row dots) or among 5 (4-token row dots), so a pair computes as that token would in any batch."""
+    import quant
+    import simd_kernels
+
+    rng = np.random.default_rng(ggml_type)
+    n_expert, rows, cols = 4, 8, 256
+    w = quant.quantize(rng.standard_normal((n_expert * rows, cols)).astype(np.float32), ggml_type)  # (32, row bytes)
+    x = rng.standard_normal((5, cols)).astype(np.float32)  # (n_x, cols)
+    experts = np.array([3, 0, 3, 1, 2, 0, 1], np.int64)  # (n_pair,)
+    xrow = np.array([0, 0, 1, 4, 2, 3, 4], np.int64)  # (n_pair,)
+    out = np.empty((len(experts), rows), np.float32)  # (n_pair, rows)
+    simd_kernels.EXPERTS[ggml_type](w, rows, x, experts, xrow, out)
+    for p, (e, t) in enumerate(zip(experts, xrow)):
+        w_e = w[e * rows : (e + 1) * rows]
+        alone, among = np.empty((1, rows), np.float32), np.empty((5, rows), np.float32)
+        simd_kernels.MUL[ggml_type](w_e, np.ascontiguousarray(x[t : t + 1]), alone)
+        simd_kernels.MUL[ggml_type](w_e, x, among)
+        np.testing.assert_array_equal(out[p], alone[0])
+        np.testing.assert_array_equal(out[p], among[t])

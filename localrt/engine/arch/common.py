@@ -86,6 +86,13 @@ def add_norm_next(dev, nxt, x, delta, norm_w, eps: float, h):
     return x, h
 
 
+class Experts(list):
+    """The per-expert (rows, cols) views of a stacked expert tensor, and `stacked`: the whole tensor as one
+    (n_expert * rows, cols) QTensor (the same raw rows), for a kernel that reads only the chosen experts' rows."""
+
+    stacked: QTensor
+
+
 class TensorSource:
     """Looks tensors up by GGUF name; a missing required one is a MissingTensor naming it."""
 
@@ -100,14 +107,17 @@ class TensorSource:
         self.backend.check(t)
         return t
 
-    def experts(self, name: str, n_expert: int, rows: int, cols: int) -> list[QTensor]:
+    def experts(self, name: str, n_expert: int, rows: int, cols: int) -> Experts:
         """Each expert's (rows, cols) slice of a stacked (n_expert, rows, cols) weight, viewed in place: its raw
         block rows e * rows .. (e + 1) * rows of the file's (n_expert * rows, row_bytes) data, not a copy."""
         t = self._get(name)
         if t.shape != (n_expert, rows, cols) or t.data.shape[0] != n_expert * rows:
             raise ModelLoadError(f"tensor {name!r} has shape {t.shape}, expected {(n_expert, rows, cols)}")
         self.backend.check(t)
-        return [QTensor(f"{name}[{e}]", t.ggml_type, (rows, cols), t.data[e * rows : (e + 1) * rows]) for e in range(n_expert)]
+        views = Experts(QTensor(f"{name}[{e}]", t.ggml_type, (rows, cols), t.data[e * rows : (e + 1) * rows])
+                        for e in range(n_expert))
+        views.stacked = QTensor(name, t.ggml_type, (n_expert * rows, cols), t.data)  # every expert's rows in turn
+        return views
 
     def vector(self, name: str, n: int, required: bool = True) -> np.ndarray | None:
         if not required and name not in self.tensors:

@@ -4,10 +4,14 @@ probs = softmax(ffn_gate_inp . m) over all experts; the k = expert_used_count ex
 probs renormalised to sum to 1 where the family says so (the sum clamped below at F16's smallest normal, as
 llama.cpp); out = sum over ranks (highest prob first) of weight * Wdown_e . (silu(Wgate_e m) * Wup_e m).
 
-Only the selected experts' weights are read. Tokens are grouped by expert and each group goes through the
-per-row fused kernel over that expert's 2-D view (`Backend.linear(per_row=True)`), so a token's products do not
-depend on how many other tokens chose the same expert; each token then sums its own k results in rank order,
-never in group order. A token's output is therefore the same in any batch (batch invariance).
+Only the selected experts' weights are read. A small batch (decode) goes through one fused call per weight for
+all its (token, expert) pairs (`Backend.linear_experts`: the activations quantized once, a flat parallel loop
+over the pairs' rows), instead of three kernel calls per chosen expert. A larger one is grouped by expert and
+each group goes through the per-row fused kernel over that expert's 2-D view (`Backend.linear(per_row=True)`),
+which reads each expert's rows once per 4 of its tokens. Both compute every (token, expert) product exactly as a
+one-token call does, so a token's products do not depend on how many other tokens chose the same expert or on
+which path ran; each token then sums its own k results in rank order. A token's output is therefore the same in
+any batch (batch invariance).
 """
 from __future__ import annotations
 
@@ -16,6 +20,9 @@ import numpy as np
 from .common import Layer
 
 WEIGHT_SUM_MIN = np.float32(6.103515625e-5)  # llama.cpp's clamp of the top-k sum before dividing by it
+# Tokens up to which the pairs go through one fused call per weight; above, grouping by expert shares each expert's
+# rows among its tokens (4 per decoded block), which wins once experts get several tokens each.
+PAIRS_MAX_TOKENS = 8
 
 
 def route(be, cfg, L: Layer, m: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -34,6 +41,10 @@ def moe_ffn(be, cfg, L: Layer, m: np.ndarray) -> np.ndarray:
     """The routed experts' weighted SwiGLU FFNs for m (n_tok, n_embd) -> (n_tok, n_embd)."""
     n, k = m.shape[0], cfg.n_expert_used
     chosen, weights = route(be, cfg, L, m)
+    if n <= PAIRS_MAX_TOKENS and hasattr(be, "linear_experts"):
+        out = _pairs(be, cfg, L, m, chosen, weights)
+        if out is not None:
+            return out
     per_rank = np.empty((k, n, cfg.n_embd), np.float32)  # (k, n_tok, n_embd): token t's rank-r expert output
     for e in np.unique(chosen):
         tok, rank = np.nonzero(chosen == e)  # the tokens routed to expert e, and at which rank
@@ -47,4 +58,28 @@ def moe_ffn(be, cfg, L: Layer, m: np.ndarray) -> np.ndarray:
     out = per_rank[0].copy()  # (n_tok, n_embd)
     for r in range(1, k):  # llama.cpp's order: ((e_0 + e_1) + e_2) + ...
         out += per_rank[r]
+    return out
+
+
+def _pairs(be, cfg, L: Layer, m: np.ndarray, chosen: np.ndarray, weights: np.ndarray) -> np.ndarray | None:
+    """moe_ffn's result by one fused call per expert weight over every (token, rank) pair; None where a weight's
+    format has no fused experts kernel."""
+    n, k, f = m.shape[0], cfg.n_expert_used, cfg.n_ff_exp
+    if any(getattr(t, "stacked", None) is None for t in (L.ffn_gate_exps, L.ffn_up_exps, L.ffn_down_exps)):
+        return None
+    experts = chosen.reshape(-1).astype(np.int64)  # (n_tok * k,) pair t * k + r: token t's rank-r expert
+    tokens = np.repeat(np.arange(n, dtype=np.int64), k)  # (n_tok * k,) the token of each pair
+    gate = be.linear_experts(L.ffn_gate_exps.stacked, f, m, experts, tokens)  # (n_pair, n_ff_exp)
+    up = be.linear_experts(L.ffn_up_exps.stacked, f, m, experts, tokens) if gate is not None else None
+    if up is None:
+        return None
+    be.ops.swiglu(gate, up, gate)
+    down = be.linear_experts(L.ffn_down_exps.stacked, cfg.n_embd, gate, experts, np.arange(n * k, dtype=np.int64))
+    if down is None:
+        return None
+    down *= weights.reshape(-1, 1)  # (n_pair, n_embd) each pair's weighted output
+    per_rank = down.reshape(n, k, cfg.n_embd)  # (n_tok, k, n_embd)
+    out = per_rank[:, 0].copy()  # (n_tok, n_embd)
+    for r in range(1, k):  # llama.cpp's order: ((e_0 + e_1) + e_2) + ...
+        out += per_rank[:, r]
     return out

@@ -206,6 +206,27 @@ class CPUBackend:
 
         team.run(part)
 
+    def linear_experts(self, w: QTensor, rows: int, x: np.ndarray, experts: np.ndarray, xrow: np.ndarray) -> np.ndarray | None:
+        """out (n_pair, rows): out[p] = expert experts[p]'s (rows, cols) slice of the stacked w . x[xrow[p]], in one
+        fused call that reads only the chosen experts' rows and quantizes x once; None where w's format has no
+        such kernel (the caller then goes expert by expert through `linear`). Each pair computes as `linear`
+        (per_row) computes that token against that expert, bit for bit."""
+        kernel = simd_kernels.EXPERTS.get(w.ggml_type)
+        if kernel is None:
+            return None
+        n_expert = w.shape[0] // rows
+        if (x.ndim != 2 or x.shape[1] != w.shape[1] or w.shape[0] != n_expert * rows or experts.shape != xrow.shape
+                or experts.dtype != np.int64 or xrow.dtype != np.int64 or not x.flags.c_contiguous
+                or (experts.size and not (0 <= experts.min() and experts.max() < n_expert
+                                          and 0 <= xrow.min() and xrow.max() < x.shape[0]))):
+            # The raw kernel checks nothing: these keep it in bounds.
+            raise simd_kernels.KernelArgumentError(f"{w.name}: x {x.shape}, {experts.shape} expert ids / {xrow.shape} "
+                                                   f"rows do not fit {n_expert} experts of {(rows, w.shape[1])}")
+        out = np.empty((experts.shape[0], rows), np.float32)  # (n_pair, rows)
+        threads.use_threads_for(w.data.nbytes // n_expert * experts.shape[0])
+        kernel(w.data, rows, x, experts, xrow, out)
+        return out
+
     def _team_scratch(self, n: int) -> list[np.ndarray]:
         """A flat f32 scratch (SCRATCH_ELEMS / n,) per team member: pages are touched only as tiles need them."""
         if len(self._scratches) != n:
