@@ -153,6 +153,8 @@ class CPUBackend:
         wrapped = k0 > 0 or p1 >= cap
         k_all = k_cache[s][:, idx] if wrapped else k_cache[s, :, : p1 + 1]  # (n_kv, n_keys, hd)
         v_all = v_cache[s][:, idx] if wrapped else v_cache[s, :, : p1 + 1]  # (n_kv, n_keys, hd_v)
+        if k_all.dtype == np.uint16:  # an F16 cache's bits: the float16 values, widened exactly for BLAS
+            k_all, v_all = k_all.view(np.float16).astype(np.float32), v_all.view(np.float16).astype(np.float32)
         # Query rows split over the team. Every member scores all keys (the masked ones too): each row's
         # sums then run over the same operands as in one product, so the numerics do not depend on the split.
         team = threads.team()
