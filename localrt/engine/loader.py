@@ -61,4 +61,6 @@ def _open_gguf(path: Path):
 
     if not path.is_file():
         raise ModelLoadError(f"model file {str(path)!r} does not exist")
-    return gguf_io.open(path)  # InvalidGGUF (a ValueError) names what is wrong and where
+    # InvalidGGUF (a ValueError) names what is wrong and where. String arrays (the vocabulary, merges) stay
+    # in the mapping as offsets; the tokenizer indexes them there instead of as Python str objects.
+    return gguf_io.open(path, lazy_strings=True)
