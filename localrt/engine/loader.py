@@ -50,6 +50,14 @@ def load_model(path: str | os.PathLike, num_ctx: int = DEFAULT_NUM_CTX, *, num_b
     return model
 
 
+def warm_up():
+    """Start the kernels' one-time runtime start-up (Numba's target registries, 0.2-0.6 s) on a background
+    thread, so that a daemon's first load does not pay it; returns the thread."""
+    from simd_kernels.warm import init_target_in_background
+
+    return init_target_in_background()
+
+
 def _tokenizer(metadata: dict):
     from .tokenizer import Tokenizer
 
