@@ -80,15 +80,6 @@ def test_placement_wraps_past_the_last_slot_and_every_id_is_reachable():
             i = (i + 1) & mask
 
 
-def _lazy_metadata(md: dict, tmp_path) -> dict:
-    """md with every list of str turned into a StringArray read back from a GGUF file."""
-    keys = [k for k, v in md.items() if isinstance(v, list) and v and all(isinstance(s, str) for s in v)]
-    path = tmp_path / "lazy.gguf"
-    gguf_io.write(path, {k: md[k] for k in keys}, [], metadata_types={k: (VT.ARRAY, VT.STRING) for k in keys})
-    with gguf_io.open(path, lazy_strings=True) as f:
-        return {**md, **{k: f.metadata[k] for k in keys}}
-
-
 @pytest.mark.parametrize("model", ["smollm2", "gemma3"])
 def test_real_vocabularies_tokenize_alike_eager_and_lazy(model, request):
     path = request.getfixturevalue(f"{model}_path")

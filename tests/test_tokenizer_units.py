@@ -20,7 +20,7 @@ NORMAL, UNKNOWN, CONTROL, USER_DEFINED, UNUSED, BYTE = 1, 2, 3, 4, 5, 6
 def vocab_storage(request, monkeypatch, tmp_path):
     """Every rule here holds for metadata read eagerly (lists of str) and as the loader reads it (StringArrays)."""
     if request.param == "lazy_strings":
-        from test_tokenizer_index import _lazy_metadata
+        from _lazy_vocab import _lazy_metadata
 
         build = Tokenizer.from_gguf.__func__
         monkeypatch.setattr(Tokenizer, "from_gguf", classmethod(lambda cls, md: build(cls, _lazy_metadata(md, tmp_path))))
