@@ -30,7 +30,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 N_PROMPT, N_DECODE, N_CTX, THREADS = 512, 128, 2048, 2
-REPEATS = 3
+REPEATS = int(os.environ.get("LOCALRT_BENCH_REPEATS", 3))
 TEXT = (
     "The history of the printing press begins in the fifteenth century, when movable metal type made books "
     "cheaper and faster to produce than ever before. Within decades, presses spread across Europe, and "
@@ -188,7 +188,9 @@ def main() -> None:
     ap.add_argument("--models", nargs="+", default=["smollm2", "gemma3"])
     ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "generate.json"))
     ap.add_argument("--worker", choices=["ours", "ours_warm", "llamacpp"])
+    ap.add_argument("--repeats", type=int, default=REPEATS, help="best of N prefill/decode runs (memory needs 1)")
     args = ap.parse_args()
+    os.environ["LOCALRT_BENCH_REPEATS"] = str(args.repeats)  # the workers read it
     if args.worker:
         return worker(args.worker)
     try:
@@ -198,7 +200,7 @@ def main() -> None:
     except ImportError:
         llama_version = None
     results = {
-        "setup": {"n_prompt": N_PROMPT, "n_decode": N_DECODE, "n_ctx": N_CTX, "threads": THREADS, "best_of": REPEATS,
+        "setup": {"n_prompt": N_PROMPT, "n_decode": N_DECODE, "n_ctx": N_CTX, "threads": THREADS, "best_of": args.repeats,
                   "machine": platform.machine(), "python": platform.python_version(),
                   "llama_cpp_python": llama_version,
                   # Both engines spin worker threads: on a shared machine the figures move a lot.
