@@ -26,7 +26,7 @@ def test_show_facts_and_memory_estimate(tmp_path, name):
     n_params = sum(a.size for a in archgen.weights(case).values())
     assert (shown["model_family"], shown["model_type"], shown["file_type"]) == (case.arch, human_number(n_params), "Q8_0")
     need = estimate_memory(path, num_ctx=case.n_ctx, num_batch=64)
-    kv = case.n_layer * case.n_ctx * case.n_head_kv * 2 * case.head_dim * 4  # f32 K and V, full-context layers
+    kv = case.n_layer * case.n_ctx * case.n_head_kv * 2 * case.head_dim * 2  # f16 K and V, full-context layers
     assert need.private >= kv if not case.window else need.private > 0
     assert 0 < need.mapped <= path.stat().st_size  # the tensors' bytes, viewed in the mmap
 
