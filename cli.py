@@ -141,6 +141,9 @@ def serve() -> None:
     except Exception as e:  # noqa: BLE001 - a start-up failure is one line for the user
         sock.close()
         _fail(f"could not start: {e}")
+    from localrt.engine.loader import warm_up
+
+    warm_up()  # Numba's start-up on a background thread while the daemon waits for its first request
     typer.echo(f"localrt listening on {cfg.base_url} (pid {os.getpid()})", err=True)
     try:
         serve_forever(service, cfg, sock)

@@ -9,10 +9,12 @@ that cannot be opened, since that is about the path, not the file's content.
 `(ARRAY, ARRAY, (spec_0, spec_1, ...))` for an array of arrays (one spec per element); the writer takes
 the same specs, so `write(path, f.metadata, ..., metadata_types=f.metadata_types)` re-creates a file
 byte for byte. Numeric arrays in `metadata` are copies (they outlive `close()`); tensor views are not:
-`close()` unmaps once no caller still holds a view.
+`close()` unmaps once no caller still holds a view. `open(path, lazy_strings=True)` gives string arrays as
+`StringArray`s (offsets into the mapping, decoded per item; they keep it mapped) instead of lists of str.
 """
 from __future__ import annotations
 
+from ._strings import StringArray
 from ._tensors import TensorInfo
 from .constants import BLOCK_SIZES, GGMLType, GGUFValueType, InvalidGGUF
 from .reader import GGUFFile, open_file
@@ -22,6 +24,6 @@ from .writer import GGUFWriter, write
 open = open_model  # noqa: A001 - the public name the contract fixes
 
 __all__ = [
-    "BLOCK_SIZES", "GGMLType", "GGUFFile", "GGUFValueType", "GGUFWriter", "InvalidGGUF", "TensorInfo",
+    "BLOCK_SIZES", "GGMLType", "GGUFFile", "GGUFValueType", "GGUFWriter", "InvalidGGUF", "StringArray", "TensorInfo",
     "open", "write",
 ]

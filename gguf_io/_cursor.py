@@ -2,9 +2,11 @@
 from __future__ import annotations
 
 import struct
+from array import array
 
 import numpy as np
 
+from ._strings import StringArray, first_invalid_utf8
 from .constants import MAX_HEADER_BYTES, MAX_METADATA_ITEMS, SCALAR_DTYPES, GGUFValueType, InvalidGGUF
 
 _U32 = struct.Struct("<I")
@@ -17,11 +19,14 @@ _SCALAR_STRUCTS = {
 
 
 class Cursor:
-    """Reads the header of `buf` (a mapping of a `size`-byte file) front to back; every read is checked."""
+    """Reads the header of `buf` (a mapping of a `size`-byte file) front to back; every read is checked.
 
-    def __init__(self, buf, size: int) -> None:
+    lazy_strings: string arrays come back as `StringArray`s (offsets into buf, checked in full) instead of lists."""
+
+    def __init__(self, buf, size: int, lazy_strings: bool = False) -> None:
         self.buf = buf
         self.size = size
+        self.lazy_strings = lazy_strings
         self.pos = 0
         # The header may not grow past the cap even in a larger file.
         self.limit = min(size, MAX_HEADER_BYTES)
@@ -94,21 +99,30 @@ class Cursor:
         # A copy, so metadata outlives the mapping and stays writable for the caller.
         return raw.view(dtype).astype(dtype.newbyteorder("="))  # (n,)
 
-    def strings(self, n: int, what: str) -> list[str]:
-        """`n` length-prefixed strings: one tight pass for offsets, one bulk decode."""
+    def strings(self, n: int, what: str) -> list[str] | StringArray:
+        """`n` length-prefixed strings: one tight pass for offsets, one bulk decode (or UTF-8 check, if lazy)."""
         self.charge_items(n, what)
         buf, pos, limit, unpack = self.buf, self.pos, self.limit, _U64.unpack_from
-        parts = [b""] * n
+        starts = array("q", bytes(8 * n))  # (n,) int64 first byte of each string, no object per item
+        ends = array("q", bytes(8 * n))  # (n,) int64 one past its last byte
         for i in range(n):
             if pos + 8 > limit:
                 self.overrun(pos + 8, f"length of {what}[{i}]", pos)
             end = pos + 8 + unpack(buf, pos)[0]
             if end > limit:
                 self.overrun(end, f"{what}[{i}]", pos)
-            parts[i] = buf[pos + 8 : end]
+            starts[i] = pos + 8
+            ends[i] = end
             pos = end
         self.pos = pos
-        return _decode_many(parts, what)
+        if not self.lazy_strings:
+            return _decode_many([buf[s:e] for s, e in zip(starts, ends)], what)
+        data = np.frombuffer(buf, np.uint8)  # (size,) read-only view: keeps the mapping while the array lives
+        lazy = StringArray(data, np.frombuffer(starts, np.int64), np.frombuffer(ends, np.int64))
+        bad = first_invalid_utf8(data, lazy._starts, lazy._ends)
+        if bad >= 0:
+            _decode(lazy.raw(bad), f"{what}[{bad}]")  # raises the error an eager read gives
+        return lazy
 
 
 def _decode(raw: bytes, where: str) -> str:

@@ -60,12 +60,15 @@ class GGUFFile:
                 f"{len(self.tensors)} tensors)")
 
 
-def open_file(path: str | os.PathLike) -> GGUFFile:
-    """Opens one GGUF file (no split handling). OSError for a path that cannot be opened."""
+def open_file(path: str | os.PathLike, *, lazy_strings: bool = False) -> GGUFFile:
+    """Opens one GGUF file (no split handling). OSError for a path that cannot be opened.
+
+    lazy_strings: metadata string arrays are `StringArray`s (offsets into the mapping, decoded when indexed,
+    every item checked as an eager read checks it) instead of lists of str; they keep the file mapped."""
     path = Path(path)
     mm = _map(path)
     try:
-        return _parse(path, mm)
+        return _parse(path, mm, lazy_strings)
     except BaseException:
         _close_quietly(mm)
         raise
@@ -96,10 +99,10 @@ def _close_quietly(mm: mmap.mmap) -> None:
         pass
 
 
-def _parse(path: Path, mm: mmap.mmap) -> GGUFFile:
+def _parse(path: Path, mm: mmap.mmap, lazy_strings: bool = False) -> GGUFFile:
     size = len(mm)
     try:
-        cur = Cursor(mm, size)
+        cur = Cursor(mm, size, lazy_strings)
         version = _read_preamble(cur)
         n_tensors = read_tensor_count(cur)
         metadata, types = read_metadata(cur)

@@ -18,9 +18,11 @@ def part_path(prefix: str | os.PathLike, no: int, count: int) -> Path:
     return Path(f"{prefix}-{no:05d}-of-{count:05d}.gguf")
 
 
-def open_model(path: str | os.PathLike) -> GGUFFile:
-    """Opens a GGUF file; the first part of a split set opens every part as one model."""
-    first = open_file(path)
+def open_model(path: str | os.PathLike, *, lazy_strings: bool = False) -> GGUFFile:
+    """Opens a GGUF file; the first part of a split set opens every part as one model.
+
+    lazy_strings: metadata string arrays are `StringArray`s over the mapping (see `open_file`)."""
+    first = open_file(path, lazy_strings=lazy_strings)
     try:
         count = _split_count(first)
         return first if count == 1 else _open_rest(first, count)

@@ -8,9 +8,10 @@ picks one thread or all for the call (callers of the raw kernels may do the same
 """
 from __future__ import annotations
 
+import importlib
+
 import numpy as np
 
-from . import dequant, floats, iquants, kquants, legacy
 from .checks import KernelArgumentError
 from .simd import EXPERTS as _EXPERTS_BY_NAME
 from .threads import use_threads_for
@@ -26,27 +27,58 @@ BLOCKS: dict[int, tuple[int, int]] = {
     IQ4_NL: (32, 18), IQ4_XS: (256, 136),
 }
 
+
+
+class KernelTable(dict):
+    """ggml type id -> kernel, importing the module of a format on first use: a process loads (and Numba
+    registers) the kernels of the formats its models hold, not all of them. Hits are plain dict lookups."""
+
+    def __init__(self, where: dict[int, tuple[str, str]]) -> None:
+        super().__init__()
+        self._where = where  # type id -> (module in this package, kernel name)
+
+    def __missing__(self, ggml_type: int):
+        module, name = self._where[ggml_type]  # KeyError for a type without a kernel, as a dict's
+        kernel = self[ggml_type] = getattr(importlib.import_module(f"{__package__}.{module}"), name)
+        return kernel
+
+    def __contains__(self, ggml_type: object) -> bool:
+        return ggml_type in self._where
+
+    def __iter__(self):
+        return iter(self._where)
+
+    def __len__(self) -> int:
+        return len(self._where)
+
+    def keys(self):
+        return self._where.keys()
+
+    def values(self):
+        return [self[t] for t in self._where]
+
+    def items(self):
+        return [(t, self[t]) for t in self._where]
+
+    def get(self, ggml_type, default=None):
+        return self[ggml_type] if ggml_type in self._where else default
+
+
+_MUL_MODULES = {F32: "floats", F16: "floats", BF16: "floats", Q4_0: "legacy", Q4_1: "legacy", Q5_0: "legacy",
+                Q5_1: "legacy", Q8_0: "legacy", Q2_K: "kquants", Q3_K: "kquants", Q4_K: "kquants", Q5_K: "kquants",
+                Q6_K: "kquants", IQ4_NL: "iquants", IQ4_XS: "iquants"}
+_NAMES = {F32: "f32", F16: "f16", BF16: "bf16", Q4_0: "q4_0", Q4_1: "q4_1", Q5_0: "q5_0", Q5_1: "q5_1", Q8_0: "q8_0",
+          Q2_K: "q2_k", Q3_K: "q3_k", Q4_K: "q4_k", Q5_K: "q5_k", Q6_K: "q6_k", IQ4_NL: "iq4_nl", IQ4_XS: "iq4_xs"}
+
 # mul(w, x (n_tok, cols) f32, out (n_tok, rows) f32): fused dequantize x dot
-MUL = {
-    F32: floats.mul_f32, F16: floats.mul_f16, BF16: floats.mul_bf16,
-    Q4_0: legacy.mul_q4_0, Q4_1: legacy.mul_q4_1, Q5_0: legacy.mul_q5_0, Q5_1: legacy.mul_q5_1,
-    Q8_0: legacy.mul_q8_0,
-    Q2_K: kquants.mul_q2_k, Q3_K: kquants.mul_q3_k, Q4_K: kquants.mul_q4_k, Q5_K: kquants.mul_q5_k,
-    Q6_K: kquants.mul_q6_k, IQ4_NL: iquants.mul_iq4_nl, IQ4_XS: iquants.mul_iq4_xs,
-}
+MUL = KernelTable({t: (module, f"mul_{_NAMES[t]}") for t, module in _MUL_MODULES.items()})
 
 # experts(w (n_expert * rows, row_bytes), rows, x (n_x, cols) f32, experts (n_pair,) int64, xrow (n_pair,) int64,
 # out (n_pair, rows) f32): out[p] = expert experts[p]'s rows . x[xrow[p]], as MUL computes each of them (simd.py)
 EXPERTS = {t: _EXPERTS_BY_NAME[k.py_func.__name__] for t, k in MUL.items() if k.py_func.__name__ in _EXPERTS_BY_NAME}
 
 # rows(w, ids (n,) int64, out (n, cols) f32): dequantize the selected rows
-ROWS = {
-    F32: dequant.rows_f32, F16: dequant.rows_f16, BF16: dequant.rows_bf16,
-    Q4_0: dequant.rows_q4_0, Q4_1: dequant.rows_q4_1, Q5_0: dequant.rows_q5_0, Q5_1: dequant.rows_q5_1,
-    Q8_0: dequant.rows_q8_0,
-    Q2_K: dequant.rows_q2_k, Q3_K: dequant.rows_q3_k, Q4_K: dequant.rows_q4_k, Q5_K: dequant.rows_q5_k,
-    Q6_K: dequant.rows_q6_k, IQ4_NL: dequant.rows_iq4_nl, IQ4_XS: dequant.rows_iq4_xs,
-}
+ROWS = KernelTable({t: ("dequant", f"rows_{name}") for t, name in _NAMES.items()})
 
 # Batches at least this large go through dequantized row tiles and BLAS; smaller ones use the fused
 # integer kernel (4 tokens per decoded weight block), which measured as fast or faster below this.

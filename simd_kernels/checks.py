@@ -31,6 +31,12 @@ def positive(name: str, x) -> None:
         raise KernelArgumentError(f"{name} must be a finite number greater than 0, got {x}")
 
 
+def kv_dtype(k_cache, v_cache) -> None:
+    """KV caches are float32, or uint16 holding float16 bits (an F16 cache), both the same."""
+    if k_cache.dtype != v_cache.dtype or k_cache.dtype not in (np.float32, np.uint16):
+        raise KernelArgumentError(f"KV caches must both be float32 or uint16 (float16 bits), got {k_cache.dtype}, {v_cache.dtype}")
+
+
 def rows_index(positions, slots, n_tok: int, n_slots: int) -> int:
     """Checks positions/slots (n_tok,) as kernels index with them; returns the largest position."""
     if positions.shape != (n_tok,) or slots.shape != (n_tok,):
@@ -109,6 +115,9 @@ def kv_store(k, v, k_cache, v_cache, positions, slots) -> None:
     shape("v", v, (n_tok, n_kv, hd_v))
     shape("k_cache", k_cache, (n_slots, n_kv, cap, hd))
     shape("v_cache", v_cache, (n_slots, n_kv, cap, hd_v))
+    kv_dtype(k_cache, v_cache)
+    if k.dtype != k_cache.dtype or v.dtype != v_cache.dtype:  # a store would convert values, not copy float16 bits
+        raise KernelArgumentError(f"k, v ({k.dtype}, {v.dtype}) must have the caches' dtype {k_cache.dtype}")
     if cap == 0:
         raise KernelArgumentError("the KV cache holds no positions")
     rows_index(positions, slots, n_tok, n_slots)
@@ -125,6 +134,7 @@ def attention(q, k_cache, v_cache, positions, slots, window, out) -> int:
     shape("k_cache", k_cache, (n_slots, n_kv, cap, hd))
     shape("v_cache", v_cache, (n_slots, n_kv, cap, hd_v))
     shape("out", out, (n_tok, n_head, hd_v))
+    kv_dtype(k_cache, v_cache)
     if n_kv == 0 or n_head % n_kv:
         raise KernelArgumentError(f"{n_head} query heads cannot share {n_kv} KV heads")
     p_max = rows_index(positions, slots, n_tok, n_slots)

@@ -2,7 +2,9 @@
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+from llvmlite import ir
+from numba import njit, types
+from numba.extending import intrinsic
 
 _F16_SUBNORMAL_UNIT = np.float32(2.0**-24)  # value of the lowest mantissa bit of an f16 subnormal
 _F16_MIN_NORMAL_BITS = np.uint32(0x38800000)  # float32 bits of 2**-14, the smallest normal f16
@@ -62,3 +64,16 @@ def round_bf16(v):
         return np.uint32(u | np.uint32(0x00400000)).view(np.float32)
     u = (u + np.uint32(0x7FFF) + ((u >> np.uint32(16)) & np.uint32(1))) & np.uint32(0xFFFF0000)
     return np.uint32(u).view(np.float32)
+
+
+@intrinsic
+def kv_f32(typingctx, x):
+    """A KV cache element as float32: a float32 as it is, a uint16 as the IEEE binary16 whose bits it holds
+    (exact; one vcvtph2ps with F16C, and LLVM vectorizes a loop of them). The F16 cache stores uint16 bits."""
+    if x == types.float32:
+        return types.float32(x), lambda context, builder, sig, args: args[0]
+    if x == types.uint16:
+        def codegen(context, builder, sig, args):
+            return builder.fpext(builder.bitcast(args[0], ir.HalfType()), ir.FloatType())
+        return types.float32(x), codegen
+    return None

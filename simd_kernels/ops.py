@@ -15,6 +15,7 @@ from numba import njit, prange
 
 from . import threads
 from . import checks
+from .half import kv_f32
 
 ROPE_NORMAL = 0  # pairs (x[2i], x[2i+1]); GGUF llama q/k rows are permuted for this
 ROPE_NEOX = 2  # pairs (x[i], x[i + n_rot/2]), as HF rotate_half
@@ -212,7 +213,8 @@ def kv_store(k, v, k_cache, v_cache, positions, slots):
     """Write k (n_tok, n_kv, head_dim), v (n_tok, n_kv, head_dim_v) into the caches (n_slots, n_kv, cap, head_dim[_v])
     at pos % cap.
 
-    cap is n_ctx for full layers and a ring of window + n_batch for sliding-window layers.
+    cap is n_ctx for full layers and a ring of window + n_batch for sliding-window layers. k, v and the caches
+    share one dtype: float32, or uint16 float16 bits (an F16 cache; the caller rounds).
     """
     checks.kv_store(k, v, k_cache, v_cache, positions, slots)
     return _kv_store(k, v, k_cache, v_cache, positions, slots)
@@ -232,8 +234,8 @@ def _kv_store(k, v, k_cache, v_cache, positions, slots):
 def attention(q, k_cache, v_cache, positions, slots, window, scale, out, softcap=0.0):
     """Causal attention of each query token over its own slot's cache.
 
-    q: (n_tok, n_head, head_dim) f32; k_cache/v_cache: (n_slots, n_kv, cap, head_dim) f32, already
-    holding every key up to each query's position; positions/slots: (n_tok,) int; window: 0 for
+    q: (n_tok, n_head, head_dim) f32; k_cache/v_cache: (n_slots, n_kv, cap, head_dim) f32, or uint16 holding
+    float16 bits (an F16 cache), already holding every key up to each query's position; positions/slots: (n_tok,) int; window: 0 for
     full attention, else a key at p0 is visible to a query at p1 iff p1 - p0 < window.
     out: (n_tok, n_head, head_dim_v) f32.  Query head h reads KV head h // (n_head / n_kv).
     softcap > 0 caps each score s = q.k * scale as softcap * tanh(s / softcap) before the softmax (gemma2).
@@ -279,7 +281,7 @@ def _attend(q, k_cache, v_cache, positions, slots, window, scale, softcap, out, 
         kj = (start + j) % cap
         acc = np.float32(0.0)
         for d in range(hd):
-            acc += q[t, h, d] * k_cache[s, kvh, kj, d]
+            acc += q[t, h, d] * kv_f32(k_cache[s, kvh, kj, d])
         acc *= scale
         if softcap > 0:
             acc = softcap * np.float32(math.tanh(acc / softcap))
@@ -297,7 +299,7 @@ def _attend(q, k_cache, v_cache, positions, slots, window, scale, softcap, out, 
         kj = (start + j) % cap
         w = scores[j] * inv
         for d in range(hd_v):
-            acc_v[d] += w * v_cache[s, kvh, kj, d]
+            acc_v[d] += w * kv_f32(v_cache[s, kvh, kj, d])
     out[t, h, :] = acc_v
 
 

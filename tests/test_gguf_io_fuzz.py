@@ -10,6 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import gguf_io
+from gguf_io import GGUFValueType as VT
 from gguf_io import InvalidGGUF
 
 PEAK_BYTES = 64 << 20
@@ -82,17 +83,23 @@ def test_mutated_headers_raise_only_invalid_gguf(seeds, target, which, mutations
 
 
 def _open_bounded(path, trace_memory: bool = True) -> None:
-    if trace_memory:
-        tracemalloc.start()
-    try:
-        with gguf_io.open(path) as f:
-            _exercise(f)
-    except InvalidGGUF as e:
-        assert "malformed GGUF (unexpected" not in str(e)  # the reader's safety net must never be what caught it
-    finally:
-        peak = tracemalloc.get_traced_memory()[1] if trace_memory else 0
-        tracemalloc.stop()
-    assert peak < PEAK_BYTES
+    """Opens path eagerly and with lazy string arrays: both refuse it with the same error, or read the same strings."""
+    outcomes = []
+    for lazy in (False, True):
+        if trace_memory:
+            tracemalloc.start()
+        try:
+            with gguf_io.open(path, lazy_strings=lazy) as f:
+                _exercise(f)
+                outcomes.append({k: list(v) for k, v in f.metadata.items() if f.metadata_types[k] == (VT.ARRAY, VT.STRING)})
+        except InvalidGGUF as e:
+            assert "malformed GGUF (unexpected" not in str(e)  # the reader's safety net must never be what caught it
+            outcomes.append(str(e))
+        finally:
+            peak = tracemalloc.get_traced_memory()[1] if trace_memory else 0
+            tracemalloc.stop()
+        assert peak < PEAK_BYTES
+    assert outcomes[0] == outcomes[1]
 
 
 @pytest.fixture(scope="module")

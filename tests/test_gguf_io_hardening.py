@@ -1,6 +1,7 @@
 """Crafted malformed GGUF files (pain_points.md section 8, items 1-11): each is one clear InvalidGGUF."""
 from __future__ import annotations
 
+import functools
 import struct
 
 import pytest
@@ -36,6 +37,13 @@ def gguf(kvs=(), infos=(), data=b"", *, version=3, n_kv=None, n_tensors=None, al
     head = (b"GGUF" + u32(version) + u64(len(infos) if n_tensors is None else n_tensors)
             + u64(len(kvs) if n_kv is None else n_kv) + b"".join(kvs) + b"".join(infos))
     return head + bytes(-len(head) % alignment) + data
+
+
+@pytest.fixture(autouse=True, params=[False, True], ids=["eager", "lazy_strings"])
+def lazy_strings(request, monkeypatch):
+    """Every hostile file here is refused alike with string arrays read as lists and as offsets (StringArray)."""
+    monkeypatch.setattr(gguf_io, "open", functools.partial(gguf_io.split.open_model, lazy_strings=request.param))
+    return request.param
 
 
 ARCH = kv("general.architecture", T.STRING, s("llama"))

@@ -31,6 +31,10 @@ def caches(n_slots=1, cap=CAP, hd=HD, hd_v=HD):
     return np.zeros((n_slots, N_KV, cap, hd), np.float32), np.zeros((n_slots, N_KV, cap, hd_v), np.float32)
 
 
+def f16_caches(n_slots=1, cap=CAP, hd=HD, hd_v=HD):
+    return tuple(c.astype(np.float16).view(np.uint16) for c in caches(n_slots, cap, hd, hd_v))
+
+
 BAD_CALLS = {
     # rope: n_rot beyond the head (the heap corruption of issue 12), odd, zero; short freq factors / positions
     "rope_n_rot_larger": lambda: ops.rope(f32(N_TOK, N_HEAD, HD), POS, 2 * HD, 1e4, 1.0, np.ones(HD, np.float32), ops.ROPE_NEOX),
@@ -60,6 +64,12 @@ BAD_CALLS = {
     "kv_store_value_dim": lambda: ops.kv_store(f32(N_TOK, N_KV, HD), f32(N_TOK, N_KV, 2 * HD), *caches(), POS, SLOTS),
     "kv_store_heads": lambda: ops.kv_store(f32(N_TOK, 2 * N_KV, HD), f32(N_TOK, 2 * N_KV, HD), *caches(), POS, SLOTS),
     "kv_store_slots_short": lambda: ops.kv_store(f32(N_TOK, N_KV, HD), f32(N_TOK, N_KV, HD), *caches(), POS, idx(0)),
+    # an F16 cache (uint16 float16 bits) takes bits, never float32 values to convert; caches share one dtype
+    "kv_store_f32_into_f16": lambda: ops.kv_store(f32(N_TOK, N_KV, HD), f32(N_TOK, N_KV, HD), *f16_caches(), POS, SLOTS),
+    "kv_store_f64_caches": lambda: ops.kv_store(f32(N_TOK, N_KV, HD).astype(np.float64), f32(N_TOK, N_KV, HD).astype(np.float64),
+                                                *(c.astype(np.float64) for c in caches()), POS, SLOTS),
+    "attention_mixed_caches": lambda: ops.attention(f32(N_TOK, N_HEAD, HD), caches()[0], f16_caches()[1], POS, SLOTS, 0, 0.25,
+                                                    f32(N_TOK, N_HEAD, HD)),
     # attention: GQA that does not divide, a slot / position the cache lacks, a short output
     "attention_heads": lambda: ops.attention(f32(N_TOK, 3, HD), *caches(), POS, SLOTS, 0, 0.25, f32(N_TOK, 3, HD)),
     "attention_kv_heads_zero": lambda: ops.attention(f32(N_TOK, N_HEAD, HD), np.zeros((1, 0, CAP, HD), np.float32),
@@ -102,6 +112,22 @@ def test_the_checked_calls_still_compute():
         ops.attention(f32(N_TOK, N_HEAD, HD), *ring, idx(5, 6, 7), SLOTS, 6, 0.25, np.empty((N_TOK, N_HEAD, HD), np.float32))
     empty = np.empty((0, N_HEAD, HD), np.float32)
     assert ops.attention(empty, k_cache, v_cache, idx(), idx(), 0, 0.25, empty.copy()).shape == (0, N_HEAD, HD)
+
+
+def test_an_f16_cache_attends_exactly_as_its_float32_values():
+    """An F16 cache holds uint16 float16 bits; the kernel widens each exactly, so attention over it equals attention
+    over a float32 cache holding the same float16-rounded values, bit for bit."""
+    k = f32(N_TOK, N_KV, HD).astype(np.float16)
+    v = (100 * f32(N_TOK, N_KV, HD)).astype(np.float16)  # magnitudes past 2**-14 and subnormals both occur below
+    v[0, 0, :4] = np.array([6e-8, -3e-6, 65504, -0.0], np.float16)
+    bits, wide = f16_caches(), caches()
+    ops.kv_store(k.view(np.uint16), v.view(np.uint16), *bits, POS, SLOTS)
+    ops.kv_store(k.astype(np.float32), v.astype(np.float32), *wide, POS, SLOTS)
+    np.testing.assert_array_equal(bits[1].view(np.float16).astype(np.float32), wide[1])
+    q = f32(N_TOK, N_HEAD, HD)
+    got = ops.attention(q, *bits, POS, SLOTS, 0, 0.25, np.empty((N_TOK, N_HEAD, HD), np.float32))
+    want = ops.attention(q, *wide, POS, SLOTS, 0, 0.25, np.empty((N_TOK, N_HEAD, HD), np.float32))
+    np.testing.assert_array_equal(got, want)
 
 
 def test_messages_name_the_argument():

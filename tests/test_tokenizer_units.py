@@ -14,6 +14,17 @@ from localrt.engine.tokenizer.bpe import BYTE_TO_CHAR, byte_encode
 from localrt.engine.tokenizer.stream import clean_spaces
 
 NORMAL, UNKNOWN, CONTROL, USER_DEFINED, UNUSED, BYTE = 1, 2, 3, 4, 5, 6
+
+
+@pytest.fixture(autouse=True, params=["lists", "lazy_strings"])
+def vocab_storage(request, monkeypatch, tmp_path):
+    """Every rule here holds for metadata read eagerly (lists of str) and as the loader reads it (StringArrays)."""
+    if request.param == "lazy_strings":
+        from _lazy_vocab import _lazy_metadata
+
+        build = Tokenizer.from_gguf.__func__
+        monkeypatch.setattr(Tokenizer, "from_gguf", classmethod(lambda cls, md: build(cls, _lazy_metadata(md, tmp_path))))
+    return request.param
 BYTES = [f"<0x{b:02X}>" for b in range(256)]
 
 

@@ -1,6 +1,8 @@
 """The KV cache: preallocated once per loaded model, `n_slots` sequences of up to `n_ctx` tokens each.
 
-Layer il holds k/v of shape (n_slots, n_head_kv, cap_il, head_dim). `cap_il` is n_ctx for full
+Layer il holds k/v of shape (n_slots, n_head_kv, cap_il, head_dim): uint16 float16 bits for kv_type "f16"
+(llama.cpp's default F16 cache, at its size: Numba has no float16 type, the kernels widen each element
+exactly), float32 for "f32". `cap_il` is n_ctx for full
 attention layers; a sliding-window layer keeps a ring of `window + n_batch` positions (position p at
 index p % cap), enough for every query of a batch to see its whole window after the batch's own keys
 were written. `lengths[s]` is how many positions of slot s hold valid keys.
@@ -12,14 +14,14 @@ import numpy as np
 KV_TYPES = ("f16", "f32")
 
 
-def _committed(shape: tuple[int, ...]) -> np.ndarray:
+def _committed(shape: tuple[int, ...], dtype) -> np.ndarray:
     """Zeros whose pages are touched now, as llama.cpp clears its cache at load.
 
     np.zeros maps untouched pages, and the first write to each (a 2 MiB transparent huge page to zero, where
     the kernel has them on) would then cost the first request on each slot: measured 0.5-0.9 s added to a
     29-token prefill on a fresh slot of SmolLM2 at 4096 context, stalling every sequence decoding beside it."""
-    a = np.empty(shape, np.float32)
-    a.fill(0.0)
+    a = np.empty(shape, dtype)
+    a.fill(0)  # +0.0 in float32 and in float16 bits
     return a
 
 
@@ -40,19 +42,20 @@ class KVCache:
             raise ValueError(f"KV cache needs n_ctx > 0 and n_slots > 0, got {n_ctx}, {n_slots}")
         if kv_type not in KV_TYPES:
             raise ValueError(f"kv_type must be one of {KV_TYPES}, got {kv_type!r}")
-        # "f16": float32 storage holding float16-rounded values, the numerics of llama.cpp's default
-        # F16 cache (Numba has no float16 type); "f32": full precision.
+        # "f16": float16 values (stored as their uint16 bits), the numerics and size of llama.cpp's default
+        # F16 cache; "f32": full precision. A layer offloaded to a device keeps float32 holding f16-rounded values.
         self.as_f16 = kv_type == "f16"
+        dtype = np.uint16 if self.as_f16 else np.float32
         self.n_ctx = n_ctx
         self.n_slots = n_slots
         self.n_batch = n_batch
         self.windows = tuple(windows) if windows is not None else (0,) * n_layer
-        self.k: list[np.ndarray] = []  # per layer: (n_slots, n_head_kv, cap, head_dim) f32
-        self.v: list[np.ndarray] = []  # per layer: (n_slots, n_head_kv, cap, head_dim_v) f32
+        self.k: list[np.ndarray] = []  # per layer: (n_slots, n_head_kv, cap, head_dim) uint16 f16 bits | f32
+        self.v: list[np.ndarray] = []  # per layer: (n_slots, n_head_kv, cap, head_dim_v) uint16 f16 bits | f32
         for w in self.windows:
             cap = n_ctx if w <= 0 else min(n_ctx, w + n_batch)
-            self.k.append(_committed((n_slots, n_head_kv, cap, head_dim)))
-            self.v.append(_committed((n_slots, n_head_kv, cap, head_dim_v)))
+            self.k.append(_committed((n_slots, n_head_kv, cap, head_dim), dtype))
+            self.v.append(_committed((n_slots, n_head_kv, cap, head_dim_v), dtype))
         self.lengths = np.zeros(n_slots, np.int64)  # (n_slots,) valid positions per slot
 
     @property

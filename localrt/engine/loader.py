@@ -50,6 +50,14 @@ def load_model(path: str | os.PathLike, num_ctx: int = DEFAULT_NUM_CTX, *, num_b
     return model
 
 
+def warm_up():
+    """Start the kernels' one-time runtime start-up (Numba's target registries, 0.2-0.6 s) on a background
+    thread, so that a daemon's first load does not pay it; returns the thread."""
+    from simd_kernels.warm import init_target_in_background
+
+    return init_target_in_background()
+
+
 def _tokenizer(metadata: dict):
     from .tokenizer import Tokenizer
 
@@ -61,4 +69,6 @@ def _open_gguf(path: Path):
 
     if not path.is_file():
         raise ModelLoadError(f"model file {str(path)!r} does not exist")
-    return gguf_io.open(path)  # InvalidGGUF (a ValueError) names what is wrong and where
+    # InvalidGGUF (a ValueError) names what is wrong and where. String arrays (the vocabulary, merges) stay
+    # in the mapping as offsets; the tokenizer indexes them there instead of as Python str objects.
+    return gguf_io.open(path, lazy_strings=True)

@@ -50,7 +50,7 @@ def with_draft_need(service, need: MemoryNeed, load_options: dict, slots: int) -
 
 
 def estimate_memory(path, num_ctx: int, num_batch: int, n_slots: int = 1) -> MemoryNeed:
-    """What a load needs: the weights stay in the mmap (reclaimable page cache); the KV cache (f32 K and V for
+    """What a load needs: the weights stay in the mmap (reclaimable page cache); the KV cache (f16 K and V for
     every layer and position, a ring for sliding-window layers) and the batch scratch are private.
 
     The numbers are the validated config's (InvalidModel for a file the loader would refuse), capped as the
@@ -65,7 +65,7 @@ def estimate_memory(path, num_ctx: int, num_batch: int, n_slots: int = 1) -> Mem
     n_ctx = min(num_ctx, cfg.n_ctx_train)  # as load_model
     n_batch = min(num_batch, num_ctx)
     caps = [n_ctx if w <= 0 else min(n_ctx, w + n_batch) for w in cfg.windows]  # positions kept per layer
-    kv = sum(caps) * cfg.n_head_kv * (cfg.head_dim + cfg.head_dim_v) * 4  # K (cap, n_head_kv, head_dim) + V f32 per layer
+    kv = sum(caps) * cfg.n_head_kv * (cfg.head_dim + cfg.head_dim_v) * 2  # K (cap, n_head_kv, head_dim) + V f16 per layer
     scratch = (n_batch * 8 * max(cfg.n_embd, cfg.n_ff) + 2 * cfg.n_vocab) * 4  # activations of one prefill chunk + a logits row
     scratch += n_batch * (cfg.n_expert + cfg.n_expert_used * cfg.n_embd) * 4  # MoE: router probs, per-rank expert outputs
     return MemoryNeed(private=kv * n_slots + scratch + (32 << 20), mapped=mapped)

@@ -5,6 +5,7 @@ the model family (Gemma 3 ships none in its GGUF) > Ollama's plain `{{ .Prompt }
 from __future__ import annotations
 
 from dataclasses import dataclass
+from collections.abc import Sequence
 from typing import Any, Mapping
 
 from .errors import TemplateError
@@ -114,18 +115,24 @@ def builtin_family(metadata: Mapping[str, Any]) -> tuple[Family | None, str]:
     arch = str(metadata.get("general.architecture", ""))
     if arch in _ARCH_FAMILY:
         return FAMILIES[_ARCH_FAMILY[arch]], f"architecture {arch!r}"
-    tokens = metadata.get("tokenizer.ggml.tokens")
-    vocab = set(tokens) if isinstance(tokens, list) else set()
+    tokens = _tokens(metadata)
+    vocab = set(tokens) if tokens is not None else set()
     for name in _MARKER_ORDER:
         if FAMILIES[name].marker in vocab:
             return FAMILIES[name], f"vocabulary has {FAMILIES[name].marker}"
     return None, f"architecture {arch!r} and its vocabulary match no known chat format"
 
 
-def _special(metadata: Mapping[str, Any], key: str) -> str:
+def _tokens(metadata: Mapping[str, Any]) -> Sequence[str] | None:
+    """tokenizer.ggml.tokens: a list of str, or the loader's gguf_io.StringArray over the mapped file."""
     tokens = metadata.get("tokenizer.ggml.tokens")
+    return tokens if isinstance(tokens, Sequence) and not isinstance(tokens, (str, bytes)) else None
+
+
+def _special(metadata: Mapping[str, Any], key: str) -> str:
+    tokens = _tokens(metadata)
     idx = metadata.get(key)
-    if isinstance(tokens, list) and isinstance(idx, int) and 0 <= idx < len(tokens):
+    if tokens is not None and isinstance(idx, int) and 0 <= idx < len(tokens):
         return tokens[idx]
     return ""
 

@@ -257,7 +257,9 @@ def attention(be, cfg, w: Weights, L: Layer, il: int, h: np.ndarray, batch: Batc
         q3[:, :, : cfg.n_rot] *= np.float32(cfg.rope_attn_factor)
         k3[:, :, : cfg.n_rot] *= np.float32(cfg.rope_attn_factor)
     v3 = v.reshape(n, cfg.n_head_kv, cfg.head_dim_v)
-    if cache.as_f16:  # what llama.cpp's default F16 cache keeps (NumPy converts with F16C, fast)
+    if cache.k[il].dtype == np.uint16:  # float16 bits, what llama.cpp's default F16 cache keeps (NumPy rounds with F16C)
+        k3, v3 = k3.astype(np.float16).view(np.uint16), v3.astype(np.float16).view(np.uint16)
+    elif cache.as_f16:  # a layer on a device: its float32 cache holds the same float16-rounded values
         k3, v3 = k3.astype(np.float16).astype(np.float32), v3.astype(np.float16).astype(np.float32)
     be.ops.kv_store(k3, v3, cache.k[il], cache.v[il], batch.positions, batch.slots)
     a = be.xp.empty((n, cfg.n_head, cfg.head_dim_v), np.float32)  # (n_tok, n_head, head_dim_v)

@@ -266,6 +266,8 @@ def _block_attention(q, k_cache, v_cache, positions, s: int, window: int, scale:
     wrapped = k0 > 0 or p1 >= cap
     k_all = k_cache[s][:, idx] if wrapped else k_cache[s, :, : p1 + 1]  # (n_kv, n_keys, hd)
     v_all = v_cache[s][:, idx] if wrapped else v_cache[s, :, : p1 + 1]  # (n_kv, n_keys, hd_v)
+    if k_all.dtype == np.uint16:  # an F16 cache's bits: the float16 values, widened exactly for BLAS
+        k_all, v_all = k_all.view(np.float16).astype(np.float32), v_all.view(np.float16).astype(np.float32)
     # Query rows split over the team (the same split whenever this piece is evaluated). Every member scores all
     # keys (the masked ones too): a row's sums run over the same operands whatever the split.
     team = threads.team()

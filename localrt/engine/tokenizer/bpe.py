@@ -40,7 +40,7 @@ def byte_encode(text: str) -> str:
 
 class BpeEncoder:
     def __init__(self, vocab: Vocab):
-        merges = vocab.merges
+        merges = vocab.merges if isinstance(vocab.merges, list) else vocab.merges.tolist()  # one bulk decode
         # "left right" -> rank; reversed so that the first of duplicate entries wins, as with emplace().
         self._ranks = dict(zip(reversed(merges), range(len(merges) - 1, -1, -1)))
         self._get = vocab.token_to_id.get

@@ -111,11 +111,14 @@ def _byte_tokens(vocab: Vocab) -> list[int | None]:
     return out
 
 
-def _word_splitter(tokens: list[str]) -> regex.Pattern:
-    """A regex whose matches are the independent words of a space-escaped fragment."""
-    sep = "\uffff"  # a noncharacter, so no token text contains it
-    joined = sep.join(tokens)
-    if joined.count(sep) != len(tokens) - 1:
+def _word_splitter(tokens) -> regex.Pattern:
+    """A regex whose matches are the independent words of a space-escaped fragment (tokens: a list or StringArray)."""
+    # NUL joins a StringArray in one pass; the noncharacter U+FFFF if a token holds a NUL
+    for sep in ("\0", "\uffff"):
+        joined = tokens.join(sep) if not isinstance(tokens, list) else sep.join(tokens)
+        if joined.count(sep) == len(tokens) - 1:
+            break
+    else:
         return regex.compile(".+", regex.DOTALL)  # cannot tell the tokens apart: one word, always correct
     # Characters c such that some token contains c + U+2581: no cut may go between them.
     glued = sorted({m[0] for m in re.findall(f"[^{SPACE}{sep}]{SPACE}", joined)})

@@ -6,11 +6,16 @@ Where llama.cpp iterates an unordered map and several candidate texts exist, the
 """
 from __future__ import annotations
 
+from array import array
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 
+from gguf_io import StringArray
+
 from ...errors import ModelLoadError
+from .index import RenamedTexts, TokenIndex
 from .pretokenize import PreTokenizer, pre_tokenizer
 
 # llama_token_attr bits.
@@ -73,11 +78,11 @@ class Vocab:
     kind: str                      # SPM or BPE
     model: str                     # tokenizer.ggml.model
     pre: str                       # tokenizer.ggml.pre ("" when absent)
-    tokens: list[str]              # (n_vocab,) token texts
-    token_to_id: dict[str, int]
-    scores: list[float]            # (n_vocab,) SPM merge priority, 0.0 when the file has none
+    tokens: Sequence[str]          # (n_vocab,) token texts: a list, or a StringArray over the mapped file
+    token_to_id: Mapping[str, int]  # a dict, or a TokenIndex over that StringArray
+    scores: array                  # (n_vocab,) float32 SPM merge priority, 0.0 when the file has none
     attrs: list[int]               # (n_vocab,) ATTR_* bit sets
-    merges: list[str] = field(default_factory=list)  # (n_merges,) "left right" in rank order (BPE)
+    merges: Sequence[str] = field(default_factory=list)  # (n_merges,) "left right" in rank order (BPE)
     pretok: PreTokenizer | None = None  # BPE only
     ids: dict[str, int | None] = field(default_factory=dict)  # bos/eos/eot/eom/unk/sep/pad/mask/fim_*
     add_bos: bool = False
@@ -105,16 +110,20 @@ def _bool(md: dict, key: str, default: bool) -> bool:
     return bool(value)
 
 
-def _token_texts(md: dict) -> list[str]:
+def _token_texts(md: dict) -> tuple[Sequence[str], Mapping[str, int]]:
+    """(id -> text, text -> id). A StringArray vocabulary stays in the mapped file: a `TokenIndex` over it."""
     tokens = _get(md, "tokens")
     if tokens is None:
         raise ModelLoadError("model file has no tokenizer vocabulary (tokenizer.ggml.tokens)")
+    if isinstance(tokens, StringArray):
+        # llama.cpp renames empty entries so that they can never match text.
+        renamed = {int(i): f"[EMPTY_{i}]" for i in np.flatnonzero(tokens.lengths() == 0)}
+        return (RenamedTexts(tokens, renamed) if renamed else tokens), TokenIndex(tokens, renamed)
     if not isinstance(tokens, list) or not all(isinstance(t, str) for t in tokens[:1]):
         raise ModelLoadError("tokenizer.ggml.tokens must be an array of strings")
     if "" in tokens:
-        # llama.cpp renames empty entries so that they can never match text.
         tokens = [t if t else f"[EMPTY_{i}]" for i, t in enumerate(tokens)]
-    return tokens
+    return tokens, _index(tokens)
 
 
 def _index(tokens: list[str]) -> dict[str, int]:
@@ -246,15 +255,17 @@ def load_vocab(md: dict) -> Vocab:
     if kind is None:
         raise ModelLoadError(f"unsupported tokenizer model {model!r} (supported: llama/SPM, gpt2/BPE)")
     pre = str(_get(md, "pre", "") or "")
-    tokens = _token_texts(md)
+    tokens, token_to_id = _token_texts(md)
     n = len(tokens)
     scores = _per_token_array(md, "scores", n, "fi")
+    scores = scores.astype(np.float32) if scores is not None else np.zeros(n, np.float32)
     attrs = _attrs(md, n).astype(np.int32)
-    v = Vocab(kind=kind, model=model, pre=pre, tokens=tokens, token_to_id=_index(tokens),
-              scores=scores.astype(np.float32).tolist() if scores is not None else [0.0] * n, attrs=[])
+    # array("f"): 4 bytes per score (a list of floats is 32), and each read is the same Python float .tolist() gave
+    v = Vocab(kind=kind, model=model, pre=pre, tokens=tokens, token_to_id=token_to_id,
+              scores=array("f", scores.tobytes()), attrs=[])
     if kind == BPE:
         merges = _get(md, "merges")
-        if not isinstance(merges, list):
+        if not isinstance(merges, (list, StringArray)):
             raise ModelLoadError("BPE tokenizer without tokenizer.ggml.merges (array of strings)")
         v.merges = merges
         v.pretok = pre_tokenizer(pre)

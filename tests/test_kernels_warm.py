@@ -1,0 +1,30 @@
+"""simd_kernels.warm: Numba's one-time target start-up can run ahead of, and beside, the first kernel call."""
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_start_up_runs_once_and_beside_a_kernel_call_in_a_fresh_process():
+    script = textwrap.dedent("""
+        import sys
+        import numpy as np
+        from simd_kernels import ops, warm
+        assert "numba.np.arraymath" not in sys.modules  # importing the kernels does not start the target
+        thread = warm.init_target_in_background()
+        x = np.arange(8, dtype=np.float32).reshape(1, 8)  # a kernel loads from cache while the start-up runs
+        out = ops.rms_norm(x, np.ones(8, np.float32), 1e-6, np.empty_like(x))
+        thread.join()
+        assert "numba.np.arraymath" in sys.modules and warm._done.is_set()
+        warm.init_target()  # a no-op now
+        want = x / np.sqrt((x.astype(np.float64) ** 2).mean() + 1e-6)
+        assert np.allclose(out, want, rtol=1e-6), (out, want)
+        print("ok")
+    """)
+    proc = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=300,
+                          env={**__import__("os").environ, "PYTHONPATH": str(ROOT)})
+    assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr
