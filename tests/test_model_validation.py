@@ -195,12 +195,12 @@ def test_nothing_per_layer_is_built_before_block_count_is_checked(bases):
 def test_memory_estimate_uses_the_validated_config(bases, smollm2_path, gemma3_path):
     need = estimate_memory(bases["gemma3"], 64, 8)
     spec = BASES["gemma3"]
-    kv = spec.n_layer * (spec.window + 8) * spec.n_head_kv * 2 * spec.head_dim * 4  # both layers are local: rings
+    kv = spec.n_layer * (spec.window + 8) * spec.n_head_kv * 2 * spec.head_dim * 2  # both layers are local: rings
     assert need.private >= kv > 0
     smol = estimate_memory(smollm2_path, 4096, 512)
-    assert smol.private >= 30 * 4096 * 3 * (64 + 64) * 4  # 30 layers, 3 KV heads of 64, f32 K and V
+    assert smol.private >= 30 * 4096 * 3 * (64 + 64) * 2  # 30 layers, 3 KV heads of 64, f16 K and V
     gemma = estimate_memory(gemma3_path, 4096, 512)
-    assert gemma.private >= (3 * 4096 + 15 * 1024) * 1 * 512 * 4  # 3 global layers, 15 rings of 512 + 512
+    assert gemma.private >= (3 * 4096 + 15 * 1024) * 1 * 512 * 2  # 3 global layers, 15 rings of 512 + 512, f16
     assert gemma.mapped > 200 << 20
 
 
