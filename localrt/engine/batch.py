@@ -17,7 +17,7 @@ rows: the fused 8-bit `simd_kernels.MUL` path (bit-identical per row for any row
 `invariant_rows`, tests/test_batch_engine.py checks it) and the per-(token, head) attention kernel. Chunks end
 at multiples of num_batch positions, so a position's path depends only on the prompt. Prefix reuse is exact: a
 cached position is reused only where it was computed on the path a fresh evaluation of the new prompt takes
-(`exact_reuse`), from the sequence's own slot or copied from another slot's cache.
+(`backends.backend.exact_reuse`), from the sequence's own slot or copied from another slot's cache.
 """
 from __future__ import annotations
 
@@ -29,11 +29,11 @@ import numpy as np
 from ..api.options import Options, resolve
 from ..errors import ContextLengthExceeded, InvalidRequest
 from .arch.common import Batch, layer_devices
-from .backends.backend import prefill_end, prompt_pieces
+from .backends.backend import exact_reuse, prefill_end, prompt_pieces
+from .draft_model import attach, check_drafts, sync_prompt
 from .events import Done, Token
 from .logprobs import LogprobTracker
 from .sampler import BiasedSampler, make_sampler
-from .draft_model import attach, check_drafts, sync_prompt
 from .speculative import DraftState, Speculator, draft_limit, kept_positions
 from .stop import StopMatcher
 
@@ -343,27 +343,6 @@ class Batcher:
             cache.clear(slot)
         self.model._slot_tokens[slot] = []  # invalid until the sequence leaves the slot
         return keep
-
-
-def exact_reuse(common: int, cached: list[tuple[int, int]], fresh: list[tuple[int, int]]) -> int:
-    """How many of `common` shared leading positions a cache may give a new prompt with bit-identical numerics.
-
-    `cached` / `fresh`: the position ranges computed on the BLAS path, one product each, by the cache and by a
-    fresh evaluation of the new prompt (`prompt_pieces`); every other position is computed per row, alike in
-    both. Reuse ends at the first position whose path differs, moved back to the start of the new prompt's
-    piece if it falls inside one (a piece is evaluated whole)."""
-    def piece(pieces, p):
-        return next(((lo, hi) for lo, hi in pieces if lo <= p < hi), None)
-
-    keep = common
-    for p in sorted({0, *(b for r in cached + fresh for b in r)}):  # the paths can only change at these
-        if p >= common:
-            break
-        if piece(cached, p) != piece(fresh, p):
-            keep = p
-            break
-    inside = piece(fresh, keep)
-    return inside[0] if inside is not None else keep
 
 
 def _common_prefix(a: list[int], b: list[int], limit: int) -> int:

@@ -78,6 +78,27 @@ def prompt_pieces(n_prompt: int, *num_batch: int) -> list[tuple[int, int]]:
     return out
 
 
+def exact_reuse(common: int, cached: list[tuple[int, int]], fresh: list[tuple[int, int]]) -> int:
+    """How many of `common` shared leading positions a cache may give a new prompt with bit-identical numerics.
+
+    `cached` / `fresh`: the position ranges computed on the BLAS path, one product each, by the cache and by a
+    fresh evaluation of the new prompt (`prompt_pieces`); every other position is computed per row, alike in
+    both. Reuse ends at the first position whose path differs, moved back to the start of the new prompt's
+    piece if it falls inside one (a piece is evaluated whole)."""
+    def piece(pieces, p):
+        return next(((lo, hi) for lo, hi in pieces if lo <= p < hi), None)
+
+    keep = common
+    for p in sorted({0, *(b for r in cached + fresh for b in r)}):  # the paths can only change at these
+        if p >= common:
+            break
+        if piece(cached, p) != piece(fresh, p):
+            keep = p
+            break
+    inside = piece(fresh, keep)
+    return inside[0] if inside is not None else keep
+
+
 @dataclass(frozen=True, eq=False)
 class QTensor:
     """A weight as stored in the file: `data` is the raw uint8 view (n_rows, row_bytes) into the mmap."""
