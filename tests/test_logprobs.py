@@ -82,17 +82,19 @@ def test_logprobs_do_not_change_the_tokens_and_are_off_by_default(daemon):
     plain = c.chat(model=MODEL, messages=msgs, options=greedy)
     assert plain.logprobs is None
     assert c.chat(model=MODEL, messages=msgs, options=greedy, logprobs=True).message.content == plain.message.content
-    # Seeded sampling too. (Reusing a cached prompt prefix is not bit-exact (engine/batch.py), so both requests
-    # come after one that left the same prompt in the cache.)
+    # Seeded sampling too.
     opts = {"temperature": 0.8, "seed": 11, "num_predict": 12}
     plain = c.chat(model=MODEL, messages=msgs, options=opts)
     with_lp = c.chat(model=MODEL, messages=msgs, options=opts, logprobs=True, top_logprobs=3)
     assert plain.message.content == with_lp.message.content
-    assert "".join(e.token for e in with_lp.logprobs) == with_lp.message.content
     assert all(len(e.top_logprobs) == 3 and e.logprob <= 0 for e in with_lp.logprobs)
     raw = httpx.post(daemon.url + "/api/chat", json={"model": MODEL, "messages": msgs, "options": opts, "stream": False,
                                                      "logprobs": True}, timeout=600).json()
-    assert [bytes(e["bytes"]).decode() for e in raw["logprobs"]] == [e.token for e in with_lp.logprobs]
+    assert raw["message"]["content"] == with_lp.message.content
+    # The entries' bytes spell the text (a character whose bytes span tokens, or that num_predict cut short, shows
+    # as one character in the text, while each token's own text is its bytes decoded alone).
+    assert b"".join(bytes(e["bytes"]) for e in raw["logprobs"]).decode("utf-8", "replace") == with_lp.message.content
+    assert [bytes(e["bytes"]).decode("utf-8", "replace") for e in raw["logprobs"]] == [e.token for e in with_lp.logprobs]
     assert all("top_logprobs" not in e for e in raw["logprobs"])  # Ollama's omitempty
 
 

@@ -17,6 +17,7 @@ from localrt.engine.speculative import CostModel
 PARAGRAPH = ("The committee met on Tuesday to review the budget. After a long discussion, the members agreed to "
              "increase funding for the library by ten percent and to postpone the decision on the new parking lot.")
 ASK = f"Repeat this paragraph exactly, changing Tuesday to Friday:\n\n{PARAGRAPH}"
+REPEAT = "Say it again: " + "the red fox jumps over the lazy brown dog, " * 4
 JSON_ASK = 'Copy this JSON object exactly: {"name": "Alice Smith", "city": "Lisbon", "age": 31, "tags": ["a", "b"]}'
 SCHEMA = {"type": "object", "properties": {"name": {"type": "string"}, "city": {"type": "string"},
                                             "age": {"type": "integer"}}, "required": ["name", "city", "age"]}
@@ -82,9 +83,11 @@ def test_greedy_identical_and_drafts_accepted(model):
 
 
 def test_seeded_sampling_identical(model):
+    # A text both models repeat when sampled (Gemma 3, a base model, paraphrases the paragraph of ASK at this
+    # temperature, and the model's acceptance record then rightly stops it drafting).
     opts = {"temperature": 0.3, "top_k": 40, "top_p": 0.95, "seed": 42, "num_predict": 32}
-    spec = _run(model, ASK, opts)
-    _same(spec, _run(model, ASK, {**opts, "draft_num_predict": 0}))
+    spec = _run(model, REPEAT, opts)
+    _same(spec, _run(model, REPEAT, {**opts, "draft_num_predict": 0}))
     assert spec[-1].draft_accepted_count > 0
 
 
