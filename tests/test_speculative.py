@@ -92,9 +92,12 @@ def test_plan_respects_limits_and_row_budgets():
     spec = Speculator(max_rows=6, max_run=4, costs=FlatCosts())
     seqs = [_seq(COPY) for _ in range(3)]
     groups = spec.plan(seqs, [100, 1, 100])
-    # seq 0: 1 + 3 rows (max_run); seq 1: its limit, 1 + 1 rows; group full: seq 2 starts the next forward
-    assert [[len(d) for _, _, d in g] for g in groups] == [[3, 1], [3]]
+    # seq 0: 1 + 3 rows (max_run), leaving the pending rows of seqs 1 and 2 room in the same forward, so they
+    # draft nothing rather than push a sequence into a second forward
+    assert [[len(d) for _, _, d in g] for g in groups] == [[3, 0, 0]]
     assert sum(1 + len(d) for _, _, d in groups[0]) <= 6
+    groups = Speculator(max_rows=6, max_run=4, costs=FlatCosts()).plan(seqs[:2], [100, 1])
+    assert [[len(d) for _, _, d in g] for g in groups] == [[3, 1]]  # seq 1: its limit
     [[(_, _, d)]] = spec.plan([_seq(COPY)], [0])  # no room left in the context or num_predict
     assert d == []
 

@@ -211,11 +211,14 @@ class Speculator:
         limits[i] drafted tokens for seqs[i] (0 where it has no room or does not draft).
 
         Sequences are taken in order; each gets the draft length that maximises the expected tokens per second
-        of its group's forward (the rows already planned included) if that beats the forward without it by
-        MARGIN. A sequence whose rows would not fit drafts less; one whose pending row does not fit starts a group."""
+        of its group's forward (the rows already planned, and the pending rows of the sequences after it that fit,
+        included) if that beats the forward without it by MARGIN: at 8 sequences a draft row must pay for a row
+        of a forward that already yields 8 tokens, not of a one-row forward (measured, 8 streaming Gemma 3
+        clients: 106 tok/s drafting on the rows planned so far, 120 without drafts). A sequence whose rows would
+        not fit drafts less; one whose pending row does not fit starts a group."""
         groups: list[list[tuple]] = []
         rows, tokens, extra = self.max_rows, 0.0, 0.0  # the current group's rows, expected tokens, draft seconds
-        for seq, limit in zip(seqs, limits):
+        for i, (seq, limit) in enumerate(zip(seqs, limits)):
             state = seq.draft
             fixed = state is not None and state.fixed
             k_fixed = min(limit, state.length, state.max_draft, self.max_run - 1, self.max_rows - 1) if fixed else 0
@@ -225,16 +228,18 @@ class Speculator:
             n, draft, best_k, step = 0, [], 0, 0.0
             if state is not None:
                 state.step()
-                k_max = min(limit, state.length, state.max_draft, self.max_run - 1, self.max_rows - rows - 1)
+                after = min(len(seqs) - i - 1, self.max_rows - rows - 1)  # the later pending rows this group takes
+                k_max = min(limit, state.length, state.max_draft, self.max_run - 1, self.max_rows - rows - 1 - after)
                 if state.source is None:
                     n, draft = state.index.draft(seq.history, k_max)
                 else:  # a draft model proposes any length; each drafted token costs one of its forwards
                     step = state.source.step_cost(self.costs)
                     draft = [None] * k_max
-                best = (tokens + 1.0) / (self.costs.cost(rows + 1) + extra) * MARGIN
+                best = (tokens + 1.0 + after) / (self.costs.cost(rows + 1 + after) + extra) * MARGIN
                 rate = state.rate(n) if draft else 0.0
                 for k in range(1, len(draft) + 1):
-                    value = (tokens + expected_tokens(rate, k)) / (self.costs.cost(rows + 1 + k) + extra + k * step)
+                    value = (tokens + expected_tokens(rate, k) + after) / (
+                        self.costs.cost(rows + 1 + after + k) + extra + k * step)
                     if value > best:
                         best_k, best = k, value
                 if fixed:
