@@ -96,12 +96,13 @@ class Counting:
 
 
 def calibrate(model, counter: Counting, ids: list[int], reps: int = 5) -> dict[int, float]:
-    """Seconds of a decode forward of 1..15 rows of one sequence: the fastest of reps (the least disturbed)."""
+    """Seconds of a decode forward of 1..17 rows of one sequence (a pending token and up to draft_num_predict's
+    default 16 drafted): the fastest of reps (the least disturbed)."""
     cache = model.cache
     cache.clear(0)
     counter._forward(model.batch(ids, 0), cache, np.array([len(ids) - 1]))
     out = {}
-    for rows in range(1, 16):
+    for rows in range(1, 18):
         best = float("inf")
         for _ in range(reps):
             cache.trim(0, len(ids))
