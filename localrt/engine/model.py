@@ -36,7 +36,7 @@ class Model:
         )
         self.load_duration_ns = 0
         self._slot_tokens: dict[int, list[int]] = {}  # slot -> ids whose keys the cache holds (prefix reuse)
-        self._slot_blocks: dict[int, int] = {}  # slot -> end of the positions it holds as canonical blocks
+        self._slot_blocks: dict[int, list] = {}  # slot -> its prompt positions computed on the BLAS path
         self.forward_costs = CostModel()  # decode forwards' seconds by row count, for every Batcher's draft planning
         self.draft_evidence = Evidence()  # every sequence's verified drafts: the prior of a new sequence's drafting
         self._source = source  # the open GGUF file: keeps the mmap the weights view alive
