@@ -14,11 +14,12 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
-
 from _engine_gguf import EOS_ID, Spec, write_model
+from _sampling_oracle import compare, exact_joint
+
 from localrt import load_model
-from localrt.engine.batch import Batcher
 from localrt.api.options import resolve
+from localrt.engine.batch import Batcher
 from localrt.engine.draft_model import ModelDrafter, _accept, _pick, check_tokenizers
 from localrt.engine.sampler import Mt19937, Sampler
 from localrt.engine.speculative import CostModel
@@ -210,32 +211,15 @@ def test_speculative_sampling_keeps_the_targets_distribution(target, other):
     other-weights draft: two drafted tokens verified in one forward): exact, from the target's logits, vs 600
     seeded runs."""
 
-    def probs(ids):  # the chain of SAMPLED: the top 2, then softmax at the temperature
-        logits = target.logits(ids)[-1].astype(np.float64)
-        top = np.argsort(-logits, kind="stable")[:2]
-        p = np.exp((logits[top] - logits[top].max()) / SAMPLED["temperature"])
-        return dict(zip(top.tolist(), p / p.sum()))
-
-    exact: dict[tuple, float] = {}
-    for t1, p1 in probs(PROMPT).items():
-        for t2, p2 in probs(PROMPT + [t1]).items():
-            for t3, p3 in probs(PROMPT + [t1, t2]).items():
-                for t4, p4 in probs(PROMPT + [t1, t2, t3]).items():
-                    exact[(t1, t2, t3, t4)] = p1 * p2 * p3 * p4
+    exact = exact_joint(target, PROMPT, 4, SAMPLED["temperature"])  # the chain of SAMPLED: top 2, then softmax
     n = 600
     runs = _many(target, other, PROMPT, [{**SAMPLED, "seed": 20_000 + i, "num_predict": 4, "draft_model": "other"}
                                          for i in range(n)])
-    counts: dict[tuple, int] = {}
-    for ev in runs:
-        key = tuple(_tokens(ev))
-        assert key in exact
-        counts[key] = counts.get(key, 0) + 1
+    chi2, tv, counts = compare([tuple(_tokens(ev)) for ev in runs], exact)
     assert all(ev[-1].draft_count >= 2 for ev in runs)  # seeded: the draft length follows acceptance, not timing
     accepted = sum(ev[-1].draft_accepted_count > 0 for ev in runs)
     rejected = sum(ev[-1].draft_count > ev[-1].draft_accepted_count for ev in runs)
     assert accepted > n // 10 and rejected > n // 10  # both branches of the acceptance test ran
-    chi2 = sum((counts.get(k, 0) - n * p) ** 2 / (n * p) for k, p in exact.items())
     # 15 degrees of freedom: P(chi2 > 50) is about 1e-5. The seeds are fixed, so the test is deterministic.
     assert chi2 < 50, (chi2, counts, exact)
-    tv = 0.5 * sum(abs(counts.get(k, 0) / n - p) for k, p in exact.items())
     assert tv < 0.1

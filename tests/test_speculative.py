@@ -12,14 +12,22 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
-
 from _engine_gguf import Spec, write_model
+from _sampling_oracle import compare, exact_joint
+
 from localrt import load_model
 from localrt.api.options import DRAFT_MAX, resolve
 from localrt.engine.batch import Batcher
 from localrt.engine.events import Done
-from localrt.engine.speculative import (CostModel, DraftState, NgramIndex, Speculator, expected_tokens,
-                                        kept_positions, verify)
+from localrt.engine.speculative import (
+    CostModel,
+    DraftState,
+    NgramIndex,
+    Speculator,
+    expected_tokens,
+    kept_positions,
+    verify,
+)
 from localrt.errors import InvalidRequest
 
 
@@ -208,31 +216,15 @@ def test_sampled_distribution_is_the_models(tiny):
     """Joint distribution of three sampled tokens (the last two from a verify step): exact, from the model's
     logits, vs 1000 seeded runs."""
 
-    def probs(ids):  # the chain of SAMPLED: the top 2, then softmax at the temperature
-        logits = tiny.logits(ids)[-1].astype(np.float64)
-        top = np.argsort(-logits, kind="stable")[:2]
-        p = np.exp((logits[top] - logits[top].max()) / SAMPLED["temperature"])
-        return dict(zip(top.tolist(), p / p.sum()))
-
-    exact: dict[tuple, float] = {}
-    for t1, p1 in probs(PROMPT).items():
-        for t2, p2 in probs(PROMPT + [t1]).items():
-            for t3, p3 in probs(PROMPT + [t1, t2]).items():
-                exact[(t1, t2, t3)] = p1 * p2 * p3
+    exact = exact_joint(tiny, PROMPT, 3, SAMPLED["temperature"])  # the chain of SAMPLED: top 2, then softmax
     n = 1000
     runs = _many(tiny, PROMPT, [{**SAMPLED, "seed": 10_000 + i, "num_predict": 3} for i in range(n)])
-    counts: dict[tuple, int] = {}
-    for ev in runs:
-        key = tuple(e.token for e in ev[:-1])
-        assert key in exact
-        counts[key] = counts.get(key, 0) + 1
+    chi2, tv, counts = compare([tuple(e.token for e in ev[:-1]) for ev in runs], exact)
     accepted = sum(ev[-1].draft_accepted_count > 0 for ev in runs)
     rejected = sum(ev[-1].draft_count > ev[-1].draft_accepted_count for ev in runs)
     assert accepted > n // 4 and rejected > n // 10  # both branches of the acceptance test ran
-    chi2 = sum((counts.get(k, 0) - n * p) ** 2 / (n * p) for k, p in exact.items())
     # 7 degrees of freedom: P(chi2 > 35) is about 1e-5. The seeds are fixed, so the test is deterministic.
     assert chi2 < 35, (chi2, counts, exact)
-    tv = 0.5 * sum(abs(counts.get(k, 0) / n - p) for k, p in exact.items())
     assert tv < 0.06
 
 

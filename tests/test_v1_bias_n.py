@@ -9,7 +9,8 @@ from _daemon_fakes import real_daemon
 MODEL = "smollm2:135m"
 PROMPT = "Write one word."
 # A prompt that renders to fewer tokens than a cached prefix must have to be reused (engine/batch.py
-# REUSE_MIN_TOKENS): every run evaluates it afresh, so choices and single requests see bit-identical logits.
+# REUSE_MIN_TOKENS): every run evaluates it afresh. (Reuse is exact anyway, so choices and single requests see
+# bit-identical logits either way.)
 SHORT = "Hi"
 
 
