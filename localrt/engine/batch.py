@@ -302,7 +302,7 @@ class Batcher:
         if self._held.get(seq.slot) is seq:
             del self._held[seq.slot]
             self.model._slot_tokens[seq.slot] = seq.history[: int(self.model.cache.lengths[seq.slot])]
-            self.model._slot_blocks[seq.slot] = prompt_pieces(len(seq.prompt), seq.num_batch)
+            self.model._slot_blocks[seq.slot] = seq.pieces
             self._last_used[seq.slot] = self._steps
 
     def _cached(self, slot: int) -> tuple[list[int], list[tuple[int, int]]]:

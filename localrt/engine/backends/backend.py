@@ -188,8 +188,7 @@ class CPUBackend:
         if not pieces:
             self._fused(w, x, out)
             return out
-        blas = [(lo, hi) for lo, hi, on_blas in segments(n, pieces) if on_blas]
-        self._blas(w, x, out, blas)
+        self._blas(w, x, out, pieces)
         for lo, hi, on_blas in segments(n, pieces):
             if not on_blas:
                 self._fused(w, x[lo:hi], out[lo:hi])
