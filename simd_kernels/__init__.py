@@ -4,8 +4,10 @@
 
 `simd_kernels.ops` (norms, RoPE, softmax, attention) lives beside these and is imported on its own.
 """
-from . import _cache_guard, rows
+from . import _cache_guard, rows, warm
 from .api import BLOCKS, EXPERTS, MUL, ROWS, KernelArgumentError, get_rows, matmul, matvec
+
+warm.refuse_blas_probe()  # before any kernel runs: Numba's start-up then skips importing scipy.linalg
 
 _cache_guard.check(rows.n_groups)  # any kernel of the package: they share one cache directory
 

@@ -28,3 +28,24 @@ def test_start_up_runs_once_and_beside_a_kernel_call_in_a_fresh_process():
     proc = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=300,
                           env={**__import__("os").environ, "PYTHONPATH": str(ROOT)})
     assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr
+
+
+def test_numba_start_up_leaves_scipy_linalg_unimported_and_importable():
+    script = textwrap.dedent("""
+        import importlib.util, sys
+        import numpy as np
+        from numba import njit
+        from simd_kernels import ops, warm
+        warm.init_target()
+        x = np.ones((1, 8), np.float32)
+        ops.rms_norm(x, np.ones(8, np.float32), 1e-6, np.empty_like(x))
+        assert "numba.np.arraymath" in sys.modules and "scipy.linalg" not in sys.modules
+        if importlib.util.find_spec("scipy") is not None:  # SciPy installed: still usable, Numba's np.dot too
+            import scipy.linalg.cython_blas  # noqa: F401
+            dot = njit(lambda a, b: np.dot(a, b))
+            assert dot(np.ones(3), np.full(3, 2.0)) == 6.0
+        print("ok")
+    """)
+    proc = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=300,
+                          env={**__import__("os").environ, "PYTHONPATH": str(ROOT)})
+    assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr
