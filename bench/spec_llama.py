@@ -150,7 +150,8 @@ def run_configs(exe: str, gguf: Path, configs: dict[str, list[str]], prompts: di
                     row[f"acceptance_{name}"] = round(b["draft_n_accepted"] / b["draft_n"], 3) if b["draft_n"] else None
                     row[f"identical_on_off_{name}"] = b["text"] == off["text"]
             out[task] = row
-            print("llama-server", gguf.name, task, {k: v for k, v in row.items() if "ours_formula" not in k and k != "text_head"}, flush=True)
+            shown = {k: v for k, v in row.items() if "ours_formula" not in k and k != "text_head"}
+            print("llama-server", gguf.name, task, shown, flush=True)
         return out
     finally:
         for s in servers.values():
