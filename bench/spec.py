@@ -134,7 +134,31 @@ def run_once(model, counter: Counting, ids: list[int], tokens: int, spec: bool) 
         "sizes": counter.sizes,
         "draft_count": done.draft_count,
         "draft_accepted_count": done.draft_accepted_count,
+        "generated": done.context[len(ids):],
     }
+
+
+def copied_fraction(prompt: list[int], gen: list[int], n: int = 4) -> float:
+    """The share of generated tokens inside an n-gram that occurs in the prompt: how much of the reply is a copy."""
+    grams = {tuple(prompt[j : j + n]) for j in range(len(prompt) - n + 1)}
+    inside = [False] * len(gen)
+    for j in range(len(gen) - n + 1):
+        if tuple(gen[j : j + n]) in grams:
+            inside[j : j + n] = [True] * n
+    return round(sum(inside) / max(1, len(gen)), 2)
+
+
+def lookup_ceiling(prompt: list[int], gen: list[int], k: int = 16) -> float:
+    """Generated tokens per decode forward if every step drafted k tokens from prompt lookup and verification
+    were free: what the index can give this reply at best (1.0: nothing)."""
+    from localrt.engine.speculative import NgramIndex
+
+    index, i, forwards = NgramIndex(), 1, 0  # the first token comes from the prompt's forward
+    while i < len(gen):
+        _, draft = index.draft(prompt + gen[:i], k)
+        a = next((j for j, t in enumerate(draft) if i + j >= len(gen) or gen[i + j] != t), len(draft))
+        i, forwards = i + a + 1, forwards + 1
+    return round((len(gen) - 1) / max(1, forwards), 2)
 
 
 def bench_model(name: str, tokens: int, repeats: int, seen: dict | None = None) -> dict:
@@ -177,9 +201,13 @@ def bench_model(name: str, tokens: int, repeats: int, seen: dict | None = None) 
             # the speedup a quiet machine would show for these same forwards.
             "modelled_speedup": round(sum(quiet[1] for _ in off["sizes"]) / sum(quiet[r] for r in on["sizes"]), 2),
             "rows_histogram_on": {r: on["sizes"].count(r) for r in sorted(set(on["sizes"]))},
+            # How much the reply copies the prompt (4-grams), and the tokens per forward prompt lookup could reach
+            "copied_fraction": copied_fraction(ids, off["generated"]),
+            "lookup_ceiling_tokens_per_forward": lookup_ceiling(ids, off["generated"]),
             "text_head": on["text"][:120],
         }
-        print(name, task, {k: v for k, v in out[task].items() if k not in ("text_head", "rows_histogram_on")}, flush=True)
+        shown = {k: v for k, v in out[task].items() if k not in ("text_head", "rows_histogram_on")}
+        print(name, task, shown, flush=True)
     costs = model.forward_costs
     out["calibrated_forward_ms_by_rows"] = {r: round(t * 1e3, 2) for r, t in quiet.items()}
     out["planner_measured_forward_ms_by_rows"] = {r: round(t * 1e3, 1) for r, t in sorted(costs.measured().items())}
@@ -227,6 +255,7 @@ def bench_pair(name: str, tokens: int, repeats: int, workdir: Path, seen: dict |
         events = list(target.generate(ids, {"temperature": 0, "num_predict": tokens, **modes[mode]}, draft=drafter))
         done = events[-1]
         return {"text": "".join(e.text for e in events[:-1]) + done.text, "eval_count": done.eval_count,
+                "generated": done.context[len(ids):],
                 "decode_tok_s": round(done.eval_count / (done.eval_duration / 1e9), 1),
                 "draft_count": done.draft_count, "draft_accepted_count": done.draft_accepted_count}
 
@@ -318,6 +347,9 @@ def main() -> None:
         summary[name] = {"copy_tasks_speedup": copy, "free_writing_speedup": tasks["free_writing"]["speedup"],
                          "copy_tasks_modelled_speedup": [tasks[t]["modelled_speedup"] for t in COPY_TASKS if t in tasks],
                          "free_writing_modelled_speedup": tasks["free_writing"]["modelled_speedup"],
+                         "copy_tasks_copied_fraction": [tasks[t]["copied_fraction"] for t in COPY_TASKS if t in tasks],
+                         "copy_tasks_lookup_ceiling": [tasks[t]["lookup_ceiling_tokens_per_forward"]
+                                                       for t in COPY_TASKS if t in tasks],
                          "all_identical": all(tasks[t]["identical_text"] for t in TASKS)}
     body = {"setup": setup, "summary": summary, "models": results, **({"pairs": pairs} if pairs else {}),
             **({"llama_server": llama} if llama else {})}
