@@ -32,6 +32,7 @@ import argparse
 import json
 import os
 import platform
+import signal
 import sys
 import tempfile
 import time
@@ -322,6 +323,7 @@ def main() -> None:
                     help="also run llama.cpp's llama-server (bench/spec_llama.py) on the same files and prompts")
     ap.add_argument("--out", default=None, help="default: bench/results/spec.json (spec_draft.json with only --pairs)")
     args = ap.parse_args()
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # unwind, so that llama-servers started are stopped
     out_name = "spec_draft.json" if args.pairs and not args.models else "spec.json"
     args.out = args.out or str(ROOT / "bench" / "results" / out_name)
     setup = {"threads": 2, "num_predict": args.tokens, "best_of": args.repeats, "temperature": 0,

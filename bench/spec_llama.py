@@ -5,7 +5,7 @@ after our own runs, with the same GGUF, the same prompt token ids, greedy, the s
 
 - One llama-server per configuration (`CONFIGS`: speculation off and each n-gram type the server offers, at its
   defaults and one set like our prompt lookup; `PAIR_CONFIGS`: the Q8_0 target off and with the Q4 file as
-  `--spec-draft-model` at the default and our draft length), all started at once (-t 2, -np 1, -c 1024) so the
+  `--spec-type draft-simple --spec-draft-model` at the default and our draft length), all started at once (-t 2, -np 1, -c 1024) so the
   repeats alternate between them as ours alternate on/off; each gets one warm-up request first (its first
   request is several times slower).
 - The prompt is sent as our token ids (POST /completion, `cache_prompt` off), so both engines continue the same
@@ -41,9 +41,10 @@ CONFIGS = {
     "ngram-mod": ["--spec-type", "ngram-mod"],
     "ngram-cache": ["--spec-type", "ngram-cache"],
 }
-# The draft type is detected from the draft file (draft-simple); its default --spec-draft-n-max is 3.
-PAIR_CONFIGS = {"off": [], "draft": ["--spec-draft-model", "{draft}", "-td", "2"],
-                "draft-n16": ["--spec-draft-model", "{draft}", "-td", "2", "--spec-draft-n-max", "16"]}
+# A plain draft model needs --spec-type draft-simple: the server detects only MTP/DFlash drafts from the file
+# (common/speculative.cpp), and with no type it loads the draft model and never drafts. Default n-max: 3.
+DRAFT = ["--spec-type", "draft-simple", "--spec-draft-model", "{draft}", "-td", "2"]
+PAIR_CONFIGS = {"off": [], "draft": DRAFT, "draft-n16": [*DRAFT, "--spec-draft-n-max", "16"]}
 
 
 def free_port() -> int:
