@@ -5,8 +5,8 @@ after our own runs, with the same GGUF, the same prompt token ids, greedy, the s
 
 - One llama-server per configuration (`CONFIGS`: speculation off and each n-gram type the server offers, at its
   defaults and one set like our prompt lookup; `PAIR_CONFIGS`: the Q8_0 target off and with the Q4 file as
-  `--spec-type draft-simple --spec-draft-model` at the default and our draft length), all started at once (-t 2, -np 1, -c 1024) so the
-  repeats alternate between them as ours alternate on/off; each gets one warm-up request first (its first
+  `--spec-type draft-simple --spec-draft-model` at the default and our draft length), all started at once
+  (-t 2, -np 1, -c 1024) so the repeats alternate between them as ours alternate on/off; each gets one warm-up request first (its first
   request is several times slower).
 - The prompt is sent as our token ids (POST /completion, `cache_prompt` off), so both engines continue the same
   tokens; `tokenize_agrees` says whether the server's own /tokenize of our rendered prompt gives those ids, and
