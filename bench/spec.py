@@ -12,7 +12,9 @@ machine (the tok/s figures do: they were measured on a shared 2-core machine); a
 same forwards priced at the fastest of 5 timings of each row count (a calibration run before the tasks).
 
 Tasks: three copy-heavy ones (edit a given paragraph, rename a variable through a code block, answer by
-quoting a context) and free writing.
+quoting a context) and free writing. Whether a model does copy is its own: `copied_fraction` (the share of the
+reply's tokens inside a 4-gram of the prompt) and `lookup_ceiling_tokens_per_forward` (tokens per forward if
+every step drafted 16 from prompt lookup and verification were free) say how much a task leaves to gain.
 
 `--pairs`: draft-model pairs made from one real model by our own quantizer. The original Q4 file (SmolLM2's
 Q4_1, Gemma 3's Q4_K_M) is dequantized to F16 (`quantize_model(..., "f16", allow_requantize=True)`: `create`
