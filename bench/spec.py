@@ -2,6 +2,7 @@
 
     python3 bench/spec.py [--models smollm2 gemma3] [--tokens 96] [--repeats 2] [--out bench/results/spec.json]
     python3 bench/spec.py --models --pairs gemma3 smollm2 [--tokens 64] [--out bench/results/spec_draft.json]
+    ... [--llama-server PATH/llama-server]  (llama.cpp's own speculative decoding beside ours, same run)
 
 Per model and task, greedy (temperature 0), 2 threads: decode tok/s (eval_count / eval_duration) with
 speculation on (the default planner, its costs measured as it runs) and off (draft_num_predict 0), best of
@@ -11,7 +12,9 @@ machine (the tok/s figures do: they were measured on a shared 2-core machine); a
 same forwards priced at the fastest of 5 timings of each row count (a calibration run before the tasks).
 
 Tasks: three copy-heavy ones (edit a given paragraph, rename a variable through a code block, answer by
-quoting a context) and free writing.
+quoting a context) and free writing. Whether a model does copy is its own: `copied_fraction` (the share of the
+reply's tokens inside a 4-gram of the prompt) and `lookup_ceiling_tokens_per_forward` (tokens per forward if
+every step drafted 16 from prompt lookup and verification were free) say how much a task leaves to gain.
 
 `--pairs`: draft-model pairs made from one real model by our own quantizer. The original Q4 file (SmolLM2's
 Q4_1, Gemma 3's Q4_K_M) is dequantized to F16 (`quantize_model(..., "f16", allow_requantize=True)`: `create`
@@ -20,6 +23,10 @@ refuses to requantize a quantized model, as Ollama does), and the F16 file quant
 greedy: decode tok/s with speculation off, with prompt lookup (the default), with the draft model (the planner
 deciding, as a request runs), and with the draft model forced on at its adaptive length (a flat cost model:
 what drafting on every step costs, and the acceptance rate a draft of these weights reaches).
+
+`--llama-server PATH`: llama.cpp's own speculative decoding on the same files, prompt ids and max tokens, after
+ours in the same run (bench/spec_llama.py: its n-gram types, and its draft model for --pairs), under
+"llama_server" in the same JSON.
 """
 from __future__ import annotations
 
@@ -27,6 +34,7 @@ import argparse
 import json
 import os
 import platform
+import signal
 import sys
 import tempfile
 import time
@@ -129,10 +137,35 @@ def run_once(model, counter: Counting, ids: list[int], tokens: int, spec: bool) 
         "sizes": counter.sizes,
         "draft_count": done.draft_count,
         "draft_accepted_count": done.draft_accepted_count,
+        "generated": done.context[len(ids):],
     }
 
 
-def bench_model(name: str, tokens: int, repeats: int) -> dict:
+def copied_fraction(prompt: list[int], gen: list[int], n: int = 4) -> float:
+    """The share of generated tokens inside an n-gram that occurs in the prompt: how much of the reply is a copy."""
+    grams = {tuple(prompt[j : j + n]) for j in range(len(prompt) - n + 1)}
+    inside = [False] * len(gen)
+    for j in range(len(gen) - n + 1):
+        if tuple(gen[j : j + n]) in grams:
+            inside[j : j + n] = [True] * n
+    return round(sum(inside) / max(1, len(gen)), 2)
+
+
+def lookup_ceiling(prompt: list[int], gen: list[int], k: int = 16) -> float:
+    """Generated tokens per decode forward if every step drafted k tokens from prompt lookup and verification
+    were free: what the index can give this reply at best (1.0: nothing)."""
+    from localrt.engine.speculative import NgramIndex
+
+    index, i, forwards = NgramIndex(), 1, 0  # the first token comes from the prompt's forward
+    while i < len(gen):
+        _, draft = index.draft(prompt + gen[:i], k)
+        a = next((j for j, t in enumerate(draft) if i + j >= len(gen) or gen[i + j] != t), len(draft))
+        i, forwards = i + a + 1, forwards + 1
+    return round((len(gen) - 1) / max(1, forwards), 2)
+
+
+def bench_model(name: str, tokens: int, repeats: int, seen: dict | None = None) -> dict:
+    """Our figures per task; `seen` gets task -> (user message, rendered prompt, token ids, greedy text on)."""
     from localrt import load_model
 
     model = load_model(model_path(name), num_ctx=1024, num_batch=256)
@@ -151,6 +184,8 @@ def bench_model(name: str, tokens: int, repeats: int) -> dict:
                 if key not in best or got["decode_tok_s"] > best[key]["decode_tok_s"]:
                     best[key] = got
         on, off = best["on"], best["off"]
+        if seen is not None:
+            seen[task] = (text, chat(name, text), ids, on["text"])
         n_gen = max(1, on["eval_count"] - 1)  # the first token comes from the prompt's forward
         out[task] = {
             "prompt_tokens": len(ids),
@@ -169,9 +204,13 @@ def bench_model(name: str, tokens: int, repeats: int) -> dict:
             # the speedup a quiet machine would show for these same forwards.
             "modelled_speedup": round(sum(quiet[1] for _ in off["sizes"]) / sum(quiet[r] for r in on["sizes"]), 2),
             "rows_histogram_on": {r: on["sizes"].count(r) for r in sorted(set(on["sizes"]))},
+            # How much the reply copies the prompt (4-grams), and the tokens per forward prompt lookup could reach
+            "copied_fraction": copied_fraction(ids, off["generated"]),
+            "lookup_ceiling_tokens_per_forward": lookup_ceiling(ids, off["generated"]),
             "text_head": on["text"][:120],
         }
-        print(name, task, {k: v for k, v in out[task].items() if k not in ("text_head", "rows_histogram_on")}, flush=True)
+        shown = {k: v for k, v in out[task].items() if k not in ("text_head", "rows_histogram_on")}
+        print(name, task, shown, flush=True)
     costs = model.forward_costs
     out["calibrated_forward_ms_by_rows"] = {r: round(t * 1e3, 2) for r, t in quiet.items()}
     out["planner_measured_forward_ms_by_rows"] = {r: round(t * 1e3, 1) for r, t in sorted(costs.measured().items())}
@@ -194,7 +233,7 @@ def pair_files(name: str, workdir: Path) -> tuple[Path, Path]:
     return q8, src
 
 
-def bench_pair(name: str, tokens: int, repeats: int, workdir: Path) -> dict:
+def bench_pair(name: str, tokens: int, repeats: int, workdir: Path, seen: dict | None = None) -> dict:
     from localrt import load_model
     from localrt.engine.draft_model import ModelDrafter
     from localrt.engine.speculative import CostModel
@@ -219,6 +258,7 @@ def bench_pair(name: str, tokens: int, repeats: int, workdir: Path) -> dict:
         events = list(target.generate(ids, {"temperature": 0, "num_predict": tokens, **modes[mode]}, draft=drafter))
         done = events[-1]
         return {"text": "".join(e.text for e in events[:-1]) + done.text, "eval_count": done.eval_count,
+                "generated": done.context[len(ids):],
                 "decode_tok_s": round(done.eval_count / (done.eval_duration / 1e9), 1),
                 "draft_count": done.draft_count, "draft_accepted_count": done.draft_accepted_count}
 
@@ -233,6 +273,8 @@ def bench_pair(name: str, tokens: int, repeats: int, workdir: Path) -> dict:
                 got = run(ids, mode)
                 if mode not in best or got["decode_tok_s"] > best[mode]["decode_tok_s"]:
                     best[mode] = got
+        if seen is not None:
+            seen[task] = (text, chat(name, text), ids, best["off"]["text"])
         row = {"prompt_tokens": len(ids), "eval_count": best["off"]["eval_count"],
                "identical_text": all(b["text"] == best["off"]["text"] for b in best.values())}
         for mode, b in best.items():
@@ -252,6 +294,25 @@ def bench_pair(name: str, tokens: int, repeats: int, workdir: Path) -> dict:
     return out
 
 
+def run_llama(args, seen: dict[str, dict]) -> dict:
+    """llama-server (bench/spec_llama.py) per model and pair, on the prompts and texts our runs saw."""
+    from spec_llama import CONFIGS, PAIR_CONFIGS, run_configs, summary
+
+    out: dict = {}
+    for key, tasks in seen.items():
+        pair = key.endswith("_pair")
+        name = key.removesuffix("_pair")
+        gguf, configs = Path(model_path(name)), CONFIGS
+        if pair:
+            gguf, draft = pair_files(name, Path(args.pair_dir))
+            configs = {c: [str(draft) if a == "{draft}" else a for a in extra] for c, extra in PAIR_CONFIGS.items()}
+        prompts = {t: (user, rendered, ids) for t, (user, rendered, ids, _) in tasks.items()}
+        rows = run_configs(args.llama_server, gguf, configs, prompts, {t: v[3] for t, v in tasks.items()},
+                           args.tokens, args.repeats, prompts["edit_paragraph"][2])
+        out[key] = {"summary": summary(rows, COPY_TASKS, configs), **rows}
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--models", nargs="*", default=["smollm2", "gemma3"])
@@ -260,8 +321,11 @@ def main() -> None:
                     help="where the Q8_0 targets are written (kept for the next run)")
     ap.add_argument("--tokens", type=int, default=96)
     ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--llama-server", default=None, metavar="PATH",
+                    help="also run llama.cpp's llama-server (bench/spec_llama.py) on the same files and prompts")
     ap.add_argument("--out", default=None, help="default: bench/results/spec.json (spec_draft.json with only --pairs)")
     args = ap.parse_args()
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # unwind, so that llama-servers started are stopped
     out_name = "spec_draft.json" if args.pairs and not args.models else "spec.json"
     args.out = args.out or str(ROOT / "bench" / "results" / out_name)
     setup = {"threads": 2, "num_predict": args.tokens, "best_of": args.repeats, "temperature": 0,
@@ -269,8 +333,11 @@ def main() -> None:
              "loadavg_1m_at_start": round(os.getloadavg()[0], 2),
              "note": "shared 2-core machine (other jobs running): tok/s are noisy, forwards/rows per token are not"}
     t0 = time.time()
-    results = {name: bench_model(name, args.tokens, args.repeats) for name in args.models}
-    pairs = {name: bench_pair(name, args.tokens, args.repeats, Path(args.pair_dir)) for name in args.pairs}
+    seen: dict[str, dict] = {name: {} for name in [*args.models, *(f"{p}_pair" for p in args.pairs)]}
+    results = {name: bench_model(name, args.tokens, args.repeats, seen[name]) for name in args.models}
+    pairs = {name: bench_pair(name, args.tokens, args.repeats, Path(args.pair_dir), seen[f"{name}_pair"])
+             for name in args.pairs}
+    llama = run_llama(args, seen) if args.llama_server else {}
     setup["loadavg_1m_at_end"] = round(os.getloadavg()[0], 2)
     setup["wall_s"] = round(time.time() - t0, 1)
     summary = {}
@@ -284,8 +351,12 @@ def main() -> None:
         summary[name] = {"copy_tasks_speedup": copy, "free_writing_speedup": tasks["free_writing"]["speedup"],
                          "copy_tasks_modelled_speedup": [tasks[t]["modelled_speedup"] for t in COPY_TASKS if t in tasks],
                          "free_writing_modelled_speedup": tasks["free_writing"]["modelled_speedup"],
+                         "copy_tasks_copied_fraction": [tasks[t]["copied_fraction"] for t in COPY_TASKS if t in tasks],
+                         "copy_tasks_lookup_ceiling": [tasks[t]["lookup_ceiling_tokens_per_forward"]
+                                                       for t in COPY_TASKS if t in tasks],
                          "all_identical": all(tasks[t]["identical_text"] for t in TASKS)}
-    body = {"setup": setup, "summary": summary, "models": results, **({"pairs": pairs} if pairs else {})}
+    body = {"setup": setup, "summary": summary, "models": results, **({"pairs": pairs} if pairs else {}),
+            **({"llama_server": llama} if llama else {})}
     Path(args.out).write_text(json.dumps(body, indent=2) + "\n")
     print(json.dumps(summary, indent=2))
 

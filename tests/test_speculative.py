@@ -20,10 +20,12 @@ from localrt.api.options import DRAFT_MAX, resolve
 from localrt.engine.batch import Batcher
 from localrt.engine.events import Done
 from localrt.engine.speculative import (
+    CONTEXT,
     CostModel,
     DraftState,
     NgramIndex,
     Speculator,
+    agreement,
     expected_tokens,
     kept_positions,
     verify,
@@ -46,12 +48,20 @@ class FlatCosts(CostModel):
     ([1, 2, 3, 4, 9, 2, 3], 2, (2, [4, 9])),  # only the 2-gram (2, 3) matches
     ([5, 6, 7, 8, 7], 4, (1, [8, 7])),  # a 1-gram; the continuation runs to the end of the list
     ([1, 2, 3, 4], 3, (0, [])),  # nothing occurred before
-    ([1, 2, 1, 5, 1, 2, 1, 6, 1, 2, 1], 1, (3, [6])),  # the most recent occurrence wins
+    ([1, 2, 1, 5, 1, 2, 1, 6, 1, 2, 1], 1, (3, [6])),  # equal context: the most recent occurrence wins
+    # (3, 4, 5) follows (1, 2) at the start and 8 later: the occurrence whose context agrees longest wins
+    ([1, 2, 3, 4, 5, 6, 7, 8, 3, 4, 5, 9, 1, 2, 3, 4, 5], 3, (3, [6, 7, 8])),
     ([7, 7, 7, 7], 3, (3, [7])),  # overlapping occurrences
     ([1, 2, 3, 1, 2], 0, (0, [])),
 ])
 def test_ngram_draft(tokens, k, expected):
     assert NgramIndex().draft(tokens, k) == expected
+
+
+def test_agreement_counts_the_context_before_a_match():
+    tokens = [1, 2, 3, 4, 5, 6, 7, 8, 3, 4, 5, 9, 1, 2, 3, 4, 5]
+    assert [agreement(tokens, c) for c in (5, 11, 4)] == [5, 3, 0]
+    assert agreement([7] * 40, 30) == CONTEXT  # bounded
 
 
 def test_ngram_index_follows_a_growing_list():
@@ -94,6 +104,21 @@ def test_plan_drafts_where_it_pays_and_stops_where_it_does_not():
         seq.draft.step()
     [[(_, _, draft)]] = spec.plan([seq], [100])
     assert draft
+
+
+def test_a_step_without_a_draft_relaxes_the_cap_a_rejection_set():
+    # After a draft of 4 with 1 accepted the cap is 2 and the rate 2/3: at CPU costs one or two drafted tokens
+    # (2-3 rows) do not pay, three (a 4-row forward) do. The step without a draft raises the cap, so the
+    # sequence drafts three the step after instead of never drafting again.
+    spec = Speculator(max_rows=254, max_run=15, costs=_cpu_costs())
+    seq = _seq(COPY)
+    seq.draft.observe(3, 4, 1)
+    assert seq.draft.length == 2
+    [[(_, _, draft)]] = spec.plan([seq], [100])
+    assert draft == [] and seq.draft.length == 4
+    [[(_, n, draft)]] = spec.plan([seq], [100])
+    assert n == 3 and draft == [20, 21, 22]
+    assert seq.draft.length == 4  # a step that drafts leaves the cap to the verification (observe)
 
 
 def test_plan_respects_limits_and_row_budgets():

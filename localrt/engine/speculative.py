@@ -17,9 +17,9 @@ drafts. Grammar and stop strings hold for the same reason: every emitted token w
 `Sequence._on_logits`, and a draft the grammar forbids can never be the draw, which ends the run there.
 
 Drafts (`NgramIndex`): the longest suffix of prompt + output (n from 3 down to 1) that occurred before;
-the draft is what followed its most recent occurrence. Whether to draft, and how long, is decided per step
-from the measured cost of a forward by its row count (`CostModel`; on a CPU extra rows cost most of a
-one-row forward, on a GPU little) and the acceptance rate the sequence has shown for matches of that size
+the draft is what followed the occurrence whose preceding tokens agree longest with the sequence's (ties: the
+most recent). Whether to draft, and how long, is decided per step from the measured cost of a forward by its
+row count (`CostModel`; on a CPU extra rows cost most of a one-row forward, on a GPU little) and the acceptance rate the sequence has shown for matches of that size
 (`DraftState`): a step drafts only when the expected tokens per second beat the plain step's by a margin,
 so free writing, where matches rarely continue, turns drafting off by itself; stale evidence decays back to
 the prior, so an occasional probe notices when a sequence starts copying.
@@ -40,6 +40,8 @@ import numpy as np
 from .events import Done
 
 N_MAX, N_MIN = 3, 1  # n-gram sizes the lookup tries, longest first
+SCAN = 16  # the most recent occurrences of the matching n-gram whose context is compared
+CONTEXT = 16  # tokens of context compared (the n-gram's own included)
 PRIOR_ACCEPT, PRIOR_REJECT = 3.0, 1.0  # pseudo-counts: a new match size is trusted at 0.75 per token
 # The model's own record across requests (`Evidence`) replaces that 0.75 as a sequence's prior once drafts were
 # verified: a 64-token reply is too short to unlearn an optimistic prior on its own, and at 8 sequences a
@@ -57,20 +59,24 @@ HORIZON = 256  # forwards after which a sample expires (a few seconds of decode)
 
 
 class NgramIndex:
-    """Where each n-gram (n = N_MIN..N_MAX) of a token list last occurred with a continuation.
+    """Where each n-gram (n = N_MIN..N_MAX) of a token list occurred with a continuation.
 
     `sync(tokens)` indexes what was appended since the last call (the list only grows: drafts never enter
-    it); `draft(tokens, k)` is (n, up to k tokens) that followed the most recent earlier occurrence of the
-    longest matching suffix, or (0, [])."""
+    it); `draft(tokens, k)` is (n, up to k tokens) for the longest matching suffix: what followed the one of its
+    last SCAN occurrences whose preceding tokens agree longest with the list's own (ties: the most recent), or
+    (0, []). A model that copies a passage with a change in it (a renamed identifier) comes back to a 1-2 token
+    suffix that also occurs elsewhere; the agreeing context finds the place in the passage it is copying."""
 
     def __init__(self) -> None:
-        self._last: list[dict[tuple[int, ...], int]] = [{} for _ in range(N_MAX + 1)]  # n -> n-gram -> start of its continuation
+        # n -> n-gram -> starts of its continuations, oldest first
+        self._at: list[dict[tuple[int, ...], list[int]]] = [{} for _ in range(N_MAX + 1)]
         self._seen = 0  # tokens indexed so far
 
     def sync(self, tokens: list[int]) -> None:
         for j in range(max(self._seen, 1), len(tokens)):
             for n in range(N_MIN, min(N_MAX, j) + 1):
-                self._last[n][tuple(tokens[j - n : j])] = j  # the n-gram ending before j goes on with tokens[j]
+                # the n-gram ending before j goes on with tokens[j]
+                self._at[n].setdefault(tuple(tokens[j - n : j]), []).append(j)
         self._seen = len(tokens)
 
     def draft(self, tokens: list[int], k: int) -> tuple[int, list[int]]:
@@ -78,10 +84,19 @@ class NgramIndex:
         if k <= 0:
             return 0, []
         for n in range(min(N_MAX, len(tokens)), N_MIN - 1, -1):
-            start = self._last[n].get(tuple(tokens[len(tokens) - n :]))
-            if start is not None:
+            starts = self._at[n].get(tuple(tokens[len(tokens) - n :]))
+            if starts:
+                start = max(reversed(starts[-SCAN:]), key=lambda c: agreement(tokens, c))  # max: the first best
                 return n, tokens[start : start + k]
         return 0, []
+
+
+def agreement(tokens: list[int], start: int) -> int:
+    """How many tokens (up to CONTEXT) before `start` equal the last ones of the list."""
+    end, n = len(tokens), 0
+    while n < CONTEXT and n < start and tokens[start - 1 - n] == tokens[end - 1 - n]:
+        n += 1
+    return n
 
 
 class Evidence:
@@ -113,7 +128,7 @@ class DraftState:
         self.index = NgramIndex()
         self.accepted = np.zeros(N_MAX + 1)  # (N_MAX + 1,) decayed drafted tokens that were accepted, per n
         self.rejected = np.zeros(N_MAX + 1)  # (N_MAX + 1,) decayed first rejections, per n
-        self.length = 4  # adaptive cap: doubles on a full accept, falls to accepted + 1 on a reject
+        self.length = 4  # draft cap: doubles on a full accept or a step without a draft; accepted + 1 on a reject
         self.drafted_count = 0
         self.accepted_count = 0
         # A draft model (draft_model.attach) instead of the n-gram index: its drafts count under match size 0.
@@ -247,6 +262,12 @@ class Speculator:
                 if state.source is not None:
                     draft = state.source.propose(seq, best_k) if best_k else []
                     best_k = len(draft)  # the draft stops early at an end-of-generation token
+                if not best_k and not fixed:
+                    # A step without a draft relaxes the cap a rejection set (DraftState.length): below the
+                    # shortest draft that pays (on a CPU 3 tokens, a 4-row forward) the sequence would never
+                    # draft, so never raise it again (measured: Gemma 3 renaming a variable copied 16-token
+                    # stretches one token a step after each renamed identifier).
+                    state.length = min(2 * state.length, state.max_draft)
             groups[-1].append((seq, n, draft[:best_k]))
             rows += 1 + best_k
             extra += best_k * step
