@@ -69,6 +69,7 @@ class Config:
     registry_public: bool = False  # serve the store's registry routes on a non-loopback bind without a token
     context_length: int = 4096
     num_threads: int = 0  # 0: all cores
+    kv_budget: int = 0  # positions of each loaded model's paged KV pool (LOCALRT_KV_BUDGET); 0: num_parallel * num_ctx
 
     @property
     def base_url(self) -> str:
@@ -121,4 +122,12 @@ def load(env: dict | None = None) -> Config:
         registry_public=_bool(env, "LOCALRT_REGISTRY_PUBLIC"),
         context_length=_int(env, "LOCALRT_CONTEXT_LENGTH", 4096),
         num_threads=_int(env, "LOCALRT_NUM_THREADS", 0),
+        kv_budget=_kv_budget(env),
     )
+
+
+def _kv_budget(env: dict) -> int:
+    n = _int(env, "LOCALRT_KV_BUDGET", 0)
+    if n < 0:
+        raise ValueError(f"LOCALRT_KV_BUDGET must be a number of positions >= 0 (0: automatic), got {n}")
+    return n
