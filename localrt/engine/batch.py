@@ -17,7 +17,10 @@ rows: the fused 8-bit `simd_kernels.MUL` path (bit-identical per row for any row
 `invariant_rows`, tests/test_batch_engine.py checks it) and the per-(token, head) attention kernel. Chunks end
 at multiples of num_batch positions, so a position's path depends only on the prompt. Prefix reuse is exact: a
 cached position is reused only where it was computed on the path a fresh evaluation of the new prompt takes
-(`backends.backend.exact_reuse`), from the sequence's own slot or copied from another slot's cache.
+(`backends.backend.exact_reuse`), from any finished sequence's cached prefix or any running sequence: its full
+KV blocks referenced, not copied (localrt.engine.kv_cache: a paged pool; a block is copied only before a sequence
+writes below what another one wrote into it). When the pool runs dry the newest sequence waits and is replayed
+exactly (localrt.engine.preempt).
 """
 from __future__ import annotations
 

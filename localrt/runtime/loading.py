@@ -67,7 +67,7 @@ def estimate_memory(path, num_ctx: int, num_batch: int, n_slots: int = 1, kv_bud
     n_ctx = min(num_ctx, cfg.n_ctx_train)  # as load_model
     n_batch = min(num_batch, num_ctx)
     per_pos = cfg.n_head_kv * (cfg.head_dim + cfg.head_dim_v) * 2  # K (n_head_kv, head_dim) + V f16, one layer
-    pooled = pool_blocks(n_ctx, n_slots, kv_budget) * KV_BLOCK  # positions of the pool, shared by every slot
+    pooled = pool_blocks(n_ctx, n_slots, kv_budget) * KV_BLOCK if n_slots > 0 else 0  # positions of the shared pool
     kv = sum(pooled if w <= 0 else min(n_ctx, w + n_batch) * n_slots for w in cfg.windows) * per_pos
     scratch = (n_batch * 8 * max(cfg.n_embd, cfg.n_ff) + 2 * cfg.n_vocab) * 4  # activations of one prefill chunk + a logits row
     scratch += n_batch * (cfg.n_expert + cfg.n_expert_used * cfg.n_embd) * 4  # MoE: router probs, per-rank expert outputs
