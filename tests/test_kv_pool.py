@@ -174,6 +174,25 @@ def test_sequences_take_blocks_as_they_grow_share_prefixes_and_copy_on_write():
     assert cache.pool.n_in_use == 0 and cache.pool.n_cached == 2
 
 
+def test_two_sequences_appending_at_one_shared_frontier_in_one_batch_each_get_their_own():
+    cache = _cache(n_blocks=8)
+    _write(cache, 0, 6, 1.0)
+    entry = cache.retire(0, list(range(6)), [])
+    cache.share(1, entry.blocks, 6)
+    cache.share(2, entry.blocks, 6)
+    pos, slots = np.array([6, 6]), np.array([1, 2])
+    cache.check_batch(pos, slots)
+    cache.prepare(pos, slots)
+    k = np.array([2.0, 3.0], np.float32)[:, None, None] * np.ones((2, 1, 4), np.float32)
+    for il in range(2):
+        paged.kv_store_paged(k, k, cache.k[il], cache.v[il], cache.tables, pos, slots)
+    cache.advance(pos, slots)
+    one, two = cache.blocks_of(1), cache.blocks_of(2)
+    assert one == entry.blocks and two[1] != one[1]  # the first appends in place, the second copies
+    assert cache.k[0][one[1], 0, 2, 0] == 2.0 and cache.k[0][two[1], 0, 2, 0] == 3.0
+    assert cache.k[0][two[1], 0, 1, 0] == 1.0  # the shared rows came along
+
+
 def test_a_lone_sequence_takes_over_a_block_shared_only_with_a_cached_prefix():
     cache = _cache(n_blocks=4)  # exactly one context: 16 positions
     _write(cache, 0, 14, 1.0)

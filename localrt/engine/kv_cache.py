@@ -172,18 +172,28 @@ class KVCache:
         pool cannot."""
         B, pool = self.block_size, self.pool
         ends = {int(s): int(positions[slots == s].max()) + 1 for s in np.unique(slots)}
-        spare = pool.available() - sum(self.blocks_needed(s, e) for s, e in ends.items())
+        todo = []  # (slot, block number) that need a new block, a copy, or a take-over
         for s, end in ends.items():
             table, start = self.tables[s], int(self.lengths[s])
             for i in range(start // B, -(-end // B)):
-                b, row = int(table[i]), max(start - i * B, 0)
-                if b < 0 or not pool.writable(b, row):
-                    if b >= 0 and pool.refs[b] == 1 and spare <= 0:
-                        pool.claim(b)  # the cached prefixes holding it end before it
-                    else:
-                        spare -= b >= 0 and pool.refs[b] == 1
-                        b = self._copy_on_write(table, i, b)
-                pool.fill[b] = min(B, end - i * B)
+                b = int(table[i])
+                if b >= 0 and pool.writable(b, max(start - i * B, 0)):
+                    pool.fill[b] = min(B, end - i * B)
+                else:
+                    todo.append((s, i))
+        if not todo:  # the usual decode step: every row appends to a block it may write
+            return
+        must = [int(self.tables[s, i]) for s, i in todo]
+        spare = pool.available() - sum(b < 0 or pool.refs[b] > 1 for b in must)  # blocks left for optional copies
+        for s, i in todo:
+            table = self.tables[s]
+            b = int(table[i])
+            if b >= 0 and pool.refs[b] == 1 and spare <= 0:
+                pool.claim(b)  # the cached prefixes holding it end before it
+            else:
+                spare -= b >= 0 and pool.refs[b] == 1
+                b = self._copy_on_write(table, i, b)
+            pool.fill[b] = min(B, ends[s] - i * B)
 
     def _copy_on_write(self, table: np.ndarray, i: int, b: int) -> int:
         """A new block at table[i], holding a copy of what shared block b holds (b < 0: none)."""
