@@ -131,6 +131,25 @@ def test_an_entry_a_longer_one_covers_block_for_block_is_dropped():
     assert len(pool.entries) == 1 and pool.entries[0].tokens == [1, 2, 3] and pool.holds[0] == 1
 
 
+def test_entries_cut_back_to_what_another_one_holds_are_dropped():
+    """1000 requests with one system prompt leave few entries: once their own tails are evicted, what is left of
+    each is what another entry holds."""
+    pool = BlockPool(6, 2)
+    system = [pool.take(0)]
+    pool.add_entry(Entry([1, 2], [], list(system)))
+    pool.unref(system[0])
+    for tail in range(1, 6):
+        b = pool.take(1)
+        pool.ref(system[0])
+        pool.add_entry(Entry([1, 2, tail, tail], [], [system[0], b]))
+        pool.unref(system[0])
+        pool.unref(b)
+    assert len(pool.entries) == 5  # the bare system prompt entry was covered by the first with a tail
+    for _ in range(5):
+        pool.take(1)  # evicts the tails, oldest first
+    assert len(pool.entries) == 1 and pool.entries[0].blocks == system and pool.holds[system[0]] == 1
+
+
 def _cache(**kw) -> KVCache:
     return KVCache(2, 1, 4, 4, 16, n_slots=3, n_batch=16, kv_type="f32", block_size=4, **kw)
 

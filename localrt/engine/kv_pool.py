@@ -20,7 +20,7 @@ import numpy as np
 from ..errors import KVCacheFull
 
 
-@dataclass
+@dataclass(eq=False)
 class Entry:
     """A finished sequence's cached prefix: the ids whose keys `blocks` hold, the prompt positions it computed on
     the BLAS path (for `backends.backend.exact_reuse`) and, where the cache keeps per-slot layers (sliding-window
@@ -116,7 +116,7 @@ class BlockPool:
             self.holds[b] += 1
             self.stamp[b] = entry.stamp
         for old in list(self.entries):
-            if old.slot == entry.slot and old.blocks == entry.blocks[: len(old.blocks)] and old.length <= entry.length:
+            if _covers(entry, old):
                 self.drop(old)  # its every block is in the new entry: nothing it could give is lost
         self.entries.append(entry)
 
@@ -127,8 +127,9 @@ class BlockPool:
             self.stamp[b] = entry.stamp
 
     def drop(self, entry: Entry) -> None:
-        self.entries.remove(entry)
-        self._cut(entry, 0)
+        if entry in self.entries:
+            self.entries.remove(entry)
+            self._cut(entry, 0)
 
     def drop_slot(self, slot: int) -> None:
         """Forget the entries whose per-slot layers live in slot (a new sequence is about to overwrite them)."""
@@ -145,8 +146,8 @@ class BlockPool:
         i = int(self.index[b])
         for e in [e for e in self.entries if i < len(e.blocks) and e.blocks[i] == b]:
             self._cut(e, i)
-            if not e.blocks:
-                self.entries.remove(e)
+            if not e.blocks or any(f is not e and _covers(f, e) for f in self.entries):
+                self.drop(e)  # nothing left, or nothing another entry does not give as well (entries stay few)
 
     def _cut(self, entry: Entry, i: int) -> None:
         """Release entry's blocks from number i on and its tokens from position i * size on."""
@@ -168,3 +169,9 @@ class BlockPool:
     def _maybe_free(self, b: int) -> None:
         if self.refs[b] == 0 and self.holds[b] == 0:
             self.free.append(b)
+
+
+def _covers(big: Entry, small: Entry) -> bool:
+    """Whether big holds small's every block at the same place and at least its positions (so small is redundant)."""
+    return (big.slot == small.slot and big.length >= small.length
+            and big.blocks[: len(small.blocks)] == small.blocks)
