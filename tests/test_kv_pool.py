@@ -264,8 +264,8 @@ def _run_all(model, requests, budget_check=None):
 
 
 def test_a_shared_system_prompt_is_referenced_not_copied(tiny_path):
-    model = load_model(tiny_path, num_ctx=256, num_batch=32, n_slots=2)
-    system = list(range(40, 140))  # 100 positions: one BLAS piece 0..63 (chunks of 32: none) ... all per-row
+    model = load_model(tiny_path, num_ctx=256, num_batch=64, n_slots=2)
+    system = list(range(40, 140))  # 100 positions: a BLAS piece 0..63 (attention gathered from blocks), per-row after
     a, b = system + [7, 8, 9], system + [10, 11]
     model._slot_tokens.clear()
     alone = list(model.generate(b, {"temperature": 0, "num_predict": 12}, logprobs=2))
