@@ -225,8 +225,11 @@ def test_the_budget_sets_the_pool():
     assert pool_blocks(4096, 4) == 4 * 64 and pool_blocks(4096, 4, 1000) == 64  # never below one context
     assert pool_blocks(4096, 4, 6400) == 100 and pool_blocks(100, 2) == 4
     assert load_config({"LOCALRT_KV_BUDGET": "8192"}).kv_budget == 8192 and load_config({}).kv_budget == 0
-    with pytest.raises(ValueError):
-        load_config({"LOCALRT_KV_BUDGET": "-1"})
+    assert load_config({"LOCALRT_KV_BUDGET": "2GiB"}).kv_budget_bytes == 2 << 30
+    assert load_config({"LOCALRT_KV_BUDGET": "1.5 GB"}).kv_budget_bytes == 1_500_000_000
+    for bad in ("-1", "12 parsecs", "GiB", "1e999GB", "nanMB"):
+        with pytest.raises(ValueError, match="LOCALRT_KV_BUDGET"):
+            load_config({"LOCALRT_KV_BUDGET": bad})
 
 
 # -- on a tiny model ----------------------------------------------------------------------------------
@@ -245,6 +248,11 @@ def test_the_loader_honours_the_budget_and_the_estimate_counts_it(tiny_path):
     one = estimate_memory(tiny_path, 256, 32, 4, 384)
     two = estimate_memory(tiny_path, 256, 32, 4, 384 + 64)
     assert two.private - one.private == model.cache.nbytes // 6  # one block more
+    per_block = model.cache.block_bytes  # 2 layers x 2 KV heads x (16 + 16) x f16 x 64 positions
+    assert per_block == 2 * 2 * 32 * 2 * 64
+    by_bytes = load_model(tiny_path, num_ctx=256, num_batch=32, n_slots=4, kv_budget_bytes=6 * per_block + 100)
+    assert by_bytes.cache.pool.n_blocks == 6 and by_bytes.cache.nbytes == model.cache.nbytes
+    assert estimate_memory(tiny_path, 256, 32, 4, kv_budget_bytes=6 * per_block).private == one.private
     counts = kv_counts(model.cache)
     assert counts["kv_cache_bytes"] == model.cache.nbytes and counts["kv_blocks"] == 6
     assert counts["kv_cache_used_bytes"] == 0 and counts["kv_blocks_in_use"] == 0

@@ -45,6 +45,11 @@ def _committed(shape: tuple[int, ...], dtype) -> np.ndarray:
     return a
 
 
+def pool_position_bytes(windows, n_head_kv: int, head_dim: int, head_dim_v: int, kv_type: str = "f16") -> int:
+    """Bytes one position takes in the pool: K and V of every full-attention layer."""
+    return sum(w <= 0 for w in windows) * n_head_kv * (head_dim + head_dim_v) * (2 if kv_type == "f16" else 4)
+
+
 def pool_blocks(n_ctx: int, n_slots: int, budget: int = 0, block_size: int = KV_BLOCK) -> int:
     """Blocks of the pool for a budget of `budget` positions (0: n_slots * n_ctx), at least one full context."""
     per_ctx = -(-n_ctx // block_size)

@@ -13,7 +13,7 @@ from . import arch as archs
 from .arch.common import Batch, layer_devices
 from .backends.backend import prefill_end
 from .config import ModelConfig, config_from_metadata
-from .kv_cache import KVCache, pool_blocks
+from .kv_cache import KVCache, pool_blocks, pool_position_bytes
 from .speculative import CostModel, Evidence
 
 __all__ = ["Model", "ModelConfig", "config_from_metadata"]
@@ -22,7 +22,7 @@ __all__ = ["Model", "ModelConfig", "config_from_metadata"]
 class Model:
     """A loaded model: config, weights viewed in the mmap, one KV cache, and the public API."""
 
-    def __init__(self, config: ModelConfig, metadata: dict, weights, backend, tokenizer, *, num_ctx: int, num_batch: int = 512, n_slots: int = 1, kv_type: str = "f16", kv_budget: int = 0, source=None) -> None:
+    def __init__(self, config: ModelConfig, metadata: dict, weights, backend, tokenizer, *, num_ctx: int, num_batch: int = 512, n_slots: int = 1, kv_type: str = "f16", kv_budget: int = 0, kv_budget_bytes: int = 0, source=None) -> None:
         self.config = config
         self.metadata = metadata
         self.weights = weights
@@ -31,7 +31,10 @@ class Model:
         self.num_ctx = num_ctx
         self.num_batch = num_batch
         self.arch = archs.get(config.arch)
-        # kv_budget: positions of the paged pool (0: n_slots * num_ctx; never less than one full context).
+        # kv_budget: positions of the paged pool (0: n_slots * num_ctx; never less than one full context), or its bytes.
+        per_pos = pool_position_bytes(config.windows, config.n_head_kv, config.head_dim, config.head_dim_v, kv_type)
+        if kv_budget_bytes > 0 and not kv_budget and per_pos > 0:  # no full-attention layer: no pool to size
+            kv_budget = max(1, kv_budget_bytes // per_pos)
         self.cache = KVCache(
             config.n_layer, config.n_head_kv, config.head_dim, config.head_dim_v, num_ctx, n_slots, config.windows, num_batch, kv_type,
             n_blocks=pool_blocks(num_ctx, n_slots, kv_budget),

@@ -49,7 +49,8 @@ def with_draft_need(service, need: MemoryNeed, load_options: dict, slots: int) -
     return MemoryNeed(private=need.private + extra.private, mapped=need.mapped + extra.mapped)
 
 
-def estimate_memory(path, num_ctx: int, num_batch: int, n_slots: int = 1, kv_budget: int = 0) -> MemoryNeed:
+def estimate_memory(path, num_ctx: int, num_batch: int, n_slots: int = 1, kv_budget: int = 0,
+                    kv_budget_bytes: int = 0) -> MemoryNeed:
     """What a load needs: the weights stay in the mmap (reclaimable page cache); the KV cache (f16 K and V: the
     paged pool of the full-attention layers, kv_budget positions or n_slots * num_ctx, and a ring per slot for
     sliding-window layers) and the batch scratch are private.
@@ -58,7 +59,7 @@ def estimate_memory(path, num_ctx: int, num_batch: int, n_slots: int = 1, kv_bud
     loader caps them, so a model with layers never counts a zero-size cache."""
     import gguf_io
 
-    from ..engine.kv_cache import KV_BLOCK, pool_blocks
+    from ..engine.kv_cache import KV_BLOCK, pool_blocks, pool_position_bytes
     from ..engine.model import config_from_metadata
 
     with gguf_io.open(path) as f:
@@ -67,6 +68,9 @@ def estimate_memory(path, num_ctx: int, num_batch: int, n_slots: int = 1, kv_bud
     n_ctx = min(num_ctx, cfg.n_ctx_train)  # as load_model
     n_batch = min(num_batch, num_ctx)
     per_pos = cfg.n_head_kv * (cfg.head_dim + cfg.head_dim_v) * 2  # K (n_head_kv, head_dim) + V f16, one layer
+    pool_pos = pool_position_bytes(cfg.windows, cfg.n_head_kv, cfg.head_dim, cfg.head_dim_v)
+    if kv_budget_bytes > 0 and not kv_budget and pool_pos > 0:  # as the Model sizes its pool
+        kv_budget = max(1, kv_budget_bytes // pool_pos)
     pooled = pool_blocks(n_ctx, n_slots, kv_budget) * KV_BLOCK if n_slots > 0 else 0  # positions of the shared pool
     kv = sum(pooled if w <= 0 else min(n_ctx, w + n_batch) * n_slots for w in cfg.windows) * per_pos
     scratch = (n_batch * 8 * max(cfg.n_embd, cfg.n_ff) + 2 * cfg.n_vocab) * 4  # activations of one prefill chunk + a logits row

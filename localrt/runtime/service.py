@@ -123,7 +123,8 @@ class Service:
         self._weights_lock = threading.Lock()
         self._parallel = int(getattr(config, "num_parallel", 1))  # KV slots per loaded model; 0: automatic
         self._auto_slots: dict[tuple, int] = {}  # (weights, num_ctx, num_batch) -> slots chosen automatically
-        self._kv_budget = int(getattr(config, "kv_budget", 0))  # positions of a model's KV pool; 0: slots * num_ctx
+        # A model's KV pool: {"kv_budget": positions} or {"kv_budget_bytes": bytes} (LOCALRT_KV_BUDGET); {}: slots * num_ctx.
+        self._kv_budget = {k: int(getattr(config, k, 0)) for k in ("kv_budget", "kv_budget_bytes") if getattr(config, k, 0)}
         self._available = (scheduler_kw or {}).get("available_fn") or system_available_memory
         self.scheduler = Scheduler(self._load, config, estimate_fn=self._estimate, **(scheduler_kw or {}))
 
@@ -152,7 +153,7 @@ class Service:
         slots = self._slots_for(rec.model_path, load_options)
         model = self._load_model(rec.model_path, num_ctx=load_options["num_ctx"], num_batch=load_options["num_batch"],
                                  num_gpu=num_gpu, main_gpu=load_options["main_gpu"], n_slots=slots,
-                                 **({"kv_budget": self._kv_budget} if self._kv_budget else {}))
+                                 **self._kv_budget)
         with self._weights_lock:
             self._weights[name] = rec.model_path
         draft = None
@@ -196,7 +197,7 @@ class Service:
             return MemoryNeed(private=0)
         slots = self._slots_for(rec.model_path, load_options)
         return with_draft_need(self, estimate_memory(rec.model_path, load_options["num_ctx"], load_options["num_batch"],
-                                                     slots, self._kv_budget), load_options, slots)
+                                                     slots, **self._kv_budget), load_options, slots)
 
     def _slots_for(self, path, load_options: dict) -> int:
         """KV slots: LOCALRT_NUM_PARALLEL when set (the scheduler refuses a load that does not fit), else 4 where 4
@@ -205,7 +206,7 @@ class Service:
             return self._parallel
         key = (str(path), load_options["num_ctx"], load_options["num_batch"])
         if key not in self._auto_slots:
-            need = estimate_memory(path, load_options["num_ctx"], load_options["num_batch"], AUTO_PARALLEL, self._kv_budget)
+            need = estimate_memory(path, load_options["num_ctx"], load_options["num_batch"], AUTO_PARALLEL, **self._kv_budget)
             available = self._available()
             slots = AUTO_PARALLEL if need.private <= available else 1
             if slots < AUTO_PARALLEL:
