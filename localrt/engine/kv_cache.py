@@ -4,7 +4,8 @@ Full-attention layer il holds k/v in one pool of fixed-size blocks shared by eve
 k (n_blocks, n_head_kv, block_size, head_dim), v (n_blocks, n_head_kv, block_size, head_dim_v); slot s's
 positions [i * B, (i + 1) * B) live in block `tables[s, i]` (-1: none yet). Sequences take blocks as they grow
 (`prepare`, before a forward writes them), share the full blocks of a common prefix by reference count
-(`share`) and copy a block only before writing into one they do not hold alone (copy-on-write); a finished
+(`share`) and copy a shared block only before writing below its frontier, i.e. where another holder may read
+(copy-on-write: a sequence diverging from a shared prefix copies its partly filled last block); a finished
 sequence's blocks stay cached for later prompts (`retire`) until the pool needs them (LRU, localrt.engine.kv_pool).
 The pool's size is the KV budget: by default `n_slots * n_ctx` positions, never less than one full context (so
 one sequence always fits: a block only a cached prefix shares with it is taken over when no block is left to
@@ -27,7 +28,7 @@ import numpy as np
 from .kv_pool import BlockPool, Entry
 
 KV_TYPES = ("f16", "f32")
-# Positions per block. Sharing is exact at any size (a partly filled block is copied before it is written), so
+# Positions per block. Sharing is exact at any size (a partly filled shared block is copied before it diverges), so
 # the size trades waste (under one block per sequence, and per cached prefix) against bookkeeping; 64 keeps a
 # block's keys of one head contiguous for 64 positions (8 KiB at head_dim 64 in f16) and divides the 256-position
 # BLAS pieces, so a piece's keys are whole blocks.
