@@ -69,6 +69,8 @@ class Config:
     registry_public: bool = False  # serve the store's registry routes on a non-loopback bind without a token
     context_length: int = 4096
     num_threads: int = 0  # 0: all cores
+    kv_budget: int = 0  # positions of each loaded model's paged KV pool (LOCALRT_KV_BUDGET); 0: num_parallel * num_ctx
+    kv_budget_bytes: int = 0  # or its size in bytes (LOCALRT_KV_BUDGET with a unit: "2GiB", "512MB")
 
     @property
     def base_url(self) -> str:
@@ -121,4 +123,25 @@ def load(env: dict | None = None) -> Config:
         registry_public=_bool(env, "LOCALRT_REGISTRY_PUBLIC"),
         context_length=_int(env, "LOCALRT_CONTEXT_LENGTH", 4096),
         num_threads=_int(env, "LOCALRT_NUM_THREADS", 0),
+        **_kv_budget(env.get("LOCALRT_KV_BUDGET")),
     )
+
+
+_UNITS = {"b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
+          "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "tib": 1 << 40}
+
+
+def _kv_budget(raw: str | None) -> dict:
+    """LOCALRT_KV_BUDGET: positions ("16384"), or bytes with a unit ("2GiB", "1.5 GB"); empty or 0: automatic."""
+    text = (raw or "").strip().lower().replace(" ", "")
+    if not text:
+        return {}
+    digits = text.rstrip("abcdefghijklmnopqrstuvwxyz")
+    unit = text[len(digits):]
+    try:
+        value = float(digits) if unit else int(digits)
+    except ValueError:
+        value = -1
+    if value < 0 or (unit and unit not in _UNITS) or value != value or value > 1 << 60:
+        raise ValueError(f"LOCALRT_KV_BUDGET must be a number of positions (16384) or a size (2GiB), got {raw!r}")
+    return {"kv_budget_bytes": int(value * _UNITS[unit])} if unit else {"kv_budget": int(value)}

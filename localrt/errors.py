@@ -63,3 +63,12 @@ class Cancelled(LocalrtError):
 
 class DraftModelMismatch(InvalidRequest):
     """draft_model names a model whose tokenizer is not the target's (vocabulary, ids, BOS/EOS/EOG): a 400."""
+
+
+class KVCacheFull(LocalrtError):
+    """The paged KV pool has no free or evictable block (every block is in a running sequence's table)."""
+
+    def __init__(self, n_blocks: int, size: int):
+        super().__init__(f"the KV cache's {n_blocks} blocks of {size} positions are all in use by running sequences")
+        self.n_blocks = n_blocks
+        self.size = size

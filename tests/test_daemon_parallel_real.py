@@ -69,6 +69,10 @@ def test_ps_shows_the_slots_and_the_kv_cache_in_use(daemon):
     assert entry["slots"] == 4 and entry["slots_in_use"] == 0  # the request is over
     # the cache was allocated whole at load; the finished chat's positions stay cached for the next prompt
     assert 0 < entry["kv_cache_used_bytes"] < entry["kv_cache_bytes"] <= entry["size"]
+    # in the paged pool's blocks (SmolLM2 has only full-attention layers): none in use, the chat's cached
+    assert entry["kv_blocks"] * entry["kv_block_size"] == 4 * entry["context_length"]  # the default budget
+    assert entry["kv_blocks_in_use"] == 0 < entry["kv_blocks_cached"]
+    assert entry["kv_cache_used_bytes"] == entry["kv_blocks_cached"] * (entry["kv_cache_bytes"] // entry["kv_blocks"])
 
 
 def test_an_embedding_beside_running_chats_waits_its_turn_and_is_unchanged(daemon):

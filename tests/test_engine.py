@@ -66,8 +66,9 @@ def test_quantized_weights_close_to_reference(files):
 def test_sliding_window_layers_keep_a_ring(files):
     path, spec, _ = files["gemma3"]
     model = load_model(path, num_ctx=64, num_batch=3)
-    caps = [k.shape[2] for k in model.cache.k]
-    assert caps == [spec.window + 3] * 5 + [64] + [spec.window + 3]
+    caps = [k.shape[2] for k in model.cache.k]  # a ring per slot; the full layer's 64 positions are one pool block
+    assert caps == [spec.window + 3] * 5 + [64] + [spec.window + 3] == model.cache.caps
+    assert model.cache.paged == [False] * 5 + [True] + [False] and model.cache.k[5].shape[0] == model.cache.pool.n_blocks
     assert model.config.windows == (4, 4, 4, 4, 4, 0, 4)
 
 

@@ -42,3 +42,15 @@ def test_an_explicit_value_that_does_not_fit_is_refused_naming_the_memory(tmp_pa
         r = httpx.post(srv.url + "/api/generate", json={"model": MODEL, "prompt": "hi", "stream": False,
                                                         "options": {"num_predict": 1}}, timeout=120)
     assert r.status_code == 500 and "requires more system memory" in r.json()["error"], r.text
+
+
+def test_the_kv_budget_sets_the_pool_and_ps_shows_it(tmp_path):
+    """LOCALRT_KV_BUDGET: 2 slots share a pool of 1536 positions (not 2 x 1024), as estimated and shown."""
+    budget = 1536
+    with real_daemon(tmp_path / "models", {"scheduler_kw": {"available_fn": lambda: 1 << 40}}, num_parallel=2,
+                     context_length=CTX, kv_budget=budget) as srv:
+        entry = _slots_after_a_chat(srv.url)
+    kv = (estimate_memory(smollm2_path(), CTX, BATCH, 2, budget).private
+          - estimate_memory(smollm2_path(), CTX, BATCH, 0).private)
+    assert entry["slots"] == 2 and entry["kv_blocks"] * entry["kv_block_size"] == budget
+    assert entry["kv_cache_bytes"] == kv and entry["kv_blocks_in_use"] == 0 < entry["kv_blocks_cached"]

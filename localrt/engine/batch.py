@@ -17,7 +17,10 @@ rows: the fused 8-bit `simd_kernels.MUL` path (bit-identical per row for any row
 `invariant_rows`, tests/test_batch_engine.py checks it) and the per-(token, head) attention kernel. Chunks end
 at multiples of num_batch positions, so a position's path depends only on the prompt. Prefix reuse is exact: a
 cached position is reused only where it was computed on the path a fresh evaluation of the new prompt takes
-(`backends.backend.exact_reuse`), from the sequence's own slot or copied from another slot's cache.
+(`backends.backend.exact_reuse`), from any finished sequence's cached prefix or any running sequence: its full
+KV blocks referenced, not copied (localrt.engine.kv_cache: a paged pool; a block is copied only before a sequence
+writes below what another one wrote into it). When the pool runs dry the newest sequence waits and is replayed
+exactly (localrt.engine.preempt).
 """
 from __future__ import annotations
 
@@ -30,6 +33,7 @@ from ..api.options import Options, resolve
 from ..errors import ContextLengthExceeded, InvalidRequest
 from .arch.common import Batch, layer_devices
 from .backends.backend import exact_reuse, prefill_end, prompt_pieces
+from . import preempt
 from .draft_model import attach, check_drafts, sync_prompt
 from .events import Done, Token
 from .logprobs import LogprobTracker
@@ -37,7 +41,7 @@ from .sampler import BiasedSampler, make_sampler
 from .speculative import DraftState, Speculator, draft_limit, kept_positions
 from .stop import StopMatcher
 
-PREFILL, DECODE, DONE, CANCELLED = "prefill", "decode", "done", "cancelled"
+PREFILL, DECODE, DONE, CANCELLED, WAITING = "prefill", "decode", "done", "cancelled", "waiting"
 # A cached prefix shorter than this is evaluated again rather than reused (a chat template's common header is
 # shorter): the least recently used slot then goes first, keeping the longer caches of the others. Reuse is
 # exact, so this changes only speed.
@@ -47,8 +51,10 @@ REUSE_MIN_TOKENS = 16
 class Sequence:
     """One request in a Batcher: its sampler, stop strings, constraint and progress.
 
-    `state` is "prefill" (prompt chunks still to evaluate), "decode", "done" (its Done was returned) or
-    "cancelled" (dropped without Done; `prefilled` says whether its prompt had been evaluated)."""
+    `state` is "prefill" (prompt chunks still to evaluate), "decode", "done" (its Done was returned),
+    "cancelled" (dropped without Done; `prefilled` says whether its prompt had been evaluated) or "waiting"
+    (preempted when the KV pool ran dry: it holds its slot but no blocks, and is evaluated again from its
+    longest cached prefix when blocks free up: localrt.engine.preempt)."""
 
     def __init__(self, model, ids, options, constraint, cancelled, load_duration_ns: int, *,
                  logprobs: int | None = None, logit_bias=None) -> None:
@@ -89,7 +95,9 @@ class Sequence:
         self._decoder = tok.stream_decoder() if tok is not None else None
         self._eog = tok.eog_ids if tok is not None else frozenset()
         self._limit = opts.num_predict if opts.num_predict >= 0 else None
-        self._pos = 0  # next prompt position to evaluate
+        self._pos = 0  # next position to evaluate (of the prompt; after a preemption, of the history)
+        self._fill = len(prompt)  # evaluating ends here: the prompt, or all but the pending token after a preemption
+        self.preemptions = 0  # times the KV pool ran dry and this sequence gave its blocks back
         self._pending: int | None = None  # sampled token whose forward pass the next step runs
         # Prompt-lookup drafting (localrt.engine.speculative); None when draft_num_predict is 0.
         self.draft = DraftState(opts.draft_num_predict) if opts.draft_num_predict > 0 else None
@@ -181,6 +189,7 @@ class Batcher:
         # Rows one sequence may carry (its pending token and a draft) with one-row numerics on every device, and
         # no more than a ring layer of the cache can take back (trim) after a rejected draft.
         max_run = min(min(getattr(d, "invariant_run", getattr(d, "invariant_rows", 1)) for d in devices), model.cache.n_batch)
+        self.max_run = max_run  # also the rows of one forward replaying a preempted sequence's decoded tokens
         self._spec = Speculator(self.max_rows, max_run, getattr(model, "forward_costs", None))
         self._held: dict[int, Sequence] = {}  # slot -> its sequence, in the order they were added
         self._last_used = [0] * n  # slot -> step count when it was last released (least recently used goes first)
@@ -212,7 +221,7 @@ class Batcher:
         seq.slot = slot
         if seq.draft is not None:
             seq.draft.shared = getattr(self.model, "draft_evidence", None)
-        seq._pos = self._reuse(slot, seq)
+        seq._pos = self._reuse(slot, seq, seq.prompt)
         if seq.draft is not None and seq.draft.source is not None:
             seq.draft.source.start(slot, seq.prompt, seq.num_batch)  # its own slot: reuse what the draft's cache holds of the prompt
         seq.n_cached = seq._pos
@@ -231,12 +240,15 @@ class Batcher:
                 seq.state = CANCELLED
                 self._release(seq)
                 out.append((seq, []))
+        preempt.resume_waiting(self)
         decoding = [s for s in self._held.values() if s._pending is not None]
+        groups = self._spec.plan(decoding, [draft_limit(s) for s in decoding])
+        prefilling = next((s for s in self._held.values() if s.state == PREFILL), None)
+        groups, prefilling = preempt.make_room(self, groups, prefilling)
         # Sequences with the logits (rows, n_vocab) of their pending token and draft, the match size, the draft.
         fresh: list[tuple[Sequence, np.ndarray, int, list[int]]] = []
-        for group in self._spec.plan(decoding, [draft_limit(s) for s in decoding]):
+        for group in groups:
             fresh.extend(self._decode(group))
-        prefilling = next((s for s in self._held.values() if s.state == PREFILL), None)
         if prefilling is not None:
             logits = self._prefill_chunk(prefilling)
             if logits is not None:
@@ -284,65 +296,87 @@ class Batcher:
         return out
 
     def _prefill_chunk(self, seq: Sequence) -> np.ndarray | None:
-        """Evaluate seq's next prompt chunk, cut as `generate` alone cuts it; the last one's logits, else None."""
+        """Evaluate seq's next prompt chunk, cut as `generate` alone cuts it; the last one's logits, else None.
+
+        After a preemption the decoded tokens follow, replayed in runs of at most max_run rows (per-row numerics,
+        as their decode steps computed them); then the sequence decodes its pending token again."""
         model = self.model
         start = seq._pos
-        chunk = seq.prompt[start : prefill_end(start, len(seq.prompt), seq.num_batch)]
+        if start < len(seq.prompt):
+            end = prefill_end(start, len(seq.prompt), seq.num_batch)
+        else:
+            end = min(seq._fill, start + self.max_run)
+        chunk = seq.history[start:end]
         logits = model.forward(model.batch(chunk, start, seq.slot), model.cache, output_rows=np.array([len(chunk) - 1]))[0]
-        seq._pos = start + len(chunk)
-        sync_prompt(seq)  # a draft model evaluates the same prompt positions in its own slot
-        if seq._pos < len(seq.prompt):
+        seq._pos = end
+        if not seq.prefilled:
+            sync_prompt(seq)  # a draft model evaluates the same prompt positions in its own slot
+        if seq._pos < seq._fill:
+            return None
+        seq.state = DECODE
+        if seq.prefilled:  # a preempted sequence is back where it was: its pending token decodes next
+            seq._pending = seq.history[-1]
             return None
         seq.t_prefill = time.perf_counter_ns()
-        seq.state = DECODE
         return logits
 
     def _release(self, seq: Sequence) -> None:
-        """Free seq's slot, recording the ids whose keys its cache now holds (for the next prompt's reuse)."""
+        """Free seq's slot; its blocks stay cached with the ids whose keys they hold (for a later prompt's reuse)."""
         if self._held.get(seq.slot) is seq:
             del self._held[seq.slot]
-            self.model._slot_tokens[seq.slot] = seq.history[: int(self.model.cache.lengths[seq.slot])]
-            self.model._slot_blocks[seq.slot] = seq.pieces
+            self.model.cache.retire(seq.slot, seq.history, seq.pieces)
             self._last_used[seq.slot] = self._steps
 
-    def _cached(self, slot: int) -> tuple[list[int], list[tuple[int, int]]]:
-        """The ids whose keys slot's cache holds and the positions it computed on the BLAS path (a running sequence's
-        too)."""
-        held = self._held.get(slot)
-        if held is not None:
-            return held.history[: int(self.model.cache.lengths[slot])], held.pieces
-        return self.model._slot_tokens.get(slot, []), self.model._slot_blocks.get(slot, [])
-
-    def _reusable(self, slot: int, seq: Sequence) -> int:
-        """How many leading prompt positions slot's cache provides exactly (at least one token is always evaluated)."""
-        tokens, pieces = self._cached(slot)
+    def _sources(self, slot: int):
+        """What a sequence in slot may reuse: (ids, BLAS pieces, blocks, slot of its per-slot layers, entry or None)
+        of every cached prefix and every other running sequence."""
         cache = self.model.cache
-        common = _common_prefix(tokens, seq.prompt, min(len(seq.prompt) - 1, int(cache.lengths[slot])))
-        keep = exact_reuse(common, pieces, seq.pieces)
-        return keep if keep >= self.reuse_min and cache.can_trim(slot, keep) else 0
+        out = [(e.tokens, e.pieces, e.blocks, e.slot, e) for e in cache.pool.entries]
+        for s, held in self._held.items():
+            if s != slot and held.state != WAITING:
+                out.append((held.history[: int(cache.lengths[s])], held.pieces, cache.blocks_of(s), s, None))
+        return out
+
+    def _keep(self, source, target: list[int], pieces) -> int:
+        """How many leading positions of target source provides exactly (at least one token is always evaluated)."""
+        tokens, cached, _, src, _ = source
+        common = _common_prefix(tokens, target, min(len(target) - 1, len(tokens)))
+        keep = exact_reuse(common, cached, pieces)
+        if keep < self.reuse_min or (src >= 0 and not self.model.cache.ring_keeps(len(tokens), keep)):
+            return 0
+        return keep
 
     def _pick_slot(self, seq: Sequence) -> int:
         free = [s for s in range(self.n_slots) if s not in self._held]
         if not free:
             raise RuntimeError(f"all {self.n_slots} slots are busy")
-        return max(free, key=lambda s: (self._reusable(s, seq), -self._last_used[s]))
+        own = {}  # a slot-bound cache: the prefix each free slot's own arrays hold (no copy to reuse it)
+        for source in self._sources(-1):
+            if source[3] in free and source[4] is not None:
+                own[source[3]] = max(own.get(source[3], 0), self._keep(source, seq.prompt, seq.pieces))
+        return max(free, key=lambda s: (own.get(s, 0), -self._last_used[s]))
 
-    def _reuse(self, slot: int, seq: Sequence) -> int:
-        """Fill slot with the longest exactly reusable prefix of seq's prompt: its own cache's, or a copy of another
-        slot's (a shared system prompt, a conversation another slot holds); the first position left to evaluate."""
+    def _reuse(self, slot: int, seq: Sequence, target: list[int]) -> int:
+        """Give slot the longest exactly reusable prefix of target (seq's prompt, or its history after a preemption)
+        from any cached prefix or running sequence: its full blocks by reference (a partly filled last block is
+        copied when first written: KVCache.prepare), per-slot layers copied from the slot holding them; the first
+        position left to evaluate."""
         cache = self.model.cache
-        keep = self._reusable(slot, seq)
-        others = [(self._reusable(s, seq), s) for s in range(self.model.cache.n_slots) if s != slot]
-        best, src = max(others, default=(0, -1))
-        if best > keep:
-            cache.copy_prefix(src, slot, best)
-            keep = best
-        elif keep:
-            cache.trim(slot, keep)
-        else:
-            cache.clear(slot)
-        self.model._slot_tokens[slot] = []  # invalid until the sequence leaves the slot
-        return keep
+        best, pick = 0, None
+        for source in self._sources(slot):
+            keep = self._keep(source, target, seq.pieces)
+            if keep > best or (keep == best and keep and source[3] == slot):  # the own slot: nothing to copy
+                best, pick = keep, source
+        cache.clear(slot)
+        if pick is not None:
+            _, _, blocks, src, entry = pick
+            cache.share(slot, blocks, best)
+            if src >= 0 and src != slot:
+                cache.copy_slotted(src, slot, best)
+            if entry is not None:
+                cache.pool.touch(entry)
+        cache.pool.drop_slot(slot)  # the slot's per-slot layers are about to be overwritten
+        return best
 
 
 def _common_prefix(a: list[int], b: list[int], limit: int) -> int:

@@ -1,17 +1,38 @@
-"""The KV cache: preallocated once per loaded model, `n_slots` sequences of up to `n_ctx` tokens each.
+"""The KV cache of a loaded model: a paged pool for the full-attention layers, per-slot rings for the others.
 
-Layer il holds k/v of shape (n_slots, n_head_kv, cap_il, head_dim): uint16 float16 bits for kv_type "f16"
-(llama.cpp's default F16 cache, at its size: Numba has no float16 type, the kernels widen each element
-exactly), float32 for "f32". `cap_il` is n_ctx for full
-attention layers; a sliding-window layer keeps a ring of `window + n_batch` positions (position p at
-index p % cap), enough for every query of a batch to see its whole window after the batch's own keys
-were written. `lengths[s]` is how many positions of slot s hold valid keys.
+Full-attention layer il holds k/v in one pool of fixed-size blocks shared by every sequence:
+k (n_blocks, n_head_kv, block_size, head_dim), v (n_blocks, n_head_kv, block_size, head_dim_v); slot s's
+positions [i * B, (i + 1) * B) live in block `tables[s, i]` (-1: none yet). Sequences take blocks as they grow
+(`prepare`, before a forward writes them), share the full blocks of a common prefix by reference count
+(`share`) and copy a shared block only before writing below its frontier, i.e. where another holder may read
+(copy-on-write: a sequence diverging from a shared prefix copies its partly filled last block); a finished
+sequence's blocks stay cached for later prompts (`retire`) until the pool needs them (LRU, localrt.engine.kv_pool).
+The pool's size is the KV budget: by default `n_slots * n_ctx` positions, never less than one full context (so
+one sequence always fits: a block only a cached prefix shares with it is taken over when no block is left to
+copy it into).
+
+A sliding-window layer keeps its small ring per slot, (n_slots, n_head_kv, window + n_batch, head_dim) (position p
+at index p % cap: enough for every query of a batch to see its whole window after the batch's own keys were
+written), as llama.cpp keeps a separate SWA cache; so does a layer offloaded to a device (`place_layer`: the
+contiguous (n_slots, n_head_kv, n_ctx, head_dim) layout its kernels read). A cache with such per-slot layers is
+`slot_bound`: a finished sequence's prefix is reusable only while its slot is not given to another sequence.
+
+Values: uint16 float16 bits for kv_type "f16" (llama.cpp's default F16 cache, at its size: Numba has no float16
+type, the kernels widen each element exactly), float32 for "f32". `lengths[s]` is how many positions of slot s
+hold valid keys.
 """
 from __future__ import annotations
 
 import numpy as np
 
+from .kv_pool import BlockPool, Entry
+
 KV_TYPES = ("f16", "f32")
+# Positions per block. Sharing is exact at any size (a partly filled shared block is copied before it diverges), so
+# the size trades waste (under one block per sequence, and per cached prefix) against bookkeeping; 64 keeps a
+# block's keys of one head contiguous for 64 positions (8 KiB at head_dim 64 in f16) and divides the 256-position
+# BLAS pieces, so a piece's keys are whole blocks.
+KV_BLOCK = 64
 
 
 def _committed(shape: tuple[int, ...], dtype) -> np.ndarray:
@@ -23,6 +44,18 @@ def _committed(shape: tuple[int, ...], dtype) -> np.ndarray:
     a = np.empty(shape, dtype)
     a.fill(0)  # +0.0 in float32 and in float16 bits
     return a
+
+
+def pool_position_bytes(windows, n_head_kv: int, head_dim: int, head_dim_v: int, kv_type: str = "f16") -> int:
+    """Bytes one position takes in the pool: K and V of every full-attention layer."""
+    return sum(w <= 0 for w in windows) * n_head_kv * (head_dim + head_dim_v) * (2 if kv_type == "f16" else 4)
+
+
+def pool_blocks(n_ctx: int, n_slots: int, budget: int = 0, block_size: int = KV_BLOCK) -> int:
+    """Blocks of the pool for a budget of `budget` positions (0: n_slots * n_ctx), at least one full context."""
+    per_ctx = -(-n_ctx // block_size)
+    want = n_slots * per_ctx if budget <= 0 else -(-budget // block_size)
+    return max(per_ctx, want)
 
 
 class KVCache:
@@ -37,30 +70,81 @@ class KVCache:
         windows: tuple[int, ...] | None = None,
         n_batch: int = 512,
         kv_type: str = "f16",
+        *,
+        n_blocks: int = 0,
+        block_size: int = KV_BLOCK,
     ) -> None:
-        if n_ctx <= 0 or n_slots <= 0:
-            raise ValueError(f"KV cache needs n_ctx > 0 and n_slots > 0, got {n_ctx}, {n_slots}")
+        if n_ctx <= 0 or n_slots <= 0 or block_size <= 0:
+            raise ValueError(f"KV cache needs n_ctx, n_slots, block_size > 0, got {n_ctx}, {n_slots}, {block_size}")
         if kv_type not in KV_TYPES:
             raise ValueError(f"kv_type must be one of {KV_TYPES}, got {kv_type!r}")
         # "f16": float16 values (stored as their uint16 bits), the numerics and size of llama.cpp's default
         # F16 cache; "f32": full precision. A layer offloaded to a device keeps float32 holding f16-rounded values.
         self.as_f16 = kv_type == "f16"
-        dtype = np.uint16 if self.as_f16 else np.float32
+        self.dtype = np.uint16 if self.as_f16 else np.float32
         self.n_ctx = n_ctx
         self.n_slots = n_slots
         self.n_batch = n_batch
+        self.block_size = block_size
+        self.max_blocks = -(-n_ctx // block_size)
+        n_blocks = max(n_blocks, self.max_blocks) if n_blocks > 0 else pool_blocks(n_ctx, n_slots, 0, block_size)
+        self.pool = BlockPool(n_blocks, block_size)
+        self.tables = np.full((n_slots, self.max_blocks), -1, np.int32)  # (n_slots, max_blocks) block ids
         self.windows = tuple(windows) if windows is not None else (0,) * n_layer
-        self.k: list[np.ndarray] = []  # per layer: (n_slots, n_head_kv, cap, head_dim) uint16 f16 bits | f32
-        self.v: list[np.ndarray] = []  # per layer: (n_slots, n_head_kv, cap, head_dim_v) uint16 f16 bits | f32
-        for w in self.windows:
-            cap = n_ctx if w <= 0 else min(n_ctx, w + n_batch)
-            self.k.append(_committed((n_slots, n_head_kv, cap, head_dim), dtype))
-            self.v.append(_committed((n_slots, n_head_kv, cap, head_dim_v), dtype))
+        self.paged = [w <= 0 for w in self.windows]  # per layer: in the pool, or per slot (ring / offloaded)
+        self.caps = [n_ctx if w <= 0 else min(n_ctx, w + n_batch) for w in self.windows]  # positions per slot
+        self.k: list[np.ndarray] = []  # per layer: (n_blocks, n_kv, B, hd) pool | (n_slots, n_kv, cap, hd) per slot
+        self.v: list[np.ndarray] = []  # per layer: the same with head_dim_v
+        for il, cap in enumerate(self.caps):
+            lead = (n_blocks, n_head_kv, block_size) if self.paged[il] else (n_slots, n_head_kv, cap)
+            self.k.append(_committed((*lead, head_dim), self.dtype))
+            self.v.append(_committed((*lead, head_dim_v), self.dtype))
         self.lengths = np.zeros(n_slots, np.int64)  # (n_slots,) valid positions per slot
+
+    # -- layout ------------------------------------------------------------------------------------
+
+    def table_of(self, il: int) -> np.ndarray | None:
+        """The block tables layer il's kernels read through, or None for a per-slot layer."""
+        return self.tables if self.paged[il] else None
+
+    def place_layer(self, il: int, zeros) -> None:
+        """Layer il moves to a device: `zeros(shape)` allocates its per-slot (n_slots, n_kv, n_ctx, hd) arrays there,
+        the layout its kernels read; the host pool arrays of the layer are dropped."""
+        k, v = self.k[il], self.v[il]
+        self.paged[il] = False
+        self.k[il] = zeros((self.n_slots, k.shape[1], self.caps[il], k.shape[3]))
+        self.v[il] = zeros((self.n_slots, v.shape[1], self.caps[il], v.shape[3]))
+
+    @property
+    def slot_bound(self) -> bool:
+        """Whether some layer keeps per-slot arrays (a prefix is reusable only from the slot holding them)."""
+        return not all(self.paged)
 
     @property
     def nbytes(self) -> int:
         return sum(a.nbytes for a in self.k) + sum(a.nbytes for a in self.v)
+
+    @property
+    def block_bytes(self) -> int:
+        """Bytes of one block over every paged layer (k and v)."""
+        return sum(k.nbytes + v.nbytes for k, v, p in zip(self.k, self.v, self.paged) if p) // self.pool.n_blocks
+
+    @property
+    def used_bytes(self) -> int:
+        """Bytes holding keys: the pool's blocks in use or cached, and the per-slot layers' filled positions."""
+        held = self.pool.n_blocks - self.pool.n_free
+        filled = self.lengths.copy()  # (n_slots,) positions each slot's per-slot layers hold
+        for e in self.pool.entries:
+            if e.slot >= 0:
+                filled[e.slot] = max(filled[e.slot], e.length)
+        slotted = 0
+        for k, v, p, cap in zip(self.k, self.v, self.paged, self.caps):
+            if not p:
+                per_pos = (k.nbytes + v.nbytes) // (self.n_slots * cap)
+                slotted += int(np.minimum(filled, cap).sum()) * per_pos
+        return held * self.block_bytes + slotted
+
+    # -- a batch -----------------------------------------------------------------------------------
 
     def check_batch(self, positions: np.ndarray, slots: np.ndarray) -> None:
         """Reject a batch that would not be causal-contiguous or would overflow a ring or the context."""
@@ -76,35 +160,138 @@ class KVCache:
             if start + len(pos) > self.n_ctx:
                 raise ValueError(f"slot {s} would reach {start + len(pos)} positions, over n_ctx {self.n_ctx}")
 
+    def blocks_needed(self, slot: int, end: int) -> int:
+        """Blocks `prepare` must take for slot to hold positions up to end - 1: new ones, and copies of blocks another
+        live sequence reads past where slot writes (one only cached prefixes hold can be taken over instead)."""
+        B, table, pool = self.block_size, self.tables[slot], self.pool
+        start = int(self.lengths[slot])
+        n = 0
+        for i in range(start // B, -(-end // B)):
+            b = int(table[i])
+            n += b < 0 or (pool.refs[b] > 1 and not pool.writable(b, max(start - i * B, 0)))
+        return n
+
+    def prepare(self, positions: np.ndarray, slots: np.ndarray) -> None:
+        """Give every slot of a checked batch the blocks its positions are written to: new blocks as it grows, and a
+        private copy of a shared block it would write below the block's frontier (copy-on-write; a block shared only
+        with cached prefixes is copied while blocks are to spare, else taken from them). Raises KVCacheFull when the
+        pool cannot."""
+        B, pool = self.block_size, self.pool
+        ends = {int(s): int(positions[slots == s].max()) + 1 for s in np.unique(slots)}
+        todo = []  # (slot, block number) that need a new block, a copy, or a take-over
+        for s, end in ends.items():
+            table, start = self.tables[s], int(self.lengths[s])
+            for i in range(start // B, -(-end // B)):
+                b = int(table[i])
+                if b >= 0 and pool.writable(b, max(start - i * B, 0)):
+                    pool.fill[b] = min(B, end - i * B)
+                else:
+                    todo.append((s, i))
+        if not todo:  # the usual decode step: every row appends to a block it may write
+            return
+        must = [int(self.tables[s, i]) for s, i in todo]
+        spare = pool.available() - sum(b < 0 or pool.refs[b] > 1 for b in must)  # blocks left for optional copies
+        for s, i in todo:
+            table = self.tables[s]
+            b = int(table[i])
+            if b >= 0 and pool.refs[b] == 1 and spare <= 0:
+                pool.claim(b)  # the cached prefixes holding it end before it
+            else:
+                spare -= b >= 0 and pool.refs[b] == 1
+                b = self._copy_on_write(table, i, b)
+            pool.fill[b] = min(B, ends[s] - i * B)
+
+    def _copy_on_write(self, table: np.ndarray, i: int, b: int) -> int:
+        """A new block at table[i], holding a copy of what shared block b holds (b < 0: none)."""
+        nb = self.pool.take(i)
+        if b >= 0:
+            for il, p in enumerate(self.paged):
+                if p:
+                    self.k[il][nb], self.v[il][nb] = self.k[il][b], self.v[il][b]
+            self.pool.unref(b)
+        table[i] = nb
+        return nb
+
     def advance(self, positions: np.ndarray, slots: np.ndarray) -> None:
         """Mark the batch's positions as filled (after every layer stored its keys)."""
         for s in np.unique(slots):
             self.lengths[s] = int(positions[slots == s].max()) + 1
 
+    # -- prefixes ----------------------------------------------------------------------------------
+
+    def ring_keeps(self, length: int, n: int) -> bool:
+        """Whether per-slot layers filled to `length` positions still hold what a sequence of n positions needs."""
+        dropped = length - n
+        for w, cap in zip(self.windows, self.caps):
+            if w > 0 and cap < self.n_ctx and dropped > cap - w:
+                return False
+        return 0 <= n <= length
+
     def can_trim(self, slot: int, n: int) -> bool:
         """Whether slot can go back to n positions (a ring layer may have overwritten what n needs)."""
-        dropped = int(self.lengths[slot]) - n
-        for w, k in zip(self.windows, self.k):
-            if w > 0 and k.shape[2] < self.n_ctx and dropped > k.shape[2] - w:
-                return False
-        return 0 <= n <= self.lengths[slot]
+        return self.ring_keeps(int(self.lengths[slot]), n)
 
     def trim(self, slot: int, n: int) -> None:
-        """Keep the first n positions of slot (prefix reuse); raises if the rings cannot provide them."""
+        """Keep the first n positions of slot; raises if the rings cannot provide them. Blocks past them are let go."""
         if not self.can_trim(slot, n):
             raise ValueError(f"cannot trim slot {slot} from {self.lengths[slot]} to {n} positions")
+        self._release(slot, -(-n // self.block_size))
         self.lengths[slot] = n
 
-    def copy_prefix(self, src: int, dst: int, n: int) -> None:
-        """Give slot dst the first n positions of slot src (a prefix another sequence computed)."""
-        if src == dst or not self.can_trim(src, n):
-            raise ValueError(f"cannot copy {n} positions of slot {src} into slot {dst}")
-        for w, k, v in zip(self.windows, self.k, self.v):
-            if w > 0 and k.shape[2] < self.n_ctx:  # a ring: every index may hold a position n still needs
+    def clear(self, slot: int) -> None:
+        self._release(slot, 0)
+        self.lengths[slot] = 0
+
+    def blocks_of(self, slot: int) -> list[int]:
+        """The blocks holding slot's valid positions, in order."""
+        return [int(b) for b in self.tables[slot, : -(-int(self.lengths[slot]) // self.block_size)]]
+
+    def share(self, slot: int, blocks: list[int], n: int) -> None:
+        """Slot (emptied first) holds n positions whose keys are in `blocks` (another sequence's), by reference."""
+        self.clear(slot)
+        nb = -(-n // self.block_size)
+        if len(blocks) < nb:
+            raise ValueError(f"{len(blocks)} blocks cannot hold {n} positions")
+        for i, b in enumerate(blocks[:nb]):
+            self.pool.ref(b)
+            self.tables[slot, i] = b
+        self.lengths[slot] = n
+
+    def copy_slotted(self, src: int, dst: int, n: int) -> None:
+        """Give slot dst the first n positions of slot src's per-slot layers (a ring: all of it)."""
+        for il, p in enumerate(self.paged):
+            if p:
+                continue
+            k, v = self.k[il], self.v[il]  # (n_slots, n_kv, cap, hd[_v])
+            if self.windows[il] > 0 and self.caps[il] < self.n_ctx:  # a ring: every index may hold a position n needs
                 k[dst], v[dst] = k[src], v[src]
             else:
                 k[dst, :, :n], v[dst, :, :n] = k[src, :, :n], v[src, :, :n]
-        self.lengths[dst] = n
 
-    def clear(self, slot: int) -> None:
-        self.lengths[slot] = 0
+    def copy_prefix(self, src: int, dst: int, n: int) -> None:
+        """Give slot dst the first n positions of slot src: its blocks by reference, its per-slot layers copied."""
+        if src == dst or not self.can_trim(src, n):
+            raise ValueError(f"cannot copy {n} positions of slot {src} into slot {dst}")
+        self.share(dst, self.blocks_of(src), n)
+        self.copy_slotted(src, dst, n)
+
+    def retire(self, slot: int, tokens: list[int], pieces: list[tuple[int, int]]) -> Entry | None:
+        """A sequence leaves slot: its blocks stay cached as an Entry (the ids `tokens` whose keys they hold; None
+        for no positions) and the slot's table is emptied. In a slot-bound cache the slot's rings still
+        hold the entry's positions until the slot is given to another sequence: `ring_keeps` on the entry's length)."""
+        n = int(self.lengths[slot])
+        entry = None
+        if n > 0:
+            entry = Entry(list(tokens[:n]), list(pieces), self.blocks_of(slot), slot if self.slot_bound else -1)
+            self.pool.add_entry(entry)
+        self.clear(slot)
+        return entry
+
+    def _release(self, slot: int, keep: int) -> None:
+        """Let go of slot's blocks from number keep on."""
+        table = self.tables[slot]
+        for i in range(keep, self.max_blocks):
+            b = int(table[i])
+            if b >= 0:
+                self.pool.unref(b)
+                table[i] = -1

@@ -13,7 +13,7 @@ from . import arch as archs
 from .arch.common import Batch, layer_devices
 from .backends.backend import prefill_end
 from .config import ModelConfig, config_from_metadata
-from .kv_cache import KVCache
+from .kv_cache import KVCache, pool_blocks, pool_position_bytes
 from .speculative import CostModel, Evidence
 
 __all__ = ["Model", "ModelConfig", "config_from_metadata"]
@@ -22,7 +22,7 @@ __all__ = ["Model", "ModelConfig", "config_from_metadata"]
 class Model:
     """A loaded model: config, weights viewed in the mmap, one KV cache, and the public API."""
 
-    def __init__(self, config: ModelConfig, metadata: dict, weights, backend, tokenizer, *, num_ctx: int, num_batch: int = 512, n_slots: int = 1, kv_type: str = "f16", source=None) -> None:
+    def __init__(self, config: ModelConfig, metadata: dict, weights, backend, tokenizer, *, num_ctx: int, num_batch: int = 512, n_slots: int = 1, kv_type: str = "f16", kv_budget: int = 0, kv_budget_bytes: int = 0, source=None) -> None:
         self.config = config
         self.metadata = metadata
         self.weights = weights
@@ -31,12 +31,15 @@ class Model:
         self.num_ctx = num_ctx
         self.num_batch = num_batch
         self.arch = archs.get(config.arch)
+        # kv_budget: positions of the paged pool (0: n_slots * num_ctx; never less than one full context), or its bytes.
+        per_pos = pool_position_bytes(config.windows, config.n_head_kv, config.head_dim, config.head_dim_v, kv_type)
+        if kv_budget_bytes > 0 and not kv_budget and per_pos > 0:  # no full-attention layer: no pool to size
+            kv_budget = max(1, kv_budget_bytes // per_pos)
         self.cache = KVCache(
-            config.n_layer, config.n_head_kv, config.head_dim, config.head_dim_v, num_ctx, n_slots, config.windows, num_batch, kv_type
+            config.n_layer, config.n_head_kv, config.head_dim, config.head_dim_v, num_ctx, n_slots, config.windows, num_batch, kv_type,
+            n_blocks=pool_blocks(num_ctx, n_slots, kv_budget),
         )
         self.load_duration_ns = 0
-        self._slot_tokens: dict[int, list[int]] = {}  # slot -> ids whose keys the cache holds (prefix reuse)
-        self._slot_blocks: dict[int, list] = {}  # slot -> its prompt positions computed on the BLAS path
         self.forward_costs = CostModel()  # decode forwards' seconds by row count, for every Batcher's draft planning
         self.draft_evidence = Evidence()  # every sequence's verified drafts: the prior of a new sequence's drafting
         self._source = source  # the open GGUF file: keeps the mmap the weights view alive
@@ -46,11 +49,17 @@ class Model:
             self._source.close()
             self._source = None
 
+    @property
+    def _slot_tokens(self):
+        """The cached prefixes of finished sequences (`.clear()` forgets them all: the next prompt runs fresh)."""
+        return _Prefixes(self.cache.pool)
+
     # -- compute ---------------------------------------------------------------------------------
 
     def forward(self, batch: Batch, cache: KVCache, output_rows: np.ndarray | None = None) -> np.ndarray:
         """Run one batch; logits (len(output_rows), n_vocab) float32 for the chosen rows (all if None)."""
         cache.check_batch(batch.positions, batch.slots)
+        cache.prepare(batch.positions, batch.slots)  # blocks for the positions written (KVCacheFull if none)
         h = self._run(batch, cache)  # (n_tok, n_embd)
         cache.advance(batch.positions, batch.slots)
         if output_rows is not None:
@@ -75,12 +84,13 @@ class Model:
         """Final-normed hidden states (len(ids), n_embd) of ids from an empty slot, in num_batch chunks."""
         ids = self._check_ids(ids)
         self.cache.clear(slot)
-        self._slot_tokens[slot] = []
+        self.cache.pool.drop_slot(slot)  # per-slot layers are overwritten: a prefix they held is gone
         out = np.empty((len(ids), self.config.n_embd), np.float32)  # (n_tok, n_embd)
         start = 0
         while start < len(ids):
             batch = self.batch(ids[start : prefill_end(start, len(ids), self.num_batch)], start, slot)
             self.cache.check_batch(batch.positions, batch.slots)
+            self.cache.prepare(batch.positions, batch.slots)
             out[start : start + len(batch)] = self.output_device.to_host(self._run(batch, self.cache))
             self.cache.advance(batch.positions, batch.slots)
             start += len(batch)
@@ -139,3 +149,11 @@ class Model:
         if self.tokenizer is None:
             raise ModelLoadError("this model has no usable tokenizer")
         return self.tokenizer
+
+
+class _Prefixes:
+    def __init__(self, pool) -> None:
+        self._pool = pool
+
+    def clear(self) -> None:
+        self._pool.clear_entries()

@@ -49,14 +49,17 @@ def with_draft_need(service, need: MemoryNeed, load_options: dict, slots: int) -
     return MemoryNeed(private=need.private + extra.private, mapped=need.mapped + extra.mapped)
 
 
-def estimate_memory(path, num_ctx: int, num_batch: int, n_slots: int = 1) -> MemoryNeed:
-    """What a load needs: the weights stay in the mmap (reclaimable page cache); the KV cache (f16 K and V for
-    every layer and position, a ring for sliding-window layers) and the batch scratch are private.
+def estimate_memory(path, num_ctx: int, num_batch: int, n_slots: int = 1, kv_budget: int = 0,
+                    kv_budget_bytes: int = 0) -> MemoryNeed:
+    """What a load needs: the weights stay in the mmap (reclaimable page cache); the KV cache (f16 K and V: the
+    paged pool of the full-attention layers, kv_budget positions or n_slots * num_ctx, and a ring per slot for
+    sliding-window layers) and the batch scratch are private.
 
     The numbers are the validated config's (InvalidModel for a file the loader would refuse), capped as the
     loader caps them, so a model with layers never counts a zero-size cache."""
     import gguf_io
 
+    from ..engine.kv_cache import KV_BLOCK, pool_blocks, pool_position_bytes
     from ..engine.model import config_from_metadata
 
     with gguf_io.open(path) as f:
@@ -64,8 +67,21 @@ def estimate_memory(path, num_ctx: int, num_batch: int, n_slots: int = 1) -> Mem
         mapped = sum(t.nbytes for t in f.tensors.values())
     n_ctx = min(num_ctx, cfg.n_ctx_train)  # as load_model
     n_batch = min(num_batch, num_ctx)
-    caps = [n_ctx if w <= 0 else min(n_ctx, w + n_batch) for w in cfg.windows]  # positions kept per layer
-    kv = sum(caps) * cfg.n_head_kv * (cfg.head_dim + cfg.head_dim_v) * 2  # K (cap, n_head_kv, head_dim) + V f16 per layer
+    per_pos = cfg.n_head_kv * (cfg.head_dim + cfg.head_dim_v) * 2  # K (n_head_kv, head_dim) + V f16, one layer
+    pool_pos = pool_position_bytes(cfg.windows, cfg.n_head_kv, cfg.head_dim, cfg.head_dim_v)
+    if kv_budget_bytes > 0 and not kv_budget and pool_pos > 0:  # as the Model sizes its pool
+        kv_budget = max(1, kv_budget_bytes // pool_pos)
+    pooled = pool_blocks(n_ctx, n_slots, kv_budget) * KV_BLOCK if n_slots > 0 else 0  # positions of the shared pool
+    kv = sum(pooled if w <= 0 else min(n_ctx, w + n_batch) * n_slots for w in cfg.windows) * per_pos
     scratch = (n_batch * 8 * max(cfg.n_embd, cfg.n_ff) + 2 * cfg.n_vocab) * 4  # activations of one prefill chunk + a logits row
     scratch += n_batch * (cfg.n_expert + cfg.n_expert_used * cfg.n_embd) * 4  # MoE: router probs, per-rank expert outputs
-    return MemoryNeed(private=kv * n_slots + scratch + (32 << 20), mapped=mapped)
+    return MemoryNeed(private=kv + scratch + (32 << 20), mapped=mapped)
+
+
+def kv_counts(cache) -> dict:
+    """/api/ps's view of a KV cache: bytes allocated (pool + per-slot rings), bytes holding keys (blocks in use or
+    cached, filled ring positions), and the pool's blocks: in use by running sequences, cached, total."""
+    pool = cache.pool
+    return {"kv_cache_bytes": int(cache.nbytes), "kv_cache_used_bytes": int(cache.used_bytes),
+            "kv_block_size": int(cache.block_size), "kv_blocks": int(pool.n_blocks),
+            "kv_blocks_in_use": int(pool.n_in_use), "kv_blocks_cached": int(pool.n_cached)}

@@ -26,7 +26,7 @@ from ..templates.toolcalls import ToolCallParser, tag_for_template
 from .batch_driver import BatchDriver
 from .catalog import Catalog
 from .jobs import AUTO_PARALLEL, system_available_memory
-from .loading import estimate_memory, load_draft, with_draft_need
+from .loading import estimate_memory, kv_counts, load_draft, with_draft_need
 from .scheduler import MemoryNeed, Request, Scheduler
 from .sampling_extras import Pending, request_constraint, sampling_kwargs as _sampling
 
@@ -61,13 +61,11 @@ class Loaded:
 
     @property
     def slots(self) -> dict:
-        """For /api/ps: the KV slots, those running a request, the KV cache's bytes and the bytes holding positions."""
+        """For /api/ps: the KV slots, those running a request, and the KV cache's bytes and blocks (`kv_counts`)."""
         cache = getattr(self.model, "cache", None)
         if cache is None or self.driver is None:
             return {}
-        per_pos = cache.nbytes // max(1, cache.n_slots * cache.n_ctx)  # bytes of one position (rings counted pro rata)
-        return {"slots": int(self.driver.n_slots), "slots_in_use": int(self.driver.slots_in_use),
-                "kv_cache_bytes": int(cache.nbytes), "kv_cache_used_bytes": int(cache.lengths.sum()) * int(per_pos)}
+        return {"slots": int(self.driver.n_slots), "slots_in_use": int(self.driver.slots_in_use), **kv_counts(cache)}
 
     def take_load_ns(self) -> int:
         ns, self.unreported_load_ns = self.unreported_load_ns, 0
@@ -125,6 +123,8 @@ class Service:
         self._weights_lock = threading.Lock()
         self._parallel = int(getattr(config, "num_parallel", 1))  # KV slots per loaded model; 0: automatic
         self._auto_slots: dict[tuple, int] = {}  # (weights, num_ctx, num_batch) -> slots chosen automatically
+        # A model's KV pool: {"kv_budget": positions} or {"kv_budget_bytes": bytes} (LOCALRT_KV_BUDGET); {}: slots * num_ctx.
+        self._kv_budget = {k: int(getattr(config, k, 0)) for k in ("kv_budget", "kv_budget_bytes") if getattr(config, k, 0)}
         self._available = (scheduler_kw or {}).get("available_fn") or system_available_memory
         self.scheduler = Scheduler(self._load, config, estimate_fn=self._estimate, **(scheduler_kw or {}))
 
@@ -152,7 +152,8 @@ class Service:
         num_gpu = self._num_gpu(load_options["num_gpu"], load_options["main_gpu"])
         slots = self._slots_for(rec.model_path, load_options)
         model = self._load_model(rec.model_path, num_ctx=load_options["num_ctx"], num_batch=load_options["num_batch"],
-                                 num_gpu=num_gpu, main_gpu=load_options["main_gpu"], n_slots=slots)
+                                 num_gpu=num_gpu, main_gpu=load_options["main_gpu"], n_slots=slots,
+                                 **self._kv_budget)
         with self._weights_lock:
             self._weights[name] = rec.model_path
         draft = None
@@ -196,7 +197,7 @@ class Service:
             return MemoryNeed(private=0)
         slots = self._slots_for(rec.model_path, load_options)
         return with_draft_need(self, estimate_memory(rec.model_path, load_options["num_ctx"], load_options["num_batch"],
-                                                     slots), load_options, slots)
+                                                     slots, **self._kv_budget), load_options, slots)
 
     def _slots_for(self, path, load_options: dict) -> int:
         """KV slots: LOCALRT_NUM_PARALLEL when set (the scheduler refuses a load that does not fit), else 4 where 4
@@ -205,7 +206,7 @@ class Service:
             return self._parallel
         key = (str(path), load_options["num_ctx"], load_options["num_batch"])
         if key not in self._auto_slots:
-            need = estimate_memory(path, load_options["num_ctx"], load_options["num_batch"], AUTO_PARALLEL)
+            need = estimate_memory(path, load_options["num_ctx"], load_options["num_batch"], AUTO_PARALLEL, **self._kv_budget)
             available = self._available()
             slots = AUTO_PARALLEL if need.private <= available else 1
             if slots < AUTO_PARALLEL:

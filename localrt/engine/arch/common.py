@@ -4,6 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import numpy as np
+from simd_kernels import paged
 
 from ...errors import MissingTensor, ModelLoadError
 from ..backends.backend import QTensor
@@ -261,10 +262,16 @@ def attention(be, cfg, w: Weights, L: Layer, il: int, h: np.ndarray, batch: Batc
         k3, v3 = k3.astype(np.float16).view(np.uint16), v3.astype(np.float16).view(np.uint16)
     elif cache.as_f16:  # a layer on a device: its float32 cache holds the same float16-rounded values
         k3, v3 = k3.astype(np.float16).astype(np.float32), v3.astype(np.float16).astype(np.float32)
-    be.ops.kv_store(k3, v3, cache.k[il], cache.v[il], batch.positions, batch.slots)
     a = be.xp.empty((n, cfg.n_head, cfg.head_dim_v), np.float32)  # (n_tok, n_head, head_dim_v)
-    be.attention(q3, cache.k[il], cache.v[il], batch.positions, batch.slots, cfg.windows[il], cfg.attn_scale, a,
-                 softcap=cfg.attn_softcap)
+    table = cache.table_of(il)  # (n_slots, max_blocks) for a layer in the paged pool (host only), else None
+    if table is None:
+        be.ops.kv_store(k3, v3, cache.k[il], cache.v[il], batch.positions, batch.slots)
+        be.attention(q3, cache.k[il], cache.v[il], batch.positions, batch.slots, cfg.windows[il], cfg.attn_scale, a,
+                     softcap=cfg.attn_softcap)
+    else:
+        paged.kv_store_paged(k3, v3, cache.k[il], cache.v[il], table, batch.positions, batch.slots)
+        be.attention(q3, cache.k[il], cache.v[il], batch.positions, batch.slots, cfg.windows[il], cfg.attn_scale, a,
+                     softcap=cfg.attn_softcap, table=table)
     out = be.linear(L.attn_output, a.reshape(n, -1))  # (n_tok, n_embd)
     if L.attn_output_bias is not None:
         be.ops.add_bias(out, L.attn_output_bias)

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 
 import simd_kernels
-from simd_kernels import ops, threads
+from simd_kernels import ops, paged, threads
 
 from ...errors import ModelLoadError
 
@@ -254,26 +254,37 @@ class CPUBackend:
         return self._scratches
 
     def attention(self, q, k_cache, v_cache, positions, slots, window: int, scale: float, out: np.ndarray,
-                  softcap: float = 0.0) -> np.ndarray:
-        """Causal attention over the cache; see `ops.attention` for shapes, the window rule and softcap."""
+                  softcap: float = 0.0, table: np.ndarray | None = None) -> np.ndarray:
+        """Causal attention over the cache; see `ops.attention` for shapes, the window rule and softcap. With
+        `table` (n_slots, max_blocks) the caches are a paged pool (n_blocks, n_kv, B, hd[_v]): `simd_kernels.paged`."""
         pieces = blas_pieces(positions, slots) if softcap >= 0 else []  # the kernel refuses a bad softcap by name
+
+        def per_row(lo, hi):
+            if table is None:
+                return ops.attention(q[lo:hi], k_cache, v_cache, positions[lo:hi], slots[lo:hi], window, scale,
+                                     out[lo:hi], softcap)
+            return paged.attention_paged(q[lo:hi], k_cache, v_cache, table, positions[lo:hi], slots[lo:hi], window,
+                                         scale, out[lo:hi], softcap)
+
         if not pieces:
-            return ops.attention(q, k_cache, v_cache, positions, slots, window, scale, out, softcap)
+            per_row(0, len(positions))
+            return out
         for lo, hi, on_blas in segments(len(positions), pieces):
             if on_blas:
                 _block_attention(q[lo:hi], k_cache, v_cache, positions[lo:hi], int(slots[lo]), window, scale,
-                                 out[lo:hi], softcap)
+                                 out[lo:hi], softcap, table)
             else:
-                ops.attention(q[lo:hi], k_cache, v_cache, positions[lo:hi], slots[lo:hi], window, scale, out[lo:hi],
-                              softcap)
+                per_row(lo, hi)
         return out
 
 
-def _block_attention(q, k_cache, v_cache, positions, s: int, window: int, scale: float, out, softcap: float) -> None:
+def _block_attention(q, k_cache, v_cache, positions, s: int, window: int, scale: float, out, softcap: float,
+                     table: np.ndarray | None = None) -> None:
     """One piece (consecutive positions of slot s): per KV head, scores and mixing are two BLAS products over the
-    keys from the piece's first visible one to its last position."""
+    keys from the piece's first visible one to its last position (gathered from the pool's blocks when `table`)."""
     n = len(positions)
-    n_head, n_kv, cap = q.shape[1], k_cache.shape[1], k_cache.shape[2]
+    n_head, n_kv = q.shape[1], k_cache.shape[1]
+    cap = k_cache.shape[2] if table is None else table.shape[1] * k_cache.shape[2]  # positions a slot can hold
     group = n_head // n_kv
     p0, p1 = int(positions[0]), int(positions[-1])
     k0 = max(0, p0 - window + 1) if window > 0 else 0
@@ -284,8 +295,13 @@ def _block_attention(q, k_cache, v_cache, positions, s: int, window: int, scale:
         hidden |= keys[None, :] <= positions[:, None] - window  # key out of the query's window
     mask = np.where(hidden, np.float32(-np.inf), np.float32(0.0))  # (n_tok, n_keys) additive
     wrapped = k0 > 0 or p1 >= cap
-    k_all = k_cache[s][:, idx] if wrapped else k_cache[s, :, : p1 + 1]  # (n_kv, n_keys, hd)
-    v_all = v_cache[s][:, idx] if wrapped else v_cache[s, :, : p1 + 1]  # (n_kv, n_keys, hd_v)
+    if table is not None:  # the same values in the same (n_kv, n_keys, hd) layout, copied out of the slot's blocks
+        if not 0 <= s < table.shape[0] or p1 >= cap:
+            raise simd_kernels.KernelArgumentError(f"slot {s} / position {p1} outside the block tables {table.shape}")
+        k_all, v_all = paged.gather(k_cache, table[s], k0, p1 + 1), paged.gather(v_cache, table[s], k0, p1 + 1)
+    else:
+        k_all = k_cache[s][:, idx] if wrapped else k_cache[s, :, : p1 + 1]  # (n_kv, n_keys, hd)
+        v_all = v_cache[s][:, idx] if wrapped else v_cache[s, :, : p1 + 1]  # (n_kv, n_keys, hd_v)
     if k_all.dtype == np.uint16:  # an F16 cache's bits: the float16 values, widened exactly for BLAS
         k_all, v_all = k_all.view(np.float16).astype(np.float32), v_all.view(np.float16).astype(np.float32)
     # Query rows split over the team (the same split whenever this piece is evaluated). Every member scores all

@@ -63,8 +63,7 @@ def place_layers(model, device, layers: Iterable[int], output: bool) -> None:
             raise ValueError(f"layer {il} out of range 0..{n_layer - 1}")
         w.layers[il] = device.adopt_layer(w.layers[il])
         # The host buffers are dropped, so memory is not held twice.
-        cache.k[il] = device.zeros(cache.k[il].shape)
-        cache.v[il] = device.zeros(cache.v[il].shape)
+        cache.place_layer(il, device.zeros)  # per-slot arrays on the device, the layout its kernels read
         w.devices[il] = device
     if output:
         w.output = device.upload(w.output)  # a tied output gets its own copy; token_embd stays on the host

@@ -1,0 +1,179 @@
+"""The KV store and the per-row attention over a paged cache: keys live in fixed-size blocks of a shared pool and
+each sequence's block table says which block holds its positions [i * B, (i + 1) * B).
+
+k_pool (n_blocks, n_kv, B, head_dim), v_pool (n_blocks, n_kv, B, head_dim_v): float32, or uint16 float16 bits;
+table (n_slots, max_blocks) int32, -1 where a slot has no block. Position p of slot s is row p % B of block
+table[s, p // B]. The attention does, per (token, head), exactly the arithmetic of `ops.attention` over the same
+keys in the same order (one dot product per key, the same softmax, the same weighted sum), so a paged cache gives
+bit-identical outputs to a contiguous one holding the same values (tests/test_kv_pool.py checks it).
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from numba import njit, prange
+
+from . import checks, threads
+from .checks import KernelArgumentError
+from .half import kv_f32
+
+# As ops._REDUCE: reassociation vectorizes the dot products; nothing that assumes finite values.
+_REDUCE = {"reassoc", "contract", "nsz", "arcp"}
+
+
+def _check_pool(k_pool, v_pool, table, positions, slots, n_tok: int, n_kv: int, hd: int, hd_v: int) -> int:
+    """Shapes, dtypes and every block the rows index; returns the largest position (-1 for no rows)."""
+    n_blocks, _, size, _ = checks.dims("k_pool", k_pool, 4)
+    checks.shape("k_pool", k_pool, (n_blocks, n_kv, size, hd))
+    checks.shape("v_pool", v_pool, (n_blocks, n_kv, size, hd_v))
+    checks.kv_dtype(k_pool, v_pool)
+    n_slots, max_blocks = checks.dims("table", table, 2)
+    if table.dtype != np.int32 or size == 0:
+        raise KernelArgumentError(f"the block table must be int32 and blocks non-empty, got {table.dtype}, {size}")
+    p_max = checks.rows_index(positions, slots, n_tok, n_slots)
+    if n_tok and p_max >= max_blocks * size:
+        raise KernelArgumentError(f"position {p_max} is beyond the {max_blocks * size} positions a block table maps")
+    if n_tok and not _mapped(table, positions, slots, size, n_blocks):
+        raise KernelArgumentError("a row's position has no block (or a block id out of range) in its slot's table")
+    return p_max
+
+
+@njit(cache=True, nogil=True)
+def _mapped(table, positions, slots, size, n_blocks):
+    """Whether every block holding positions 0..p of each row's slot is a valid block id."""
+    for t in range(positions.shape[0]):
+        for i in range(positions[t] // size + 1):
+            b = table[slots[t], i]
+            if b < 0 or b >= n_blocks:
+                return False
+    return True
+
+
+def kv_store_paged(k, v, k_pool, v_pool, table, positions, slots):
+    """Write k (n_tok, n_kv, head_dim), v (n_tok, n_kv, head_dim_v) at each row's block and offset."""
+    n_tok, n_kv, hd = checks.dims("k", k, 3)
+    hd_v = checks.dims("v", v, 3)[2]
+    checks.shape("v", v, (n_tok, n_kv, hd_v))
+    if k.dtype != k_pool.dtype or v.dtype != v_pool.dtype:  # a store would convert values, not copy float16 bits
+        raise KernelArgumentError(f"k, v ({k.dtype}, {v.dtype}) must have the pool's dtype {k_pool.dtype}")
+    _check_pool(k_pool, v_pool, table, positions, slots, n_tok, n_kv, hd, hd_v)
+    return _kv_store_paged(k, v, k_pool, v_pool, table, positions, slots)
+
+
+@njit(cache=True, nogil=True)
+def _kv_store_paged(k, v, k_pool, v_pool, table, positions, slots):
+    size = k_pool.shape[2]
+    for t in range(k.shape[0]):
+        p = positions[t]
+        b = table[slots[t], p // size]
+        j = p % size
+        for h in range(k.shape[1]):
+            k_pool[b, h, j, :] = k[t, h, :]
+            v_pool[b, h, j, :] = v[t, h, :]
+
+
+def attention_paged(q, k_pool, v_pool, table, positions, slots, window, scale, out, softcap=0.0):
+    """`ops.attention` over a paged cache: q (n_tok, n_head, head_dim) f32, out (n_tok, n_head, head_dim_v) f32."""
+    n_tok, n_head, hd = checks.dims("q", q, 3)
+    n_kv = checks.dims("k_pool", k_pool, 4)[1]
+    hd_v = checks.dims("v_pool", v_pool, 4)[3]
+    checks.shape("out", out, (n_tok, n_head, hd_v))
+    if n_kv == 0 or n_head % n_kv:
+        raise KernelArgumentError(f"{n_head} query heads cannot share {n_kv} KV heads")
+    p_max = _check_pool(k_pool, v_pool, table, positions, slots, n_tok, n_kv, hd, hd_v)
+    if n_tok == 0:
+        return out
+    softcap = np.float32(softcap)
+    if not softcap >= 0:
+        raise KernelArgumentError(f"softcap must be 0 (off) or positive, got {softcap}")
+    n_keys = p_max + 1 if window <= 0 else min(p_max + 1, window)  # the same rule for threads as ops.attention
+    work = n_tok * n_head * n_keys * (hd + hd_v) * 4
+    if work >= threads.PARALLEL_MIN_BYTES * 4 and n_tok * n_head > 1:
+        threads.use_threads_for(work)
+        return _attention_paged_parallel(q, k_pool, v_pool, table, positions, slots, window, scale, softcap, out)
+    return _attention_paged_serial(q, k_pool, v_pool, table, positions, slots, window, scale, softcap, out)
+
+
+@njit(cache=True, nogil=True, fastmath=_REDUCE)
+def _attend_paged(q, k_pool, v_pool, table, positions, slots, window, scale, softcap, out, job):
+    """One (token, head) job: `ops._attend`'s arithmetic, keys walked block by block."""
+    n_head = q.shape[1]
+    hd = q.shape[2]
+    size = k_pool.shape[2]
+    hd_v = v_pool.shape[3]
+    t = job // n_head
+    h = job % n_head
+    kvh = h // (n_head // k_pool.shape[1])
+    s = slots[t]
+    p = positions[t]
+    start = 0
+    if window > 0 and p - window + 1 > 0:
+        start = p - window + 1
+    n = p - start + 1
+    scores = np.empty(n, np.float32)  # (n_keys,)
+    m = -np.inf
+    j = 0
+    pos = start
+    while pos <= p:
+        b = table[s, pos // size]
+        lo = pos % size
+        hi = min(size, lo + p + 1 - pos)  # rows lo..hi-1 of block b hold positions pos..
+        for r in range(lo, hi):
+            acc = np.float32(0.0)
+            for d in range(hd):
+                acc += q[t, h, d] * kv_f32(k_pool[b, kvh, r, d])
+            acc *= scale
+            if softcap > 0:
+                acc = softcap * np.float32(math.tanh(acc / softcap))
+            scores[j] = acc
+            if acc > m:
+                m = acc
+            j += 1
+        pos += hi - lo
+    total = 0.0
+    for j in range(n):
+        e = np.float32(math.exp(scores[j] - m))
+        scores[j] = e
+        total += e
+    inv = np.float32(1.0 / total)
+    acc_v = np.zeros(hd_v, np.float32)  # (head_dim_v,)
+    j = 0
+    pos = start
+    while pos <= p:
+        b = table[s, pos // size]
+        lo = pos % size
+        hi = min(size, lo + p + 1 - pos)
+        for r in range(lo, hi):
+            w = scores[j] * inv
+            for d in range(hd_v):
+                acc_v[d] += w * kv_f32(v_pool[b, kvh, r, d])
+            j += 1
+        pos += hi - lo
+    out[t, h, :] = acc_v
+
+
+@njit(cache=True, nogil=True, parallel=True)
+def _attention_paged_parallel(q, k_pool, v_pool, table, positions, slots, window, scale, softcap, out):
+    for job in prange(q.shape[0] * q.shape[1]):
+        _attend_paged(q, k_pool, v_pool, table, positions, slots, window, scale, softcap, out, job)
+    return out
+
+
+@njit(cache=True, nogil=True)
+def _attention_paged_serial(q, k_pool, v_pool, table, positions, slots, window, scale, softcap, out):
+    for job in range(q.shape[0] * q.shape[1]):
+        _attend_paged(q, k_pool, v_pool, table, positions, slots, window, scale, softcap, out, job)
+    return out
+
+
+def gather(pool, table_row, k0: int, k1: int) -> np.ndarray:
+    """Positions k0..k1-1 of one slot from a pool (n_blocks, n_kv, B, hd) as a contiguous (n_kv, k1 - k0, hd) copy."""
+    size = pool.shape[2]
+    b0, b1 = k0 // size, (k1 - 1) // size + 1
+    ids = table_row[b0:b1]
+    if (ids < 0).any() or (ids >= pool.shape[0]).any():
+        raise KernelArgumentError(f"positions {k0}..{k1 - 1} are not all in blocks of the pool")
+    blocks = pool[ids]  # (nb, n_kv, B, hd)
+    flat = blocks.transpose(1, 0, 2, 3).reshape(pool.shape[1], (b1 - b0) * size, pool.shape[3])  # (n_kv, nb * B, hd)
+    return flat[:, k0 - b0 * size : k1 - b0 * size]
