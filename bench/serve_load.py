@@ -7,7 +7,10 @@ Each client sends `--requests` streaming /v1/chat/completions requests one after
 `--tokens`, a prompt of its own). Per request: TTFT (first content chunk) and TPOT ((last - first chunk) / (tokens
 - 1)). Per run: p50/p95/p99 of both, aggregate output tok/s (all tokens / wall time) and goodput (requests/s that
 met the SLO: TTFT <= 2 s and TPOT <= 100 ms). Both servers run with 2 threads and one slot per client, one after
-the other on the same machine. JSON to stdout and bench/results/serve_load.json.
+the other on the same machine, with the same KV budget: llama-server `-c 1024N` (1024 positions per slot),
+localrt `LOCALRT_KV_BUDGET=1024N` positions of its paged pool, shared by its N slots of the default num_ctx.
+Peak RSS (VmHWM) of each server beside its KV allocation and the weights. JSON to stdout and
+bench/results/serve_load.json.
 """
 from __future__ import annotations
 
@@ -28,6 +31,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 SLO_TTFT_S, SLO_TPOT_S = 2.0, 0.100
+CTX_PER_SLOT = 1024  # llama-server -c CTX_PER_SLOT * N; localrt's KV budget, the same positions
 PROMPT = "Client {c}, question {r}: tell me a short story about a lighthouse keeper and a lost ship."
 
 
@@ -131,7 +135,8 @@ MODELS = {"smollm2": ("smollm2:135m", "SmolLM2-135M-Instruct Q4_1"), "gemma3": (
 def _localrt(clients: int, store: Path, name: str):
     port = _free_port()
     env = {**os.environ, "LOCALRT_HOST": f"127.0.0.1:{port}", "LOCALRT_MODELS": str(store / "models"),
-           "LOCALRT_DATA": str(store / "data"), "LOCALRT_NUM_PARALLEL": str(clients), "LOCALRT_NUM_THREADS": "2"}
+           "LOCALRT_DATA": str(store / "data"), "LOCALRT_NUM_PARALLEL": str(clients), "LOCALRT_NUM_THREADS": "2",
+           "LOCALRT_KV_BUDGET": str(CTX_PER_SLOT * clients)}
     proc = subprocess.Popen([sys.executable, "-m", "localrt", "serve"], cwd=REPO, env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     base = f"http://127.0.0.1:{port}"
@@ -161,6 +166,7 @@ def main() -> None:
     from localrt.models import builtin_models
 
     out: dict = {"setup": {"threads": 2, "requests_per_client": args.requests, "max_tokens": args.tokens,
+                           "kv_positions_per_client": CTX_PER_SLOT,
                            "slo": {"ttft_s": SLO_TTFT_S, "tpot_s": SLO_TPOT_S},
                            "loadavg_1m_at_start": os.getloadavg()[0]}, "models": {}}
     with tempfile.TemporaryDirectory() as tmp:
@@ -172,7 +178,7 @@ def main() -> None:
             for n in args.clients:
                 row = {}
                 for server, start in (("localrt", lambda: _localrt(n, Path(tmp), name)),
-                                      ("llama_server", lambda: _llama_server(n, args.llama_server, gguf, 1024))):
+                                      ("llama_server", lambda: _llama_server(n, args.llama_server, gguf, CTX_PER_SLOT))):
                     proc, base, model = start()
                     try:
                         row[server] = _run(base, model, n, args.requests, args.tokens)
@@ -180,6 +186,8 @@ def main() -> None:
                         if server == "localrt":
                             ps = httpx.get(base + "/api/ps", timeout=10).json()["models"][0]
                             row[server]["kv_cache_mib"] = round(ps["kv_cache_bytes"] / (1 << 20), 1)
+                            row[server]["kv_blocks_after"] = {k: ps.get(k) for k in ("kv_blocks", "kv_blocks_in_use",
+                                                                                      "kv_blocks_cached", "kv_block_size")}
                             row[server]["weights_mib"] = round(gguf.stat().st_size / (1 << 20), 1)
                     finally:
                         proc.terminate()
