@@ -113,3 +113,20 @@ def quantize_q8_k(x):
     for t in range(n_tok):
         quantize_row_q8_k(x[t], q[t], d[t], bsums[t])
     return q, d, bsums
+
+
+@njit(cache=True, nogil=True)
+def quantize_q8_k_paired(x):
+    """quantize_q8_k with q in PAIRED order, the Q4_K row dots' (simd_kernels.ksimd._q4k_decode): in each 64
+    elements, bytes 4k..4k+3 hold elements 2k, 2k+1, 32+2k, 33+2k. d and bsums as quantize_q8_k's."""
+    q, d, bsums = quantize_q8_k(x)
+    n_tok, cols = q.shape
+    p = np.empty((n_tok, cols), np.int8)  # (n_tok, cols) permuted within each 64
+    for t in range(n_tok):
+        for o in range(0, cols, 64):
+            for k in range(16):
+                p[t, o + 4 * k] = q[t, o + 2 * k]
+                p[t, o + 4 * k + 1] = q[t, o + 2 * k + 1]
+                p[t, o + 4 * k + 2] = q[t, o + 32 + 2 * k]
+                p[t, o + 4 * k + 3] = q[t, o + 33 + 2 * k]
+    return p, d, bsums

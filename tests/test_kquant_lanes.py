@@ -13,13 +13,13 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from test_kernels import random_weights
 
 from simd_kernels import kquants
 from simd_kernels.actquant import quantize_q8_k
-from test_kernels import random_weights
 
 gguf_quants = pytest.importorskip("gguf.quants")
-import gguf  # noqa: E402
+import gguf
 
 Q4_K, Q5_K, Q6_K = 12, 13, 14
 F32 = np.float32
