@@ -116,17 +116,35 @@ def quantize_q8_k(x):
 
 
 @njit(cache=True, nogil=True)
-def quantize_q8_k_paired(x):
-    """quantize_q8_k with q in PAIRED order, the Q4_K row dots' (simd_kernels.ksimd._q4k_decode): in each 64
-    elements, bytes 4k..4k+3 hold elements 2k, 2k+1, 32+2k, 33+2k. d and bsums as quantize_q8_k's."""
-    q, d, bsums = quantize_q8_k(x)
+def _paired(q, half):
+    """int8 (n_tok, cols) -> the same values in PAIRED order over groups of 2*half elements: chunk j (64 bytes at
+    group + 64j, j < half/32) pairs elements A = 32j.. and B = half + 32j..; its bytes 4k..4k+3 hold A[2k], A[2k+1],
+    B[2k], B[2k+1]."""
     n_tok, cols = q.shape
-    p = np.empty((n_tok, cols), np.int8)  # (n_tok, cols) permuted within each 64
+    p = np.empty((n_tok, cols), np.int8)  # (n_tok, cols)
     for t in range(n_tok):
-        for o in range(0, cols, 64):
-            for k in range(16):
-                p[t, o + 4 * k] = q[t, o + 2 * k]
-                p[t, o + 4 * k + 1] = q[t, o + 2 * k + 1]
-                p[t, o + 4 * k + 2] = q[t, o + 32 + 2 * k]
-                p[t, o + 4 * k + 3] = q[t, o + 33 + 2 * k]
-    return p, d, bsums
+        for g in range(0, cols, 2 * half):
+            for j in range(half // 32):
+                a, b, o = g + 32 * j, g + half + 32 * j, g + 64 * j
+                for k in range(16):
+                    p[t, o + 4 * k] = q[t, a + 2 * k]
+                    p[t, o + 4 * k + 1] = q[t, a + 2 * k + 1]
+                    p[t, o + 4 * k + 2] = q[t, b + 2 * k]
+                    p[t, o + 4 * k + 3] = q[t, b + 2 * k + 1]
+    return p
+
+
+@njit(cache=True, nogil=True)
+def quantize_q8_k_paired(x):
+    """quantize_q8_k with q in PAIRED order over 64 (elements e and 32+e side by side), the Q4_K row dots'
+    (simd_kernels.ksimd._q4k_decode). d and bsums as quantize_q8_k's."""
+    q, d, bsums = quantize_q8_k(x)
+    return _paired(q, 32), d, bsums
+
+
+@njit(cache=True, nogil=True)
+def quantize_q8_k_paired128(x):
+    """quantize_q8_k with q in PAIRED order over 128 (elements e and 64+e side by side), the Q6_K row dots'
+    (simd_kernels.ksimd._q6k_decode). d and bsums as quantize_q8_k's."""
+    q, d, bsums = quantize_q8_k(x)
+    return _paired(q, 64), d, bsums
