@@ -53,27 +53,30 @@ def quantize_row_q8_1(x, q, d, s):
 
 @njit(cache=True, nogil=True)
 def quantize_row_q8_k(x, q, d, bsums):
-    """x: f32 (cols,) -> q: int8 (cols,), d: f32 (cols/256,), bsums: int32 (cols/16,) group sums of q."""
+    """x: f32 (cols,) -> q: int8 (cols,), d: f32 (cols/256,), bsums: int32 (cols/16,) group sums of q.
+
+    Written so that LLVM vectorizes each loop: the largest |x| as the max of its bit patterns (|x| >= 0 orders as
+    its bits do), then the first element with that |x| (the reference's first one on ties)."""
+    bits = x.view(np.int32)  # (cols,)
     for b in range(x.shape[0] // QK_K):
         o = b * QK_K
-        amax = np.float32(0.0)
-        peak = np.float32(0.0)  # the signed element of largest |x|, the first one on ties
+        top = np.int32(0)
         for i in range(QK_K):
-            a = abs(x[o + i])
-            if a > amax:
-                amax = a
-                peak = x[o + i]
-        if amax == 0:
+            top = max(top, bits[o + i] & np.int32(0x7FFFFFFF))
+        if top == 0:
             d[b] = 0.0
             for i in range(QK_K):
                 q[o + i] = 0
         else:
-            iscale = np.float32(-127.0) / peak
+            i = 0
+            while bits[o + i] & np.int32(0x7FFFFFFF) != top:
+                i += 1
+            iscale = np.float32(-127.0) / x[o + i]
             for i in range(QK_K):
-                q[o + i] = min(127, np.int32(np.rint(iscale * x[o + i])))
+                q[o + i] = min(np.float32(127.0), np.rint(iscale * x[o + i]))
             d[b] = np.float32(1.0) / iscale
         for g in range(QK_K // KGROUP):
-            total = 0
+            total = np.int32(0)
             for i in range(KGROUP):
                 total += np.int32(q[o + g * KGROUP + i])
             bsums[b * (QK_K // KGROUP) + g] = total
@@ -123,14 +126,13 @@ def _paired(q, half):
     n_tok, cols = q.shape
     p = np.empty((n_tok, cols), np.int8)  # (n_tok, cols)
     for t in range(n_tok):
-        for g in range(0, cols, 2 * half):
+        src, dst = q[t].view(np.int16), p[t].view(np.int16)  # (cols/2,) element pairs
+        for g in range(0, cols // 2, half):
             for j in range(half // 32):
-                a, b, o = g + 32 * j, g + half + 32 * j, g + 64 * j
+                a, b, o = g + 16 * j, g + half // 2 + 16 * j, g + 32 * j
                 for k in range(16):
-                    p[t, o + 4 * k] = q[t, a + 2 * k]
-                    p[t, o + 4 * k + 1] = q[t, a + 2 * k + 1]
-                    p[t, o + 4 * k + 2] = q[t, b + 2 * k]
-                    p[t, o + 4 * k + 3] = q[t, b + 2 * k + 1]
+                    dst[o + 2 * k] = src[a + k]
+                    dst[o + 2 * k + 1] = src[b + k]
     return p
 
 

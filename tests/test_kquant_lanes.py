@@ -116,7 +116,7 @@ def test_decode_matches_gguf_quants(t):
 
 
 @pytest.mark.parametrize("t", [Q4_K, Q5_K, Q6_K])
-@pytest.mark.parametrize("n_tok", [1, 4, 7])
+@pytest.mark.parametrize("n_tok", [1, 2, 3, 4, 7])  # < 4: two rows per step (37 rows: one alone)
 def test_row_dots_bit_exact_against_the_lane_model(t, n_tok):
     rng = np.random.default_rng(100 * t + n_tok)
     rows, cols = 37, 1024
@@ -127,3 +127,20 @@ def test_row_dots_bit_exact_against_the_lane_model(t, n_tok):
     getattr(kquants, {Q4_K: "mul_q4_k", Q5_K: "mul_q5_k", Q6_K: "mul_q6_k"}[t])(w, x, out)
     want = lane_model(t, w, x)
     assert np.array_equal(out.view(np.uint32), want.view(np.uint32))
+
+
+def test_q8_k_activations_bit_exact_against_the_reference():
+    """The kernels' Q8_K quantizer against quant's reference (ggml's quantize_row_q8_K_ref): values, scales, sums,
+    with ties for the largest |x| (the first one wins), all-zero blocks, and a sign change of the peak."""
+    from quant import activations
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((6, 1024)).astype(F32)
+    x[1, 256:512] = 0
+    x[2, 3], x[2, 200] = -4.0, 4.0  # tie: -4 comes first
+    x[3, 10], x[3, 11] = 5.0, -5.0
+    x[4] = np.round(x[4] * 8) / 8  # many exact halves after scaling
+    q, d, bs = quantize_q8_k(x)
+    ref = activations.quantize_q8_k(x.reshape(-1, 256)).reshape(6, 4)
+    assert np.array_equal(q.reshape(6, 4, 256), ref["qs"])
+    assert np.array_equal(d.view(np.uint32), ref["d"].astype(F32).view(np.uint32))
+    assert np.array_equal(bs.reshape(6, 4, 16), ref["bsums"].astype(np.int32))
