@@ -14,7 +14,7 @@ from numba import njit
 
 from .actquant import QK_K, quantize_q8_k, quantize_q8_k_paired, quantize_q8_k_paired128
 from .half import f16_to_f32
-from .ksimd import K_ROWDOTS, K_ROWDOTS_PAIR
+from .ksimd import K_ROWDOTS
 from .simd import fused_kernel, scalar_rowdots
 
 I32 = np.int32  # Numba widens int arithmetic to int64; truncating each step keeps 32-bit SIMD lanes
@@ -95,7 +95,7 @@ def _dot_q3_k(row, xq, xd, bsums, t):
 
 
 def _kernel(name, doc, rowdots, quantize=quantize_q8_k):
-    return fused_kernel(f"mul_{name}", doc, quantize, *rowdots, __name__, K_ROWDOTS_PAIR.get(name))
+    return fused_kernel(f"mul_{name}", doc, quantize, *rowdots, __name__)
 
 
 mul_q2_k = _kernel("q2_k", _dot_q2_k.__doc__, scalar_rowdots(_dot_q2_k))

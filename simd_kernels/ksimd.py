@@ -78,37 +78,35 @@ def _k4_scales_mins(builder, wd, o):
     return bytes8(sc_lo, sc_hi), bytes8(m_lo, m_hi)
 
 
-def _k_row_loop(context, builder, sig, args, block_bytes, decode, isum_of, n_tok, n_rows=1):
-    """Loop over super-blocks of n_rows weight rows (args[0..n_rows-1]) for n_tok tokens; n_rows * n_tok totals,
-    row-major. Each row's numbers are the one-row loop's: rows share only the activation loads.
+def _k_row_loop(context, builder, sig, args, block_bytes, decode, isum_of, n_tok):
+    """Row loop over super-blocks for n_tok tokens.
 
     decode(builder, wd, o) -> (d, dmin or None, mins <8 x i32> or None, [(quants <32 x i8>, scales <16 x i32>,
     element offset)]): the super-block's quants decoded once, each piece with its lane scales.
     isum_of(builder, pieces, xq row, third activation row, element offset of the super-block) -> <16 x i32>: the
     super-block's lanes.
     """
-    wds = [_data(context, builder, sig.args[i], args[i]) for i in range(n_rows)]
-    acts = _Acts(context, builder, sig, args, n_rows)
-    toks = [(acts.row(0, t), acts.row(1, t), acts.row(2, t)) for t in _token_indices(builder, args[n_rows + 3], n_tok)]
-    accs = [[cgutils.alloca_once_value(builder, ir.Constant(_V16F, [0.0] * 16)) for _ in toks] for _ in wds]
+    wd = _data(context, builder, sig.args[0], args[0])
+    acts = _Acts(context, builder, sig, args, 1)
+    toks = [(acts.row(0, t), acts.row(1, t), acts.row(2, t)) for t in _token_indices(builder, args[4], n_tok)]
+    accs = [cgutils.alloca_once_value(builder, ir.Constant(_V16F, [0.0] * 16)) for _ in toks]
     with cgutils.for_range(builder, acts.n_blocks) as loop:
         blk = loop.index
         o = builder.mul(blk, _c(block_bytes))
-        for wd, row_accs in zip(wds, accs):
-            d, dmin, mins, pieces = decode(builder, wd, o)
-            for (xqd, xdd, bsd), acc in zip(toks, row_accs):
-                xo = builder.mul(blk, _c(256))
-                isum = isum_of(builder, pieces, xqd, bsd, xo)
-                dx = builder.load(builder.gep(xdd, [blk]))
-                total = builder.fadd(builder.load(acc), builder.fmul(_splat(builder, builder.fmul(d, dx), 16),
-                                                                      builder.sitofp(isum, _V16F)))
-                if mins is not None:
-                    # subtract dmin*dx*Σ_j m_j * (activation sum of sub-block j)
-                    mterm = _widen8(builder, builder.mul(mins, _bsum_pairs(builder, bsd, builder.mul(blk, _c(16)))))
-                    total = builder.fsub(total, builder.fmul(_splat(builder, builder.fmul(dmin, dx), 16),
-                                                             builder.sitofp(mterm, _V16F)))
-                builder.store(total, acc)
-    return [_reduce_f(builder, builder.load(a), 16) for row_accs in accs for a in row_accs]
+        d, dmin, mins, pieces = decode(builder, wd, o)
+        for (xqd, xdd, bsd), acc in zip(toks, accs):
+            xo = builder.mul(blk, _c(256))
+            isum = isum_of(builder, pieces, xqd, bsd, xo)
+            dx = builder.load(builder.gep(xdd, [blk]))
+            total = builder.fadd(builder.load(acc), builder.fmul(_splat(builder, builder.fmul(d, dx), 16),
+                                                                  builder.sitofp(isum, _V16F)))
+            if mins is not None:
+                # subtract dmin*dx*Σ_j m_j * (activation sum of sub-block j)
+                mterm = _widen8(builder, builder.mul(mins, _bsum_pairs(builder, bsd, builder.mul(blk, _c(16)))))
+                total = builder.fsub(total, builder.fmul(_splat(builder, builder.fmul(dmin, dx), 16),
+                                                         builder.sitofp(mterm, _V16F)))
+            builder.store(total, acc)
+    return [_reduce_f(builder, builder.load(a), 16) for a in accs]
 
 
 def _k_isum(builder, pieces, xqd, bsd, xo):
@@ -281,26 +279,7 @@ def _make_krowdot(name, block_bytes, decode, isum_of, n_tok):
     return rowdot
 
 
-def _make_krowdot_pair(name, block_bytes, decode, isum_of):
-    @intrinsic
-    def rowdot(typingctx, wa, wb, xq, xd, bsums, t):
-        """Two rows . one token t: (rowdot1(wa, ...), rowdot1(wb, ...)), bit for bit, in one pass over the
-        activations; the two rows' reductions run side by side (one row's 16-lane sum is a latency chain)."""
-        sig = types.UniTuple(types.float32, 2)(wa, wb, xq, xd, bsums, t)
-
-        def codegen(context, builder, sig, args):
-            totals = _k_row_loop(context, builder, sig, args, block_bytes, decode, isum_of, 1, n_rows=2)
-            return context.make_tuple(builder, sig.return_type, totals)
-
-        return sig, codegen
-
-    rowdot.__name__ = f"rowdot1x2_{name}"
-    return rowdot
-
-
 # name -> (super-block bytes, decoder, lane sums); q4_k's activations are in PAIRED order (actquant.quantize_q8_k_paired)
 _K_LAYOUTS = {"q4_k": (144, _q4k_decode, _q4k_isum), "q5_k": (176, _q5k_decode, _k_isum),
               "q6_k": (210, _q6k_decode, _q6k_isum)}
 K_ROWDOTS = {name: tuple(_make_krowdot(name, *layout, n) for n in (1, 4)) for name, layout in _K_LAYOUTS.items()}
-# name -> rowdot1x2(w_row_a, w_row_b, xq, xd, xs, t): two rows against one token
-K_ROWDOTS_PAIR = {name: _make_krowdot_pair(name, *layout) for name, layout in _K_LAYOUTS.items()}

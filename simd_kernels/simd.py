@@ -250,33 +250,6 @@ def _fused_template(w, x, out):
                 t += 1
 
 
-def _fused_pairs_template(w, x, out):
-    """_fused_template, but fewer than 4 tokens (decode) go two rows at a time through ROWDOT1X2 (bound by
-    fused_kernel), which gives each row rowdot1's bits."""
-    xq, xd, xs = QUANTIZE(x)  # noqa: F821
-    n_rows = w.shape[0]
-    for t0 in range(0, x.shape[0], TOKEN_CHUNK):
-        t1 = min(t0 + TOKEN_CHUNK, x.shape[0])
-        if t1 - t0 >= 4:
-            for r in prange(n_rows):
-                row = w[r]
-                t = t0
-                while t + 4 <= t1:
-                    out[t, r], out[t + 1, r], out[t + 2, r], out[t + 3, r] = ROWDOT4(row, xq, xd, xs, t)  # noqa: F821
-                    t += 4
-                while t < t1:
-                    (out[t, r],) = ROWDOT1(row, xq, xd, xs, t)  # noqa: F821
-                    t += 1
-        else:
-            for p in prange((n_rows + 1) // 2):
-                r = 2 * p
-                for t in range(t0, t1):
-                    if r + 1 < n_rows:
-                        out[t, r], out[t, r + 1] = ROWDOT1X2(w[r], w[r + 1], xq, xd, xs, t)  # noqa: F821
-                    else:
-                        (out[t, r],) = ROWDOT1(w[r], xq, xd, xs, t)  # noqa: F821
-
-
 def _experts_template(w, rows, x, experts, xrow, out):
     xq, xd, xs = QUANTIZE(x)  # noqa: F821 (bound by fused_kernel)
     for j in prange(experts.shape[0] * rows):  # every (pair, row): one flat loop, evenly split over threads
@@ -288,7 +261,7 @@ def _experts_template(w, rows, x, experts, xrow, out):
 EXPERTS = {}  # MUL kernel name -> its selected-experts kernel (see fused_kernel)
 
 
-def fused_kernel(name, doc, quantize, rowdot1, rowdot4, module, rowdot_pair=None):
+def fused_kernel(name, doc, quantize, rowdot1, rowdot4, module):
     """_fused_kernel's matmul kernel; its selected-experts sibling of the same row dots goes in EXPERTS[name].
 
     EXPERTS[name](w, rows, x, experts, xrow, out): w uint8 (n_expert * rows, row_bytes), the stacked experts'
@@ -302,26 +275,22 @@ def fused_kernel(name, doc, quantize, rowdot1, rowdot4, module, rowdot_pair=None
     fn = FunctionType(code, globs, ename)
     fn.__qualname__, fn.__module__ = ename, module
     EXPERTS[name] = njit(cache=True, nogil=True, parallel=True)(fn)
-    return _fused_kernel(name, doc, quantize, rowdot1, rowdot4, module, rowdot_pair)
+    return _fused_kernel(name, doc, quantize, rowdot1, rowdot4, module)
 
 
-def _fused_kernel(name, doc, quantize, rowdot1, rowdot4, module, rowdot_pair=None):
+def _fused_kernel(name, doc, quantize, rowdot1, rowdot4, module):
     """The kernel name(w, x, out) = @njit(cache=True, nogil=True, parallel=True) of _fused_template.
 
     w: uint8 (rows, row_bytes) raw blocks; x: float32 (n_tok, cols); out: float32 (n_tok, rows).
     quantize(x) -> (xq, xd, xs), the activations in the format's Q8 flavour; rowdot1 / rowdot4(w_row, xq,
     xd, xs, t) -> a tuple of 1 / 4 float32, the row against tokens t.. (decoding each block once per 4).
-    rowdot_pair(w_row_a, w_row_b, xq, xd, xs, t) -> rowdot1 of both rows (the same bits), or None: with one,
-    calls of fewer than 4 tokens run two rows per step (_fused_pairs_template).
     The three are bound as globals of a copy of the template, not as closure cells: Numba's cache key
     pickles closure cells and an intrinsic pickles with a per-process id, so a closure would recompile in
     every process. The qualname gives each format its own cache file; its code stays in this file, so
     _cache_guard's check of this package's sources covers it.
     """
-    template = _fused_template if rowdot_pair is None else _fused_pairs_template
-    code = template.__code__.replace(co_name=name, co_qualname=name)
-    fn = FunctionType(code, {**globals(), "QUANTIZE": quantize, "ROWDOT1": rowdot1, "ROWDOT4": rowdot4,
-                             "ROWDOT1X2": rowdot_pair}, name)
+    code = _fused_template.__code__.replace(co_name=name, co_qualname=name)
+    fn = FunctionType(code, {**globals(), "QUANTIZE": quantize, "ROWDOT1": rowdot1, "ROWDOT4": rowdot4}, name)
     fn.__qualname__, fn.__module__, fn.__doc__ = name, module, doc
     return njit(cache=True, nogil=True, parallel=True)(fn)
 
