@@ -127,7 +127,7 @@ def run_native(path: str, quiet: bool, repeats: int = REPEATS) -> dict:
 
 
 def _wrap(cmd: list[str], quiet: bool) -> list[str]:
-    return ["env", "QUIET_KEEP=/work/wt-speed", str(QUIET), *cmd] if quiet else cmd
+    return ["env", f"QUIET_KEEP={ROOT}", str(QUIET), *cmd] if quiet else cmd  # keep this checkout running
 
 
 def spawn(mode: str, arg: str, quiet: bool, repeats: int = REPEATS) -> dict:

@@ -53,27 +53,30 @@ def quantize_row_q8_1(x, q, d, s):
 
 @njit(cache=True, nogil=True)
 def quantize_row_q8_k(x, q, d, bsums):
-    """x: f32 (cols,) -> q: int8 (cols,), d: f32 (cols/256,), bsums: int32 (cols/16,) group sums of q."""
+    """x: f32 (cols,) -> q: int8 (cols,), d: f32 (cols/256,), bsums: int32 (cols/16,) group sums of q.
+
+    Written so that LLVM vectorizes each loop: the largest |x| as the max of its bit patterns (|x| >= 0 orders as
+    its bits do), then the first element with that |x| (the reference's first one on ties)."""
+    bits = x.view(np.int32)  # (cols,)
     for b in range(x.shape[0] // QK_K):
         o = b * QK_K
-        amax = np.float32(0.0)
-        peak = np.float32(0.0)  # the signed element of largest |x|, the first one on ties
+        top = np.int32(0)
         for i in range(QK_K):
-            a = abs(x[o + i])
-            if a > amax:
-                amax = a
-                peak = x[o + i]
-        if amax == 0:
+            top = max(top, bits[o + i] & np.int32(0x7FFFFFFF))
+        if top == 0:
             d[b] = 0.0
             for i in range(QK_K):
                 q[o + i] = 0
         else:
-            iscale = np.float32(-127.0) / peak
+            i = 0
+            while bits[o + i] & np.int32(0x7FFFFFFF) != top:
+                i += 1
+            iscale = np.float32(-127.0) / x[o + i]
             for i in range(QK_K):
-                q[o + i] = min(127, np.int32(np.rint(iscale * x[o + i])))
+                q[o + i] = min(np.float32(127.0), np.rint(iscale * x[o + i]))
             d[b] = np.float32(1.0) / iscale
         for g in range(QK_K // KGROUP):
-            total = 0
+            total = np.int32(0)
             for i in range(KGROUP):
                 total += np.int32(q[o + g * KGROUP + i])
             bsums[b * (QK_K // KGROUP) + g] = total
@@ -113,3 +116,37 @@ def quantize_q8_k(x):
     for t in range(n_tok):
         quantize_row_q8_k(x[t], q[t], d[t], bsums[t])
     return q, d, bsums
+
+
+@njit(cache=True, nogil=True)
+def _paired(q, half):
+    """int8 (n_tok, cols) -> the same values in PAIRED order over groups of 2*half elements: chunk j (64 bytes at
+    group + 64j, j < half/32) pairs elements A = 32j.. and B = half + 32j..; its bytes 4k..4k+3 hold A[2k], A[2k+1],
+    B[2k], B[2k+1]."""
+    n_tok, cols = q.shape
+    p = np.empty((n_tok, cols), np.int8)  # (n_tok, cols)
+    for t in range(n_tok):
+        src, dst = q[t].view(np.int16), p[t].view(np.int16)  # (cols/2,) element pairs
+        for g in range(0, cols // 2, half):
+            for j in range(half // 32):
+                a, b, o = g + 16 * j, g + half // 2 + 16 * j, g + 32 * j
+                for k in range(16):
+                    dst[o + 2 * k] = src[a + k]
+                    dst[o + 2 * k + 1] = src[b + k]
+    return p
+
+
+@njit(cache=True, nogil=True)
+def quantize_q8_k_paired(x):
+    """quantize_q8_k with q in PAIRED order over 64 (elements e and 32+e side by side), the Q4_K row dots'
+    (simd_kernels.ksimd._q4k_decode). d and bsums as quantize_q8_k's."""
+    q, d, bsums = quantize_q8_k(x)
+    return _paired(q, 32), d, bsums
+
+
+@njit(cache=True, nogil=True)
+def quantize_q8_k_paired128(x):
+    """quantize_q8_k with q in PAIRED order over 128 (elements e and 64+e side by side), the Q6_K row dots'
+    (simd_kernels.ksimd._q6k_decode). d and bsums as quantize_q8_k's."""
+    q, d, bsums = quantize_q8_k(x)
+    return _paired(q, 64), d, bsums

@@ -3,7 +3,7 @@
 Weights w: uint8 (rows, n_superblocks * block_bytes), raw GGUF blocks read in place.
 Activations x: float32 (n_tok, cols), quantized once per call to Q8_K as llama.cpp does (int8 values,
 a float32 scale per 256 and int sums per 16); every sub-block dot product is an exact integer sum.
-Q4_K, Q5_K and Q6_K run on simd.py's vector intrinsics (layouts and decoders in simd._K_LAYOUTS);
+Q4_K, Q5_K and Q6_K run on ksimd.py's vector intrinsics (layouts and decoders in ksimd._K_LAYOUTS);
 Q2_K and Q3_K are plain Numba row dots below. All share simd.fused_kernel's loop over tokens and rows.
 Output out: float32 (n_tok, rows).
 """
@@ -12,9 +12,10 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from .actquant import QK_K, quantize_q8_k
+from .actquant import QK_K, quantize_q8_k, quantize_q8_k_paired, quantize_q8_k_paired128
 from .half import f16_to_f32
-from .simd import ROWDOTS, fused_kernel, scalar_rowdots
+from .ksimd import K_ROWDOTS
+from .simd import fused_kernel, scalar_rowdots
 
 I32 = np.int32  # Numba widens int arithmetic to int64; truncating each step keeps 32-bit SIMD lanes
 
@@ -93,15 +94,15 @@ def _dot_q3_k(row, xq, xd, bsums, t):
     return acc
 
 
-def _kernel(name, doc, rowdots):
-    return fused_kernel(f"mul_{name}", doc, quantize_q8_k, *rowdots, __name__)
+def _kernel(name, doc, rowdots, quantize=quantize_q8_k):
+    return fused_kernel(f"mul_{name}", doc, quantize, *rowdots, __name__)
 
 
 mul_q2_k = _kernel("q2_k", _dot_q2_k.__doc__, scalar_rowdots(_dot_q2_k))
 mul_q3_k = _kernel("q3_k", _dot_q3_k.__doc__, scalar_rowdots(_dot_q3_k))
 mul_q4_k = _kernel("q4_k", "Q4_K super-block (144 B): d, dmin f16; scales[12]; qs[128]; y = d*sc*q - dmin*m.",
-                   ROWDOTS["q4_k"])
+                   K_ROWDOTS["q4_k"], quantize_q8_k_paired)
 mul_q5_k = _kernel("q5_k", "Q5_K super-block (176 B): d, dmin f16; scales[12]; qh[32]; qs[128]; y = d*sc*q - dmin*m.",
-                   ROWDOTS["q5_k"])
+                   K_ROWDOTS["q5_k"])
 mul_q6_k = _kernel("q6_k", "Q6_K super-block (210 B): ql[128]; qh[64]; scales int8[16]; d f16; y = d*scale*(q - 32).",
-                   ROWDOTS["q6_k"])
+                   K_ROWDOTS["q6_k"], quantize_q8_k_paired128)

@@ -1,4 +1,4 @@
-"""The x86 integer-dot row dots (VNNI vpdpbusd, AVX2 vpmaddubsw) give bit-identical products to the generic LLVM
+"""The x86 integer-dot row dots (VNNI vpdpbusd / vpdpwssd, AVX-512 and AVX2 vpmaddubsw) give bit-identical products to the generic LLVM
 code on this machine, so a model's numerics do not depend on which instructions its CPU has. Each path runs in a
 subprocess with a private Numba cache (the feature choice is not in Numba's cache key)."""
 from __future__ import annotations
@@ -15,7 +15,7 @@ import pytest
 import simd_kernels.simd as simd
 
 ROOT = Path(__file__).resolve().parent.parent
-TYPES = (2, 3, 8, 12)  # Q4_0 (signed quants), Q4_1 (unsigned, with a min), Q8_0, Q4_K
+TYPES = (2, 3, 8, 12, 13, 14)  # Q4_0 (signed quants), Q4_1 (unsigned, with a min), Q8_0, Q4_K, Q5_K, Q6_K
 _SCRIPT = """
 import json, sys
 import numpy as np
@@ -51,6 +51,7 @@ def _products(tmp_path: Path, features: str | None) -> dict:
 def test_every_x86_path_gives_the_generic_codes_bits(tmp_path):
     generic = _products(tmp_path, "")
     paths = ["avx2"] + (["avx2,avx512vnni,avx512vl"] if {"avx512vnni", "avx512vl"} <= simd._X86 else [])
+    paths += ["avx2,avx512vnni,avx512vl,avx512bw"] if {"avx512vnni", "avx512vl", "avx512bw"} <= simd._X86 else []
     for features in paths:
         got = _products(tmp_path, features)
         for key, bits in generic.items():

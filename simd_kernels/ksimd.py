@@ -1,0 +1,285 @@
+"""K-quant row dots: one row of 256-element super-blocks against Q8_K activations, as LLVM vector code.
+
+simd.py's conventions (generic LLVM IR; x86 integer dot instructions where the host has them, summing exactly what
+the generic code sums). `K_ROWDOTS[<type>]` = (rowdot1, rowdot4) for Q4_K, Q5_K and Q6_K. Every path's numbers are
+the ones tests/test_kquant_lanes.py states: 16 int32 lanes per super-block, lane i summing element pairs 2i, 2i+1
+of each 32-element piece times the piece's scale. Q4_K and Q6_K compute them from activations in PAIRED order
+(two pieces side by side per 64 bytes, actquant.quantize_q8_k_paired / _paired128): one 64-byte vpmaddubsw covers
+both pieces and one vpdpwssd applies both scales (16-bit word pairs) into the lanes.
+"""
+from __future__ import annotations
+
+from llvmlite import ir
+from numba import types
+from numba.core import cgutils
+from numba.extending import intrinsic
+
+from .simd import (
+    _F32,
+    _I8,
+    _I16,
+    _I32,
+    _V16S,
+    _X86,
+    _Acts,
+    _byte_ptr,
+    _c,
+    _const_vec,
+    _data,
+    _intrinsic,
+    _load_half,
+    _load_vec,
+    _reduce_f,
+    _shuffle,
+    _splat,
+    _token_indices,
+)
+
+# ---- K-quants: one row of 256-element super-blocks against Q8_K activations ----
+
+_V16F = ir.VectorType(_F32, 16)
+_V16I = ir.VectorType(_I32, 16)
+
+
+def _pairs(builder, q, xv):
+    """<32 x i8> q (unsigned, <= 31) . <32 x i8> x -> <16 x i32>, lane i = q[2i]*x[2i] + q[2i+1]*x[2i+1] (exact).
+
+    On x86 with AVX2, one vpmaddubsw (q <= 31 and activations in -127..127 keep every pair below 2^15, no
+    saturation)."""
+    if "avx2" in _X86:
+        return builder.sext(_intrinsic(builder, "llvm.x86.avx2.pmadd.ub.sw", _V16S, [q, xv]), _V16I)
+    v32 = ir.VectorType(_I32, 32)
+    p = builder.mul(builder.sext(q, v32), builder.sext(xv, v32), flags=["nsw"])
+    return builder.add(_shuffle(builder, p, p, range(0, 32, 2)), _shuffle(builder, p, p, range(1, 32, 2)))
+
+
+def _u32_at(builder, base, offset):
+    ptr = builder.bitcast(_byte_ptr(builder, base, offset), _I32.as_pointer())
+    return builder.load(ptr, align=1)
+
+
+def _k4_scales_mins(builder, wd, o):
+    """The 12 packed bytes at o -> (<8 x i32> scales, <8 x i32> mins), unpacked per the Q4_K layout."""
+    w0, w1, w2 = (_u32_at(builder, wd, builder.add(o, _c(k))) for k in (0, 4, 8))
+    six, low4, top2 = (ir.Constant(_I32, v) for v in (0x3F3F3F3F, 0x0F0F0F0F, 0x03030303))
+    sc_lo = builder.and_(w0, six)  # bytes: sc0..sc3
+    m_lo = builder.and_(w1, six)  # bytes: m0..m3
+    # sc4..7 = low nibbles of bytes 8..11 | top two bits of bytes 0..3; m4..7 the same from bytes 4..7
+    sc_hi = builder.or_(builder.and_(w2, low4), builder.shl(builder.and_(builder.lshr(w0, ir.Constant(_I32, 6)),
+                                                                         top2), ir.Constant(_I32, 4)))
+    m_hi = builder.or_(builder.and_(builder.lshr(w2, ir.Constant(_I32, 4)), low4),
+                       builder.shl(builder.and_(builder.lshr(w1, ir.Constant(_I32, 6)), top2), ir.Constant(_I32, 4)))
+
+    def bytes8(a, b):
+        v = builder.insert_element(ir.Constant(ir.VectorType(_I32, 2), ir.Undefined), a, ir.Constant(_I32, 0))
+        v = builder.insert_element(v, b, ir.Constant(_I32, 1))
+        return builder.zext(builder.bitcast(v, ir.VectorType(_I8, 8)), ir.VectorType(_I32, 8))
+
+    return bytes8(sc_lo, sc_hi), bytes8(m_lo, m_hi)
+
+
+def _k_row_loop(context, builder, sig, args, block_bytes, decode, isum_of, n_tok):
+    """Row loop over super-blocks for n_tok tokens.
+
+    decode(builder, wd, o) -> (d, dmin or None, mins <8 x i32> or None, [(quants <32 x i8>, scales <16 x i32>,
+    element offset)]): the super-block's quants decoded once, each piece with its lane scales.
+    isum_of(builder, pieces, xq row, third activation row, element offset of the super-block) -> <16 x i32>: the
+    super-block's lanes.
+    """
+    wd = _data(context, builder, sig.args[0], args[0])
+    acts = _Acts(context, builder, sig, args, 1)
+    toks = [(acts.row(0, t), acts.row(1, t), acts.row(2, t)) for t in _token_indices(builder, args[4], n_tok)]
+    accs = [cgutils.alloca_once_value(builder, ir.Constant(_V16F, [0.0] * 16)) for _ in toks]
+    with cgutils.for_range(builder, acts.n_blocks) as loop:
+        blk = loop.index
+        o = builder.mul(blk, _c(block_bytes))
+        d, dmin, mins, pieces = decode(builder, wd, o)
+        for (xqd, xdd, bsd), acc in zip(toks, accs):
+            xo = builder.mul(blk, _c(256))
+            isum = isum_of(builder, pieces, xqd, bsd, xo)
+            dx = builder.load(builder.gep(xdd, [blk]))
+            total = builder.fadd(builder.load(acc), builder.fmul(_splat(builder, builder.fmul(d, dx), 16),
+                                                                  builder.sitofp(isum, _V16F)))
+            if mins is not None:
+                # subtract dmin*dx*Σ_j m_j * (activation sum of sub-block j)
+                mterm = _widen8(builder, builder.mul(mins, _bsum_pairs(builder, bsd, builder.mul(blk, _c(16)))))
+                total = builder.fsub(total, builder.fmul(_splat(builder, builder.fmul(dmin, dx), 16),
+                                                         builder.sitofp(mterm, _V16F)))
+            builder.store(total, acc)
+    return [_reduce_f(builder, builder.load(a), 16) for a in accs]
+
+
+def _k_isum(builder, pieces, xqd, bsd, xo):
+    """Σ_pieces sc * pairs(q, x) -> <16 x i32> (lane i: elements 2i, 2i+1 of every piece), exact.
+
+    With AVX-512 VNNI, each piece is one vpdpwssd (pair i16 . scale, the high words 0) into
+    one of two accumulators: LLVM fuses a plain mul+add into one chain of vpdpwssd, whose latency then bounds
+    the loop; two chains halve it (integer sums, so the lanes hold the same integers)."""
+    vnni = "avx512vnni" in _X86
+    parts = [ir.Constant(_V16I, [0] * 16)] * (2 if vnni else 1)
+    for i, (q, sc, eo) in enumerate(pieces):
+        xv = _load_vec(builder, xqd, builder.add(xo, _c(eo)), 32)
+        if vnni:
+            parts[i % 2] = _intrinsic(builder, "llvm.x86.avx512.vpdpwssd.512", _V16I,
+                                      [parts[i % 2], _pairs(builder, q, xv), sc])
+        else:
+            parts[0] = builder.add(parts[0], builder.mul(sc, _pairs(builder, q, xv)))
+    return builder.add(parts[0], parts[1]) if vnni else parts[0]
+
+
+def _bsum_pairs(builder, bsd, bo):
+    """Activation sums of the eight 32-element sub-blocks: bsums[2j] + bsums[2j+1] -> <8 x i32>."""
+    ptr = builder.bitcast(builder.gep(bsd, [bo]), _V16I.as_pointer())
+    bs = builder.load(ptr, align=4)
+    return builder.add(_shuffle(builder, bs, bs, range(0, 16, 2)), _shuffle(builder, bs, bs, range(1, 16, 2)))
+
+
+def _widen8(builder, v8):
+    """<8 x i32> -> <16 x i32> with zeros above (lets the min term share the 16-lane accumulator)."""
+    zero = ir.Constant(ir.VectorType(_I32, 8), [0] * 8)
+    return _shuffle(builder, v8, zero, range(16))
+
+
+def _q5k_decode(builder, wd, o):
+    """A Q5_K super-block as 8 pieces of 32 quants (0..31) in natural order, each with its scale splatted."""
+    d = _load_half(builder, wd, o)
+    dmin = _load_half(builder, wd, builder.add(o, _c(2)))
+    scales, mins = _k4_scales_mins(builder, wd, builder.add(o, _c(4)))
+    qh = _load_vec(builder, wd, builder.add(o, _c(16)), 32)
+    pieces = []
+    for c in range(4):
+        v = _load_vec(builder, wd, builder.add(o, _c(48 + 32 * c)), 32)
+        halves = [builder.and_(v, _const_vec(_I8, [15] * 32)), builder.lshr(v, _const_vec(_I8, [4] * 32))]
+        for h in range(2):
+            j = 2 * c + h  # sub-block: elements 32j..32j+31
+            # qh byte l bit j is the fifth bit of element 32j + l
+            bit = builder.and_(builder.lshr(qh, _const_vec(_I8, [j] * 32)), _const_vec(_I8, [1] * 32))
+            q = builder.or_(halves[h], builder.shl(bit, _const_vec(_I8, [4] * 32)))
+            sc = _splat(builder, builder.extract_element(scales, ir.Constant(_I32, j)), 16)
+            pieces.append((q, sc, 32 * j))
+    return d, dmin, mins, pieces
+
+
+def _q4k_decode(builder, wd, o):
+    """A Q4_K super-block as 4 chunks of 64 elements (sub-blocks 2c, 2c+1: the low and high nibbles of 32 bytes),
+    each one <64 x i8> in PAIRED order: bytes 4k..4k+3 = elements 2k, 2k+1 of sub-block 2c, then 2k, 2k+1 of 2c+1,
+    with <16 x i32> scale words (sc[2c] low, sc[2c+1] high) for _pair_dot."""
+    d = _load_half(builder, wd, o)
+    dmin = _load_half(builder, wd, builder.add(o, _c(2)))
+    scales, mins = _k4_scales_mins(builder, wd, builder.add(o, _c(4)))
+    words = builder.or_(_shuffle(builder, scales, scales, [0, 2, 4, 6]),
+                        builder.shl(_shuffle(builder, scales, scales, [1, 3, 5, 7]), _const_vec(_I32, [16] * 4)))
+    pieces = []
+    for c in range(4):
+        v = builder.bitcast(_load_vec(builder, wd, builder.add(o, _c(16 + 32 * c)), 32), ir.VectorType(_I16, 16))
+        u = builder.zext(v, _V16I)  # dword k: bytes 2k, 2k+1, 0, 0
+        # byte 2k's high nibble -> bits 16..19, byte 2k+1's -> 24..27; low nibbles stay at 0..3, 8..11
+        z = builder.and_(builder.or_(u, builder.shl(u, _const_vec(_I32, [12] * 16))), _const_vec(_I32, [0x0F0F0F0F] * 16))
+        pieces.append((builder.bitcast(z, ir.VectorType(_I8, 64)), _shuffle(builder, words, words, [c] * 16), 64 * c))
+    return d, dmin, mins, pieces
+
+
+def _pair_dot(builder, acc, z, xv, s, centred=False):
+    """acc + (lane k: (z.x over bytes 4k, 4k+1) * low word of s[k] + (z.x over 4k+2, 4k+3) * high word), exact.
+
+    z: <64 x i8> in 0..63; xv: <64 x i8> in -127..127; s: <16 x i32> of two 16-bit scales. centred: dot z - 32
+    instead of z, as z.x - 32.x per pair (each fits 16 bits). One vpmaddubsw (+ vpmaddubsw, vpsubw) + vpdpwssd
+    (AVX-512 BW + VNNI), two vpmaddubsw + vpmaddwd (AVX2), or generic code: the same integers."""
+    v16 = ir.VectorType(_I16, 32)
+    thirty2 = _const_vec(_I8, [32] * 64)
+    if {"avx512vnni", "avx512bw"} <= _X86:
+        w = _intrinsic(builder, "llvm.x86.avx512.pmaddubs.w.512", v16, [z, xv])
+        if centred:
+            w = builder.sub(w, _intrinsic(builder, "llvm.x86.avx512.pmaddubs.w.512", v16, [thirty2, xv]))
+        return _intrinsic(builder, "llvm.x86.avx512.vpdpwssd.512", _V16I, [acc, builder.bitcast(w, _V16I), s])
+    if "avx2" in _X86:
+        halves = []
+        for h in range(2):
+            zh, xh, th = (_shuffle(builder, v, v, range(32 * h, 32 * h + 32)) for v in (z, xv, thirty2))
+            sh = builder.bitcast(_shuffle(builder, s, s, range(8 * h, 8 * h + 8)), _V16S)
+            pairs = _intrinsic(builder, "llvm.x86.avx2.pmadd.ub.sw", _V16S, [zh, xh])
+            if centred:
+                pairs = builder.sub(pairs, _intrinsic(builder, "llvm.x86.avx2.pmadd.ub.sw", _V16S, [th, xh]))
+            halves.append(_intrinsic(builder, "llvm.x86.avx2.pmadd.wd", ir.VectorType(_I32, 8), [pairs, sh]))
+        return builder.add(acc, _shuffle(builder, halves[0], halves[1], range(16)))
+    v64, v32 = ir.VectorType(_I32, 64), ir.VectorType(_I32, 32)
+    zc = builder.sub(z, thirty2) if centred else z
+    p = builder.mul(builder.sext(zc, v64), builder.sext(xv, v64), flags=["nsw"])
+    w = builder.add(_shuffle(builder, p, p, range(0, 64, 2)), _shuffle(builder, p, p, range(1, 64, 2)))
+    ws = builder.mul(w, builder.sext(builder.bitcast(s, v16), v32), flags=["nsw"])
+    return builder.add(acc, builder.add(_shuffle(builder, ws, ws, range(0, 32, 2)), _shuffle(builder, ws, ws, range(1, 32, 2))))
+
+
+def _q4k_isum(builder, pieces, xqd, bsd, xo):
+    """The super-block's lanes from _q4k_decode's chunks, in two accumulators (two short dependency chains)."""
+    parts = [ir.Constant(_V16I, [0] * 16)] * 2
+    for i, (z, s, eo) in enumerate(pieces):
+        xv = _load_vec(builder, xqd, builder.add(xo, _c(eo)), 64)
+        parts[i % 2] = _pair_dot(builder, parts[i % 2], z, xv, s)
+    return builder.add(parts[0], parts[1])
+
+
+def _q6k_decode(builder, wd, o):
+    """A Q6_K super-block as 4 chunks of 64 unsigned quants (0..63) in PAIRED order over 128: per half n, the low and
+    high nibbles of ql[64n..64n+31] (elements 128n+e and 128n+64+e, with qh bit pairs 0 and 2), then of
+    ql[64n+32..] (128n+32+e and 128n+96+e, qh bit pairs 1 and 3); scale words per lane, lanes 8..15 the next
+    16-element scale (the activations in that order: actquant.quantize_q8_k_paired128)."""
+    d = _load_half(builder, wd, builder.add(o, _c(208)))
+    sc16 = builder.sext(_load_vec(builder, wd, builder.add(o, _c(192)), 16), ir.VectorType(_I16, 16))
+
+    def words16(off):
+        v = builder.bitcast(_load_vec(builder, wd, builder.add(o, _c(off)), 32), ir.VectorType(_I16, 16))
+        return builder.zext(v, _V16I)  # dword k: bytes 2k, 2k+1, 0, 0
+
+    def shl(v, n):
+        return builder.shl(v, _const_vec(_I32, [n] * 16))
+
+    def mask(v, m):
+        return builder.and_(v, _const_vec(_I32, [m] * 16))
+
+    pieces = []
+    for n in range(2):
+        hu = words16(128 + 32 * n)
+        for j, (s_a, s_b) in enumerate(((4, 16), (2, 14))):  # qh bits (2j, 2j+1) -> 4, 5 of A; (2j+4, 2j+5) of B
+            u = words16(64 * n + 32 * j)
+            z = builder.or_(builder.or_(mask(builder.or_(u, shl(u, 12)), 0x0F0F0F0F), mask(shl(hu, s_a), 0x3030)),
+                            mask(shl(hu, s_b), 0x30300000))
+            ga, gb = 8 * n + 2 * j, 8 * n + 2 * j + 4  # 16-element scales of A's and B's first halves
+            s = builder.bitcast(_shuffle(builder, sc16, sc16, [ga, gb] * 8 + [ga + 1, gb + 1] * 8), _V16I)
+            pieces.append((builder.bitcast(z, ir.VectorType(_I8, 64)), s, 128 * n + 64 * j))
+    return d, None, None, pieces
+
+
+def _q6k_isum(builder, pieces, xqd, bsd, xo):
+    """The super-block's lanes from _q6k_decode's chunks (quants - 32), in two accumulators."""
+    parts = [ir.Constant(_V16I, [0] * 16)] * 2
+    for i, (z, s, eo) in enumerate(pieces):
+        xv = _load_vec(builder, xqd, builder.add(xo, _c(eo)), 64)
+        parts[i % 2] = _pair_dot(builder, parts[i % 2], z, xv, s, centred=True)
+    return builder.add(parts[0], parts[1])
+
+
+def _make_krowdot(name, block_bytes, decode, isum_of, n_tok):
+    @intrinsic
+    def rowdot(typingctx, w, xq, xd, bsums, t0):
+        """One row of K-quant super-blocks . Q8_K activations of tokens t0..t0+n_tok-1.
+
+        w: uint8 (row_bytes,); xq: int8 (n_tok_all, cols); xd: float32 (n_tok_all, cols/256);
+        bsums: int32 (n_tok_all, cols/16). Returns a tuple of n_tok float32.
+        """
+        sig = types.UniTuple(types.float32, n_tok)(w, xq, xd, bsums, t0)
+
+        def codegen(context, builder, sig, args):
+            totals = _k_row_loop(context, builder, sig, args, block_bytes, decode, isum_of, n_tok)
+            return context.make_tuple(builder, sig.return_type, totals)
+
+        return sig, codegen
+
+    rowdot.__name__ = f"rowdot{n_tok}_{name}"
+    return rowdot
+
+
+# name -> (super-block bytes, decoder, lane sums); q4_k's activations are in PAIRED order (actquant.quantize_q8_k_paired)
+_K_LAYOUTS = {"q4_k": (144, _q4k_decode, _q4k_isum), "q5_k": (176, _q5k_decode, _k_isum),
+              "q6_k": (210, _q6k_decode, _q6k_isum)}
+K_ROWDOTS = {name: tuple(_make_krowdot(name, *layout, n) for n in (1, 4)) for name, layout in _K_LAYOUTS.items()}
