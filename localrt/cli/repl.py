@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import signal
 import sys
 
 from ..api.options import resolve
@@ -92,6 +93,14 @@ def describe(info: dict, verbose: bool = False, full: bool = False) -> str:
     return "\n".join(out) + "\n"
 
 
+def _interruptible() -> None:
+    """Ctrl-C at the prompt says how to leave, also when the chat was started with SIGINT ignored (from a
+    non-interactive shell's background job, or nohup), which Python would otherwise keep: a person at the
+    terminal pressing Ctrl-C means it."""
+    if sys.stdin.isatty() and signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
 def _line_editing() -> None:
     """Arrow keys, line editing and history for input(), where the platform has GNU readline or libedit."""
     try:
@@ -135,6 +144,7 @@ class Repl:
 
     def loop(self) -> None:
         _line_editing()
+        _interruptible()
         list(self.client.generate(self.model, "", stream=False, keep_alive=self.keepalive))  # preload
         while True:
             try:
