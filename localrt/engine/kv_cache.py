@@ -51,6 +51,14 @@ def pool_position_bytes(windows, n_head_kv: int, head_dim: int, head_dim_v: int,
     return sum(w <= 0 for w in windows) * n_head_kv * (head_dim + head_dim_v) * (2 if kv_type == "f16" else 4)
 
 
+def budget_positions(kv_budget: int, kv_budget_bytes: int, position_bytes: int) -> int:
+    """The pool's budget in positions: kv_budget, else kv_budget_bytes over the bytes of one position (at least 1;
+    0 where neither is set or no layer is pooled)."""
+    if kv_budget_bytes > 0 and not kv_budget and position_bytes > 0:
+        return max(1, kv_budget_bytes // position_bytes)
+    return kv_budget
+
+
 def pool_blocks(n_ctx: int, n_slots: int, budget: int = 0, block_size: int = KV_BLOCK) -> int:
     """Blocks of the pool for a budget of `budget` positions (0: n_slots * n_ctx), at least one full context."""
     per_ctx = -(-n_ctx // block_size)

@@ -13,7 +13,7 @@ from . import arch as archs
 from .arch.common import Batch, layer_devices
 from .backends.backend import prefill_end
 from .config import ModelConfig, config_from_metadata
-from .kv_cache import KVCache, pool_blocks, pool_position_bytes
+from .kv_cache import KVCache, budget_positions, pool_blocks, pool_position_bytes
 from .speculative import CostModel, Evidence
 
 __all__ = ["Model", "ModelConfig", "config_from_metadata"]
@@ -33,8 +33,7 @@ class Model:
         self.arch = archs.get(config.arch)
         # kv_budget: positions of the paged pool (0: n_slots * num_ctx; never less than one full context), or its bytes.
         per_pos = pool_position_bytes(config.windows, config.n_head_kv, config.head_dim, config.head_dim_v, kv_type)
-        if kv_budget_bytes > 0 and not kv_budget and per_pos > 0:  # no full-attention layer: no pool to size
-            kv_budget = max(1, kv_budget_bytes // per_pos)
+        kv_budget = budget_positions(kv_budget, kv_budget_bytes, per_pos)
         self.cache = KVCache(
             config.n_layer, config.n_head_kv, config.head_dim, config.head_dim_v, num_ctx, n_slots, config.windows, num_batch, kv_type,
             n_blocks=pool_blocks(num_ctx, n_slots, kv_budget),

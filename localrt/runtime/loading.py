@@ -59,7 +59,7 @@ def estimate_memory(path, num_ctx: int, num_batch: int, n_slots: int = 1, kv_bud
     loader caps them, so a model with layers never counts a zero-size cache."""
     import gguf_io
 
-    from ..engine.kv_cache import KV_BLOCK, pool_blocks, pool_position_bytes
+    from ..engine.kv_cache import KV_BLOCK, budget_positions, pool_blocks, pool_position_bytes
     from ..engine.model import config_from_metadata
 
     with gguf_io.open(path) as f:
@@ -69,8 +69,7 @@ def estimate_memory(path, num_ctx: int, num_batch: int, n_slots: int = 1, kv_bud
     n_batch = min(num_batch, num_ctx)
     per_pos = cfg.n_head_kv * (cfg.head_dim + cfg.head_dim_v) * 2  # K (n_head_kv, head_dim) + V f16, one layer
     pool_pos = pool_position_bytes(cfg.windows, cfg.n_head_kv, cfg.head_dim, cfg.head_dim_v)
-    if kv_budget_bytes > 0 and not kv_budget and pool_pos > 0:  # as the Model sizes its pool
-        kv_budget = max(1, kv_budget_bytes // pool_pos)
+    kv_budget = budget_positions(kv_budget, kv_budget_bytes, pool_pos)  # as the Model sizes its pool
     pooled = pool_blocks(n_ctx, n_slots, kv_budget) * KV_BLOCK if n_slots > 0 else 0  # positions of the shared pool
     kv = sum(pooled if w <= 0 else min(n_ctx, w + n_batch) * n_slots for w in cfg.windows) * per_pos
     scratch = (n_batch * 8 * max(cfg.n_embd, cfg.n_ff) + 2 * cfg.n_vocab) * 4  # activations of one prefill chunk + a logits row
