@@ -24,7 +24,7 @@ from .actquant import quantize_q8_0, quantize_q8_k
 from .dequant import KVALUES_IQ4NL
 from .simd import (
     _I8, _I16, _I32, _V8F, _Acts, _byte_ptr, _c, _const_vec, _data, _load_half, _load_vec, _reduce_f, _shuffle,
-    _splat, _token_indices, fused_kernel,
+    ROW_TOKENS, _splat, _token_indices, fused_kernel,
 )
 
 _V8I = ir.VectorType(_I32, 8)
@@ -59,7 +59,7 @@ def _dot16(builder, q, xv):
 def _dot32(builder, halves, xqd, xo):
     """One block's 32 levels . the int8 activations xqd[xo:xo+32] -> <8 x i32> exact partial sums.
 
-    Lane i sums elements 2i, 2i+1, 2i+16, 2i+17: the same lanes as simd._dot32_lanes."""
+    Lane i sums elements 2i, 2i+1, 2i+16, 2i+17 (its own partition: no other path has to match it)."""
     lo, hi = halves
     return builder.add(_dot16(builder, lo, _load_vec(builder, xqd, xo, 16)),
                        _dot16(builder, hi, _load_vec(builder, xqd, builder.add(xo, _c(16)), 16)))
@@ -169,13 +169,13 @@ def _make_xs_rowdot(n_tok):
     return rowdot
 
 
-# name -> (rowdot1, rowdot4), as simd.ROWDOTS
-ROWDOTS = {"iq4_nl": (_make_nl_rowdot(1), _make_nl_rowdot(4)), "iq4_xs": (_make_xs_rowdot(1), _make_xs_rowdot(4))}
+# name -> (rowdot1, .., rowdot4), as simd.ROWDOTS
+ROWDOTS = {"iq4_nl": tuple(_make_nl_rowdot(n) for n in ROW_TOKENS), "iq4_xs": tuple(_make_xs_rowdot(n) for n in ROW_TOKENS)}
 
 mul_iq4_nl = fused_kernel(
     "mul_iq4_nl", "IQ4_NL block (18 B): d f16, qs[16]; y = d*KVALUES_IQ4NL[q] (Q8_0 activations).", quantize_q8_0,
-    *ROWDOTS["iq4_nl"], __name__)
+    ROWDOTS["iq4_nl"], __name__)
 mul_iq4_xs = fused_kernel(
     "mul_iq4_xs", "IQ4_XS super-block (136 B): d f16; scales_h u16; scales_l[4]; qs[128]; "
     "y = d*(ls - 32)*KVALUES_IQ4NL[q] (Q8_K activations).", quantize_q8_k,
-    *ROWDOTS["iq4_xs"], __name__)
+    ROWDOTS["iq4_xs"], __name__)

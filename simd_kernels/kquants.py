@@ -95,7 +95,7 @@ def _dot_q3_k(row, xq, xd, bsums, t):
 
 
 def _kernel(name, doc, rowdots, quantize=quantize_q8_k):
-    return fused_kernel(f"mul_{name}", doc, quantize, *rowdots, __name__)
+    return fused_kernel(f"mul_{name}", doc, quantize, rowdots, __name__)
 
 
 mul_q2_k = _kernel("q2_k", _dot_q2_k.__doc__, scalar_rowdots(_dot_q2_k))

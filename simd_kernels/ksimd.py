@@ -1,7 +1,7 @@
 """K-quant row dots: one row of 256-element super-blocks against Q8_K activations, as LLVM vector code.
 
 simd.py's conventions (generic LLVM IR; x86 integer dot instructions where the host has them, summing exactly what
-the generic code sums). `K_ROWDOTS[<type>]` = (rowdot1, rowdot4) for Q4_K, Q5_K and Q6_K. Every path's numbers are
+the generic code sums). `K_ROWDOTS[<type>]` = (rowdot1, .., rowdot4) for Q4_K, Q5_K and Q6_K. Every path's numbers are
 the ones tests/test_kquant_lanes.py states: 16 int32 lanes per super-block, lane i summing element pairs 2i, 2i+1
 of each 32-element piece times the piece's scale. Q4_K and Q6_K compute them from activations in PAIRED order
 (two pieces side by side per 64 bytes, actquant.quantize_q8_k_paired / _paired128): one 64-byte vpmaddubsw covers
@@ -15,6 +15,7 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 
 from .simd import (
+    ROW_TOKENS,
     _F32,
     _I8,
     _I16,
@@ -282,4 +283,4 @@ def _make_krowdot(name, block_bytes, decode, isum_of, n_tok):
 # name -> (super-block bytes, decoder, lane sums); q4_k's activations are in PAIRED order (actquant.quantize_q8_k_paired)
 _K_LAYOUTS = {"q4_k": (144, _q4k_decode, _q4k_isum), "q5_k": (176, _q5k_decode, _k_isum),
               "q6_k": (210, _q6k_decode, _q6k_isum)}
-K_ROWDOTS = {name: tuple(_make_krowdot(name, *layout, n) for n in (1, 4)) for name, layout in _K_LAYOUTS.items()}
+K_ROWDOTS = {name: tuple(_make_krowdot(name, *layout, n) for n in ROW_TOKENS) for name, layout in _K_LAYOUTS.items()}

@@ -2,7 +2,7 @@
 
 Written in generic LLVM IR, so LLVM picks AVX-512, AVX2 or SSE as the host has; the int8 dots alone use x86's
 integer dot instructions (VNNI, AVX2) where the host has them, summing exactly what the generic code sums.
-`ROWDOTS[<type>]` = (rowdot1, rowdot4) dot one whole weight row against the Q8 activations of 1 or 4 tokens,
+`ROWDOTS[<type>]` = (rowdot1, .., rowdot4) dot one whole weight row against the Q8 activations of 1 to 4 tokens,
 decoding each weight block once, keeping 8 (or 16) float lanes of partial sums per token and reducing them
 once per row, as ggml's SIMD code does. f16 scales are read as LLVM `half` (one vcvtph2ps with F16C).
 A format states only its block layout and decode step (`_LAYOUTS`, `_K_LAYOUTS`); `fused_kernel` makes
@@ -72,9 +72,6 @@ def _host_features() -> frozenset:
 _X86 = _host_features()
 _V16S = ir.VectorType(_I16, 16)
 _V8I = ir.VectorType(_I32, 8)
-# Element order that puts 2i, 2i+1, 2i+16, 2i+17 next to each other: a 4-element dot per lane then sums exactly
-# the elements the generic code sums in lane i, so every lane holds the same integer on every path.
-_QUADS = [j for i in range(8) for j in (2 * i, 2 * i + 1, 2 * i + 16, 2 * i + 17)]
 
 
 def _intrinsic(builder, name, ret, args):
@@ -82,30 +79,52 @@ def _intrinsic(builder, name, ret, args):
     return builder.call(fn, args)
 
 
-def _dot32_lanes(builder, q, xv, signed=True):
-    """<32 x i8> q . <32 x i8> x -> <8 x float> of exact partial sums; lane i sums elements 2i, 2i+1, 2i+16,
-    2i+17 on every path (the same integers, so the same floats).
+def _vnni(builder, acc, a, b):
+    """acc + Σ of 4 unsigned a bytes x 4 signed b bytes per i32 lane (lane i: bytes 4i..4i+3), one vpdpbusd."""
+    return _intrinsic(builder, "llvm.x86.avx512.vpdpbusd.256", _V8I, [acc, builder.bitcast(a, _V8I), builder.bitcast(b, _V8I)])
 
-    On x86 with VNNI (or AVX2) one vpdpbusd (or vpmaddubsw + vpmaddwd) forms the four products per lane:
-    unsigned q . signed x, so a signed q gives |q| and x with q's sign (exact: |q| <= 128 fits a byte, and the
-    activations are in -127..127; the AVX2 pairs stay below 2*128*127 < 2^15, no saturation). `signed`:
-    whether q may be negative."""
-    if "avx2" in _X86:
-        if signed:
-            neg = builder.icmp_signed("<", q, ir.Constant(q.type, None))
-            q, xv = builder.select(neg, builder.neg(q), q), builder.select(neg, builder.neg(xv), xv)
-        a, b = _shuffle(builder, q, q, _QUADS), _shuffle(builder, xv, xv, _QUADS)
-        if "avx512vnni" in _X86 and "avx512vl" in _X86:
-            lanes = _intrinsic(builder, "llvm.x86.avx512.vpdpbusd.256", _V8I,
-                               [ir.Constant(_V8I, [0] * 8), builder.bitcast(a, _V8I), builder.bitcast(b, _V8I)])
-        else:
-            pairs = _intrinsic(builder, "llvm.x86.avx2.pmadd.ub.sw", _V16S, [a, b])
-            lanes = _intrinsic(builder, "llvm.x86.avx2.pmadd.wd", _V8I, [pairs, ir.Constant(_V16S, [1] * 16)])
+
+def _prepare_block(builder, q, signed=True):
+    """The weight side of a block's dots, done once for all the tokens of a row dot (see _dot32_lanes).
+
+    VNNI, signed q: the dot is taken as Σ (x+128)*q - 128*Σq, so the per-lane -128*Σq is made here (one
+    vpdpbusd of 128s against q) and each token costs an xor and one vpdpbusd. AVX2, signed q: |q| and the
+    sign mask (each token's x takes q's sign). `signed`: whether q may be negative."""
+    zero = ir.Constant(_V8I, [0] * 8)
+    if "avx512vnni" in _X86 and "avx512vl" in _X86:
+        if not signed:
+            return ("vnni", q, zero)
+        return ("vnni", None, builder.sub(zero, _vnni(builder, zero, _const_vec(_I8, [128] * 32), q)), q)
+    if "avx2" in _X86 and signed:
+        neg = builder.icmp_signed("<", q, ir.Constant(q.type, None))
+        return ("avx2", builder.select(neg, builder.neg(q), q), neg)
+    return ("avx2" if "avx2" in _X86 else "generic", q, None)
+
+
+def _dot32_lanes(builder, prep, xv):
+    """A prepared block (_prepare_block) . <32 x i8> x -> <8 x float> of exact partial sums; lane i sums elements
+    4i..4i+3 on every path (the same integers, so the same floats).
+
+    On x86 with VNNI one vpdpbusd forms the four products per lane: unsigned q . signed x, or for a signed q,
+    x+128 (x xor 128, as unsigned) . signed q on top of -128*Σq (exact: every lane stays below 2^18). With AVX2,
+    vpmaddubsw + vpmaddwd of |q| and x with q's sign (|q| <= 128 fits a byte, and the activations are in
+    -127..127; the pairs stay below 2*128*127 < 2^15, no saturation)."""
+    kind, q = prep[0], prep[1]
+    if kind == "vnni":
+        if q is not None:
+            return builder.sitofp(_vnni(builder, prep[2], q, xv), _V8F)
+        xu = builder.xor(xv, _const_vec(_I8, [-128] * 32))
+        return builder.sitofp(_vnni(builder, prep[2], xu, prep[3]), _V8F)
+    if kind == "avx2":
+        if prep[2] is not None:
+            xv = builder.select(prep[2], builder.neg(xv), xv)
+        pairs = _intrinsic(builder, "llvm.x86.avx2.pmadd.ub.sw", _V16S, [q, xv])
+        lanes = _intrinsic(builder, "llvm.x86.avx2.pmadd.wd", _V8I, [pairs, ir.Constant(_V16S, [1] * 16)])
         return builder.sitofp(lanes, _V8F)
     v32 = ir.VectorType(_I32, 32)
     p = builder.mul(builder.sext(q, v32), builder.sext(xv, v32), flags=["nsw"])
     s16 = builder.add(_shuffle(builder, p, p, range(0, 32, 2)), _shuffle(builder, p, p, range(1, 32, 2)))
-    s8 = builder.add(_shuffle(builder, s16, s16, range(8)), _shuffle(builder, s16, s16, range(8, 16)))
+    s8 = builder.add(_shuffle(builder, s16, s16, range(0, 16, 2)), _shuffle(builder, s16, s16, range(1, 16, 2)))
     return builder.sitofp(s8, _V8F)
 
 
@@ -189,14 +208,14 @@ def _make_rowdot(name, n_tok):
 
             def block(blk, k):
                 o = builder.mul(blk, _c(block_bytes))
-                q = decode(builder, wd, o)
+                prep = _prepare_block(builder, decode(builder, wd, o), signed)
                 dw = _load_half(builder, wd, o)
                 m = _load_half(builder, wd, builder.add(o, _c(min_offset))) if min_offset is not None else None
                 for (xqd, xdd, xsd), acc, acc_min in zip(toks, accs[k], acc_mins[k]):
                     xv = _load_vec(builder, xqd, builder.mul(blk, _c(32)), 32)
                     dx = builder.load(builder.gep(xdd, [blk]))
-                    part = builder.fmul(_splat(builder, builder.fmul(dw, dx), 8), _dot32_lanes(builder, q, xv, signed))
-                    builder.store(builder.fadd(builder.load(acc), part), acc)
+                    scale = _splat(builder, builder.fmul(dw, dx), 8)
+                    builder.store(_fma(builder, scale, _dot32_lanes(builder, prep, xv), builder.load(acc)), acc)
                     if m is not None:
                         sx = builder.load(builder.gep(xsd, [blk]))
                         builder.store(builder.fadd(builder.load(acc_min), builder.fmul(m, sx)), acc_min)
@@ -219,6 +238,11 @@ def _make_rowdot(name, n_tok):
     return rowdot
 
 
+def _fma(builder, a, b, c):
+    """a*b + c rounded once (llvm.fma: one vfmadd where the CPU has FMA, the same bits in software elsewhere)."""
+    return _intrinsic(builder, "llvm.fma.v8f32", _V8F, [a, b, c])
+
+
 def _reduce_f(builder, vec, n):
     total = builder.extract_element(vec, ir.Constant(_I32, 0))
     for i in range(1, n):
@@ -226,8 +250,9 @@ def _reduce_f(builder, vec, n):
     return total
 
 
-# name -> (rowdot1, rowdot4): rowdot<n>(w_row, xq, xd, xs, t0), one row against n consecutive tokens
-ROWDOTS = {name: (_make_rowdot(name, 1), _make_rowdot(name, 4)) for name in _LAYOUTS}
+ROW_TOKENS = (1, 2, 3, 4)  # the token counts a row dot is made for (a call's last 1-3 tokens take one row pass too)
+# name -> (rowdot1, .., rowdot4): rowdot<n>(w_row, xq, xd, xs, t0), one row against n consecutive tokens
+ROWDOTS = {name: tuple(_make_rowdot(name, n) for n in ROW_TOKENS) for name in _LAYOUTS}
 
 
 # ---- the fused kernel: one loop nest over tokens and rows, instantiated per format ----
@@ -245,9 +270,13 @@ def _fused_template(w, x, out):
             while t + 4 <= t1:
                 out[t, r], out[t + 1, r], out[t + 2, r], out[t + 3, r] = ROWDOT4(row, xq, xd, xs, t)  # noqa: F821
                 t += 4
-            while t < t1:
+            left = t1 - t  # the last 1-3 tokens: one more pass over the row, not one per token
+            if left == 3:
+                out[t, r], out[t + 1, r], out[t + 2, r] = ROWDOT3(row, xq, xd, xs, t)  # noqa: F821
+            elif left == 2:
+                out[t, r], out[t + 1, r] = ROWDOT2(row, xq, xd, xs, t)  # noqa: F821
+            elif left == 1:
                 (out[t, r],) = ROWDOT1(row, xq, xd, xs, t)  # noqa: F821
-                t += 1
 
 
 def _experts_template(w, rows, x, experts, xrow, out):
@@ -261,50 +290,60 @@ def _experts_template(w, rows, x, experts, xrow, out):
 EXPERTS = {}  # MUL kernel name -> its selected-experts kernel (see fused_kernel)
 
 
-def fused_kernel(name, doc, quantize, rowdot1, rowdot4, module):
+def fused_kernel(name, doc, quantize, rowdots, module):
     """_fused_kernel's matmul kernel; its selected-experts sibling of the same row dots goes in EXPERTS[name].
 
     EXPERTS[name](w, rows, x, experts, xrow, out): w uint8 (n_expert * rows, row_bytes), the stacked experts'
     raw rows; x float32 (n_x, cols); experts, xrow int64 (n_pair,); out float32 (n_pair, rows) with
     out[p] = expert experts[p]'s (rows, cols) matrix . x[xrow[p]]. One call for all the experts a batch chose
-    (x quantized once); every product is rowdot1's, as the matmul kernel computes each token (rowdot4 sums
-    each of its 4 tokens exactly as rowdot1 does), so a pair's result is the matmul kernel's for that token."""
-    globs = {**globals(), "QUANTIZE": quantize, "ROWDOT1": rowdot1, "ROWDOT4": rowdot4}
+    (x quantized once); every product is rowdot1's, as the matmul kernel computes each token (rowdot2..4 sum
+    each of their tokens exactly as rowdot1 does), so a pair's result is the matmul kernel's for that token."""
+    globs = {**globals(), "QUANTIZE": quantize, "ROWDOT1": rowdots[0]}
     ename = name.replace("mul_", "experts_", 1)
     code = _experts_template.__code__.replace(co_name=ename, co_qualname=ename)
     fn = FunctionType(code, globs, ename)
     fn.__qualname__, fn.__module__ = ename, module
     EXPERTS[name] = njit(cache=True, nogil=True, parallel=True)(fn)
-    return _fused_kernel(name, doc, quantize, rowdot1, rowdot4, module)
+    return _fused_kernel(name, doc, quantize, rowdots, module)
 
 
-def _fused_kernel(name, doc, quantize, rowdot1, rowdot4, module):
+def _fused_kernel(name, doc, quantize, rowdots, module):
     """The kernel name(w, x, out) = @njit(cache=True, nogil=True, parallel=True) of _fused_template.
 
     w: uint8 (rows, row_bytes) raw blocks; x: float32 (n_tok, cols); out: float32 (n_tok, rows).
-    quantize(x) -> (xq, xd, xs), the activations in the format's Q8 flavour; rowdot1 / rowdot4(w_row, xq,
-    xd, xs, t) -> a tuple of 1 / 4 float32, the row against tokens t.. (decoding each block once per 4).
+    quantize(x) -> (xq, xd, xs), the activations in the format's Q8 flavour; rowdots = (rowdot1, .., rowdot4),
+    rowdot<n>(w_row, xq, xd, xs, t) -> a tuple of n float32, the row against tokens t..t+n-1 (decoding each
+    block once for the n), each token summed exactly as rowdot1 sums it.
     The three are bound as globals of a copy of the template, not as closure cells: Numba's cache key
     pickles closure cells and an intrinsic pickles with a per-process id, so a closure would recompile in
     every process. The qualname gives each format its own cache file; its code stays in this file, so
     _cache_guard's check of this package's sources covers it.
     """
     code = _fused_template.__code__.replace(co_name=name, co_qualname=name)
-    fn = FunctionType(code, {**globals(), "QUANTIZE": quantize, "ROWDOT1": rowdot1, "ROWDOT4": rowdot4}, name)
+    binds = {f"ROWDOT{n}": rowdot for n, rowdot in zip(ROW_TOKENS, rowdots)}
+    fn = FunctionType(code, {**globals(), "QUANTIZE": quantize, **binds}, name)
     fn.__qualname__, fn.__module__, fn.__doc__ = name, module, doc
     return njit(cache=True, nogil=True, parallel=True)(fn)
 
 
 def scalar_rowdots(dot):
-    """(rowdot1, rowdot4) for fused_kernel from a plain-Numba row dot(w_row, xq, xd, xs, t) -> float32."""
+    """(rowdot1, .., rowdot4) for fused_kernel from a plain-Numba row dot(w_row, xq, xd, xs, t) -> float32."""
 
     @njit(inline="always")
     def rowdot1(row, xq, xd, xs, t):
         return (dot(row, xq, xd, xs, t),)
 
     @njit(inline="always")
+    def rowdot2(row, xq, xd, xs, t):
+        return (dot(row, xq, xd, xs, t), dot(row, xq, xd, xs, t + 1))
+
+    @njit(inline="always")
+    def rowdot3(row, xq, xd, xs, t):
+        return (dot(row, xq, xd, xs, t), dot(row, xq, xd, xs, t + 1), dot(row, xq, xd, xs, t + 2))
+
+    @njit(inline="always")
     def rowdot4(row, xq, xd, xs, t):
         return (dot(row, xq, xd, xs, t), dot(row, xq, xd, xs, t + 1), dot(row, xq, xd, xs, t + 2),
                 dot(row, xq, xd, xs, t + 3))
 
-    return rowdot1, rowdot4
+    return rowdot1, rowdot2, rowdot3, rowdot4

@@ -88,7 +88,7 @@ def test_table_lookup_is_vector_code_on_avx2(name: str) -> None:
     The row dot is compiled afresh in a small probe: the cached kernels' machine code cannot be inspected."""
     if not llvm.get_host_cpu_features().get("avx2", False):
         pytest.skip("the host has no AVX2: LLVM may scalarise the lookup there")
-    rowdot4 = iquants.ROWDOTS[name][1]
+    rowdot4 = iquants.ROWDOTS[name][3]
 
     @njit
     def probe(row, xq, xd, xs):
