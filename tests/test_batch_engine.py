@@ -17,7 +17,7 @@ import pytest
 import simd_kernels as sk
 from localrt import load_model
 from localrt.engine.backends.backend import BLAS_MIN_TOKENS, CPUBackend
-from localrt.engine.batch import Batcher
+from localrt.engine.batch import PREFILL_ROWS_PER_STEP, Batcher
 from localrt.engine.events import Done, Token
 from test_kernels import ALL, random_weights
 
@@ -242,3 +242,29 @@ def test_a_prompt_evaluates_the_same_whatever_its_chunks(smollm2_path):
     for n in (768, 80):
         ids = small.tokenize(PROSE * 20)[:n]
         assert np.array_equal(small.logits(ids)[-3:], big.logits(ids)[-3:]), n
+
+
+def test_short_prompts_that_arrive_together_start_in_one_step(smollm2_path):
+    """Three short prompts added at once all get their first token from the first step (their chunks fit
+    PREFILL_ROWS_PER_STEP); a long prompt behind a short one waits for the next step, and a short one behind the
+    long one does not pass it. Each gives what it gives alone."""
+    model = load_model(smollm2_path, num_ctx=1024, n_slots=5)
+    short = [model.tokenize(p) for p in PROMPTS[:3]]
+    long_ids = model.tokenize(PROSE * 12)[:PREFILL_ROWS_PER_STEP + 40]
+    late = model.tokenize(PROMPTS[4])
+    refs = [_greedy(model, ids, 4, fresh=True)[0] for ids in (*short, long_ids, late)]
+    batcher = Batcher(model)
+    seqs = [batcher.add(ids, {"temperature": 0, "num_predict": 4}) for ids in (*short, long_ids, late)]
+    got = {id(s): [] for s in seqs}
+
+    def step():
+        out = batcher.step()
+        for s, events in out:
+            got[id(s)] += [e.token for e in events if isinstance(e, Token)]
+        return {id(s) for s, events in out if any(isinstance(e, Token) for e in events)}
+
+    assert step() == {id(s) for s in seqs[:3]}
+    assert [s.state for s in seqs[3:]] == ["prefill", "prefill"] and seqs[3]._pos == seqs[4]._pos == 0
+    while batcher.sequences:
+        step()
+    assert [got[id(s)] for s in seqs] == refs

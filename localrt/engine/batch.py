@@ -2,8 +2,8 @@
 
 A `Batcher` is owned by one thread (the model's worker). `add` validates a request and gives it a free KV
 slot (the one whose cached tokens share the longest prefix with the prompt); `step` runs one forward over
-the next token of every decoding sequence, then at most one prefill chunk of the oldest prompt still being
-evaluated, samples every sequence that got logits and returns each one's events. `generate()` is a Batcher
+the next token of every decoding sequence, then the next prefill chunk of the oldest prompt still being evaluated
+(and of younger ones while the step's prompt rows stay within PREFILL_ROWS_PER_STEP), samples every sequence that got logits and returns each one's events. `generate()` is a Batcher
 of one sequence, so a request runs the same code alone or beside others. A decoding sequence may carry a
 prompt-lookup draft in the step's forward (localrt.engine.speculative: rows for its pending token and the
 drafted ones, sampled in order while the draws equal the draft, the cache trimmed after), several in one step,
@@ -46,6 +46,12 @@ PREFILL, DECODE, DONE, CANCELLED, WAITING = "prefill", "decode", "done", "cancel
 # shorter): the least recently used slot then goes first, keeping the longer caches of the others. Reuse is
 # exact, so this changes only speed.
 REUSE_MIN_TOKENS = 16
+# Prompt rows one step may evaluate beside its decode rows: the oldest prompt's next chunk always, and the chunks of
+# the prompts admitted after it while their rows stay within this (and num_batch). Short prompts that arrive together
+# (a team's requests after a meeting) then all start in the first step, as llama-server fills one batch with several
+# slots' prompts, instead of one prompt per step; a decode step still waits for at most this many prompt rows (or
+# one chunk of a longer prompt).
+PREFILL_ROWS_PER_STEP = 256
 
 
 class Sequence:
@@ -243,16 +249,15 @@ class Batcher:
         preempt.resume_waiting(self)
         decoding = [s for s in self._held.values() if s._pending is not None]
         groups = self._spec.plan(decoding, [draft_limit(s) for s in decoding])
-        prefilling = next((s for s in self._held.values() if s.state == PREFILL), None)
-        groups, prefilling = preempt.make_room(self, groups, prefilling)
+        groups, prefilling = preempt.make_room(self, groups, self._prefilling())
         # Sequences with the logits (rows, n_vocab) of their pending token and draft, the match size, the draft.
         fresh: list[tuple[Sequence, np.ndarray, int, list[int]]] = []
         for group in groups:
             fresh.extend(self._decode(group))
-        if prefilling is not None:
-            logits = self._prefill_chunk(prefilling)
+        for seq in prefilling:
+            logits = self._prefill_chunk(seq)
             if logits is not None:
-                fresh.append((prefilling, logits[None], 0, []))
+                fresh.append((seq, logits[None], 0, []))
         for seq, logits, n, draft in fresh:
             start = len(seq.history) - 1  # the position of the first row (pending token or prompt's last)
             events = check_drafts(seq, logits, n, draft)
@@ -293,6 +298,20 @@ class Batcher:
         for s, n, draft in group:
             out.append((s, logits[row : row + 1 + len(draft)], n, draft))  # (1 + len(draft), n_vocab)
             row += 1 + len(draft)
+        return out
+
+    def _prefilling(self) -> list[Sequence]:
+        """The sequences whose next prompt chunk (or replay run) this step evaluates, oldest first: the oldest always,
+        the ones after it while the rows stay within PREFILL_ROWS_PER_STEP and num_batch."""
+        out, rows = [], 0
+        for seq in self._held.values():
+            if seq.state != PREFILL:
+                continue
+            n = preempt.chunk_end(seq, self.max_run) - seq._pos
+            if out and rows + n > min(PREFILL_ROWS_PER_STEP, seq.num_batch):
+                break  # first come, first served: a younger short prompt does not pass a longer one
+            out.append(seq)
+            rows += n
         return out
 
     def _prefill_chunk(self, seq: Sequence) -> np.ndarray | None:

@@ -22,7 +22,7 @@ def _need(cache, seq, end: int) -> int:
     return cache.blocks_needed(seq.slot, min(end, cache.n_ctx))
 
 
-def _chunk_end(seq, max_run: int) -> int:
+def chunk_end(seq, max_run: int) -> int:
     """Where seq's next prefill (or replay) forward ends."""
     from .backends.backend import prefill_end
 
@@ -32,12 +32,12 @@ def _chunk_end(seq, max_run: int) -> int:
 
 
 def make_room(batcher, groups, prefilling):
-    """(groups, prefilling) for this step, less the sequences preempted so that the pool can hold their rows."""
+    """(groups, prefilling) for this step, less the sequences preempted so that the pool can hold their rows.
+    `prefilling`: the sequences whose next prompt chunk the step evaluates (Batcher._prefilling)."""
     cache = batcher.model.cache
     while True:
         need = sum(_need(cache, s, len(s.history) + len(draft)) for group in groups for s, _, draft in group)
-        if prefilling is not None:
-            need += _need(cache, prefilling, _chunk_end(prefilling, batcher.max_run))
+        need += sum(_need(cache, s, chunk_end(s, batcher.max_run)) for s in prefilling)
         if need <= cache.pool.available():
             return groups, prefilling
         running = [s for s in batcher._held.values() if s.state in (PREFILL, DECODE)]
@@ -46,8 +46,8 @@ def make_room(batcher, groups, prefilling):
         victim = running[-1]
         preempt(batcher, victim)
         groups = [g for g in ([row for row in group if row[0] is not victim] for group in groups) if g]
-        if prefilling is victim:
-            prefilling = next((s for s in batcher._held.values() if s.state == PREFILL), None)
+        if victim in prefilling:
+            prefilling = batcher._prefilling()
 
 
 def preempt(batcher, seq) -> None:
