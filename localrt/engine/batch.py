@@ -235,7 +235,7 @@ class Batcher:
         return seq
 
     def step(self) -> list[tuple[Sequence, list[Token | Done]]]:
-        """One forward over every decoding sequence's next token and at most one prefill chunk; then sampling.
+        """One forward over every decoding sequence's next token, then the chunks `_prefilling` picks; then sampling.
 
         Returns (sequence, events) for every sequence that produced events or left: a cancelled one comes with
         no events (and its slot is free again); a finished one's events end with its Done."""
