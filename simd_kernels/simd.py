@@ -81,7 +81,8 @@ def _intrinsic(builder, name, ret, args):
 
 def _vnni(builder, acc, a, b):
     """acc + Σ of 4 unsigned a bytes x 4 signed b bytes per i32 lane (lane i: bytes 4i..4i+3), one vpdpbusd."""
-    return _intrinsic(builder, "llvm.x86.avx512.vpdpbusd.256", _V8I, [acc, builder.bitcast(a, _V8I), builder.bitcast(b, _V8I)])
+    args = [acc, builder.bitcast(a, _V8I), builder.bitcast(b, _V8I)]
+    return _intrinsic(builder, "llvm.x86.avx512.vpdpbusd.256", _V8I, args)
 
 
 def _prepare_block(builder, q, signed=True):

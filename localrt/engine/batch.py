@@ -3,7 +3,8 @@
 A `Batcher` is owned by one thread (the model's worker). `add` validates a request and gives it a free KV
 slot (the one whose cached tokens share the longest prefix with the prompt); `step` runs one forward over
 the next token of every decoding sequence, then the next prefill chunk of the oldest prompt still being evaluated
-(and of younger ones while the step's prompt rows stay within PREFILL_ROWS_PER_STEP), samples every sequence that got logits and returns each one's events. `generate()` is a Batcher
+(and of younger ones while the step's prompt rows stay within PREFILL_ROWS_PER_STEP), samples every sequence that
+got logits and returns each one's events. `generate()` is a Batcher
 of one sequence, so a request runs the same code alone or beside others. A decoding sequence may carry a
 prompt-lookup draft in the step's forward (localrt.engine.speculative: rows for its pending token and the
 drafted ones, sampled in order while the draws equal the draft, the cache trimmed after), several in one step,
