@@ -33,7 +33,7 @@ import numpy as np
 from ..api.options import Options, resolve
 from ..errors import ContextLengthExceeded, InvalidRequest
 from .arch.common import Batch, layer_devices
-from .backends.backend import exact_reuse, prefill_end, prompt_pieces
+from .backends.backend import blas_pieces, exact_reuse, prefill_end, prompt_pieces
 from . import preempt
 from .draft_model import attach, check_drafts, sync_prompt
 from .events import Done, Token
@@ -255,8 +255,7 @@ class Batcher:
         fresh: list[tuple[Sequence, np.ndarray, int, list[int]]] = []
         for group in groups:
             fresh.extend(self._decode(group))
-        for seq in prefilling:
-            logits = self._prefill_chunk(seq)
+        for seq, logits in self._prefill(prefilling):
             if logits is not None:
                 fresh.append((seq, logits[None], 0, []))
         for seq, logits, n, draft in fresh:
@@ -315,19 +314,41 @@ class Batcher:
             rows += n
         return out
 
-    def _prefill_chunk(self, seq: Sequence) -> np.ndarray | None:
-        """Evaluate seq's next prompt chunk, cut as `generate` alone cuts it; the last one's logits, else None.
+    def _prefill(self, seqs: list[Sequence]) -> list[tuple[Sequence, np.ndarray | None]]:
+        """Evaluate each sequence's next prompt chunk, cut as `generate` alone cuts it: (sequence, the last row's
+        logits if that was the prompt's last chunk, else None) per sequence.
 
+        A chunk with rows on the BLAS path (a piece of 64+ positions, backends.backend.blas_pieces) is a forward of
+        its own, as alone; the chunks whose rows are all per-row (short prompts, replays) share one forward, which
+        computes each row as alone (a mixed batch is per-row throughout) and reads the weights once for all of them.
         After a preemption the decoded tokens follow, replayed in runs of at most max_run rows (per-row numerics,
         as their decode steps computed them); then the sequence decodes its pending token again."""
         model = self.model
-        start = seq._pos
-        if start < len(seq.prompt):
-            end = prefill_end(start, len(seq.prompt), seq.num_batch)
-        else:
-            end = min(seq._fill, start + self.max_run)
-        chunk = seq.history[start:end]
-        logits = model.forward(model.batch(chunk, start, seq.slot), model.cache, output_rows=np.array([len(chunk) - 1]))[0]
+        chunks = []  # (sequence, start, end)
+        for seq in seqs:
+            start = seq._pos
+            if start < len(seq.prompt):
+                end = prefill_end(start, len(seq.prompt), seq.num_batch)
+            else:
+                end = min(seq._fill, start + self.max_run)
+            chunks.append((seq, start, end))
+        alone = [c for c in chunks if blas_pieces(np.arange(c[1], c[2]), np.zeros(c[2] - c[1], np.int64))]
+        shared = [c for c in chunks if c not in alone]
+        rows: dict[int, np.ndarray] = {}  # id(sequence) -> its last row's logits (n_vocab,)
+        for group in [[c] for c in alone] + ([shared] if shared else []):
+            batch = Batch(
+                tokens=np.concatenate([np.asarray(s.history[a:b], np.int64) for s, a, b in group]),  # (n_rows,)
+                positions=np.concatenate([np.arange(a, b, dtype=np.int64) for _, a, b in group]),  # (n_rows,)
+                slots=np.concatenate([np.full(b - a, s.slot, np.int64) for s, a, b in group]),  # (n_rows,)
+            )
+            last = np.cumsum([b - a for _, a, b in group]) - 1  # each chunk's last row
+            logits = model.forward(batch, model.cache, output_rows=last)  # (len(group), n_vocab)
+            for (s, _, _), row in zip(group, logits):
+                rows[id(s)] = row
+        return [(seq, self._chunk_done(seq, end, rows[id(seq)])) for seq, _, end in chunks]
+
+    def _chunk_done(self, seq: Sequence, end: int, logits: np.ndarray) -> np.ndarray | None:
+        """seq's chunk up to `end` was evaluated (logits: its last row's): its logits if its prompt is complete."""
         seq._pos = end
         if not seq.prefilled:
             sync_prompt(seq)  # a draft model evaluates the same prompt positions in its own slot
