@@ -127,7 +127,9 @@ def serve() -> None:
 
     from localrt import config
     from localrt.serve.daemon import BindError, bind, serve_forever
+    from localrt.serve.malloc import limit_arenas
 
+    limit_arenas()  # before the daemon starts its threads (localrt.serve.malloc)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         cfg = config.load()

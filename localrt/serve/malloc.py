@@ -1,0 +1,37 @@
+"""The daemon's C heap: fewer glibc malloc arenas, so memory freed by one request's thread is reused by the next.
+
+glibc gives each thread that allocates concurrently an arena of its own (up to 8 per core) and keeps what is freed
+in it. A daemon runs a thread per request; each request's logits rows (n_vocab float32: 1 MiB for Gemma 3) and
+sampler copies land in whichever arena its thread holds, so peak RSS grew with the number of clients well beyond the
+KV cache (measured: 8 streaming Gemma 3 clients, 790 MiB peak with the default arenas, 651 MiB with 2). Python's
+own small objects do not use these arenas, and the kernels' threads do not allocate, so 2 arenas cost nothing
+measurable. MALLOC_ARENA_MAX in the environment, when set, is glibc's and is left alone.
+"""
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import logging
+import os
+
+M_ARENA_MAX = -8  # glibc's mallopt parameter number
+ARENAS = 2
+
+log = logging.getLogger(__name__)
+
+
+def limit_arenas(n: int = ARENAS) -> bool:
+    """Cap glibc's malloc arenas at n for the threads started from now on; False where that is not possible
+    (not glibc, or MALLOC_ARENA_MAX already set)."""
+    if os.environ.get("MALLOC_ARENA_MAX") or not ctypes.util.find_library("c"):
+        return False
+    try:
+        libc = ctypes.CDLL(None)
+        mallopt = libc.mallopt  # AttributeError where the C library has no mallopt (musl, macOS)
+    except (OSError, AttributeError):
+        return False
+    mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
+    ok = mallopt(M_ARENA_MAX, n) == 1
+    if not ok:
+        log.debug("mallopt(M_ARENA_MAX, %d) was refused", n)
+    return ok
