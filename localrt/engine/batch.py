@@ -33,7 +33,7 @@ import numpy as np
 from ..api.options import Options, resolve
 from ..errors import ContextLengthExceeded, InvalidRequest
 from .arch.common import Batch, layer_devices
-from .backends.backend import blas_pieces, exact_reuse, prefill_end, prompt_pieces
+from .backends.backend import blas_pieces, exact_reuse, prompt_pieces
 from . import preempt
 from .draft_model import attach, check_drafts, sync_prompt
 from .events import Done, Token
@@ -324,16 +324,10 @@ class Batcher:
         After a preemption the decoded tokens follow, replayed in runs of at most max_run rows (per-row numerics,
         as their decode steps computed them); then the sequence decodes its pending token again."""
         model = self.model
-        chunks = []  # (sequence, start, end)
-        for seq in seqs:
-            start = seq._pos
-            if start < len(seq.prompt):
-                end = prefill_end(start, len(seq.prompt), seq.num_batch)
-            else:
-                end = min(seq._fill, start + self.max_run)
-            chunks.append((seq, start, end))
-        alone = [c for c in chunks if blas_pieces(np.arange(c[1], c[2]), np.zeros(c[2] - c[1], np.int64))]
-        shared = [c for c in chunks if c not in alone]
+        chunks = [(seq, seq._pos, preempt.chunk_end(seq, self.max_run)) for seq in seqs]  # (sequence, start, end)
+        alone, shared = [], []
+        for c in chunks:
+            (alone if blas_pieces(np.arange(c[1], c[2]), np.zeros(c[2] - c[1], np.int64)) else shared).append(c)
         rows: dict[int, np.ndarray] = {}  # id(sequence) -> its last row's logits (n_vocab,)
         for group in [[c] for c in alone] + ([shared] if shared else []):
             batch = Batch(

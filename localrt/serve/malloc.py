@@ -10,7 +10,6 @@ measurable. MALLOC_ARENA_MAX in the environment, when set, is glibc's and is lef
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import logging
 import os
 
@@ -23,11 +22,14 @@ log = logging.getLogger(__name__)
 def limit_arenas(n: int = ARENAS) -> bool:
     """Cap glibc's malloc arenas at n for the threads started from now on; False where that is not possible
     (not glibc, or MALLOC_ARENA_MAX already set)."""
-    if os.environ.get("MALLOC_ARENA_MAX") or not ctypes.util.find_library("c"):
+    try:
+        glibc = os.confstr("CS_GNU_LIBC_VERSION")  # "glibc 2.36"; none elsewhere (musl, macOS, Windows)
+    except (AttributeError, ValueError, OSError):
+        glibc = None
+    if os.environ.get("MALLOC_ARENA_MAX") or not glibc:
         return False
     try:
-        libc = ctypes.CDLL(None)
-        mallopt = libc.mallopt  # AttributeError where the C library has no mallopt (musl, macOS)
+        mallopt = ctypes.CDLL(None).mallopt
     except (OSError, AttributeError):
         return False
     mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
