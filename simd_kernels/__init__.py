@@ -5,10 +5,20 @@
 `simd_kernels.ops` (norms, RoPE, softmax, attention) lives beside these and is imported on its own.
 """
 from . import _cache_guard, rows, warm
-from .api import BLOCKS, EXPERTS, MUL, ROWS, KernelArgumentError, get_rows, matmul, matvec
+from .api import (
+    BLOCKS,
+    EXPERTS,
+    FUSED_PREFILL,
+    MUL,
+    ROWS,
+    KernelArgumentError,
+    get_rows,
+    matmul,
+    matvec,
+)
 
 warm.refuse_blas_probe()  # before any kernel runs: Numba's start-up then skips importing scipy.linalg
 
 _cache_guard.check(rows.n_groups)  # any kernel of the package: they share one cache directory
 
-__all__ = ["BLOCKS", "EXPERTS", "MUL", "ROWS", "KernelArgumentError", "get_rows", "matmul", "matvec"]
+__all__ = ["BLOCKS", "EXPERTS", "FUSED_PREFILL", "MUL", "ROWS", "KernelArgumentError", "get_rows", "matmul", "matvec"]

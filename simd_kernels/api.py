@@ -13,6 +13,7 @@ import importlib
 import numpy as np
 
 from .checks import KernelArgumentError
+from .simd import _X86
 from .simd import EXPERTS as _EXPERTS_BY_NAME
 from .threads import use_threads_for
 
@@ -79,6 +80,14 @@ EXPERTS = {t: _EXPERTS_BY_NAME[k.py_func.__name__] for t, k in MUL.items() if k.
 
 # rows(w, ids (n,) int64, out (n, cols) f32): dequantize the selected rows
 ROWS = KernelTable({t: ("dequant", f"rows_{name}") for t, name in _NAMES.items()})
+
+# Formats whose fused kernel beats dequantized tiles times BLAS at every prompt piece size (64-256 tokens) on this
+# host, so a prompt's linears in them stay on the fused kernel (localrt.engine.backends.backend.CPUBackend.linear).
+# Measured GMAC/s, fused / BLAS (4096x2048, 2 threads, Zen 4, best of 3) at 64, 128, 256 tokens: Q4_K 83/58,
+# 100/74, 98/86; Q6_K 87/45, 94/62, 94/69; Q8_0 (VNNI) 78/52, 79/68, 83/82; with AVX2 alone Q4_K 85/50, 84/65,
+# 85/78, Q6_K 85/37, 91/57, 89/72 and Q8_0 53/44, 50/61, 51/76. The other formats lose to BLAS at 256 tokens.
+FUSED_PREFILL: frozenset[int] = frozenset(
+    ({Q4_K, Q6_K} if "avx2" in _X86 else set()) | ({Q8_0} if {"avx512vnni", "avx512vl"} <= _X86 else set()))
 
 # Batches at least this large go through dequantized row tiles and BLAS; smaller ones use the fused
 # integer kernel (4 tokens per decoded weight block), which measured as fast or faster below this.

@@ -169,7 +169,7 @@ def _make_xs_rowdot(n_tok):
     return rowdot
 
 
-# name -> (rowdot1, .., rowdot4), as simd.ROWDOTS
+# name -> (rowdot1, .., rowdot4, rowdot8), as simd.ROWDOTS
 ROWDOTS = {"iq4_nl": tuple(_make_nl_rowdot(n) for n in ROW_TOKENS), "iq4_xs": tuple(_make_xs_rowdot(n) for n in ROW_TOKENS)}
 
 mul_iq4_nl = fused_kernel(

@@ -1,9 +1,9 @@
 """K-quant row dots: one row of 256-element super-blocks against Q8_K activations, as LLVM vector code.
 
 simd.py's conventions (generic LLVM IR; x86 integer dot instructions where the host has them, summing exactly what
-the generic code sums). `K_ROWDOTS[<type>]` = (rowdot1, .., rowdot4) for Q4_K, Q5_K and Q6_K. Every path's numbers are
-the ones tests/test_kquant_lanes.py states: 16 int32 lanes per super-block, lane i summing element pairs 2i, 2i+1
-of each 32-element piece times the piece's scale. Q4_K and Q6_K compute them from activations in PAIRED order
+the generic code sums). `K_ROWDOTS[<type>]` = (rowdot1, .., rowdot4, rowdot8) for Q4_K, Q5_K and Q6_K. Every path's
+numbers are the ones tests/test_kquant_lanes.py states: 16 int32 lanes per super-block, lane i summing element pairs
+2i, 2i+1 of each 32-element piece times the piece's scale. Q4_K and Q6_K compute them from activations in PAIRED order
 (two pieces side by side per 64 bytes, actquant.quantize_q8_k_paired / _paired128): one 64-byte vpmaddubsw covers
 both pieces and one vpdpwssd applies both scales (16-bit word pairs) into the lanes.
 """

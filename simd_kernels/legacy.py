@@ -3,8 +3,8 @@
 Weights w: uint8 (rows, n_blocks * block_bytes), raw GGUF blocks read in place.
 Activations x: float32 (n_tok, cols), quantized once per call to Q8_0 (Q4_0, Q5_0, Q8_0) or Q8_1
 (Q4_1, Q5_1) as llama.cpp does; each block's dot product is an exact integer sum (simd.ROWDOTS).
-Output out: float32 (n_tok, rows). Each weight row is decoded once per 4 tokens (the last 1-3 in one more
-pass); tokens go in chunks so that their quantized activations stay in cache while every row streams past
+Output out: float32 (n_tok, rows). Each weight row is decoded once per 8 tokens (Q5_0: 4; the last 1-3 in one
+more pass); tokens go in chunks so that their quantized activations stay in cache while every row streams past
 (simd.fused_kernel).
 Each format's block layout and decode step is in simd._LAYOUTS.
 """
@@ -15,7 +15,8 @@ from .simd import ROWDOTS, fused_kernel
 
 
 def _kernel(name, doc, quantize):
-    return fused_kernel(f"mul_{name}", doc, quantize, ROWDOTS[name], __name__)
+    rowdots = ROWDOTS[name][:4] if name == "q5_0" else ROWDOTS[name]  # Q5_0: 4 tokens per pass (see simd.ROW_TOKENS)
+    return fused_kernel(f"mul_{name}", doc, quantize, rowdots, __name__)
 
 
 mul_q8_0 = _kernel("q8_0", "Q8_0 block (34 B): d f16, qs int8[32]; y = d*q.", quantize_q8_0)

@@ -4,12 +4,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from gguf.quants import quantize
+from test_kernels import random_weights
 
 import simd_kernels
 from localrt.engine.backends.backend import CPUBackend, QTensor, _split
 from simd_kernels import ops, threads
 
-Q8_0 = 8
+Q4_0, Q8_0, Q4_K, Q6_K = 2, 8, 12, 14
 
 
 def test_split_covers_range_in_aligned_pieces():
@@ -38,12 +39,34 @@ def test_team_runs_every_part_and_reraises():
 def test_prefill_linear_matches_dequantized_product(rows):
     rng = np.random.default_rng(0)
     w = rng.standard_normal((rows, 64)).astype(np.float32)
-    raw = quantize(w, 8)  # Q8_0 blocks (rows, row_bytes)
-    qt = QTensor("t", Q8_0, (rows, 64), raw)
+    raw = quantize(w, Q4_0)  # blocks (rows, row_bytes) of a format that takes the BLAS path in a prompt's pieces
+    assert Q4_0 not in simd_kernels.FUSED_PREFILL
+    qt = QTensor("t", Q4_0, (rows, 64), raw)
     x = rng.standard_normal((300, 64)).astype(np.float32)  # enough tokens for the BLAS path
-    deq = simd_kernels.get_rows(Q8_0, raw, np.arange(rows))
+    deq = simd_kernels.get_rows(Q4_0, raw, np.arange(rows))
     got = CPUBackend().linear(qt, x)
     np.testing.assert_allclose(got, x @ deq.T, rtol=1e-5, atol=1e-4)
+
+
+@pytest.mark.parametrize("ggml_type", [Q4_K, Q6_K, Q8_0], ids=["Q4_K", "Q6_K", "Q8_0"])
+@pytest.mark.parametrize("rows", [50, 256])
+def test_prefill_linear_in_a_fused_format_is_each_rows_one_row_call(ggml_type, rows):
+    """A prompt's rows in a FUSED_PREFILL format: the fused kernel split over the team, each row as decode has it."""
+    rng = np.random.default_rng(ggml_type)
+    raw = random_weights(rng, ggml_type, rows, 256)  # (rows, row_bytes)
+    raw.flags.writeable = False  # as the mmap'd weights are
+    qt = QTensor("t", ggml_type, (rows, 256), raw)
+    x = rng.standard_normal((130, 256)).astype(np.float32)  # (n_tok, cols): one BLAS-sized piece
+    be = CPUBackend()
+    with be.planned(np.arange(130, dtype=np.int64), np.zeros(130, np.int64)):
+        got = be.linear(qt, x)
+    for i in (0, 7, 64, 129):
+        one = np.empty((1, rows), np.float32)
+        simd_kernels.MUL[ggml_type](raw, np.ascontiguousarray(x[i : i + 1]), one)
+        if ggml_type in simd_kernels.FUSED_PREFILL:
+            assert np.array_equal(got[i], one[0]), f"row {i}"
+        else:  # this host keeps the format on BLAS: f32 products, close to the 8-bit ones
+            np.testing.assert_allclose(got[i], one[0], rtol=0.05, atol=0.05 * np.abs(one).max())
 
 
 def test_prefill_attention_matches_per_token_kernel():

@@ -24,6 +24,8 @@ F32 = 0
 # numerics depend on the row alone. Prompt chunks end at multiples of num_batch positions (`prefill_end`), so a
 # position's piece, and therefore its keys, depend only on the prompt and num_batch: never on how the prompt
 # was resumed, on what ran beside it or on what was cached (prefix reuse is exact: localrt.engine.batch).
+# A weight in one of simd_kernels.FUSED_PREFILL's formats (Q4_K, Q6_K; Q8_0 with VNNI) takes the fused kernel in
+# the pieces too: it beats the dequantized tiles there, and its rows compute as decode's do.
 # Measured (prefill forward of one chunk, 2 threads, best of 3; fused / BLAS ms): SmolLM2 32: 113 / 145,
 # 64: 216 / 186, 128: 441 / 285, 255: 922 / 548; Gemma 3 32: 115 / 163, 64: 225 / 216, 128: 485 / 329. One
 # product per 256 rows costs 1.09x one per 512 (per 64: 1.6x), measured on SmolLM2-sized tiles.
@@ -188,6 +190,9 @@ class CPUBackend:
         if not pieces:
             self._fused(w, x, out)
             return out
+        if w.ggml_type in simd_kernels.FUSED_PREFILL:  # see simd_kernels.api.FUSED_PREFILL
+            self._fused_team(w, x, out)
+            return out
         self._blas(w, x, out, pieces)
         for lo, hi, on_blas in segments(n, pieces):
             if not on_blas:
@@ -200,6 +205,28 @@ class CPUBackend:
         # hundreds of these calls per token; shapes were checked at load and activations are our own contiguous f32.
         threads.use_threads_for(w.data.nbytes * x.shape[0])
         simd_kernels.MUL[w.ggml_type](w.data, x, out)
+
+    @staticmethod
+    def _fused_team(w: QTensor, x: np.ndarray, out: np.ndarray) -> None:
+        """out = x @ W.T by the fused kernel, each prefill team member running it on one thread for its share of
+        the rows (every row computes as in `_fused`). Not Numba's own threads: their workers spin after each
+        parallel region, and alternating them with the team's BLAS calls in one forward starved both (measured:
+        Gemma 3's Q5_0 BLAS products took 1.7x as long beside Q4_K weights on Numba's threads)."""
+        team = threads.team()
+        if team.n == 1:  # no team (BLAS keeps its own threads): Numba's
+            CPUBackend._fused(w, x, out)
+            return
+        bounds = _split(w.shape[0], team.n, 16)
+        kernel = simd_kernels.MUL[w.ggml_type]
+
+        def part(i: int) -> None:
+            lo, hi = bounds[i], bounds[i + 1]
+            if hi > lo:
+                share = np.empty((x.shape[0], hi - lo), np.float32)  # (n_tok, hi - lo) of this member's rows
+                kernel(w.data[lo:hi], x, share)
+                out[:, lo:hi] = share
+
+        team.run(part)
 
     def _blas(self, w: QTensor, x: np.ndarray, out: np.ndarray, pieces: list[tuple[int, int]]) -> None:
         """out[lo:hi] = x[lo:hi] @ W.T for each piece, one BLAS product per piece (its numerics are its own).
