@@ -137,14 +137,6 @@ def _paired(q, half):
 
 
 @njit(cache=True, nogil=True)
-def quantize_q8_k_paired(x):
-    """quantize_q8_k with q in PAIRED order over 64 (elements e and 32+e side by side), the Q4_K row dots'
-    (simd_kernels.ksimd._q4k_decode). d and bsums as quantize_q8_k's."""
-    q, d, bsums = quantize_q8_k(x)
-    return _paired(q, 32), d, bsums
-
-
-@njit(cache=True, nogil=True)
 def quantize_q8_k_paired128(x):
     """quantize_q8_k with q in PAIRED order over 128 (elements e and 64+e side by side), the Q6_K row dots'
     (simd_kernels.ksimd._q6k_decode). d and bsums as quantize_q8_k's."""
