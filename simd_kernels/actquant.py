@@ -116,29 +116,3 @@ def quantize_q8_k(x):
     for t in range(n_tok):
         quantize_row_q8_k(x[t], q[t], d[t], bsums[t])
     return q, d, bsums
-
-
-@njit(cache=True, nogil=True)
-def _paired(q, half):
-    """int8 (n_tok, cols) -> the same values in PAIRED order over groups of 2*half elements: chunk j (64 bytes at
-    group + 64j, j < half/32) pairs elements A = 32j.. and B = half + 32j..; its bytes 4k..4k+3 hold A[2k], A[2k+1],
-    B[2k], B[2k+1]."""
-    n_tok, cols = q.shape
-    p = np.empty((n_tok, cols), np.int8)  # (n_tok, cols)
-    for t in range(n_tok):
-        src, dst = q[t].view(np.int16), p[t].view(np.int16)  # (cols/2,) element pairs
-        for g in range(0, cols // 2, half):
-            for j in range(half // 32):
-                a, b, o = g + 16 * j, g + half // 2 + 16 * j, g + 32 * j
-                for k in range(16):
-                    dst[o + 2 * k] = src[a + k]
-                    dst[o + 2 * k + 1] = src[b + k]
-    return p
-
-
-@njit(cache=True, nogil=True)
-def quantize_q8_k_paired128(x):
-    """quantize_q8_k with q in PAIRED order over 128 (elements e and 64+e side by side), the Q6_K row dots'
-    (simd_kernels.ksimd._q6k_decode). d and bsums as quantize_q8_k's."""
-    q, d, bsums = quantize_q8_k(x)
-    return _paired(q, 64), d, bsums

@@ -90,7 +90,7 @@ FUSED_PREFILL: frozenset[int] = frozenset(
     ({Q4_K, Q6_K} if "avx2" in _X86 else set()) | ({Q8_0} if {"avx512vnni", "avx512vl"} <= _X86 else set()))
 
 # Batches at least this large go through dequantized row tiles and BLAS; smaller ones use the fused
-# integer kernel (4 tokens per decoded weight block), which measured as fast or faster below this.
+# integer kernel (8 tokens per decoded weight block), which measured as fast or faster below this.
 BLAS_MIN_TOKENS = 256
 TILE_BYTES = 8 << 20  # f32 bytes per dequantized tile: whole matrices for small models, big BLAS calls
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from .actquant import QK_K, quantize_q8_k, quantize_q8_k_paired128
+from .actquant import QK_K, quantize_q8_k
 from .half import f16_to_f32
 from .ksimd import K_ROWDOTS
 from .simd import fused_kernel, scalar_rowdots
@@ -105,4 +105,4 @@ mul_q4_k = _kernel("q4_k", "Q4_K super-block (144 B): d, dmin f16; scales[12]; q
 mul_q5_k = _kernel("q5_k", "Q5_K super-block (176 B): d, dmin f16; scales[12]; qh[32]; qs[128]; y = d*sc*q - dmin*m.",
                    K_ROWDOTS["q5_k"])
 mul_q6_k = _kernel("q6_k", "Q6_K super-block (210 B): ql[128]; qh[64]; scales int8[16]; d f16; y = d*scale*(q - 32).",
-                   K_ROWDOTS["q6_k"], quantize_q8_k_paired128)
+                   K_ROWDOTS["q6_k"])

@@ -2,12 +2,11 @@
 
 simd.py's conventions (generic LLVM IR; x86 integer dot instructions where the host has them, summing exactly what
 the generic code sums). `K_ROWDOTS[<type>]` = (rowdot1, .., rowdot4, rowdot8) for Q4_K, Q5_K and Q6_K. Every path's
-numbers are the ones tests/test_kquant_lanes.py states. Q5_K and Q6_K: 16 int32 lanes per super-block, lane i summing
-element pairs 2i, 2i+1 of each 32-element piece times the piece's scale; Q6_K computes them from activations in
-PAIRED order (two pieces side by side per 64 bytes, actquant.quantize_q8_k_paired128): one 64-byte vpmaddubsw covers
-both pieces and one vpdpwssd applies both scales (16-bit word pairs) into the lanes. Q4_K: 8 lanes over natural-order
-activations, each 32-element sub-block one 256-bit vpmaddubsw + vpdpwssd (_make_q4k_rowdot); measured at one
-token (16384x4096, 2 threads) it does 50 GMAC/s where the 16-lane paired form did 40.
+numbers are the ones tests/test_kquant_lanes.py states. Q5_K: 16 int32 lanes per super-block, lane i summing element
+pairs 2i, 2i+1 of each 32-element piece times the piece's scale (_make_krowdot). Q4_K and Q6_K: 8 lanes over
+natural-order activations, each 32-element piece one 256-bit vpmaddubsw + vpdpwssd per token, the weights decoded
+with 256-bit ANDs and shifts (_make_rowdot8). Measured at one token (16384x4096, 2 threads), Q4_K does 50 GMAC/s
+where its 16-lane form (zero-extended, paired activations) did 40.
 """
 from __future__ import annotations
 
@@ -17,13 +16,15 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 
 from .simd import (
-    ROW_TOKENS,
     _F32,
     _I8,
     _I16,
     _I32,
+    _V8F,
+    _V8I,
     _V16S,
     _X86,
+    ROW_TOKENS,
     _Acts,
     _byte_ptr,
     _c,
@@ -163,85 +164,11 @@ def _q5k_decode(builder, wd, o):
     return d, dmin, mins, pieces
 
 
-def _pair_dot(builder, acc, z, xv, s, centred=False):
-    """acc + (lane k: (z.x over bytes 4k, 4k+1) * low word of s[k] + (z.x over 4k+2, 4k+3) * high word), exact.
-
-    z: <64 x i8> in 0..63; xv: <64 x i8> in -127..127; s: <16 x i32> of two 16-bit scales. centred: dot z - 32
-    instead of z, as z.x - 32.x per pair (each fits 16 bits). One vpmaddubsw (+ vpmaddubsw, vpsubw) + vpdpwssd
-    (AVX-512 BW + VNNI), two vpmaddubsw + vpmaddwd (AVX2), or generic code: the same integers."""
-    v16 = ir.VectorType(_I16, 32)
-    thirty2 = _const_vec(_I8, [32] * 64)
-    if {"avx512vnni", "avx512bw"} <= _X86:
-        w = _intrinsic(builder, "llvm.x86.avx512.pmaddubs.w.512", v16, [z, xv])
-        if centred:
-            w = builder.sub(w, _intrinsic(builder, "llvm.x86.avx512.pmaddubs.w.512", v16, [thirty2, xv]))
-        return _intrinsic(builder, "llvm.x86.avx512.vpdpwssd.512", _V16I, [acc, builder.bitcast(w, _V16I), s])
-    if "avx2" in _X86:
-        halves = []
-        for h in range(2):
-            zh, xh, th = (_shuffle(builder, v, v, range(32 * h, 32 * h + 32)) for v in (z, xv, thirty2))
-            sh = builder.bitcast(_shuffle(builder, s, s, range(8 * h, 8 * h + 8)), _V16S)
-            pairs = _intrinsic(builder, "llvm.x86.avx2.pmadd.ub.sw", _V16S, [zh, xh])
-            if centred:
-                pairs = builder.sub(pairs, _intrinsic(builder, "llvm.x86.avx2.pmadd.ub.sw", _V16S, [th, xh]))
-            halves.append(_intrinsic(builder, "llvm.x86.avx2.pmadd.wd", ir.VectorType(_I32, 8), [pairs, sh]))
-        return builder.add(acc, _shuffle(builder, halves[0], halves[1], range(16)))
-    v64, v32 = ir.VectorType(_I32, 64), ir.VectorType(_I32, 32)
-    zc = builder.sub(z, thirty2) if centred else z
-    p = builder.mul(builder.sext(zc, v64), builder.sext(xv, v64), flags=["nsw"])
-    w = builder.add(_shuffle(builder, p, p, range(0, 64, 2)), _shuffle(builder, p, p, range(1, 64, 2)))
-    ws = builder.mul(w, builder.sext(builder.bitcast(s, v16), v32), flags=["nsw"])
-    return builder.add(acc, builder.add(_shuffle(builder, ws, ws, range(0, 32, 2)), _shuffle(builder, ws, ws, range(1, 32, 2))))
-
-
-def _q6k_decode(builder, wd, o):
-    """A Q6_K super-block as 4 chunks of 64 unsigned quants (0..63) in PAIRED order over 128: per half n, the low and
-    high nibbles of ql[64n..64n+31] (elements 128n+e and 128n+64+e, with qh bit pairs 0 and 2), then of
-    ql[64n+32..] (128n+32+e and 128n+96+e, qh bit pairs 1 and 3); scale words per lane, lanes 8..15 the next
-    16-element scale (the activations in that order: actquant.quantize_q8_k_paired128)."""
-    d = _load_half(builder, wd, builder.add(o, _c(208)))
-    sc16 = builder.sext(_load_vec(builder, wd, builder.add(o, _c(192)), 16), ir.VectorType(_I16, 16))
-
-    def words16(off):
-        v = builder.bitcast(_load_vec(builder, wd, builder.add(o, _c(off)), 32), ir.VectorType(_I16, 16))
-        return builder.zext(v, _V16I)  # dword k: bytes 2k, 2k+1, 0, 0
-
-    def shl(v, n):
-        return builder.shl(v, _const_vec(_I32, [n] * 16))
-
-    def mask(v, m):
-        return builder.and_(v, _const_vec(_I32, [m] * 16))
-
-    pieces = []
-    for n in range(2):
-        hu = words16(128 + 32 * n)
-        for j, (s_a, s_b) in enumerate(((4, 16), (2, 14))):  # qh bits (2j, 2j+1) -> 4, 5 of A; (2j+4, 2j+5) of B
-            u = words16(64 * n + 32 * j)
-            z = builder.or_(builder.or_(mask(builder.or_(u, shl(u, 12)), 0x0F0F0F0F), mask(shl(hu, s_a), 0x3030)),
-                            mask(shl(hu, s_b), 0x30300000))
-            ga, gb = 8 * n + 2 * j, 8 * n + 2 * j + 4  # 16-element scales of A's and B's first halves
-            s = builder.bitcast(_shuffle(builder, sc16, sc16, [ga, gb] * 8 + [ga + 1, gb + 1] * 8), _V16I)
-            pieces.append((builder.bitcast(z, ir.VectorType(_I8, 64)), s, 128 * n + 64 * j))
-    return d, None, None, pieces
-
-
-def _q6k_isum(builder, pieces, xqd, bsd, xo):
-    """The super-block's lanes from _q6k_decode's chunks (quants - 32), in two accumulators."""
-    parts = [ir.Constant(_V16I, [0] * 16)] * 2
-    for i, (z, s, eo) in enumerate(pieces):
-        xv = _load_vec(builder, xqd, builder.add(xo, _c(eo)), 64)
-        parts[i % 2] = _pair_dot(builder, parts[i % 2], z, xv, s, centred=True)
-    return builder.add(parts[0], parts[1])
-
-
-_V8I = ir.VectorType(_I32, 8)
-_V8F = ir.VectorType(_F32, 8)
-
-
-def _q4k_lanes(builder, acc, q, xv, s):
-    """acc + <8 x i32> lane k = s * (q . x over elements 4k..4k+3), exact: q <32 x i8> in 0..15, xv <32 x i8> in
-    -127..127, s <8 x i32> holding the 16-bit scale in both words. One vpmaddubsw + vpdpwssd (VNNI), vpmaddubsw +
-    vpmaddwd + vpaddd (AVX2), or generic code: the same integers (pairs stay below 2*15*127 < 2^15)."""
+def _lanes8(builder, acc, q, xv, s):
+    """acc + <8 x i32> lane k = sc_k * (q . x over elements 4k..4k+3), exact: q <32 x i8> in 0..63, xv <32 x i8> in
+    -127..127, s <8 x i32> holding lane k's signed 16-bit scale sc_k in both words. One vpmaddubsw + vpdpwssd
+    (VNNI), vpmaddubsw + vpmaddwd + vpaddd (AVX2), or generic code: the same integers (the pairs stay below
+    2*63*127 < 2^15, no saturation)."""
     v16 = ir.VectorType(_I16, 16)
     if "avx2" in _X86:
         w = _intrinsic(builder, "llvm.x86.avx2.pmadd.ub.sw", v16, [q, xv])
@@ -252,19 +179,87 @@ def _q4k_lanes(builder, acc, q, xv, s):
     p = builder.mul(builder.sext(q, v32), builder.sext(xv, v32), flags=["nsw"])
     p16 = builder.add(_shuffle(builder, p, p, range(0, 32, 2)), _shuffle(builder, p, p, range(1, 32, 2)))
     p8 = builder.add(_shuffle(builder, p16, p16, range(0, 16, 2)), _shuffle(builder, p16, p16, range(1, 16, 2)))
-    return builder.add(acc, builder.mul(p8, builder.and_(s, _const_vec(_I32, [0xFFFF] * 8)), flags=["nsw"]))
+    sc = builder.ashr(builder.shl(s, _const_vec(_I32, [16] * 8)), _const_vec(_I32, [16] * 8))  # the low word
+    return builder.add(acc, builder.mul(p8, sc, flags=["nsw"]))
 
 
-def _make_q4k_rowdot(n_tok):
-    """Q4_K in natural order, 8 lanes (tests/test_kquant_lanes.py's Q4_K model): per super-block and token,
-    lane k = Σ_j sc_j * (q . x over elements 4k..4k+3 of the 32-element sub-block j), exact in int32; in float32,
-    acc += (d*dx) * lane, then acc -= (dmin*dx) * (m_k * (bsum[2k] + bsum[2k+1])); the row's value is
-    acc[0] + .. + acc[7]. A 32-byte chunk of nibbles is sub-blocks 2c (low) and 2c+1 (high): two 256-bit ANDs
-    and a shift decode it, and each sub-block costs a token one vpmaddubsw and one vpdpwssd."""
+def _q4k_decode8(builder, wd, o):
+    """A Q4_K super-block as 8 sub-blocks of 32 quants (0..15) in natural order, each with its scale dwords: a 32-byte
+    chunk c of nibbles is sub-blocks 2c (low) and 2c+1 (high). Also (d, dmin, mins <8 x i32>)."""
+    d = _load_half(builder, wd, o)
+    dmin = _load_half(builder, wd, builder.add(o, _c(2)))
+    scales, mins = _k4_scales_mins(builder, wd, builder.add(o, _c(4)))
+    words = builder.or_(scales, builder.shl(scales, _const_vec(_I32, [16] * 8)))  # sc_j in both 16-bit words
+    subs = []
+    for c in range(4):
+        v = _load_vec(builder, wd, builder.add(o, _c(16 + 32 * c)), 32)
+        halves = (builder.and_(v, _const_vec(_I8, [15] * 32)), builder.lshr(v, _const_vec(_I8, [4] * 32)))
+        for j, q in ((2 * c, halves[0]), (2 * c + 1, halves[1])):
+            subs.append((q, _shuffle(builder, words, words, [j] * 8)))
+    return (d, dmin, mins), subs
+
+
+def _q4k_finish(builder, acc, isum, extra, dx, bsd, blk):
+    """acc + (d*dx) * lanes - (dmin*dx) * (m_k * (bsum[2k] + bsum[2k+1]))."""
+    d, dmin, mins = extra
+    total = builder.fadd(acc, builder.fmul(_splat(builder, builder.fmul(d, dx), 8), builder.sitofp(isum, _V8F)))
+    mterm = builder.mul(mins, _bsum_pairs(builder, bsd, builder.mul(blk, _c(16))))
+    return builder.fsub(total, builder.fmul(_splat(builder, builder.fmul(dmin, dx), 8), builder.sitofp(mterm, _V8F)))
+
+
+def _q6k_decode8(builder, wd, o):
+    """A Q6_K super-block as 8 pieces of 32 quants (0..63, not yet centred) in natural order, each with its scale
+    dwords (lanes 0..3: the piece's first 16-element scale, lanes 4..7 its second). Per 128-element half n, ql bytes
+    a = ql[64n..], b = ql[64n+32..] and qh h = qh[32n..] give elements 128n + (a low | h bits 0-1), +32 (b low |
+    bits 2-3), +64 (a high | bits 4-5), +96 (b high | bits 6-7). Also (d, the 16 scales as <16 x i16>)."""
+    d = _load_half(builder, wd, builder.add(o, _c(208)))
+    sc16 = builder.sext(_load_vec(builder, wd, builder.add(o, _c(192)), 16), ir.VectorType(_I16, 16))
+    low4, two = _const_vec(_I8, [15] * 32), _const_vec(_I8, [0x30] * 32)
+
+    def sh(v, n):  # bits of each byte moved by n (left if n > 0), then bits 4-5 kept
+        moved = builder.shl(v, _const_vec(_I8, [n] * 32)) if n > 0 else builder.lshr(v, _const_vec(_I8, [-n] * 32))
+        return builder.and_(moved, two) if n else builder.and_(v, two)
+
+    subs = []
+    for n in range(2):
+        a = _load_vec(builder, wd, builder.add(o, _c(64 * n)), 32)
+        b = _load_vec(builder, wd, builder.add(o, _c(64 * n + 32)), 32)
+        h = _load_vec(builder, wd, builder.add(o, _c(128 + 32 * n)), 32)
+        quants = (builder.or_(builder.and_(a, low4), sh(h, 4)), builder.or_(builder.and_(b, low4), sh(h, 2)),
+                  builder.or_(builder.lshr(a, _const_vec(_I8, [4] * 32)), sh(h, 0)),
+                  builder.or_(builder.lshr(b, _const_vec(_I8, [4] * 32)), sh(h, -2)))
+        for i, q in enumerate(quants):
+            g = 8 * n + 2 * i  # the piece's first 16-element scale
+            s = builder.bitcast(_shuffle(builder, sc16, sc16, [g] * 8 + [g + 1] * 8), _V8I)
+            subs.append((q, s))
+    return (d, sc16), subs
+
+
+def _q6k_finish(builder, acc, isum, extra, dx, bsd, blk):
+    """acc + (d*dx) * (lanes - 32 * (sc[2k]*bsum[2k] + sc[2k+1]*bsum[2k+1])): the quants' -32, per lane."""
+    d, sc16 = extra
+    ptr = builder.bitcast(builder.gep(bsd, [builder.mul(blk, _c(16))]), _V16I.as_pointer())
+    bs16 = builder.trunc(builder.load(ptr, align=4), ir.VectorType(_I16, 16))  # |bsum| <= 16*127: exact
+    if "avx2" in _X86:
+        offs = _intrinsic(builder, "llvm.x86.avx2.pmadd.wd", _V8I, [bs16, sc16])
+    else:
+        v16i = ir.VectorType(_I32, 16)
+        p = builder.mul(builder.sext(bs16, v16i), builder.sext(sc16, v16i), flags=["nsw"])
+        offs = builder.add(_shuffle(builder, p, p, range(0, 16, 2)), _shuffle(builder, p, p, range(1, 16, 2)))
+    lanes = builder.sub(isum, builder.shl(offs, _const_vec(_I32, [5] * 8)))
+    return builder.fadd(acc, builder.fmul(_splat(builder, builder.fmul(d, dx), 8), builder.sitofp(lanes, _V8F)))
+
+
+def _make_rowdot8(name, block_bytes, decode, finish, n_tok):
+    """A K-quant row dot in 8 int32 lanes over natural-order Q8_K activations (tests/test_kquant_lanes.py states
+    each format's lanes): per super-block, decode(builder, wd, o) -> (extra, 8 pieces of (32 quants, scale dwords)),
+    once for the n_tok tokens; per token the pieces' _lanes8 in two accumulators (two short dependency chains, the
+    same integers), then finish(builder, acc, lanes, extra, dx, bsums row, block) -> the new <8 x float> acc; the
+    row's value is acc[0] + .. + acc[7]."""
 
     @intrinsic
     def rowdot(typingctx, w, xq, xd, bsums, t0):
-        """One row of Q4_K super-blocks . Q8_K activations (natural order) of tokens t0..t0+n_tok-1.
+        """One row of K-quant super-blocks . Q8_K activations (natural order) of tokens t0..t0+n_tok-1.
 
         w: uint8 (row_bytes,); xq: int8 (n_tok_all, cols); xd: float32 (n_tok_all, cols/256);
         bsums: int32 (n_tok_all, cols/16). Returns a tuple of n_tok float32.
@@ -276,42 +271,25 @@ def _make_q4k_rowdot(n_tok):
             acts = _Acts(context, builder, sig, args, 1)
             toks = [(acts.row(0, t), acts.row(1, t), acts.row(2, t)) for t in _token_indices(builder, args[4], n_tok)]
             accs = [cgutils.alloca_once_value(builder, ir.Constant(_V8F, [0.0] * 8)) for _ in toks]
-            low4 = _const_vec(_I8, [15] * 32)
             zero = ir.Constant(_V8I, [0] * 8)
             with cgutils.for_range(builder, acts.n_blocks) as loop:
                 blk = loop.index
-                o = builder.mul(blk, _c(144))
-                d = _load_half(builder, wd, o)
-                dmin = _load_half(builder, wd, builder.add(o, _c(2)))
-                scales, mins = _k4_scales_mins(builder, wd, builder.add(o, _c(4)))
-                # both 16-bit words of each dword: sc_j
-                words = builder.or_(scales, builder.shl(scales, _const_vec(_I32, [16] * 8)))
-                subs = []  # (quants <32 x i8>, scale dwords <8 x i32>) of sub-blocks 0..7
-                for c in range(4):
-                    v = _load_vec(builder, wd, builder.add(o, _c(16 + 32 * c)), 32)
-                    halves = (builder.and_(v, low4), builder.lshr(v, _const_vec(_I8, [4] * 32)))
-                    for j, q in ((2 * c, halves[0]), (2 * c + 1, halves[1])):
-                        subs.append((q, _shuffle(builder, words, words, [j] * 8)))
+                extra, subs = decode(builder, wd, builder.mul(blk, _c(block_bytes)))
                 for (xqd, xdd, bsd), acc in zip(toks, accs):
                     xo = builder.mul(blk, _c(256))
-                    parts = [zero, zero]  # two short dependency chains; integer sums, so the same integers
+                    parts = [zero, zero]
                     for j, (q, sc) in enumerate(subs):
                         xv = _load_vec(builder, xqd, builder.add(xo, _c(32 * j)), 32)
-                        parts[j % 2] = _q4k_lanes(builder, parts[j % 2], q, xv, sc)
-                    isum = builder.add(parts[0], parts[1])
+                        parts[j % 2] = _lanes8(builder, parts[j % 2], q, xv, sc)
                     dx = builder.load(builder.gep(xdd, [blk]))
-                    total = builder.fadd(builder.load(acc), builder.fmul(_splat(builder, builder.fmul(d, dx), 8),
-                                                                          builder.sitofp(isum, _V8F)))
-                    mterm = builder.mul(mins, _bsum_pairs(builder, bsd, builder.mul(blk, _c(16))))
-                    total = builder.fsub(total, builder.fmul(_splat(builder, builder.fmul(dmin, dx), 8),
-                                                             builder.sitofp(mterm, _V8F)))
-                    builder.store(total, acc)
+                    isum = builder.add(parts[0], parts[1])
+                    builder.store(finish(builder, builder.load(acc), isum, extra, dx, bsd, blk), acc)
             totals = [_reduce_f(builder, builder.load(a), 8) for a in accs]
             return context.make_tuple(builder, sig.return_type, totals)
 
         return sig, codegen
 
-    rowdot.__name__ = f"rowdot{n_tok}_q4_k"
+    rowdot.__name__ = f"rowdot{n_tok}_{name}"
     return rowdot
 
 
@@ -335,7 +313,9 @@ def _make_krowdot(name, block_bytes, decode, isum_of, n_tok):
     return rowdot
 
 
-# name -> (super-block bytes, decoder, lane sums); q6_k's activations in PAIRED order (actquant.quantize_q8_k_paired128)
-_K_LAYOUTS = {"q5_k": (176, _q5k_decode, _k_isum), "q6_k": (210, _q6k_decode, _q6k_isum)}
+# name -> (super-block bytes, decoder, lane sums) of the 16-lane row dots (_make_krowdot)
+_K_LAYOUTS = {"q5_k": (176, _q5k_decode, _k_isum)}
 K_ROWDOTS = {name: tuple(_make_krowdot(name, *layout, n) for n in ROW_TOKENS) for name, layout in _K_LAYOUTS.items()}
-K_ROWDOTS["q4_k"] = tuple(_make_q4k_rowdot(n) for n in ROW_TOKENS)
+# name -> (super-block bytes, decoder, finish) of the 8-lane row dots (_make_rowdot8)
+_K_LAYOUTS8 = {"q4_k": (144, _q4k_decode8, _q4k_finish), "q6_k": (210, _q6k_decode8, _q6k_finish)}
+K_ROWDOTS.update({name: tuple(_make_rowdot8(name, *layout, n) for n in ROW_TOKENS) for name, layout in _K_LAYOUTS8.items()})

@@ -3,8 +3,7 @@
 Written in generic LLVM IR, so LLVM picks AVX-512, AVX2 or SSE as the host has; the int8 dots alone use x86's
 integer dot instructions (VNNI, AVX2) where the host has them, summing exactly what the generic code sums.
 `ROWDOTS[<type>]` = (rowdot1, .., rowdot4, rowdot8) dot one whole weight row against the Q8 activations of 1-4 or 8
-tokens,
-decoding each weight block once, keeping 8 (or 16) float lanes of partial sums per token and reducing them
+tokens, decoding each weight block once, keeping 8 (or 16) float lanes of partial sums per token and reducing them
 once per row, as ggml's SIMD code does. f16 scales are read as LLVM `half` (one vcvtph2ps with F16C).
 A format states only its block layout and decode step (`_LAYOUTS`, `_K_LAYOUTS`); `fused_kernel` makes
 each format's matmul kernel from one loop nest over tokens and rows around its row dots.
@@ -255,7 +254,7 @@ def _reduce_f(builder, vec, n):
 # The token counts a row dot is made for: a call's tokens go 8 (or 4) per pass over a row, the last 1-3 in one more.
 # Eight decode each weight block once per 8 tokens; measured (4096x2048, 2 threads, VNNI, best of 3 interleaved) it
 # lifts Q4_K 95 -> 110 GMAC/s at 8 tokens, Q6_K 86 -> 96, Q8_0 79 -> 91, Q4_0 63 -> 77, IQ4_XS 61 -> 75; Q5_0
-# fell 64 -> 53 (its fifth-bit decode held live across 8 tokens spills), so Q5_0 keeps 4 per pass.
+# fell 64 -> 53 (not looked into), so Q5_0 keeps 4 per pass (_fused_template4).
 ROW_TOKENS = (1, 2, 3, 4, 8)
 # name -> (rowdot1, .., rowdot4, rowdot8): rowdot<n>(w_row, xq, xd, xs, t0), one row against n consecutive tokens
 ROWDOTS = {name: tuple(_make_rowdot(name, n) for n in ROW_TOKENS) for name in _LAYOUTS}
@@ -290,7 +289,9 @@ def _fused_template(w, x, out):
 
 
 def _fused_template4(w, x, out):
-    xq, xd, xs = QUANTIZE(x)  # noqa: F821 (bound by fused_kernel) the same loop nest, 4 tokens per pass at most
+    # _fused_template without its 8-token passes: a format without a rowdot8 (Numba types both branches of a
+    # run-time test, so the one template cannot leave ROWDOT8 unbound)
+    xq, xd, xs = QUANTIZE(x)  # noqa: F821 (bound by fused_kernel)
     for t0 in range(0, x.shape[0], TOKEN_CHUNK):
         t1 = min(t0 + TOKEN_CHUNK, x.shape[0])
         for r in prange(w.shape[0]):
