@@ -5,7 +5,7 @@ the generic code sums). `K_ROWDOTS[<type>]` = (rowdot1, .., rowdot4, rowdot8) fo
 numbers are the ones tests/test_kquant_lanes.py states. Q5_K: 16 int32 lanes per super-block, lane i summing element
 pairs 2i, 2i+1 of each 32-element piece times the piece's scale (_make_krowdot). Q4_K and Q6_K: 8 lanes over
 natural-order activations, each 32-element piece one 256-bit vpmaddubsw + vpdpwssd per token, the weights decoded
-with 256-bit ANDs and shifts (_make_rowdot8). Measured at one token (16384x4096, 2 threads), Q4_K does 50 GMAC/s
+with 256-bit ANDs and shifts (_k8_row_loop). Measured at one token (16384x4096, 2 threads), Q4_K does 50 GMAC/s
 where its 16-lane form (zero-extended, paired activations) did 40.
 """
 from __future__ import annotations
@@ -250,50 +250,35 @@ def _q6k_finish(builder, acc, isum, extra, dx, bsd, blk):
     return builder.fadd(acc, builder.fmul(_splat(builder, builder.fmul(d, dx), 8), builder.sitofp(lanes, _V8F)))
 
 
-def _make_rowdot8(name, block_bytes, decode, finish, n_tok):
-    """A K-quant row dot in 8 int32 lanes over natural-order Q8_K activations (tests/test_kquant_lanes.py states
-    each format's lanes): per super-block, decode(builder, wd, o) -> (extra, 8 pieces of (32 quants, scale dwords)),
-    once for the n_tok tokens; per token the pieces' _lanes8 in two accumulators (two short dependency chains, the
-    same integers), then finish(builder, acc, lanes, extra, dx, bsums row, block) -> the new <8 x float> acc; the
-    row's value is acc[0] + .. + acc[7]."""
-
-    @intrinsic
-    def rowdot(typingctx, w, xq, xd, bsums, t0):
-        """One row of K-quant super-blocks . Q8_K activations (natural order) of tokens t0..t0+n_tok-1.
-
-        w: uint8 (row_bytes,); xq: int8 (n_tok_all, cols); xd: float32 (n_tok_all, cols/256);
-        bsums: int32 (n_tok_all, cols/16). Returns a tuple of n_tok float32.
-        """
-        sig = types.UniTuple(types.float32, n_tok)(w, xq, xd, bsums, t0)
-
-        def codegen(context, builder, sig, args):
-            wd = _data(context, builder, sig.args[0], args[0])
-            acts = _Acts(context, builder, sig, args, 1)
-            toks = [(acts.row(0, t), acts.row(1, t), acts.row(2, t)) for t in _token_indices(builder, args[4], n_tok)]
-            accs = [cgutils.alloca_once_value(builder, ir.Constant(_V8F, [0.0] * 8)) for _ in toks]
-            zero = ir.Constant(_V8I, [0] * 8)
-            with cgutils.for_range(builder, acts.n_blocks) as loop:
-                blk = loop.index
-                extra, subs = decode(builder, wd, builder.mul(blk, _c(block_bytes)))
-                for (xqd, xdd, bsd), acc in zip(toks, accs):
-                    xo = builder.mul(blk, _c(256))
-                    parts = [zero, zero]
-                    for j, (q, sc) in enumerate(subs):
-                        xv = _load_vec(builder, xqd, builder.add(xo, _c(32 * j)), 32)
-                        parts[j % 2] = _lanes8(builder, parts[j % 2], q, xv, sc)
-                    dx = builder.load(builder.gep(xdd, [blk]))
-                    isum = builder.add(parts[0], parts[1])
-                    builder.store(finish(builder, builder.load(acc), isum, extra, dx, bsd, blk), acc)
-            totals = [_reduce_f(builder, builder.load(a), 8) for a in accs]
-            return context.make_tuple(builder, sig.return_type, totals)
-
-        return sig, codegen
-
-    rowdot.__name__ = f"rowdot{n_tok}_{name}"
-    return rowdot
+def _k8_row_loop(context, builder, sig, args, block_bytes, decode, finish, n_tok):
+    """Row loop of a K-quant row dot in 8 int32 lanes over natural-order Q8_K activations (tests/test_kquant_lanes.py
+    states each format's lanes): per super-block, decode(builder, wd, o) -> (extra, 8 pieces of (32 quants, scale
+    dwords)), once for the n_tok tokens; per token the pieces' _lanes8 in two accumulators (two short dependency
+    chains, the same integers), then finish(builder, acc, lanes, extra, dx, bsums row, block) -> the new <8 x float>
+    acc; the row's value is acc[0] + .. + acc[7]."""
+    wd = _data(context, builder, sig.args[0], args[0])
+    acts = _Acts(context, builder, sig, args, 1)
+    toks = [(acts.row(0, t), acts.row(1, t), acts.row(2, t)) for t in _token_indices(builder, args[4], n_tok)]
+    accs = [cgutils.alloca_once_value(builder, ir.Constant(_V8F, [0.0] * 8)) for _ in toks]
+    zero = ir.Constant(_V8I, [0] * 8)
+    with cgutils.for_range(builder, acts.n_blocks) as loop:
+        blk = loop.index
+        extra, subs = decode(builder, wd, builder.mul(blk, _c(block_bytes)))
+        for (xqd, xdd, bsd), acc in zip(toks, accs):
+            xo = builder.mul(blk, _c(256))
+            parts = [zero, zero]
+            for j, (q, sc) in enumerate(subs):
+                xv = _load_vec(builder, xqd, builder.add(xo, _c(32 * j)), 32)
+                parts[j % 2] = _lanes8(builder, parts[j % 2], q, xv, sc)
+            dx = builder.load(builder.gep(xdd, [blk]))
+            isum = builder.add(parts[0], parts[1])
+            builder.store(finish(builder, builder.load(acc), isum, extra, dx, bsd, blk), acc)
+    return [_reduce_f(builder, builder.load(a), 8) for a in accs]
 
 
-def _make_krowdot(name, block_bytes, decode, isum_of, n_tok):
+def _make_krowdot(name, row_loop, block_bytes, decode, lanes_of, n_tok):
+    """The intrinsic rowdot<n_tok>_<name> around row_loop (_k_row_loop or _k8_row_loop) and the format's pieces."""
+
     @intrinsic
     def rowdot(typingctx, w, xq, xd, bsums, t0):
         """One row of K-quant super-blocks . Q8_K activations of tokens t0..t0+n_tok-1.
@@ -304,7 +289,7 @@ def _make_krowdot(name, block_bytes, decode, isum_of, n_tok):
         sig = types.UniTuple(types.float32, n_tok)(w, xq, xd, bsums, t0)
 
         def codegen(context, builder, sig, args):
-            totals = _k_row_loop(context, builder, sig, args, block_bytes, decode, isum_of, n_tok)
+            totals = row_loop(context, builder, sig, args, block_bytes, decode, lanes_of, n_tok)
             return context.make_tuple(builder, sig.return_type, totals)
 
         return sig, codegen
@@ -313,9 +298,7 @@ def _make_krowdot(name, block_bytes, decode, isum_of, n_tok):
     return rowdot
 
 
-# name -> (super-block bytes, decoder, lane sums) of the 16-lane row dots (_make_krowdot)
-_K_LAYOUTS = {"q5_k": (176, _q5k_decode, _k_isum)}
+# name -> (row loop, super-block bytes, decoder, lane sums or finish): Q5_K in 16 lanes, Q4_K and Q6_K in 8
+_K_LAYOUTS = {"q5_k": (_k_row_loop, 176, _q5k_decode, _k_isum), "q4_k": (_k8_row_loop, 144, _q4k_decode8, _q4k_finish),
+              "q6_k": (_k8_row_loop, 210, _q6k_decode8, _q6k_finish)}
 K_ROWDOTS = {name: tuple(_make_krowdot(name, *layout, n) for n in ROW_TOKENS) for name, layout in _K_LAYOUTS.items()}
-# name -> (super-block bytes, decoder, finish) of the 8-lane row dots (_make_rowdot8)
-_K_LAYOUTS8 = {"q4_k": (144, _q4k_decode8, _q4k_finish), "q6_k": (210, _q6k_decode8, _q6k_finish)}
-K_ROWDOTS.update({name: tuple(_make_rowdot8(name, *layout, n) for n in ROW_TOKENS) for name, layout in _K_LAYOUTS8.items()})

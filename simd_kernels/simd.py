@@ -254,7 +254,7 @@ def _reduce_f(builder, vec, n):
 # The token counts a row dot is made for: a call's tokens go 8 (or 4) per pass over a row, the last 1-3 in one more.
 # Eight decode each weight block once per 8 tokens; measured (4096x2048, 2 threads, VNNI, best of 3 interleaved) it
 # lifts Q4_K 95 -> 110 GMAC/s at 8 tokens, Q6_K 86 -> 96, Q8_0 79 -> 91, Q4_0 63 -> 77, IQ4_XS 61 -> 75; Q5_0
-# fell 64 -> 53 (not looked into), so Q5_0 keeps 4 per pass (_fused_template4).
+# fell 64 -> 53 (not looked into), so Q5_0 keeps 4 per pass (_rowdot8_of_4).
 ROW_TOKENS = (1, 2, 3, 4, 8)
 # name -> (rowdot1, .., rowdot4, rowdot8): rowdot<n>(w_row, xq, xd, xs, t0), one row against n consecutive tokens
 ROWDOTS = {name: tuple(_make_rowdot(name, n) for n in ROW_TOKENS) for name in _LAYOUTS}
@@ -288,25 +288,9 @@ def _fused_template(w, x, out):
                 (out[t, r],) = ROWDOT1(row, xq, xd, xs, t)  # noqa: F821
 
 
-def _fused_template4(w, x, out):
-    # _fused_template without its 8-token passes: a format without a rowdot8 (Numba types both branches of a
-    # run-time test, so the one template cannot leave ROWDOT8 unbound)
-    xq, xd, xs = QUANTIZE(x)  # noqa: F821 (bound by fused_kernel)
-    for t0 in range(0, x.shape[0], TOKEN_CHUNK):
-        t1 = min(t0 + TOKEN_CHUNK, x.shape[0])
-        for r in prange(w.shape[0]):
-            row = w[r]
-            t = t0
-            while t + 4 <= t1:
-                out[t, r], out[t + 1, r], out[t + 2, r], out[t + 3, r] = ROWDOT4(row, xq, xd, xs, t)  # noqa: F821
-                t += 4
-            left = t1 - t
-            if left == 3:
-                out[t, r], out[t + 1, r], out[t + 2, r] = ROWDOT3(row, xq, xd, xs, t)  # noqa: F821
-            elif left == 2:
-                out[t, r], out[t + 1, r] = ROWDOT2(row, xq, xd, xs, t)  # noqa: F821
-            elif left == 1:
-                (out[t, r],) = ROWDOT1(row, xq, xd, xs, t)  # noqa: F821
+def _rowdot8_of_4(row, xq, xd, xs, t):
+    # a format without a rowdot8 of its own: 8 tokens as two 4-token passes over the row
+    return ROWDOT4(row, xq, xd, xs, t) + ROWDOT4(row, xq, xd, xs, t + 4)  # noqa: F821 (bound by _fused_kernel)
 
 
 def _experts_template(w, rows, x, experts, xrow, out):
@@ -343,15 +327,19 @@ def _fused_kernel(name, doc, quantize, rowdots, module):
     w: uint8 (rows, row_bytes) raw blocks; x: float32 (n_tok, cols); out: float32 (n_tok, rows).
     quantize(x) -> (xq, xd, xs), the activations in the format's Q8 flavour; rowdots = (rowdot1, .., rowdot4[,
     rowdot8]), rowdot<n>(w_row, xq, xd, xs, t) -> a tuple of n float32, the row against tokens t..t+n-1 (decoding
-    each block once for the n), each token summed exactly as rowdot1 sums it. Without rowdot8 a pass takes 4.
+    each block once for the n), each token summed exactly as rowdot1 sums it. Without a rowdot8, 8 tokens take two
+    rowdot4 passes (_rowdot8_of_4).
     The three are bound as globals of a copy of the template, not as closure cells: Numba's cache key
     pickles closure cells and an intrinsic pickles with a per-process id, so a closure would recompile in
     every process. The qualname gives each format its own cache file; its code stays in this file, so
     _cache_guard's check of this package's sources covers it.
     """
-    template = _fused_template if len(rowdots) == len(ROW_TOKENS) else _fused_template4
-    code = template.__code__.replace(co_name=name, co_qualname=name)
     binds = {f"ROWDOT{n}": rowdot for n, rowdot in zip(ROW_TOKENS, rowdots)}
+    if len(rowdots) < len(ROW_TOKENS):  # bound as a global too, as the row dots are (see above)
+        pair = f"rowdot8_of_4_{name}"
+        code = _rowdot8_of_4.__code__.replace(co_name=pair, co_qualname=pair)
+        binds["ROWDOT8"] = njit(inline="always")(FunctionType(code, {**globals(), **binds}, pair))
+    code = _fused_template.__code__.replace(co_name=name, co_qualname=name)
     fn = FunctionType(code, {**globals(), "QUANTIZE": quantize, **binds}, name)
     fn.__qualname__, fn.__module__, fn.__doc__ = name, module, doc
     return njit(cache=True, nogil=True, parallel=True)(fn)
