@@ -4,6 +4,7 @@ a refused render gives its memory back, and a template Python cannot compile is 
 The payloads are in tests/_jinja_payloads.py; one subprocess renders them all and reports its peak RSS."""
 from __future__ import annotations
 
+import gc
 import json
 import random
 import subprocess
@@ -112,6 +113,22 @@ def test_deadline_is_checked_inside_one_filter() -> None:
     with pytest.raises(TemplateError, match="exceeds 0.2 s"):
         t.render({}, JinjaLimits(timeout_s=0.2, max_steps=10**9, max_built=10**9))
     assert time.monotonic() - start < 1.5
+
+
+@pytest.mark.parametrize("fail", ["{{ raise_exception('no') }}", "{{ 1/0 }}", "{{ a.foo() }}", "{{ a * 100000000 }}"])
+def test_a_refused_render_leaves_no_cycles_behind(fail: str) -> None:
+    """What a failed render built is freed by reference counting when the error is raised: no cycle waits for
+    the collector (a full collection of a daemon's heap stalls every request for seconds)."""
+    t = JinjaTemplate("{% for i in range(3) %}{% set a = 'x' * 100000 %}{% endfor %}{% set a = 'y' * 100000 %}"
+                      + fail)
+    gc.collect()
+    gc.disable()
+    try:
+        with pytest.raises(TemplateError):
+            t.render({})
+        assert gc.collect() == 0
+    finally:
+        gc.enable()
 
 
 def test_total_allowance_counts_values_that_are_dropped() -> None:

@@ -9,11 +9,11 @@ Semantics follow transformers' `apply_chat_template`: `messages`, `tools`, `add_
 from __future__ import annotations
 
 import datetime
-import gc
 import json
+import sys
 import traceback
 from functools import update_wrapper
-from typing import Any, Iterator
+from typing import Any, Iterator, NoReturn
 
 import jinja2
 from jinja2 import nodes
@@ -35,7 +35,6 @@ _ITER = "__localrt_iter"     # global that every {% for %} iterable is routed th
 _CONCAT = "__localrt_concat"  # global that every `~` concatenation is routed through
 _DATA = "__localrt_data"     # global that every piece of literal template text is routed through
 _SLICE = "__localrt_slice"   # global that every `x[a:b:c]` is routed through (Jinja compiles slices inline)
-_GC_AFTER = 1 << 20          # a refused render that built more than this many units is collected at once
 
 
 def _guard_iter(iterable: Any) -> Iterator[Any]:
@@ -129,6 +128,15 @@ def _binop_bound(operator: str, left: Any, right: Any, budget: Any) -> tuple[int
 
 class _Env(ImmutableSandboxedEnvironment):
     intercepted_binops = frozenset({"*", "**", "+", "%", "//"})
+
+    def handle_exception(self, source: str | None = None) -> NoReturn:
+        """A render failure propagates with its own frames. Jinja's rewrite would copy the template's locals into
+        fake frames whose globals hold the exception: a cycle that keeps everything the render built until a
+        full collection, which stalls every thread of a daemon with a large heap. Syntax errors are rewritten as
+        usual (they hold no render state)."""
+        if isinstance(sys.exc_info()[1], jinja2.TemplateSyntaxError):
+            super().handle_exception(source)
+        raise  # noqa: PLE0704  re-raises the exception being handled, traceback unchanged
 
     def _parse(self, source: str, name: str | None, filename: str | None) -> nodes.Template:
         tree = super()._parse(source, name, filename)
@@ -296,11 +304,7 @@ class JinjaTemplate:
             leave(token)
         if failure is None:
             return "".join(out)
-        # A refused render must not keep what it built: the traceback's frames hold the template's locals, and
-        # exception <-> frame cycles wait for the cyclic collector. Frames are cleared above; collect now.
         del out, gen, variables
-        if budget.built > _GC_AFTER:
-            gc.collect()
         raise TemplateError(failure[0], line=failure[1], kind="jinja")
 
 
@@ -318,11 +322,13 @@ def _scrub(e: BaseException) -> None:
 
 
 def _template_line(e: BaseException) -> int | None:
-    """The template line of the innermost traceback frame that belongs to the template, if any."""
+    """The template line of the innermost traceback frame that runs template code, if any (the frames are
+    Jinja's generated Python; the template maps their lines back to its source)."""
     line = getattr(e, "lineno", None)
     tb = e.__traceback__
     while tb is not None:
-        if tb.tb_frame.f_code.co_filename == "<template>":
-            line = tb.tb_lineno
+        template = tb.tb_frame.f_globals.get("__jinja_template__")
+        if template is not None:
+            line = template.get_corresponding_lineno(tb.tb_lineno)
         tb = tb.tb_next
     return line
