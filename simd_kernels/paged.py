@@ -17,6 +17,7 @@ from numba import njit, prange
 from . import checks, threads
 from .checks import KernelArgumentError
 from .half import kv_f32
+from .vmath import expf
 
 # As ops._REDUCE: reassociation vectorizes the dot products; nothing that assumes finite values.
 _REDUCE = {"reassoc", "contract", "nsz", "arcp"}
@@ -133,7 +134,7 @@ def _attend_paged(q, k_pool, v_pool, table, positions, slots, window, scale, sof
         pos += hi - lo
     total = 0.0
     for j in range(n):
-        e = np.float32(math.exp(scores[j] - m))
+        e = expf(scores[j] - m)
         scores[j] = e
         total += e
     inv = np.float32(1.0 / total)
