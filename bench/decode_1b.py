@@ -6,7 +6,9 @@ FILEs come from `bench/make_model.py` (every arch's 1b shape, and qwen3moe's a3b
 NUMBA_NUM_THREADS=2 / `llama-bench -t 2`): ours loads with `localrt.engine.loader.load_model`, prefills a
 16-token prompt, then times 64 greedy single-token steps (best of 3), and one 128-token prefill (logits of the
 last token only, best of 3); native runs `llama-bench -m FILE -t 2 -p 128 -n 64 -r 3 -o json` (pp128 and tg64,
-from an empty context as ours). MBU = weight bytes one decode step reads x tok/s / the memory read bandwidth
+from an empty context as ours). With --depth D, both also time 32 greedy steps after a D-token context (ours: the
+prompt repeated to D tokens, prefilled in 512-token chunks, then 32 steps, best of 3; native: `llama-bench -p 0
+-n 32 -d D`): `tg32_dD_tok_s`, where attention over the cache is part of each step. MBU = weight bytes one decode step reads x tok/s / the memory read bandwidth
 measured here first (a 2-thread Numba prange sum over a 2 GiB float32 array, best of 5). The bytes per token are
 every tensor of the file but the token embedding's unused rows; a tied embedding is read in full as the output; of
 a MoE layer's stacked experts (`ffn_*_exps`) only expert_used_count / expert_count are read per token.
@@ -27,6 +29,7 @@ ROOT = Path(__file__).resolve().parent.parent
 LLAMA_BENCH = Path(os.environ.get("LLAMA_BENCH", "/work/llama/llama_cpp_python-0.3.36/vendor/llama.cpp/build/bin/llama-bench"))
 QUIET = Path("/tmp/prof/quiet.sh")
 THREADS, N_GEN, N_PP, N_PROMPT, REPEATS = 2, 64, 128, 16, 3
+N_DEPTH_GEN = 32  # steps timed after a --depth context
 BW_BYTES = 2 << 30
 
 
@@ -75,13 +78,13 @@ def weight_bytes(path: str) -> dict:
     return out
 
 
-def run_ours(path: str, repeats: int = REPEATS) -> dict:
+def run_ours(path: str, repeats: int = REPEATS, depth: int = 0) -> dict:
     import numpy as np
 
     from localrt.engine.loader import load_model
 
     t0 = time.perf_counter()
-    model = load_model(path, num_ctx=512)
+    model = load_model(path, num_ctx=max(512, depth + N_DEPTH_GEN))
     load_s = time.perf_counter() - t0
     prompt = model.tokenize("The history of the printing press begins in the fifteenth century, when")[:N_PROMPT]
     pp_ids = (prompt * (N_PP // len(prompt) + 1))[:N_PP]
@@ -107,19 +110,50 @@ def run_ours(path: str, repeats: int = REPEATS) -> dict:
         t0 = time.perf_counter()
         model.forward(model.batch(pp_ids, 0), model.cache, output_rows=last(N_PP))
         prefill_s = min(prefill_s, time.perf_counter() - t0)
-    return {"load_s": round(load_s, 2), "tg64_tok_s": round(N_GEN / decode_s, 2),
-            "pp128_tok_s": round(N_PP / prefill_s, 2), "numba_threads": int(os.environ.get("NUMBA_NUM_THREADS", 0))}
+    out = {"load_s": round(load_s, 2), "tg64_tok_s": round(N_GEN / decode_s, 2),
+           "pp128_tok_s": round(N_PP / prefill_s, 2), "numba_threads": int(os.environ.get("NUMBA_NUM_THREADS", 0))}
+    if depth:
+        ctx = (prompt * (depth // len(prompt) + 1))[:depth]
+
+        def context():
+            reset()
+            for lo in range(0, depth, 512):
+                hi = min(depth, lo + 512)
+                model.forward(model.batch(ctx[lo:hi], lo), model.cache, output_rows=last(hi - lo))
+
+        context()
+        deep_s = float("inf")
+        for _ in range(repeats):
+            if model.cache.can_trim(0, depth):  # back to the D-token context
+                model.cache.trim(0, depth)
+            else:  # a sliding-window ring has overwritten it
+                context()
+            token = 1
+            t0 = time.perf_counter()
+            for pos in range(depth, depth + N_DEPTH_GEN):
+                token = int(np.argmax(model.forward(model.batch([token], pos), model.cache)[0]))
+            deep_s = min(deep_s, time.perf_counter() - t0)
+        out[f"tg{N_DEPTH_GEN}_d{depth}_tok_s"] = round(N_DEPTH_GEN / deep_s, 2)
+    return out
 
 
-def run_native(path: str, quiet: bool, repeats: int = REPEATS) -> dict:
-    cmd = [str(LLAMA_BENCH), "-m", path, "-t", str(THREADS), "-p", str(N_PP), "-n", str(N_GEN),
-           "-r", str(repeats), "-o", "json"]
+def run_native(path: str, quiet: bool, repeats: int = REPEATS, depth: int = 0) -> dict:
+    out = _native(path, quiet, repeats, ["-p", str(N_PP), "-n", str(N_GEN)])
+    if depth and "error" not in out:
+        out.update(_native(path, quiet, repeats, ["-p", "0", "-n", str(N_DEPTH_GEN), "-d", str(depth)]))
+    return out
+
+
+def _native(path: str, quiet: bool, repeats: int, tests: list[str]) -> dict:
+    cmd = [str(LLAMA_BENCH), "-m", path, "-t", str(THREADS), *tests, "-r", str(repeats), "-o", "json"]
     proc = subprocess.run(_wrap(cmd, quiet), capture_output=True, text=True, cwd=ROOT, timeout=600)
     if proc.returncode != 0:
         return {"error": (proc.stderr.strip().splitlines() or [f"exit {proc.returncode}"])[-1]}
     out = {}
     for test in json.loads(proc.stdout[proc.stdout.index("["):]):
         key = f"pp{test['n_prompt']}" if test["n_prompt"] else f"tg{test['n_gen']}"
+        if test.get("n_depth"):
+            key += f"_d{test['n_depth']}"
         out[f"{key}_tok_s"] = round(max(test["samples_ts"]), 2)  # best of -r, as ours
         out[f"{key}_avg_tok_s"] = round(test["avg_ts"], 2)
         out["build_commit"] = test.get("build_commit")
@@ -130,9 +164,10 @@ def _wrap(cmd: list[str], quiet: bool) -> list[str]:
     return ["env", f"QUIET_KEEP={ROOT}", str(QUIET), *cmd] if quiet else cmd  # keep this checkout running
 
 
-def spawn(mode: str, arg: str, quiet: bool, repeats: int = REPEATS) -> dict:
+def spawn(mode: str, arg: str, quiet: bool, repeats: int = REPEATS, depth: int = 0) -> dict:
     env = dict(os.environ, NUMBA_NUM_THREADS=str(THREADS), PYTHONPATH=str(ROOT))
-    proc = subprocess.run(_wrap([sys.executable, __file__, "--worker", mode, arg, "--repeats", str(repeats)], quiet),
+    cmd = [sys.executable, __file__, "--worker", mode, arg, "--repeats", str(repeats), "--depth", str(depth)]
+    proc = subprocess.run(_wrap(cmd, quiet),
                           capture_output=True, text=True, cwd=ROOT, env=env, timeout=600)
     if proc.returncode != 0:
         return {"error": (proc.stderr.strip().splitlines() or [f"exit {proc.returncode}"])[-1]}
@@ -150,11 +185,12 @@ def main() -> None:
     ap.add_argument("--quiet", action="store_true", help="run each timed process under /tmp/prof/quiet.sh")
     ap.add_argument("--worker", nargs=2, metavar=("MODE", "ARG"))
     ap.add_argument("--repeats", type=int, default=REPEATS, help="best of how many runs, both engines")
+    ap.add_argument("--depth", type=int, default=0, help="also time 32 steps after a context of this many tokens")
     ap.add_argument("--no-bandwidth", action="store_true", help="keep the bandwidth already in --out")
     args = ap.parse_args()
     if args.worker:
         mode, arg = args.worker
-        print(json.dumps(bandwidth() if mode == "bandwidth" else run_ours(arg, args.repeats)))
+        print(json.dumps(bandwidth() if mode == "bandwidth" else run_ours(arg, args.repeats, args.depth)))
         return
     out_path = Path(args.out)
     results = json.loads(out_path.read_text()) if out_path.exists() else {"files": {}}
@@ -173,16 +209,16 @@ def main() -> None:
     print("bandwidth", bw, flush=True)
     for path in args.files:
         sizes = weight_bytes(path)
-        ours = spawn("ours", path, args.quiet, args.repeats)
-        native = run_native(path, args.quiet, args.repeats)
+        ours = spawn("ours", path, args.quiet, args.repeats, args.depth)
+        native = run_native(path, args.quiet, args.repeats, args.depth)
         per, gbs = sizes["bytes_per_token"], bw.get("read_GB_s")
         entry = {**sizes, "best_of": args.repeats, "ours": ours, "native": native}
         if gbs:
             entry["mbu_ours"] = mbu(ours.get("tg64_tok_s"), per, gbs)
             entry["mbu_native"] = mbu(native.get("tg64_tok_s"), per, gbs)
-        for key in ("tg64_tok_s", "pp128_tok_s"):
+        for key in ("tg64_tok_s", "pp128_tok_s", f"tg{N_DEPTH_GEN}_d{args.depth}_tok_s"):
             if ours.get(key) and native.get(key):
-                entry[f"ratio_{key.split('_')[0]}"] = round(ours[key] / native[key], 3)
+                entry[f"ratio_{key.removesuffix('_tok_s')}"] = round(ours[key] / native[key], 3)
         results["files"][Path(path).name] = entry
         print(Path(path).name, json.dumps(entry), flush=True)
         out_path.parent.mkdir(parents=True, exist_ok=True)

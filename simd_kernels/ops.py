@@ -11,11 +11,10 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from numba import njit, prange
+from numba import njit
 
-from . import threads
+from . import attend, threads
 from . import checks
-from .half import kv_f32
 from .vmath import expf
 
 ROPE_NORMAL = 0  # pairs (x[2i], x[2i+1]); GGUF llama q/k rows are permuted for this
@@ -249,74 +248,14 @@ def attention(q, k_cache, v_cache, positions, slots, window, scale, out, softcap
         raise checks.KernelArgumentError(f"softcap must be 0 (off) or positive, got {softcap}")
     # Threads pay off once the jobs read enough keys: a decode step over a few hundred positions does.
     n_keys = int(positions.max()) + 1 if window <= 0 else min(int(positions.max()) + 1, window)
-    work = q.shape[0] * q.shape[1] * n_keys * (q.shape[2] + v_cache.shape[3]) * 4  # bytes of k, v read
-    if work >= threads.PARALLEL_MIN_BYTES * 4 and q.shape[0] * q.shape[1] > 1:
+    n_tok, n_head = q.shape[0], q.shape[1]
+    work = n_tok * n_head * n_keys * (q.shape[2] + v_cache.shape[3]) * 4  # bytes of k, v read
+    if work >= threads.PARALLEL_MIN_BYTES * 4 and n_tok * n_head > 1:
         threads.use_threads_for(work)
-        return _attention_parallel(q, k_cache, v_cache, positions, slots, window, scale, softcap, out)
-    return _attention_serial(q, k_cache, v_cache, positions, slots, window, scale, softcap, out)
-
-
-# Reassociation lets LLVM vectorize the dot-product reductions; no flag that assumes finite values,
-# since the running max starts at -inf.
-_REDUCE = {"reassoc", "contract", "nsz", "arcp"}
-
-
-@njit(cache=True, nogil=True, fastmath=_REDUCE)
-def _attend(q, k_cache, v_cache, positions, slots, window, scale, softcap, out, job):
-    """One (token, head) job of `attention`."""
-    n_head = q.shape[1]
-    hd = q.shape[2]
-    cap = k_cache.shape[2]
-    hd_v = v_cache.shape[3]
-    t = job // n_head
-    h = job % n_head
-    kvh = h // (n_head // k_cache.shape[1])
-    s = slots[t]
-    p = positions[t]
-    start = 0
-    if window > 0 and p - window + 1 > 0:
-        start = p - window + 1
-    n = p - start + 1
-    scores = np.empty(n, np.float32)  # (n_keys,)
-    m = -np.inf
-    for j in range(n):
-        kj = (start + j) % cap
-        acc = np.float32(0.0)
-        for d in range(hd):
-            acc += q[t, h, d] * kv_f32(k_cache[s, kvh, kj, d])
-        acc *= scale
-        if softcap > 0:
-            acc = softcap * np.float32(math.tanh(acc / softcap))
-        scores[j] = acc
-        if acc > m:
-            m = acc
-    total = 0.0
-    for j in range(n):
-        e = expf(scores[j] - m)
-        scores[j] = e
-        total += e
-    inv = np.float32(1.0 / total)
-    acc_v = np.zeros(hd_v, np.float32)  # (head_dim_v,)
-    for j in range(n):
-        kj = (start + j) % cap
-        w = scores[j] * inv
-        for d in range(hd_v):
-            acc_v[d] += w * kv_f32(v_cache[s, kvh, kj, d])
-    out[t, h, :] = acc_v
-
-
-@njit(cache=True, nogil=True, parallel=True)
-def _attention_parallel(q, k_cache, v_cache, positions, slots, window, scale, softcap, out):
-    for job in prange(q.shape[0] * q.shape[1]):
-        _attend(q, k_cache, v_cache, positions, slots, window, scale, softcap, out, job)
-    return out
-
-
-@njit(cache=True, nogil=True)
-def _attention_serial(q, k_cache, v_cache, positions, slots, window, scale, softcap, out):
-    for job in range(q.shape[0] * q.shape[1]):
-        _attend(q, k_cache, v_cache, positions, slots, window, scale, softcap, out, job)
-    return out
+        return attend.attention_parallel(q, k_cache, v_cache, attend.NO_TABLE, False, positions, slots, window,
+                                         scale, softcap, out)
+    return attend.attention_serial(q, k_cache, v_cache, attend.NO_TABLE, False, positions, slots, window, scale,
+                                   softcap, out)
 
 
 def softcap(x, cap):

@@ -3,24 +3,16 @@ each sequence's block table says which block holds its positions [i * B, (i + 1)
 
 k_pool (n_blocks, n_kv, B, head_dim), v_pool (n_blocks, n_kv, B, head_dim_v): float32, or uint16 float16 bits;
 table (n_slots, max_blocks) int32, -1 where a slot has no block. Position p of slot s is row p % B of block
-table[s, p // B]. The attention does, per (token, head), exactly the arithmetic of `ops.attention` over the same
-keys in the same order (one dot product per key, the same softmax, the same weighted sum), so a paged cache gives
+table[s, p // B]. The attention runs `ops.attention`'s kernel (simd_kernels.attend), so a paged cache gives
 bit-identical outputs to a contiguous one holding the same values (tests/test_kv_pool.py checks it).
 """
 from __future__ import annotations
 
-import math
-
 import numpy as np
-from numba import njit, prange
+from numba import njit
 
-from . import checks, threads
+from . import attend, checks, threads
 from .checks import KernelArgumentError
-from .half import kv_f32
-from .vmath import expf
-
-# As ops._REDUCE: reassociation vectorizes the dot products; nothing that assumes finite values.
-_REDUCE = {"reassoc", "contract", "nsz", "arcp"}
 
 
 def _check_pool(k_pool, v_pool, table, positions, slots, n_tok: int, n_kv: int, hd: int, hd_v: int) -> int:
@@ -92,80 +84,9 @@ def attention_paged(q, k_pool, v_pool, table, positions, slots, window, scale, o
     work = n_tok * n_head * n_keys * (hd + hd_v) * 4
     if work >= threads.PARALLEL_MIN_BYTES * 4 and n_tok * n_head > 1:
         threads.use_threads_for(work)
-        return _attention_paged_parallel(q, k_pool, v_pool, table, positions, slots, window, scale, softcap, out)
-    return _attention_paged_serial(q, k_pool, v_pool, table, positions, slots, window, scale, softcap, out)
-
-
-@njit(cache=True, nogil=True, fastmath=_REDUCE)
-def _attend_paged(q, k_pool, v_pool, table, positions, slots, window, scale, softcap, out, job):
-    """One (token, head) job: `ops._attend`'s arithmetic, keys walked block by block."""
-    n_head = q.shape[1]
-    hd = q.shape[2]
-    size = k_pool.shape[2]
-    hd_v = v_pool.shape[3]
-    t = job // n_head
-    h = job % n_head
-    kvh = h // (n_head // k_pool.shape[1])
-    s = slots[t]
-    p = positions[t]
-    start = 0
-    if window > 0 and p - window + 1 > 0:
-        start = p - window + 1
-    n = p - start + 1
-    scores = np.empty(n, np.float32)  # (n_keys,)
-    m = -np.inf
-    j = 0
-    pos = start
-    while pos <= p:
-        b = table[s, pos // size]
-        lo = pos % size
-        hi = min(size, lo + p + 1 - pos)  # rows lo..hi-1 of block b hold positions pos..
-        for r in range(lo, hi):
-            acc = np.float32(0.0)
-            for d in range(hd):
-                acc += q[t, h, d] * kv_f32(k_pool[b, kvh, r, d])
-            acc *= scale
-            if softcap > 0:
-                acc = softcap * np.float32(math.tanh(acc / softcap))
-            scores[j] = acc
-            if acc > m:
-                m = acc
-            j += 1
-        pos += hi - lo
-    total = 0.0
-    for j in range(n):
-        e = expf(scores[j] - m)
-        scores[j] = e
-        total += e
-    inv = np.float32(1.0 / total)
-    acc_v = np.zeros(hd_v, np.float32)  # (head_dim_v,)
-    j = 0
-    pos = start
-    while pos <= p:
-        b = table[s, pos // size]
-        lo = pos % size
-        hi = min(size, lo + p + 1 - pos)
-        for r in range(lo, hi):
-            w = scores[j] * inv
-            for d in range(hd_v):
-                acc_v[d] += w * kv_f32(v_pool[b, kvh, r, d])
-            j += 1
-        pos += hi - lo
-    out[t, h, :] = acc_v
-
-
-@njit(cache=True, nogil=True, parallel=True)
-def _attention_paged_parallel(q, k_pool, v_pool, table, positions, slots, window, scale, softcap, out):
-    for job in prange(q.shape[0] * q.shape[1]):
-        _attend_paged(q, k_pool, v_pool, table, positions, slots, window, scale, softcap, out, job)
-    return out
-
-
-@njit(cache=True, nogil=True)
-def _attention_paged_serial(q, k_pool, v_pool, table, positions, slots, window, scale, softcap, out):
-    for job in range(q.shape[0] * q.shape[1]):
-        _attend_paged(q, k_pool, v_pool, table, positions, slots, window, scale, softcap, out, job)
-    return out
+        return attend.attention_parallel(q, k_pool, v_pool, table, True, positions, slots, window, scale, softcap,
+                                         out)
+    return attend.attention_serial(q, k_pool, v_pool, table, True, positions, slots, window, scale, softcap, out)
 
 
 def gather(pool, table_row, k0: int, k1: int) -> np.ndarray:
