@@ -8,10 +8,11 @@ NUMBA_NUM_THREADS=2 / `llama-bench -t 2`): ours loads with `localrt.engine.loade
 last token only, best of 3); native runs `llama-bench -m FILE -t 2 -p 128 -n 64 -r 3 -o json` (pp128 and tg64,
 from an empty context as ours). With --depth D, both also time 32 greedy steps after a D-token context (ours: the
 prompt repeated to D tokens, prefilled in 512-token chunks, then 32 steps, best of 3; native: `llama-bench -p 0
--n 32 -d D`): `tg32_dD_tok_s`, where attention over the cache is part of each step. MBU = weight bytes one decode step reads x tok/s / the memory read bandwidth
-measured here first (a 2-thread Numba prange sum over a 2 GiB float32 array, best of 5). The bytes per token are
-every tensor of the file but the token embedding's unused rows; a tied embedding is read in full as the output; of
-a MoE layer's stacked experts (`ffn_*_exps`) only expert_used_count / expert_count are read per token.
+-n 32 -d D`): `tg32_dD_tok_s`, where attention over the cache is part of each step. MBU = weight bytes one decode step
+reads x tok/s / the memory read bandwidth measured here first (a 2-thread Numba prange sum over a 2 GiB float32
+array, best of 5). The bytes per token are every tensor of the file but the token embedding's unused rows; a tied
+embedding is read in full as the output; of a MoE layer's stacked experts (`ffn_*_exps`) only expert_used_count /
+expert_count are read per token.
 With --quiet each timed process runs under /tmp/prof/quiet.sh (pauses the other processes on a shared machine).
 """
 from __future__ import annotations

@@ -17,6 +17,8 @@ import math
 import numpy as np
 from numba import njit, prange
 
+from . import threads
+from .checks import KernelArgumentError
 from .half import kv_f32
 from .vmath import expf
 
@@ -25,6 +27,22 @@ from .vmath import expf
 _REDUCE = {"reassoc", "contract", "nsz", "arcp"}
 
 NO_TABLE = np.zeros((0, 0), np.int32)  # the `table` argument of a contiguous cache
+
+
+def run(q, k, v, table, paged: bool, positions, slots, window: int, scale: float, softcap, out, p_max: int):
+    """The attention of rows the caller has checked (at least one; p_max their largest position): the softcap
+    refused unless 0 or positive, then the jobs on this thread, or on Numba's threads once they read enough keys
+    (a decode step over a few hundred positions does)."""
+    softcap = np.float32(softcap)
+    if not softcap >= 0:
+        raise KernelArgumentError(f"softcap must be 0 (off) or positive, got {softcap}")
+    n_tok, n_head, hd = q.shape
+    n_keys = p_max + 1 if window <= 0 else min(p_max + 1, window)
+    work = n_tok * n_head * n_keys * (hd + v.shape[3]) * 4  # bytes of k, v read
+    if work >= threads.PARALLEL_MIN_BYTES * 4 and n_tok * n_head > 1:
+        threads.use_threads_for(work)
+        return _parallel(q, k, v, table, paged, positions, slots, window, scale, softcap, out)
+    return _serial(q, k, v, table, paged, positions, slots, window, scale, softcap, out)
 
 
 @njit(inline="always")
@@ -37,7 +55,7 @@ def _block_of(table, paged, s, pos, size):
 
 @njit(cache=True, nogil=True, fastmath=_REDUCE)
 def _attend(q, k, v, table, paged, positions, slots, window, scale, softcap, out, job):
-    """Job `job` of `attention`: token job // n_head, query head job % n_head."""
+    """Job `job` of `run`: token job // n_head, query head job % n_head."""
     n_head = q.shape[1]
     hd = q.shape[2]
     size = k.shape[2]
@@ -92,14 +110,14 @@ def _attend(q, k, v, table, paged, positions, slots, window, scale, softcap, out
 
 
 @njit(cache=True, nogil=True, parallel=True)
-def attention_parallel(q, k, v, table, paged, positions, slots, window, scale, softcap, out):
+def _parallel(q, k, v, table, paged, positions, slots, window, scale, softcap, out):
     for job in prange(q.shape[0] * q.shape[1]):
         _attend(q, k, v, table, paged, positions, slots, window, scale, softcap, out, job)
     return out
 
 
 @njit(cache=True, nogil=True)
-def attention_serial(q, k, v, table, paged, positions, slots, window, scale, softcap, out):
+def _serial(q, k, v, table, paged, positions, slots, window, scale, softcap, out):
     for job in range(q.shape[0] * q.shape[1]):
         _attend(q, k, v, table, paged, positions, slots, window, scale, softcap, out, job)
     return out

@@ -243,19 +243,8 @@ def attention(q, k_cache, v_cache, positions, slots, window, scale, out, softcap
     """
     if checks.attention(q, k_cache, v_cache, positions, slots, window, out) == 0:
         return out
-    softcap = np.float32(softcap)
-    if not softcap >= 0:
-        raise checks.KernelArgumentError(f"softcap must be 0 (off) or positive, got {softcap}")
-    # Threads pay off once the jobs read enough keys: a decode step over a few hundred positions does.
-    n_keys = int(positions.max()) + 1 if window <= 0 else min(int(positions.max()) + 1, window)
-    n_tok, n_head = q.shape[0], q.shape[1]
-    work = n_tok * n_head * n_keys * (q.shape[2] + v_cache.shape[3]) * 4  # bytes of k, v read
-    if work >= threads.PARALLEL_MIN_BYTES * 4 and n_tok * n_head > 1:
-        threads.use_threads_for(work)
-        return attend.attention_parallel(q, k_cache, v_cache, attend.NO_TABLE, False, positions, slots, window,
-                                         scale, softcap, out)
-    return attend.attention_serial(q, k_cache, v_cache, attend.NO_TABLE, False, positions, slots, window, scale,
-                                   softcap, out)
+    return attend.run(q, k_cache, v_cache, attend.NO_TABLE, False, positions, slots, window, scale, softcap, out,
+                      int(positions.max()))
 
 
 def softcap(x, cap):

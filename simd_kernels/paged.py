@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from . import attend, checks, threads
+from . import attend, checks
 from .checks import KernelArgumentError
 
 
@@ -77,16 +77,7 @@ def attention_paged(q, k_pool, v_pool, table, positions, slots, window, scale, o
     p_max = _check_pool(k_pool, v_pool, table, positions, slots, n_tok, n_kv, hd, hd_v)
     if n_tok == 0:
         return out
-    softcap = np.float32(softcap)
-    if not softcap >= 0:
-        raise KernelArgumentError(f"softcap must be 0 (off) or positive, got {softcap}")
-    n_keys = p_max + 1 if window <= 0 else min(p_max + 1, window)  # the same rule for threads as ops.attention
-    work = n_tok * n_head * n_keys * (hd + hd_v) * 4
-    if work >= threads.PARALLEL_MIN_BYTES * 4 and n_tok * n_head > 1:
-        threads.use_threads_for(work)
-        return attend.attention_parallel(q, k_pool, v_pool, table, True, positions, slots, window, scale, softcap,
-                                         out)
-    return attend.attention_serial(q, k_pool, v_pool, table, True, positions, slots, window, scale, softcap, out)
+    return attend.run(q, k_pool, v_pool, table, True, positions, slots, window, scale, softcap, out, p_max)
 
 
 def gather(pool, table_row, k0: int, k1: int) -> np.ndarray:

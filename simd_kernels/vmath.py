@@ -1,9 +1,9 @@
 """float32 exp for nopython loops that LLVM can vectorize: no libm call in the loop body.
 
-`math.exp` on a float32 is a scalar call to libm's expf per element, which keeps a loop scalar: SwiGLU over
-8192 gates took 37-40 us and the softmax of a decode step's attention about half its time. llama.cpp computes
-the same two functions with its own vectorized exp; this one is ours (Cody-Waite range reduction, a degree-7
-Taylor polynomial by explicit FMAs, 2^n from the exponent bits) and is within 1 ulp of the exact value on the whole float32
+`math.exp` on a float32 is a scalar call to libm's expf per element, which keeps a loop scalar: SwiGLU over 8192
+gates took 37-40 us and the softmax of a decode step's attention about half its time. llama.cpp computes the same
+two functions with its own vectorized exp; this one is ours (Cody-Waite range reduction, a degree-7 Taylor
+polynomial by explicit FMAs, 2^n from the exponent bits) and is within 1 ulp of the exact value on the whole float32
 range, subnormal results included (tests/test_vmath.py measures it against float64 exp).
 """
 from __future__ import annotations

@@ -304,7 +304,7 @@ class JinjaTemplate:
             leave(token)
         if failure is None:
             return "".join(out)
-        del out, gen, variables
+        del out, gen, variables  # the error's traceback holds this frame: it must not keep what the render built
         raise TemplateError(failure[0], line=failure[1], kind="jinja")
 
 
