@@ -21,6 +21,8 @@ from localrt.engine.batch import Batcher
 from localrt.engine.events import Done
 from localrt.engine.speculative import (
     CONTEXT,
+    LONG,
+    LONG_AGREE,
     CostModel,
     DraftState,
     NgramIndex,
@@ -56,6 +58,18 @@ class FlatCosts(CostModel):
 ])
 def test_ngram_draft(tokens, k, expected):
     assert NgramIndex().draft(tokens, k) == expected
+
+
+def test_a_match_with_a_long_agreeing_context_is_its_own_class():
+    passage = list(range(10, 10 + LONG_AGREE + 6))
+    # the last LONG_AGREE tokens repeat the passage's first ones: a copy under way, whose drafts run on
+    assert NgramIndex().draft(passage + [5] + passage[:LONG_AGREE], 3) == (LONG, passage[LONG_AGREE:LONG_AGREE + 3])
+    # one token fewer agrees: the 3-gram match it is
+    assert NgramIndex().draft(passage + [5] + passage[1:LONG_AGREE], 3) == (3, passage[LONG_AGREE:LONG_AGREE + 3])
+    st = DraftState(16)
+    assert st.rate(LONG) == 0.9 and st.rate(3) == 0.75  # the priors: measured acceptance of each class
+    st.observe(LONG, 8, 2)
+    assert st.rate(LONG) < 0.9 and st.rate(3) == 0.75  # evidence is kept per class
 
 
 def test_agreement_counts_the_context_before_a_match():
@@ -95,9 +109,9 @@ def test_plan_drafts_where_it_pays_and_stops_where_it_does_not():
     spec = Speculator(max_rows=254, max_run=15, costs=_cpu_costs())
     seq = _seq(COPY)
     [[(_, n, draft)]] = spec.plan([seq], [100])
-    assert n == 3 and draft == list(range(20, 20 + len(draft))) and len(draft) >= 3
+    assert n == LONG and draft == list(range(20, 20 + len(draft))) and len(draft) >= 3  # 10 tokens agree
     for _ in range(3):  # the sequence stops copying: every draft is rejected at once
-        seq.draft.observe(3, 4, 0)
+        seq.draft.observe(LONG, 4, 0)
     [[(_, _, draft)]] = spec.plan([seq], [100])
     assert draft == []  # not worth a verify row any more
     for _ in range(200):  # no drafting for a long while: the evidence decays, and a probe is made
@@ -111,7 +125,7 @@ def test_a_step_without_a_draft_relaxes_the_cap_a_rejection_set():
     # (2-3 rows) do not pay, three (a 4-row forward) do. The step without a draft raises the cap, so the
     # sequence drafts three the step after instead of never drafting again.
     spec = Speculator(max_rows=254, max_run=15, costs=_cpu_costs())
-    seq = _seq(COPY)
+    seq = _seq(COPY[:30] + [5] + COPY[-LONG_AGREE + 1:])  # a 3-gram match: fewer than LONG_AGREE tokens agree
     seq.draft.observe(3, 4, 1)
     assert seq.draft.length == 2
     [[(_, _, draft)]] = spec.plan([seq], [100])

@@ -34,7 +34,7 @@ from .events import Done
 from .sampler import Sampler
 from .speculative import verify
 
-MODEL = 0  # the match size a draft model's drafts count under in DraftState (the n-gram sizes are 1..3)
+MODEL = 0  # the match class a draft model's drafts count under in DraftState (n-gram matches: 1..speculative.LONG)
 
 
 def check_tokenizers(target, draft, target_name: str = "the model", draft_name: str = "the draft model") -> None:

@@ -18,14 +18,16 @@ drafts. Grammar and stop strings hold for the same reason: every emitted token w
 
 Drafts (`NgramIndex`): the longest suffix of prompt + output (n from 3 down to 1) that occurred before;
 the draft is what followed the occurrence whose preceding tokens agree longest with the sequence's (ties: the
-most recent). Whether to draft, and how long, is decided per step from the measured cost of a forward by its
-row count (`CostModel`; on a CPU extra rows cost most of a one-row forward, on a GPU little) and the acceptance rate the sequence has shown for matches of that size
+most recent). A match counts under its size n, or under LONG where LONG_AGREE tokens agree (a passage being
+copied), each class with its own acceptance evidence. Whether to draft, and how long, is decided per step
+from the measured cost of a forward by its row count (`CostModel`; on a CPU extra rows cost most of a one-row
+forward, on a GPU little) and the acceptance rate the sequence has shown for matches of that class
 (`DraftState`): a step drafts only when the expected tokens per second beat the plain step's by a margin,
 so free writing, where matches rarely continue, turns drafting off by itself; stale evidence decays back to
 the prior, so an occasional probe notices when a sequence starts copying.
 
 A request whose draft_model option names the draft model loaded beside the model drafts from it instead of the
-index (`DraftState.source`, localrt.engine.draft_model): its drafts count under match size 0, each drafted token
+index (`DraftState.source`, localrt.engine.draft_model): its drafts count under match class 0, each drafted token
 adds one draft forward to the planned step's cost, and sampling verifies them by speculative sampling.
 """
 from __future__ import annotations
@@ -40,9 +42,23 @@ import numpy as np
 from .events import Done
 
 N_MAX, N_MIN = 3, 1  # n-gram sizes the lookup tries, longest first
+# A match whose occurrence's preceding tokens agree with the sequence's over at least LONG_AGREE tokens (its own
+# n-gram included) counts as its own class, LONG: the sequence is copying a passage there, and such drafts run on
+# (measured over bench/spec.py's replies, every position: a drafted token is accepted at 0.92-1.0 after 8+ agreeing
+# tokens, at 0.72-0.79 for a 3-gram with less), so its evidence is kept apart from the short matches'.
+LONG_AGREE = 8
+LONG = N_MAX + 1
+CLASSES = LONG + 1  # 0 (a draft model's drafts), 1..N_MAX (n-gram sizes), LONG
 SCAN = 16  # the most recent occurrences of the matching n-gram whose context is compared
 CONTEXT = 16  # tokens of context compared (the n-gram's own included)
 PRIOR_ACCEPT, PRIOR_REJECT = 3.0, 1.0  # pseudo-counts: a new match size is trusted at 0.75 per token
+# ... and a LONG match at 0.9 (the acceptance measured above). The planner, replayed on those greedy replies at the
+# forward costs spec.json measured (SmolLM2: 4 rows cost 1.9 one-row forwards), drafts 5-8 tokens there where it
+# drafted 3, for a modelled speedup of (before the LONG class -> with it): SmolLM2 quote 1.56 -> 1.89x, edit
+# 1.85 -> 1.82x, rename 1.21 -> 1.23x; Gemma 3 edit 2.41 -> 2.59x, quote 2.68 -> 2.73x, rename 1.49 -> 1.53x;
+# free writing 0.95 -> 0.95x and 2.29 -> 2.23x.
+LONG_PRIOR_ACCEPT = 9.0
+PRIOR = np.array([PRIOR_ACCEPT] * LONG + [LONG_PRIOR_ACCEPT])  # (CLASSES,) accepted pseudo-counts per class
 # The model's own record across requests (`Evidence`) replaces that 0.75 as a sequence's prior once drafts were
 # verified: a 64-token reply is too short to unlearn an optimistic prior on its own, and at 8 sequences a
 # rejected draft row costs most of a token (measured: 8 streaming SmolLM2 clients, 103-117 tok/s drafting on
@@ -62,9 +78,9 @@ class NgramIndex:
     """Where each n-gram (n = N_MIN..N_MAX) of a token list occurred with a continuation.
 
     `sync(tokens)` indexes what was appended since the last call (the list only grows: drafts never enter
-    it); `draft(tokens, k)` is (n, up to k tokens) for the longest matching suffix: what followed the one of its
-    last SCAN occurrences whose preceding tokens agree longest with the list's own (ties: the most recent), or
-    (0, []). A model that copies a passage with a change in it (a renamed identifier) comes back to a 1-2 token
+    it); `draft(tokens, k)` is (class, up to k tokens) for the longest matching suffix: what followed the one of
+    its last SCAN occurrences whose preceding tokens agree longest with the list's own (ties: the most recent),
+    the class being the suffix's size n, or LONG where LONG_AGREE tokens agree; or (0, []). A model that copies a passage with a change in it (a renamed identifier) comes back to a 1-2 token
     suffix that also occurs elsewhere; the agreeing context finds the place in the passage it is copying."""
 
     def __init__(self) -> None:
@@ -87,7 +103,7 @@ class NgramIndex:
             starts = self._at[n].get(tuple(tokens[len(tokens) - n :]))
             if starts:
                 start = max(reversed(starts[-SCAN:]), key=lambda c: agreement(tokens, c))  # max: the first best
-                return n, tokens[start : start + k]
+                return (LONG if agreement(tokens, start) >= LONG_AGREE else n), tokens[start : start + k]
         return 0, []
 
 
@@ -100,15 +116,15 @@ def agreement(tokens: list[int], start: int) -> int:
 
 
 class Evidence:
-    """A model's acceptance record per match size over every sequence's verified drafts, decayed per draft."""
+    """A model's acceptance record per match class over every sequence's verified drafts, decayed per draft."""
 
     def __init__(self) -> None:
-        self.accepted = np.zeros(N_MAX + 1)  # (N_MAX + 1,) decayed accepted drafted tokens, per n
-        self.rejected = np.zeros(N_MAX + 1)  # (N_MAX + 1,) decayed first rejections, per n
+        self.accepted = np.zeros(CLASSES)  # (CLASSES,) decayed accepted drafted tokens, per match class
+        self.rejected = np.zeros(CLASSES)  # (CLASSES,) decayed first rejections, per match class
 
     def rate(self, n: int) -> float:
         a, r = self.accepted[n], self.rejected[n]
-        return max(SHARED_FLOOR, (a + PRIOR_ACCEPT) / (a + r + PRIOR_ACCEPT + PRIOR_REJECT))
+        return max(SHARED_FLOOR, (a + PRIOR[n]) / (a + r + PRIOR[n] + PRIOR_REJECT))
 
     def observe(self, n: int, drafted: int, accepted: int) -> None:
         self.accepted *= SHARED_DECAY
@@ -126,8 +142,8 @@ class DraftState:
         self.max_draft = max_draft  # the request's draft_num_predict (the backend may allow fewer)
         self.shared = shared
         self.index = NgramIndex()
-        self.accepted = np.zeros(N_MAX + 1)  # (N_MAX + 1,) decayed drafted tokens that were accepted, per n
-        self.rejected = np.zeros(N_MAX + 1)  # (N_MAX + 1,) decayed first rejections, per n
+        self.accepted = np.zeros(CLASSES)  # (CLASSES,) decayed drafted tokens that were accepted, per match class
+        self.rejected = np.zeros(CLASSES)  # (CLASSES,) decayed first rejections, per match class
         self.length = 4  # draft cap: doubles on a full accept or a step without a draft; accepted + 1 on a reject
         self.drafted_count = 0
         self.accepted_count = 0
@@ -140,8 +156,8 @@ class DraftState:
     def rate(self, n: int) -> float:
         """Estimated probability that a drafted token from a size-n match is accepted."""
         a, r = self.accepted[n], self.rejected[n]
-        weight = PRIOR_ACCEPT + PRIOR_REJECT
-        prior = self.shared.rate(n) if self.shared is not None else PRIOR_ACCEPT / weight
+        weight = PRIOR[n] + PRIOR_REJECT
+        prior = self.shared.rate(n) if self.shared is not None else PRIOR[n] / weight
         return (a + weight * prior) / (a + r + weight)
 
     def step(self) -> None:
