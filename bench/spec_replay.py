@@ -10,8 +10,8 @@ against it, each forward priced at the cost of its row count that bench/spec.py 
 (`calibrated_forward_ms_by_rows` in --costs; beyond its largest count, linear). Figures, per model and task:
 `modelled_speedup` (one-row forwards of the plain decode / the replayed forwards' cost), its forwards and drafted
 / accepted tokens, and `oracle_speedup`: drafting from the same index exactly the tokens that will be accepted
-where that step pays on its own (a reference for planners on this index; being step by step, not a strict bound). `fixed_prior`: a fresh sequence on the fixed priors;
-`shared_second`: the second of two runs of the task on one model-wide `Evidence` (a daemon's case). Machine-free:
+where that step pays on its own (a reference for planners on this index; step by step, so not a strict bound).
+`fixed_prior`: a fresh sequence on the fixed priors; `shared_second`: the second of two runs of the task on one model-wide `Evidence` (a daemon's case). Machine-free:
 the same costs and code give the same figures anywhere, so planner changes compare exactly.
 """
 from __future__ import annotations
