@@ -11,8 +11,9 @@ against it, each forward priced at the cost of its row count that bench/spec.py 
 `modelled_speedup` (one-row forwards of the plain decode / the replayed forwards' cost), its forwards and drafted
 / accepted tokens, and `oracle_speedup`: drafting from the same index exactly the tokens that will be accepted
 where that step pays on its own (a reference for planners on this index; step by step, so not a strict bound).
-`fixed_prior`: a fresh sequence on the fixed priors; `shared_second`: the second of two runs of the task on one model-wide `Evidence` (a daemon's case). Machine-free:
-the same costs and code give the same figures anywhere, so planner changes compare exactly.
+`fixed_prior`: a fresh sequence on the fixed priors; `shared_second`: the second of two runs of the task on one
+model-wide `Evidence` (a daemon's case). Machine-free: the same costs and code give the same figures anywhere, so
+planner changes compare exactly.
 """
 from __future__ import annotations
 
