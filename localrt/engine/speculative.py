@@ -51,7 +51,7 @@ LONG = N_MAX + 1
 CLASSES = LONG + 1  # 0 (a draft model's drafts), 1..N_MAX (n-gram sizes), LONG
 SCAN = 16  # the most recent occurrences of the matching n-gram whose context is compared
 CONTEXT = 16  # tokens of context compared (the n-gram's own included)
-PRIOR_ACCEPT, PRIOR_REJECT = 3.0, 1.0  # pseudo-counts: a new match size is trusted at 0.75 per token
+PRIOR_ACCEPT, PRIOR_REJECT = 3.0, 1.0  # pseudo-counts: a new n-gram match is trusted at 0.75 per token
 # ... and a LONG match at 0.9 (the acceptance measured above). The planner, replayed on those greedy replies at the
 # forward costs spec.json measured (SmolLM2: 4 rows cost 1.9 one-row forwards), drafts 5-8 tokens there where it
 # drafted 3, for a modelled speedup of (before the LONG class -> with it): SmolLM2 quote 1.56 -> 1.89x, edit
@@ -59,7 +59,7 @@ PRIOR_ACCEPT, PRIOR_REJECT = 3.0, 1.0  # pseudo-counts: a new match size is trus
 # free writing 0.95 -> 0.95x and 2.29 -> 2.23x.
 LONG_PRIOR_ACCEPT = 9.0
 PRIOR = np.array([PRIOR_ACCEPT] * LONG + [LONG_PRIOR_ACCEPT])  # (CLASSES,) accepted pseudo-counts per class
-# The model's own record across requests (`Evidence`) replaces that 0.75 as a sequence's prior once drafts were
+# The model's own record across requests (`Evidence`) replaces those priors as a sequence's prior once drafts were
 # verified: a 64-token reply is too short to unlearn an optimistic prior on its own, and at 8 sequences a
 # rejected draft row costs most of a token (measured: 8 streaming SmolLM2 clients, 103-117 tok/s drafting on
 # the fixed prior, 125 without drafts).
@@ -80,8 +80,9 @@ class NgramIndex:
     `sync(tokens)` indexes what was appended since the last call (the list only grows: drafts never enter
     it); `draft(tokens, k)` is (class, up to k tokens) for the longest matching suffix: what followed the one of
     its last SCAN occurrences whose preceding tokens agree longest with the list's own (ties: the most recent),
-    the class being the suffix's size n, or LONG where LONG_AGREE tokens agree; or (0, []). A model that copies a passage with a change in it (a renamed identifier) comes back to a 1-2 token
-    suffix that also occurs elsewhere; the agreeing context finds the place in the passage it is copying."""
+    the class being the suffix's size n, or LONG where LONG_AGREE tokens agree; or (0, []). A model that copies a
+    passage with a change in it (a renamed identifier) comes back to a 1-2 token suffix that also occurs
+    elsewhere; the agreeing context finds the place in the passage it is copying."""
 
     def __init__(self) -> None:
         # n -> n-gram -> starts of its continuations, oldest first
@@ -154,7 +155,7 @@ class DraftState:
         self.pending_q: list = []  # (ids, probs) the drafted tokens were drawn from, for speculative sampling
 
     def rate(self, n: int) -> float:
-        """Estimated probability that a drafted token from a size-n match is accepted."""
+        """Estimated probability that a drafted token from a match of class n is accepted."""
         a, r = self.accepted[n], self.rejected[n]
         weight = PRIOR[n] + PRIOR_REJECT
         prior = self.shared.rate(n) if self.shared is not None else PRIOR[n] / weight
