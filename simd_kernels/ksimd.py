@@ -26,7 +26,6 @@ from .simd import (
     _X86,
     ROW_TOKENS,
     _Acts,
-    _byte_ptr,
     _c,
     _const_vec,
     _data,
@@ -37,6 +36,7 @@ from .simd import (
     _shuffle,
     _splat,
     _token_indices,
+    _u32_at,
 )
 
 # ---- K-quants: one row of 256-element super-blocks against Q8_K activations ----
@@ -55,11 +55,6 @@ def _pairs(builder, q, xv):
     v32 = ir.VectorType(_I32, 32)
     p = builder.mul(builder.sext(q, v32), builder.sext(xv, v32), flags=["nsw"])
     return builder.add(_shuffle(builder, p, p, range(0, 32, 2)), _shuffle(builder, p, p, range(1, 32, 2)))
-
-
-def _u32_at(builder, base, offset):
-    ptr = builder.bitcast(_byte_ptr(builder, base, offset), _I32.as_pointer())
-    return builder.load(ptr, align=1)
 
 
 def _k4_scales_mins(builder, wd, o):

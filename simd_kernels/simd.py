@@ -35,6 +35,11 @@ def _load_vec(builder, base, offset, n):
     return builder.load(ptr, align=1)
 
 
+def _u32_at(builder, base, offset):
+    ptr = builder.bitcast(_byte_ptr(builder, base, offset), _I32.as_pointer())
+    return builder.load(ptr, align=1)
+
+
 def _load_half(builder, base, offset):
     ptr = builder.bitcast(_byte_ptr(builder, base, offset), _I16.as_pointer())
     return builder.fpext(builder.bitcast(builder.load(ptr, align=1), ir.HalfType()), _F32)
@@ -143,13 +148,12 @@ def _fifth_bits(builder, base, offset):
     With AVX-512 BW/VL, qh is the select's <32 x i1> mask itself (a kmovd and one zero-masked byte move); else
     each byte of qh is spread over the lanes of its 8 bits and tested (a shuffle, an and, a compare)."""
     if {"avx512bw", "avx512vl"} <= _X86:
-        ptr = builder.bitcast(_byte_ptr(builder, base, offset), _I32.as_pointer())
-        is_set = builder.bitcast(builder.load(ptr, align=1), ir.VectorType(ir.IntType(1), 32))  # bit i -> lane i
-        return builder.select(is_set, _const_vec(_I8, [16] * 32), _const_vec(_I8, [0] * 32))
-    qh = _load_vec(builder, base, offset, 4)
-    spread = _shuffle(builder, qh, qh, [i // 8 for i in range(32)])  # lane i holds byte i // 8
-    bit = builder.and_(spread, _const_vec(_I8, [1 << (i % 8) for i in range(32)]))
-    is_set = builder.icmp_unsigned("!=", bit, _const_vec(_I8, [0] * 32))
+        is_set = builder.bitcast(_u32_at(builder, base, offset), ir.VectorType(ir.IntType(1), 32))  # bit i -> lane i
+    else:
+        qh = _load_vec(builder, base, offset, 4)
+        spread = _shuffle(builder, qh, qh, [i // 8 for i in range(32)])  # lane i holds byte i // 8
+        bit = builder.and_(spread, _const_vec(_I8, [1 << (i % 8) for i in range(32)]))
+        is_set = builder.icmp_unsigned("!=", bit, _const_vec(_I8, [0] * 32))
     return builder.select(is_set, _const_vec(_I8, [16] * 32), _const_vec(_I8, [0] * 32))
 
 
