@@ -15,6 +15,7 @@ import numpy as np
 from .checks import KernelArgumentError
 from .simd import _X86
 from .simd import EXPERTS as _EXPERTS_BY_NAME
+from .simd import MULTI as _MULTI_BY_NAME
 from .threads import use_threads_for
 
 F32, F16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 = 0, 1, 2, 3, 6, 7, 8
@@ -77,6 +78,10 @@ MUL = KernelTable({t: (module, f"mul_{_NAMES[t]}") for t, module in _MUL_MODULES
 # experts(w (n_expert * rows, row_bytes), rows, x (n_x, cols) f32, experts (n_pair,) int64, xrow (n_pair,) int64,
 # out (n_pair, rows) f32): out[p] = expert experts[p]'s rows . x[xrow[p]], as MUL computes each of them (simd.py)
 EXPERTS = {t: _EXPERTS_BY_NAME[k.py_func.__name__] for t, k in MUL.items() if k.py_func.__name__ in _EXPERTS_BY_NAME}
+
+# multi(w0, w1, w2, x (n_tok, cols) f32, out0, out1, out2): out_i (n_tok, rows_i) = x @ dequant(w_i).T for three
+# weights of one format and cols (a 0-row w2 / out2 for two), x quantized once, every row as MUL computes it (simd.py)
+MULTI = {t: _MULTI_BY_NAME[k.py_func.__name__] for t, k in MUL.items() if k.py_func.__name__ in _MULTI_BY_NAME}
 
 # rows(w, ids (n,) int64, out (n, cols) f32): dequantize the selected rows
 ROWS = KernelTable({t: ("dequant", f"rows_{name}") for t, name in _NAMES.items()})

@@ -241,9 +241,8 @@ def load_layer(cfg, src: TensorSource, il: int, block: TensorTable, **fields) ->
 def attention(be, cfg, w: Weights, L: Layer, il: int, h: np.ndarray, batch: Batch, cache, rope_base: float, freq_scale: float) -> np.ndarray:
     """Wo . softmax(q k^T * scale + mask) v for h (n_tok, n_embd); keys are stored in cache layer il."""
     n = len(batch)
-    q = be.linear(L.attn_q, h)  # (n_tok, n_head * head_dim)
-    k = be.linear(L.attn_k, h)  # (n_tok, n_head_kv * head_dim)
-    v = be.linear(L.attn_v, h)  # (n_tok, n_head_kv * head_dim_v)
+    # q (n_tok, n_head * head_dim), k (n_tok, n_head_kv * head_dim), v (n_tok, n_head_kv * head_dim_v)
+    q, k, v = be.linears((L.attn_q, L.attn_k, L.attn_v), h)
     for x, b in ((q, L.attn_q_bias), (k, L.attn_k_bias), (v, L.attn_v_bias)):
         if b is not None:
             be.ops.add_bias(x, b)
@@ -280,7 +279,6 @@ def attention(be, cfg, w: Weights, L: Layer, il: int, h: np.ndarray, batch: Batc
 
 def gated_ffn(be, L: Layer, m: np.ndarray, act) -> np.ndarray:
     """Wdown . (act(Wgate m) * Wup m) for m (n_tok, n_embd); act is be.ops.swiglu or be.ops.geglu_tanh."""
-    gate = be.linear(L.ffn_gate, m)  # (n_tok, n_ff)
-    up = be.linear(L.ffn_up, m)  # (n_tok, n_ff)
+    gate, up = be.linears((L.ffn_gate, L.ffn_up), m)  # (n_tok, n_ff) each
     act(gate, up, gate)
     return be.linear(L.ffn_down, gate)  # (n_tok, n_embd)

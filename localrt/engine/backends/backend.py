@@ -180,13 +180,7 @@ class CPUBackend:
         n = x.shape[0]
         if out is None:
             out = np.empty((n, w.shape[0]), np.float32)  # (n_tok, rows)
-        plan = self._plan
-        if per_row:
-            pieces = []
-        elif plan is not None and plan[0] == n:
-            pieces = plan[1]
-        else:  # outside a forward (logits of many rows at once): one BLAS product from BLAS_MIN_TOKENS rows on
-            pieces = [(0, n)] if n >= BLAS_MIN_TOKENS else []
+        pieces = [] if per_row else self._pieces(n)
         if not pieces:
             self._fused(w, x, out)
             return out
@@ -198,6 +192,46 @@ class CPUBackend:
             if not on_blas:
                 self._fused(w, x[lo:hi], out[lo:hi])
         return out
+
+    def linears(self, ws: tuple[QTensor, ...], x: np.ndarray) -> list[np.ndarray]:
+        """[x @ W.T for W in ws]: weights that read the same x (q, k, v; gate, up), each output (n_tok, rows).
+
+        On the per-row path (decode, drafts, short pieces) weights of one format go through one `simd_kernels.MULTI`
+        call per three: x quantized once and the threads woken once, where `linear` would make a call of each (a
+        decode step makes hundreds). Every row computes exactly as in `linear`; other batches take `linear`."""
+        n = x.shape[0]
+        if len(ws) == 1 or self._pieces(n):
+            return [self.linear(w, x) for w in ws]
+        if x.ndim != 2 or any(w.shape[1] != x.shape[1] for w in ws):  # the raw kernels check nothing
+            raise simd_kernels.KernelArgumentError(f"{', '.join(w.name for w in ws)}: x {x.shape} does not fit")
+        outs: list[np.ndarray | None] = [None] * len(ws)
+        by_type: dict[int, list[int]] = {}
+        for i, w in enumerate(ws):
+            by_type.setdefault(w.ggml_type, []).append(i)
+        for ggml_type, idx in by_type.items():
+            kernel = simd_kernels.MULTI.get(ggml_type)
+            while len(idx) > 1 and kernel is not None:
+                group, idx = idx[:3], idx[3:]
+                data = [ws[i].data for i in group]  # uint8 (rows_i, row_bytes) each
+                out = [np.empty((n, d.shape[0]), np.float32) for d in data]  # (n_tok, rows_i) each
+                if len(group) == 2:  # a 0-row third weight: one kernel signature for two and three
+                    data.append(data[0][:0])
+                    out.append(np.empty((n, 0), np.float32))
+                threads.use_threads_for(sum(d.nbytes for d in data) * n)
+                kernel(*data, x, *out)
+                for i, o in zip(group, out):
+                    outs[i] = o
+            for i in idx:
+                outs[i] = self.linear(ws[i], x)
+        return outs
+
+    def _pieces(self, n: int) -> list[tuple[int, int]]:
+        """The BLAS pieces of an n-row batch (none: every row on the per-row fused kernel)."""
+        plan = self._plan
+        if plan is not None and plan[0] == n:
+            return plan[1]
+        # outside a forward (logits of many rows at once): one BLAS product from BLAS_MIN_TOKENS rows on
+        return [(0, n)] if n >= BLAS_MIN_TOKENS else []
 
     @staticmethod
     def _fused(w: QTensor, x: np.ndarray, out: np.ndarray) -> None:

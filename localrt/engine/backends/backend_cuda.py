@@ -104,6 +104,10 @@ class CUDABackend:
         self._rows(w, ids, out)
         return out
 
+    def linears(self, ws, x):
+        """[x @ W.T for W in ws] for weights that read the same x (the CPU backend's seam): one `linear` each."""
+        return [self.linear(w, x) for w in ws]
+
     def linear(self, w: QTensor, x, out=None):
         """y = x @ W.T: x (n_tok, cols) f32 -> (n_tok, rows) f32, W raw blocks on this device."""
         cp = self.cp
