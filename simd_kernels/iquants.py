@@ -23,7 +23,8 @@ from numba.extending import intrinsic
 from .actquant import quantize_q8_0, quantize_q8_k
 from .dequant import KVALUES_IQ4NL
 from .simd import (
-    _I8, _I16, _I32, _V8F, _Acts, _byte_ptr, _c, _const_vec, _data, _load_half, _load_vec, _reduce_f, _shuffle,
+    _I8, _I16, _I32, _V8F, _Acts, _byte_ptr, _c, _const_vec, _data, _load_half, _load_vec, _prefetch, _reduce_f,
+    _shuffle,
     ROW_TOKENS, _splat, _token_indices, fused_kernel,
 )
 
@@ -98,6 +99,7 @@ def _make_nl_rowdot(n_tok):
                     builder.store(builder.fadd(builder.load(acc), part), acc)
 
             with cgutils.for_range(builder, builder.udiv(acts.n_blocks, _c(2))) as loop:
+                _prefetch(builder, wd, builder.mul(loop.index, _c(2 * NL_BYTES)), 2 * NL_BYTES)  # the pair's lines
                 block(builder.mul(loop.index, _c(2)), 0)
                 block(builder.add(builder.mul(loop.index, _c(2)), _c(1)), 1)
             with builder.if_then(builder.trunc(acts.n_blocks, ir.IntType(1))):  # odd count: the last block
@@ -146,6 +148,7 @@ def _make_xs_rowdot(n_tok):
             with cgutils.for_range(builder, acts.n_blocks) as loop:
                 blk = loop.index
                 o = builder.mul(blk, _c(XS_BYTES))
+                _prefetch(builder, wd, o, XS_BYTES)
                 d = _load_half(builder, wd, o)
                 scales = _xs_scales(builder, wd, o)
                 xo = builder.mul(blk, _c(256))

@@ -236,7 +236,6 @@ def _make_rowdot(name, n_tok):
 
             def block(blk, k):
                 o = builder.mul(blk, _c(block_bytes))
-                _prefetch(builder, wd, o, block_bytes)
                 prep = _prepare_block(builder, decode(builder, wd, o), signed)
                 dw = _load_half(builder, wd, o)
                 m = _load_half(builder, wd, builder.add(o, _c(min_offset))) if min_offset is not None else None
@@ -250,6 +249,7 @@ def _make_rowdot(name, n_tok):
                         builder.store(builder.fadd(builder.load(acc_min), builder.fmul(m, sx)), acc_min)
 
             with cgutils.for_range(builder, builder.udiv(acts.n_blocks, _c(2))) as loop:
+                _prefetch(builder, wd, builder.mul(loop.index, _c(2 * block_bytes)), 2 * block_bytes)  # the pair's lines
                 block(builder.mul(loop.index, _c(2)), 0)
                 block(builder.add(builder.mul(loop.index, _c(2)), _c(1)), 1)
             with builder.if_then(builder.trunc(acts.n_blocks, ir.IntType(1))):  # odd count: the last block
