@@ -24,8 +24,7 @@ from .actquant import quantize_q8_0, quantize_q8_k
 from .dequant import KVALUES_IQ4NL
 from .simd import (
     _I8, _I16, _I32, _V8F, _Acts, _byte_ptr, _c, _const_vec, _data, _load_half, _load_vec, _prefetch, _reduce_f,
-    _shuffle,
-    ROW_TOKENS, _splat, _token_indices, fused_kernel,
+    _shuffle, ROW_TOKENS, _splat, _token_indices, fused_kernel,
 )
 
 _V8I = ir.VectorType(_I32, 8)

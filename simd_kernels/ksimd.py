@@ -30,9 +30,9 @@ from .simd import (
     _const_vec,
     _data,
     _intrinsic,
-    _prefetch,
     _load_half,
     _load_vec,
+    _prefetch,
     _reduce_f,
     _shuffle,
     _splat,
@@ -260,8 +260,9 @@ def _k8_row_loop(context, builder, sig, args, block_bytes, decode, finish, n_tok
     zero = ir.Constant(_V8I, [0] * 8)
     with cgutils.for_range(builder, acts.n_blocks) as loop:
         blk = loop.index
-        _prefetch(builder, wd, builder.mul(blk, _c(block_bytes)), block_bytes)
-        extra, subs = decode(builder, wd, builder.mul(blk, _c(block_bytes)))
+        o = builder.mul(blk, _c(block_bytes))
+        _prefetch(builder, wd, o, block_bytes)
+        extra, subs = decode(builder, wd, o)
         for (xqd, xdd, bsd), acc in zip(toks, accs):
             xo = builder.mul(blk, _c(256))
             parts = [zero, zero]

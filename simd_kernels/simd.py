@@ -249,7 +249,8 @@ def _make_rowdot(name, n_tok):
                         builder.store(builder.fadd(builder.load(acc_min), builder.fmul(m, sx)), acc_min)
 
             with cgutils.for_range(builder, builder.udiv(acts.n_blocks, _c(2))) as loop:
-                _prefetch(builder, wd, builder.mul(loop.index, _c(2 * block_bytes)), 2 * block_bytes)  # the pair's lines
+                pair = builder.mul(loop.index, _c(2 * block_bytes))
+                _prefetch(builder, wd, pair, 2 * block_bytes)  # the lines of the pair of blocks
                 block(builder.mul(loop.index, _c(2)), 0)
                 block(builder.add(builder.mul(loop.index, _c(2)), _c(1)), 1)
             with builder.if_then(builder.trunc(acts.n_blocks, ir.IntType(1))):  # odd count: the last block

@@ -10,19 +10,18 @@ prompt-lookup draft in the step's forward (localrt.engine.speculative: rows for 
 drafted ones, sampled in order while the draws equal the draft, the cache trimmed after), several in one step,
 or a draft from the draft model beside it (localrt.engine.draft_model, whose own cache follows the same way).
 
-Batch invariance: a sequence's tokens do not depend on what else runs with it, nor on what was cached. A row
-takes the BLAS path only inside a prompt chunk's pieces (`backends.backend.blas_pieces`: the chunk cut at
-multiples of 256 positions, pieces of 64+ rows, each chunk a forward of its own); every other row (decode,
-drafts, a short piece) goes through per-row kernels whose reduction order does not depend on the number of
-rows: the fused 8-bit `simd_kernels.MUL` path (or `MULTI` for weights sharing an input, each row as MUL computes
-it; bit-identical per row for any row count below the backend's `invariant_rows`, tests/test_batch_engine.py
-checks it) and the per-(token, head) attention kernel. Chunks end
-at multiples of num_batch positions, so a position's path depends only on the prompt. Prefix reuse is exact: a
-cached position is reused only where it was computed on the path a fresh evaluation of the new prompt takes
-(`backends.backend.exact_reuse`), from any finished sequence's cached prefix or any running sequence: its full
-KV blocks referenced, not copied (localrt.engine.kv_cache: a paged pool; a block is copied only before a sequence
-writes below what another one wrote into it). When the pool runs dry the newest sequence waits and is replayed
-exactly (localrt.engine.preempt).
+Batch invariance: a sequence's tokens do not depend on what else runs with it, nor on what was cached. A row takes
+the BLAS path only inside a prompt chunk's pieces (`backends.backend.blas_pieces`: the chunk cut at multiples of 256
+positions, pieces of 64+ rows, each chunk a forward of its own); every other row (decode, drafts, a short piece)
+goes through per-row kernels whose reduction order does not depend on the number of rows: the fused 8-bit
+`simd_kernels.MUL` path (or `MULTI` for weights sharing an input, each row as MUL computes it; bit-identical per row
+for any row count below the backend's `invariant_rows`, tests/test_batch_engine.py checks it) and the per-(token,
+head) attention kernel. Chunks end at multiples of num_batch positions, so a position's path depends only on the
+prompt. Prefix reuse is exact: a cached position is reused only where it was computed on the path a fresh evaluation
+of the new prompt takes (`backends.backend.exact_reuse`), from any finished sequence's cached prefix or any running
+sequence: its full KV blocks referenced, not copied (localrt.engine.kv_cache: a paged pool; a block is copied only
+before a sequence writes below what another one wrote into it). When the pool runs dry the newest sequence waits and
+is replayed exactly (localrt.engine.preempt).
 """
 from __future__ import annotations
 
