@@ -125,6 +125,7 @@ class CPUBackend:
     def __init__(self) -> None:
         self._scratches: list[np.ndarray] = []  # per prefill team member: flat f32, viewed as (chunk_rows, cols)
         self._plan: tuple[int, list] | None = None  # (n_rows, blas_pieces) of the forward running now
+        self._multi_calls: dict[tuple[QTensor, ...], list] = {}  # linears' weights -> their calls (_multi_calls)
 
     @contextlib.contextmanager
     def planned(self, positions: np.ndarray, slots: np.ndarray):
@@ -200,29 +201,23 @@ class CPUBackend:
         call per three: x quantized once and the threads woken once, where `linear` would make a call of each (a
         decode step makes hundreds). Every row computes exactly as in `linear`; other batches take `linear`."""
         n = x.shape[0]
-        if len(ws) == 1 or self._pieces(n):
+        if self._pieces(n):
             return [self.linear(w, x) for w in ws]
-        if x.ndim != 2 or any(w.shape[1] != x.shape[1] for w in ws):  # the raw kernels check nothing
+        calls = self._multi_calls.get(ws)
+        if calls is None:
+            calls = self._multi_calls[ws] = _multi_calls(ws)
+        if x.ndim != 2 or x.shape[1] != ws[0].shape[1]:  # the raw kernels check nothing
             raise simd_kernels.KernelArgumentError(f"{', '.join(w.name for w in ws)}: x {x.shape} does not fit")
         outs: list[np.ndarray | None] = [None] * len(ws)
-        by_type: dict[int, list[int]] = {}
-        for i, w in enumerate(ws):
-            by_type.setdefault(w.ggml_type, []).append(i)
-        for ggml_type, idx in by_type.items():
-            kernel = simd_kernels.MULTI.get(ggml_type)
-            while len(idx) > 1 and kernel is not None:
-                group, idx = idx[:3], idx[3:]
-                data = [ws[i].data for i in group]  # uint8 (rows_i, row_bytes) each
-                out = [np.empty((n, d.shape[0]), np.float32) for d in data]  # (n_tok, rows_i) each
-                if len(group) == 2:  # a 0-row third weight: one kernel signature for two and three
-                    data.append(data[0][:0])
-                    out.append(np.empty((n, 0), np.float32))
-                threads.use_threads_for(sum(d.nbytes for d in data) * n)
-                kernel(*data, x, *out)
-                for i, o in zip(group, out):
-                    outs[i] = o
-            for i in idx:
-                outs[i] = self.linear(ws[i], x)
+        for kernel, idx, data, nbytes in calls:
+            if kernel is None:
+                outs[idx[0]] = self.linear(ws[idx[0]], x)
+                continue
+            out = [np.empty((n, d.shape[0]), np.float32) for d in data]  # (n_tok, rows_i) each
+            threads.use_threads_for(nbytes * n)
+            kernel(*data, x, *out)
+            for i, o in zip(idx, out):
+                outs[i] = o
         return outs
 
     def _pieces(self, n: int) -> list[tuple[int, int]]:
@@ -395,6 +390,27 @@ def _block_attention(q, k_cache, v_cache, positions, s: int, window: int, scale:
             out[a:b, heads, :] = mixed.reshape(group, m, -1).transpose(1, 0, 2)
 
     team.run(part)
+
+
+def _multi_calls(ws: tuple[QTensor, ...]) -> list[tuple]:
+    """How `linears` computes ws: (MULTI kernel, indices into ws, their raw data, bytes) per group of up to three of
+    one format (two get a 0-row third: one kernel signature), (None, [i], None, 0) for a weight computed alone."""
+    if any(w.shape[1] != ws[0].shape[1] for w in ws):
+        raise simd_kernels.KernelArgumentError(f"{', '.join(w.name for w in ws)} do not share an input width")
+    by_type: dict[int, list[int]] = {}
+    for i, w in enumerate(ws):
+        by_type.setdefault(w.ggml_type, []).append(i)
+    calls = []
+    for ggml_type, idx in by_type.items():
+        kernel = simd_kernels.MULTI.get(ggml_type)
+        while len(idx) > 1 and kernel is not None:
+            group, idx = idx[:3], idx[3:]
+            data = [ws[i].data for i in group]  # uint8 (rows_i, row_bytes) each
+            if len(group) == 2:
+                data.append(data[0][:0])
+            calls.append((kernel, group, data, sum(d.nbytes for d in data)))
+        calls += [(None, [i], None, 0) for i in idx]
+    return calls
 
 
 def _split(n: int, parts: int, align: int) -> list[int]:
