@@ -11,6 +11,7 @@ from .api import (
     FUSED_PREFILL,
     MUL,
     MULTI,
+    PREFILL,
     ROWS,
     KernelArgumentError,
     get_rows,
@@ -22,5 +23,5 @@ warm.refuse_blas_probe()  # before any kernel runs: Numba's start-up then skips 
 
 _cache_guard.check(rows.n_groups)  # any kernel of the package: they share one cache directory
 
-__all__ = ["BLOCKS", "EXPERTS", "FUSED_PREFILL", "MUL", "MULTI", "ROWS", "KernelArgumentError", "get_rows", "matmul",
-           "matvec"]
+__all__ = ["BLOCKS", "EXPERTS", "FUSED_PREFILL", "MUL", "MULTI", "PREFILL", "ROWS", "KernelArgumentError", "get_rows",
+           "matmul", "matvec"]

@@ -3,7 +3,9 @@
 Q8_0 and Q8_1 follow ggml's x86 AVX path (`id = 127/amax`, round half to even, d stored as f16);
 Q8_K follows the reference quantizer (largest-|x| element becomes -127, d kept in float32).
 Serial on purpose: it is ~1% of a prefill call, and a parallel region here would cost each small
-decode call another thread wake-up.
+decode call another thread wake-up. `quantize_q8_k_interleaved` is Q8_K for the Q4_K prefill kernel
+(simd_kernels.kprefill): the same values, each super-block's dwords reordered, and the scales and
+sub-block sums laid out token-minor.
 """
 from __future__ import annotations
 
@@ -116,3 +118,47 @@ def quantize_q8_k(x):
     for t in range(n_tok):
         quantize_row_q8_k(x[t], q[t], d[t], bsums[t])
     return q, d, bsums
+
+
+def _q4k_dwords() -> np.ndarray:
+    """The interleaved order of a super-block's 64 dwords (4 elements each): position 8*(2m+h) + 4L + i holds
+    natural dword 8*(2i+h) + 4L + m, i.e. elements 4m..4m+3 (+16 for L = 1) of sub-block 2i+h
+    (simd_kernels.kprefill's register 2m+h: 128-bit lane L, dword i)."""
+    out = np.empty(64, np.int64)
+    for m in range(4):
+        for h in range(2):
+            for lane in range(2):
+                for i in range(4):
+                    out[8 * (2 * m + h) + 4 * lane + i] = 8 * (2 * i + h) + 4 * lane + m
+    return out
+
+
+Q4K_DWORDS = _q4k_dwords()  # (64,) int64: natural dword of each interleaved position
+
+
+@njit(cache=True, nogil=True)
+def quantize_q8_k_interleaved(x):
+    """x: f32 (n_tok, cols) -> the Q8_K activations of quantize_q8_k, laid out for kprefill's Q4_K kernel:
+    q int8 (n_tok, cols), each super-block's dwords in Q4K_DWORDS order; d f32 (cols/256, n_tok) the scales;
+    sums int16 (cols/256, 4, n_tok, 2): sums[b, k, t] = the sums of q over sub-blocks 2k and 2k+1 (32 elements
+    each, |sum| <= 32*127) of super-block b of token t."""
+    n_tok, cols = x.shape
+    nb = cols // QK_K
+    q = np.empty((n_tok, cols), np.int8)  # (n_tok, cols)
+    d = np.empty((nb, n_tok), np.float32)  # (cols/256, n_tok)
+    sums = np.empty((nb, 4, n_tok, 2), np.int16)  # (cols/256, 4, n_tok, 2)
+    row = np.empty(cols, np.int8)  # (cols,) one token's natural-order quants
+    rd = np.empty(nb, np.float32)  # (cols/256,)
+    bsums = np.empty(cols // KGROUP, np.int32)  # (cols/16,)
+    order = Q4K_DWORDS
+    for t in range(n_tok):
+        quantize_row_q8_k(x[t], row, rd, bsums)
+        src = row.view(np.int32)  # (cols/4,)
+        dst = q[t].view(np.int32)  # (cols/4,)
+        for b in range(nb):
+            for p in range(64):
+                dst[64 * b + p] = src[64 * b + order[p]]
+            d[b, t] = rd[b]
+            for j in range(8):
+                sums[b, j // 2, t, j % 2] = np.int16(bsums[16 * b + 2 * j] + bsums[16 * b + 2 * j + 1])
+    return q, d, sums

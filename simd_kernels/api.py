@@ -94,6 +94,10 @@ ROWS = KernelTable({t: ("dequant", f"rows_{name}") for t, name in _NAMES.items()
 FUSED_PREFILL: frozenset[int] = frozenset(
     ({Q4_K, Q6_K} if "avx2" in _X86 else set()) | ({Q8_0} if {"avx512vnni", "avx512vl"} <= _X86 else set()))
 
+# prefill(w, xq, xd, sums, out) with (xq, xd, sums) = quantize(x): a prompt piece's kernel for these formats, with
+# numbers of its own (not the per-row kernel's), so it serves only the pieces (simd_kernels.kprefill)
+PREFILL = KernelTable({Q4_K: ("kprefill", "PREFILL_Q4_K")} if Q4_K in FUSED_PREFILL else {})
+
 # Batches at least this large go through dequantized row tiles and BLAS; smaller ones use the fused
 # integer kernel (8 tokens per decoded weight block), which measured as fast or faster below this.
 BLAS_MIN_TOKENS = 256

@@ -51,7 +51,8 @@ def test_prefill_linear_matches_dequantized_product(rows):
 @pytest.mark.parametrize("ggml_type", [Q4_K, Q6_K, Q8_0], ids=["Q4_K", "Q6_K", "Q8_0"])
 @pytest.mark.parametrize("rows", [50, 256])
 def test_prefill_linear_in_a_fused_format_is_each_rows_one_row_call(ggml_type, rows):
-    """A prompt's rows in a FUSED_PREFILL format: the fused kernel split over the team, each row as decode has it."""
+    """A prompt's rows in a FUSED_PREFILL format: the fused kernel split over the team, each row as decode has it;
+    in a PREFILL format, the format's prompt kernel, each row as that kernel computes the token alone."""
     rng = np.random.default_rng(ggml_type)
     raw = random_weights(rng, ggml_type, rows, 256)  # (rows, row_bytes)
     raw.flags.writeable = False  # as the mmap'd weights are
@@ -63,7 +64,13 @@ def test_prefill_linear_in_a_fused_format_is_each_rows_one_row_call(ggml_type, r
     for i in (0, 7, 64, 129):
         one = np.empty((1, rows), np.float32)
         simd_kernels.MUL[ggml_type](raw, np.ascontiguousarray(x[i : i + 1]), one)
-        if ggml_type in simd_kernels.FUSED_PREFILL:
+        if ggml_type in simd_kernels.PREFILL:  # the format's prompt kernel: its own numbers, close to the per-row ones
+            quantize, kernel = simd_kernels.PREFILL[ggml_type]
+            alone = np.empty((1, rows), np.float32)
+            kernel(raw, *quantize(np.ascontiguousarray(x[i : i + 1])), alone)
+            assert np.array_equal(got[i], alone[0]), f"row {i}"  # a token's result does not depend on the others
+            np.testing.assert_allclose(got[i], one[0], rtol=1e-4, atol=1e-4 * np.abs(one).max())
+        elif ggml_type in simd_kernels.FUSED_PREFILL:
             assert np.array_equal(got[i], one[0]), f"row {i}"
         else:  # this host keeps the format on BLAS: f32 products, close to the 8-bit ones
             np.testing.assert_allclose(got[i], one[0], rtol=0.05, atol=0.05 * np.abs(one).max())

@@ -25,7 +25,9 @@ F32 = 0
 # position's piece, and therefore its keys, depend only on the prompt and num_batch: never on how the prompt
 # was resumed, on what ran beside it or on what was cached (prefix reuse is exact: localrt.engine.batch).
 # A weight in one of simd_kernels.FUSED_PREFILL's formats (Q4_K, Q6_K; Q8_0 with VNNI) takes the fused kernel in
-# the pieces too: it beats the dequantized tiles there, and its rows compute as decode's do.
+# the pieces too: it beats the dequantized tiles there, and its rows compute as decode's do. A format with a prompt
+# kernel of its own (simd_kernels.PREFILL: Q4_K) takes that one in the pieces instead: its numbers are its own, as
+# BLAS's are, and a piece's rows do not depend on each other (1B Q4_K_M pp128: 99 -> 137 tok/s).
 # Measured (prefill forward of one chunk, 2 threads, best of 3; fused / BLAS ms): SmolLM2 32: 113 / 145,
 # 64: 216 / 186, 128: 441 / 285, 255: 922 / 548; Gemma 3 32: 115 / 163, 64: 225 / 216, 128: 485 / 329. One
 # product per 256 rows costs 1.09x one per 512 (per 64: 1.6x), measured on SmolLM2-sized tiles.
@@ -185,12 +187,15 @@ class CPUBackend:
         if not pieces:
             self._fused(w, x, out)
             return out
-        if w.ggml_type in simd_kernels.FUSED_PREFILL:  # see simd_kernels.api.FUSED_PREFILL
+        if w.ggml_type in simd_kernels.PREFILL:  # a prompt kernel of the format's own: the pieces only
+            self._prefill((w,), x, [out], pieces)
+        elif w.ggml_type in simd_kernels.FUSED_PREFILL:  # see simd_kernels.api.FUSED_PREFILL
             self._fused_team(w, x, out)
             return out
-        self._blas(w, x, out, pieces)
-        for lo, hi, on_blas in segments(n, pieces):
-            if not on_blas:
+        else:
+            self._blas(w, x, out, pieces)
+        for lo, hi, on_piece in segments(n, pieces):
+            if not on_piece:
                 self._fused(w, x[lo:hi], out[lo:hi])
         return out
 
@@ -200,14 +205,17 @@ class CPUBackend:
         On the per-row path (decode, drafts, short pieces) weights of one format go through one `simd_kernels.MULTI`
         call per three: x quantized once and the threads woken once, where `linear` would make a call of each (a
         decode step makes hundreds). Every row computes exactly as in `linear`; other batches take `linear`."""
+        if x.ndim != 2 or x.shape[1] != ws[0].shape[1]:  # the raw kernels check nothing
+            raise simd_kernels.KernelArgumentError(f"{', '.join(w.name for w in ws)}: x {x.shape} does not fit")
         n = x.shape[0]
-        if self._pieces(n):
+        pieces = self._pieces(n)
+        if pieces:
+            if len({w.ggml_type for w in ws}) == 1 and ws[0].ggml_type in simd_kernels.PREFILL:
+                return self._prefill_all(ws, x, pieces)  # x quantized once for all of them
             return [self.linear(w, x) for w in ws]
         calls = self._multi_calls.get(ws)
         if calls is None:
             calls = self._multi_calls[ws] = _multi_calls(ws)
-        if x.ndim != 2 or x.shape[1] != ws[0].shape[1]:  # the raw kernels check nothing
-            raise simd_kernels.KernelArgumentError(f"{', '.join(w.name for w in ws)}: x {x.shape} does not fit")
         outs: list[np.ndarray | None] = [None] * len(ws)
         for kernel, idx, data, nbytes in calls:
             if kernel is None:
@@ -255,6 +263,46 @@ class CPUBackend:
                 kernel(w.data[lo:hi], x, share)
                 out[:, lo:hi] = share
 
+        team.run(part)
+
+    def _prefill_all(self, ws: tuple[QTensor, ...], x: np.ndarray, pieces: list[tuple[int, int]]) -> list[np.ndarray]:
+        """[x @ W.T for W in ws] of one PREFILL format: the pieces by its prompt kernel, other rows per row."""
+        if any(x.shape[1] != w.shape[1] for w in ws):
+            raise simd_kernels.KernelArgumentError(f"{', '.join(w.name for w in ws)}: x {x.shape} does not fit")
+        outs = [np.empty((x.shape[0], w.shape[0]), np.float32) for w in ws]  # (n_tok, rows_i) each
+        self._prefill(ws, x, outs, pieces)
+        for lo, hi, on_piece in segments(x.shape[0], pieces):
+            if not on_piece:
+                for w, out in zip(ws, outs):
+                    self._fused(w, x[lo:hi], out[lo:hi])
+        return outs
+
+    @staticmethod
+    def _prefill(ws: tuple[QTensor, ...], x: np.ndarray, outs: list[np.ndarray], pieces: list[tuple[int, int]]) -> None:
+        """outs[i][lo:hi] = x[lo:hi] @ ws[i].T for each piece by the format's prompt kernel (simd_kernels.PREFILL;
+        one format): each piece's activations quantized once, each team member running the kernel on one thread
+        over its share of every weight's rows."""
+        quantize, kernel = simd_kernels.PREFILL[ws[0].ggml_type]
+        acts = [quantize(x[lo:hi]) for lo, hi in pieces]
+        team = threads.team()
+        bounds = [_split(w.shape[0], team.n, 16) for w in ws]
+
+        def part(i: int) -> None:
+            for w, out, b in zip(ws, outs, bounds):
+                r_lo, r_hi = b[i], b[i + 1]
+                if r_hi == r_lo:
+                    continue
+                for (lo, hi), act in zip(pieces, acts):
+                    share = np.empty((hi - lo, r_hi - r_lo), np.float32)  # (piece tokens, this member's rows)
+                    kernel(w.data[r_lo:r_hi], *act, share)
+                    out[lo:hi, r_lo:r_hi] = share
+
+        if team.n == 1:  # no team: Numba's threads over all the rows
+            threads.use_threads_for(sum(w.data.nbytes for w in ws) * x.shape[0])
+            for (lo, hi), act in zip(pieces, acts):
+                for w, out in zip(ws, outs):
+                    kernel(w.data, *act, out[lo:hi])
+            return
         team.run(part)
 
     def _blas(self, w: QTensor, x: np.ndarray, out: np.ndarray, pieces: list[tuple[int, int]]) -> None:

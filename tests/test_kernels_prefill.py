@@ -1,0 +1,116 @@
+"""simd_kernels.kprefill: the Q4_K prompt kernel and its interleaved activations.
+
+The kernel's numbers are its own (it sums a row's lanes in another order than the per-row kernel), so it is held to
+the same oracle as every kernel (tests/test_kernels.check: llama.cpp's activation quantization emulated exactly, and
+the float64 product), a token's result must not depend on the other tokens of the call, every x86 path must give
+the generic code's bits, and the backend's `linears` must give `linear`'s outputs on a prompt piece.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from test_kernels import check, random_weights
+
+import simd_kernels as sk
+import simd_kernels.simd as simd
+from localrt.engine.backends.backend import CPUBackend, QTensor
+from simd_kernels.actquant import Q4K_DWORDS, quantize_q8_k, quantize_q8_k_interleaved
+from simd_kernels.kprefill import PREFILL_Q4_K
+
+Q4_K = 12
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _prefill(w: np.ndarray, x: np.ndarray) -> np.ndarray:
+    quantize, kernel = PREFILL_Q4_K
+    out = np.empty((x.shape[0], w.shape[0]), np.float32)  # (n_tok, rows)
+    kernel(w, *quantize(x), out)
+    return out
+
+
+def test_the_interleaved_activations_are_q8_k_reordered() -> None:
+    x = np.random.default_rng(0).standard_normal((5, 512)).astype(np.float32)
+    q, d, bsums = quantize_q8_k(x)
+    iq, idt, sums = quantize_q8_k_interleaved(x)
+    assert sorted(Q4K_DWORDS) == list(range(64))
+    natural = q.view(np.int32).reshape(5, 2, 64)  # (n_tok, super-blocks, dwords)
+    assert np.array_equal(iq.view(np.int32).reshape(5, 2, 64), natural[:, :, Q4K_DWORDS])
+    assert np.array_equal(idt, d.T)
+    pairs = bsums.reshape(5, 2, 8, 2).sum(axis=3)  # (n_tok, super-blocks, sub-blocks): 32-element sums
+    assert np.array_equal(sums.astype(np.int64), pairs.reshape(5, 2, 4, 2).transpose(1, 2, 0, 3))
+
+
+@pytest.mark.parametrize("n_tok", [1, 2, 3, 4, 7, 8, 13, 69])
+def test_prefill_q4_k_against_the_oracle(n_tok: int) -> None:
+    rng = np.random.default_rng(n_tok)
+    w = random_weights(rng, Q4_K, 24, 768)  # (rows, row_bytes): 3 super-blocks a row
+    w.flags.writeable = False
+    x = rng.standard_normal((n_tok, 768)).astype(np.float32)
+    check(Q4_K, w, x, _prefill(w, x))
+
+
+def test_a_tokens_result_does_not_depend_on_the_call() -> None:
+    rng = np.random.default_rng(1)
+    w = random_weights(rng, Q4_K, 40, 512)
+    w.flags.writeable = False
+    x = rng.standard_normal((21, 512)).astype(np.float32)
+    whole = _prefill(w, x)
+    for lo, hi in ((0, 1), (5, 8), (3, 16), (16, 21), (0, 13)):  # 8-token passes, tails of 1-7, other offsets
+        assert np.array_equal(_prefill(w, np.ascontiguousarray(x[lo:hi])), whole[lo:hi]), (lo, hi)
+
+
+_SCRIPT = """
+import json, sys
+import numpy as np
+sys.path.insert(0, {tests!r})
+from test_kernels import random_weights
+from simd_kernels.kprefill import PREFILL_Q4_K
+rng = np.random.default_rng(3)
+w = random_weights(rng, 12, 40, 512)
+w.flags.writeable = False
+x = rng.standard_normal((11, 512)).astype(np.float32)
+out = np.empty((11, 40), np.float32)
+quantize, kernel = PREFILL_Q4_K
+kernel(w, *quantize(x), out)
+print(json.dumps(out.view(np.uint32).ravel().tolist()))
+"""
+
+
+def _bits(tmp_path: Path, features: str) -> np.ndarray:
+    env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path / f"cache-{features}"), "PYTHONPATH": str(ROOT),
+           "LOCALRT_SIMD_X86": features}
+    r = subprocess.run([sys.executable, "-c", _SCRIPT.format(tests=str(ROOT / "tests"))], env=env,
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    return np.array(json.loads(r.stdout.splitlines()[-1]), np.uint32)
+
+
+@pytest.mark.skipif("avx2" not in simd._X86, reason="the host has no AVX2: only the generic code runs here")
+def test_every_x86_path_gives_the_generic_codes_bits(tmp_path: Path) -> None:
+    generic = _bits(tmp_path, "")
+    paths = ["avx2"] + (["avx2,avx512vnni,avx512vl"] if {"avx512vnni", "avx512vl"} <= simd._X86 else [])
+    for features in paths:
+        assert np.array_equal(_bits(tmp_path, features), generic), features
+
+
+@pytest.mark.skipif(Q4_K not in sk.PREFILL, reason="this host keeps Q4_K prompts on another path")
+def test_linears_on_a_prompt_piece_is_linear() -> None:
+    rng = np.random.default_rng(4)
+    ws = tuple(QTensor(f"w{i}", Q4_K, (rows, 256), random_weights(rng, Q4_K, rows, 256)) for i, rows in
+               enumerate((48, 16, 16)))
+    x = rng.standard_normal((120, 256)).astype(np.float32)  # (n_tok, cols)
+    # a 76-row piece then 44 rows per row; a 106-row piece then 14 rows per row
+    for start in (180, 150):
+        positions = np.arange(start, start + 120, dtype=np.int64)
+        be = CPUBackend()
+        with be.planned(positions, np.zeros(120, np.int64)):
+            together = be.linears(ws, x)
+            alone = [be.linear(w, x) for w in ws]
+        for a, b in zip(together, alone):
+            assert np.array_equal(a, b)
