@@ -120,37 +120,41 @@ def quantize_q8_k(x):
     return q, d, bsums
 
 
-def _q4k_dwords() -> np.ndarray:
-    """The interleaved order of a super-block's 64 dwords (4 elements each): position 8*(2m+h) + 4L + i holds
-    natural dword 8*(2i+h) + 4L + m, i.e. elements 4m..4m+3 (+16 for L = 1) of sub-block 2i+h
-    (simd_kernels.kprefill's register 2m+h: 128-bit lane L, dword i)."""
+def _interleaved_dwords(register) -> np.ndarray:
+    """A super-block's 64 dwords (4 elements each) in the order of simd_kernels.kprefill's registers: position
+    8*register(m, h) + 4L + i holds dword m (+4 for 128-bit lane L) of the 32-element piece register(i, h), for
+    m, i = 0..3 and h = 0, 1: each lane of register (m, h) holds four elements of piece register(i, h)."""
     out = np.empty(64, np.int64)
     for m in range(4):
         for h in range(2):
             for lane in range(2):
                 for i in range(4):
-                    out[8 * (2 * m + h) + 4 * lane + i] = 8 * (2 * i + h) + 4 * lane + m
+                    out[8 * register(m, h) + 4 * lane + i] = 8 * register(i, h) + 4 * lane + m
     return out
 
 
-Q4K_DWORDS = _q4k_dwords()  # (64,) int64: natural dword of each interleaved position
+# (64,) int64: the natural dword of each interleaved position. Q4_K: register (m, h) = 2m + h, h the low (even
+# pieces) or high (odd) nibbles; Q6_K: 4h + m, h the 128-element half.
+Q4K_DWORDS = _interleaved_dwords(lambda m, h: 2 * m + h)
+Q6K_DWORDS = _interleaved_dwords(lambda m, h: 4 * h + m)
 
 
 @njit(cache=True, nogil=True)
-def quantize_q8_k_interleaved(x):
-    """x: f32 (n_tok, cols) -> the Q8_K activations of quantize_q8_k, laid out for kprefill's Q4_K kernel:
-    q int8 (n_tok, cols), each super-block's dwords in Q4K_DWORDS order; d f32 (cols/256, n_tok) the scales;
-    sums int16 (cols/256, 4, n_tok, 2): sums[b, k, t] = the sums of q over sub-blocks 2k and 2k+1 (32 elements
-    each, |sum| <= 32*127) of super-block b of token t."""
+def quantize_q8_k_interleaved(x, order, group):
+    """x: f32 (n_tok, cols) -> quantize_q8_k's activations laid out for a simd_kernels.kprefill kernel:
+    q int8 (n_tok, cols), each super-block's dwords in `order` (Q4K_DWORDS, Q6K_DWORDS); d f32 (cols/256, n_tok)
+    the scales; sums int16 (cols/256, 128/group, n_tok, 2): sums[b, k, t] = the sums of q over the `group`-element
+    groups 2k and 2k+1 of super-block b of token t (|sum| <= 32*127)."""
     n_tok, cols = x.shape
     nb = cols // QK_K
+    per = QK_K // group // 2  # pairs of groups a super-block
     q = np.empty((n_tok, cols), np.int8)  # (n_tok, cols)
     d = np.empty((nb, n_tok), np.float32)  # (cols/256, n_tok)
-    sums = np.empty((nb, 4, n_tok, 2), np.int16)  # (cols/256, 4, n_tok, 2)
+    sums = np.empty((nb, per, n_tok, 2), np.int16)  # (cols/256, pairs, n_tok, 2)
     row = np.empty(cols, np.int8)  # (cols,) one token's natural-order quants
     rd = np.empty(nb, np.float32)  # (cols/256,)
     bsums = np.empty(cols // KGROUP, np.int32)  # (cols/16,)
-    order = Q4K_DWORDS
+    k = group // KGROUP  # bsums a group
     for t in range(n_tok):
         quantize_row_q8_k(x[t], row, rd, bsums)
         src = row.view(np.int32)  # (cols/4,)
@@ -159,6 +163,9 @@ def quantize_q8_k_interleaved(x):
             for p in range(64):
                 dst[64 * b + p] = src[64 * b + order[p]]
             d[b, t] = rd[b]
-            for j in range(8):
-                sums[b, j // 2, t, j % 2] = np.int16(bsums[16 * b + 2 * j] + bsums[16 * b + 2 * j + 1])
+            for g in range(2 * per):
+                total = np.int32(0)
+                for j in range(k):
+                    total += bsums[16 * b + k * g + j]
+                sums[b, g // 2, t, g % 2] = np.int16(total)
     return q, d, sums

@@ -96,7 +96,7 @@ FUSED_PREFILL: frozenset[int] = frozenset(
 
 # prefill(w, xq, xd, sums, out) with (xq, xd, sums) = quantize(x): a prompt piece's kernel for these formats, with
 # numbers of its own (not the per-row kernel's), so it serves only the pieces (simd_kernels.kprefill)
-PREFILL = KernelTable({Q4_K: ("kprefill", "PREFILL_Q4_K")} if Q4_K in FUSED_PREFILL else {})
+PREFILL = KernelTable({t: ("kprefill", f"PREFILL_{_NAMES[t].upper()}") for t in (Q4_K, Q6_K) if t in FUSED_PREFILL})
 
 # Batches at least this large go through dequantized row tiles and BLAS; smaller ones use the fused
 # integer kernel (8 tokens per decoded weight block), which measured as fast or faster below this.

@@ -1,23 +1,21 @@
-"""The Q4_K prompt kernel: a prompt piece's tokens against Q4_K weights, with activations laid out for it.
+"""Prompt kernels for Q4_K and Q6_K: a prompt piece's tokens against the weights, activations laid out for them.
 
-`prefill_q4_k(w, xq, xd, sums, out)` takes actquant.quantize_q8_k_interleaved's activations. Its numbers are its
-own (a row sums its lanes in another order than the per-row kernel, kquants.mul_q4_k), so it serves only a prompt's
-pieces, whose path depends on the prompt alone (localrt.engine.backends.backend); within it, a token's result does
-not depend on the other tokens of the call.
+`prefill_<fmt>(w, xq, xd, sums, out)` takes `quantize_for_<fmt>(x)`'s activations (actquant's Q8_K with each
+super-block's dwords reordered). Their numbers are their own (a row sums its lanes in another order than the per-row
+kernels of kquants), so they serve only a prompt's pieces, whose path depends on the prompt alone
+(localrt.engine.backends.backend); within a call, a token's result does not depend on the other tokens.
 
-Why a kernel of its own: the per-row kernel scales each 32-element sub-block's pair sums (vpmaddubsw, then
-vpdpwssd by the scale), two multiplies per 32 products. Here a super-block's quants are reordered in registers so
-that every 32-bit lane holds four elements of one sub-block and lane k of all four registers of a kind the same
-sub-block: register (m, h), m = 0..3, h = 0 (low nibbles, even sub-blocks) or 1 (high, odd), holds in dword i of
-128-bit lane L elements 4m..4m+3 (+16 for L = 1) of sub-block 2i+h. The four registers of a kind then take one
-chain of vpdpbusd (at most 16*15*127 < 2^15 a lane), and one vpdpwssd per kind applies the scales: 10 multiplies
-per 256 products where the per-row kernel has 16. The min term (Σ_j m_j * sum_j) is taken for all the call's tokens
-at once, token-minor (vpmaddwd over token pairs of sub-block sums), not once per token.
+Why kernels of their own: the per-row kernels scale each piece's pair sums (vpmaddubsw, then vpdpwssd by the
+scale), two multiplies per 32 products. Here a super-block's quants are reordered in registers (a 4 x 8 dword
+transpose, `_transpose4`) so that lane k of the four registers of a kind holds four elements each of one scale's
+group: the four take one chain of vpdpbusd, and the kind's scales are applied once: 10 multiplies (Q4_K) or 8
+and two float multiplies (Q6_K) per 256 products, where the per-row kernels take 16. The terms that depend only on
+a token's group sums (Q4_K's mins, Q6_K's -32) are taken for all the call's tokens at once, token-minor
+(vpmaddwd over token pairs), not once per token. Tokens go 8 at a time through all of a call's rows, so their
+activations stay in L1 (the per-row kernels run 64 tokens a row and read them from L2).
 
-Measured (2048 x 2048 and 8192 x 2048 Q4_K of a 1B file, 128 tokens, 1 thread, the activations quantized): 60 ->
-105 GMAC/s against the per-row kernel's 8 tokens a pass. Half of that came from the loop order: the tokens go 8 at
-a time through all of a call's rows, so their activations stay in L1 (the per-row kernel's 64 tokens a row read
-them from L2).
+Measured (1 thread, 128 tokens, the 1B Q4_K_M file's 2048 x 2048 Q4_K and 2048 x 8192 Q6_K, best of 5): Q4_K 60
+-> 100 GMAC/s, Q6_K 36 -> 87.
 """
 from __future__ import annotations
 
@@ -26,8 +24,8 @@ from numba import njit, prange, types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-from .actquant import quantize_q8_k_interleaved
-from .ksimd import _k4_scales_mins
+from .actquant import Q4K_DWORDS, Q6K_DWORDS, quantize_q8_k_interleaved
+from .ksimd import _k4_scales_mins, _q6k_decode8
 from .simd import (
     _F32,
     _I8,
@@ -46,73 +44,134 @@ from .simd import (
     _prefetch,
     _reduce_f,
     _shuffle,
+    _inline_copy,
+    _kernel_copy,
     _splat,
     _vnni,
 )
 
 _VNNI = {"avx512vnni", "avx512vl"} <= _X86
-_V16I = ir.VectorType(_I32, 16)
 _BLOCK = 144  # bytes of a Q4_K super-block
 
 
-def _decode(builder, wd, o):
-    """The super-block at o: ([(low, high) <32 x i8> quants of register m] for m = 0..3, the scale dwords of the
-    even and odd kinds (lane k: sc of sub-block 2(k%4) (+1), low word only), the mins as <16 x i16> (lane l:
-    m_{l//2}), d and -dmin splatted)."""
-    d = _load_half(builder, wd, o)
-    dmin = _load_half(builder, wd, builder.add(o, _c(2)))
-    scales, mins = _k4_scales_mins(builder, wd, builder.add(o, _c(4)))
-    s_even = _shuffle(builder, scales, scales, [0, 2, 4, 6] * 2)
-    s_odd = _shuffle(builder, scales, scales, [1, 3, 5, 7] * 2)
-    m16 = builder.trunc(_shuffle(builder, mins, mins, [k // 2 for k in range(16)]), _V16S)
-    # chunk c (32 bytes): low nibbles sub-block 2c, high 2c+1; dword j = elements 4j..4j+3. A 4 x 8 dword transpose
-    # gives register m the dwords m and m+4 of the four chunks.
-    c = [builder.bitcast(_load_vec(builder, wd, builder.add(o, _c(16 + 32 * k)), 32), _V8I) for k in range(4)]
-    dwords_lo, dwords_hi = [0, 8, 1, 9, 4, 12, 5, 13], [2, 10, 3, 11, 6, 14, 7, 15]  # vpunpck{l,h}dq
+def _transpose4(builder, c):
+    """Four <8 x i32> -> four: register m holds dword m of c[0..3] in 128-bit lane 0 (dword i from c[i]) and dword
+    m + 4 in lane 1 (vpunpck{l,h}dq, then vpunpck{l,h}qdq)."""
+    dwords_lo, dwords_hi = [0, 8, 1, 9, 4, 12, 5, 13], [2, 10, 3, 11, 6, 14, 7, 15]
     lo01, hi01 = (_shuffle(builder, c[0], c[1], idx) for idx in (dwords_lo, dwords_hi))
     lo23, hi23 = (_shuffle(builder, c[2], c[3], idx) for idx in (dwords_lo, dwords_hi))
-    even, odd = [0, 1, 8, 9, 4, 5, 12, 13], [2, 3, 10, 11, 6, 7, 14, 15]  # vpunpck{l,h}qdq
-    regs = [_shuffle(builder, lo01, lo23, even), _shuffle(builder, lo01, lo23, odd),
+    even, odd = [0, 1, 8, 9, 4, 5, 12, 13], [2, 3, 10, 11, 6, 7, 14, 15]
+    return [_shuffle(builder, lo01, lo23, even), _shuffle(builder, lo01, lo23, odd),
             _shuffle(builder, hi01, hi23, even), _shuffle(builder, hi01, hi23, odd)]
-    low4 = _const_vec(_I8, [15] * 32)
-    quants = []
-    for r in regs:
-        v = builder.bitcast(r, ir.VectorType(_I8, 32))
-        quants.append((builder.and_(v, low4), builder.and_(builder.lshr(v, _const_vec(_I8, [4] * 32)), low4)))
-    return quants, s_even, s_odd, m16, _splat(builder, d, 8), builder.fneg(dmin)
 
 
-def _kind_lanes(builder, quants, h, xqd, xo):
-    """Σ over registers (m, h) of q . x per 32-bit lane (four elements of one sub-block each, exact) -> <8 x i32>."""
+def _bytes(builder, v):
+    return builder.bitcast(v, ir.VectorType(_I8, 32))
+
+
+class _Q4K:
+    """Q4_K: register (m, h) = 2m + h, h the low nibbles (even sub-blocks) or the high ones (odd); lane k of a kind
+    is sub-block 2(k % 4) + h. The scales (0..63) multiply the kind's lanes as integers; the min term's pairs are
+    the mins of sub-blocks 2k, 2k+1, times -dmin."""
+
+    block = 144
+    pairs = 4  # pairs of sums a super-block: 32-element sub-blocks
+    i16_sums = True  # four registers' vpmaddubsw pair sums stay below 2^15 (4*2*15*127)
+
+    @staticmethod
+    def decode(builder, wd, o):
+        """-> (kinds [[(quants <32 x i8>, activation register)] x 4] x 2, value(lanes) -> <8 x float>,
+        the pairs' weights <2*pairs x i16>, the pairs' float factor)."""
+        d = _load_half(builder, wd, o)
+        dmin = _load_half(builder, wd, builder.add(o, _c(2)))
+        scales, mins = _k4_scales_mins(builder, wd, builder.add(o, _c(4)))
+        s_kind = [_shuffle(builder, scales, scales, [0, 2, 4, 6] * 2), _shuffle(builder, scales, scales, [1, 3, 5, 7] * 2)]
+        # chunk c (32 bytes): low nibbles sub-block 2c, high 2c+1; dword j = elements 4j..4j+3 of both
+        regs = _transpose4(builder, [builder.bitcast(_load_vec(builder, wd, builder.add(o, _c(16 + 32 * c)), 32), _V8I)
+                                     for c in range(4)])
+        low4 = _const_vec(_I8, [15] * 32)
+        kinds = [[], []]
+        for m, r in enumerate(regs):
+            v = _bytes(builder, r)
+            kinds[0].append((builder.and_(v, low4), 2 * m))
+            kinds[1].append((builder.and_(builder.lshr(v, _const_vec(_I8, [4] * 32)), low4), 2 * m + 1))
+        dv = _splat(builder, d, 8)
+
+        def value(lanes):  # d * Σ_kinds lanes * scale, the scaling exact in integers (|lanes| < 2^15)
+            total = ir.Constant(_V8I, [0] * 8)
+            for kind, sc in zip(lanes, s_kind):
+                if _VNNI:  # the lane's low word times the scale's (its high word is 0)
+                    total = _intrinsic(builder, "llvm.x86.avx512.vpdpwssd.256", _V8I, [total, kind, sc])
+                else:
+                    total = builder.add(total, builder.mul(kind, sc))
+            return builder.fmul(builder.sitofp(total, _V8F), dv)
+
+        return kinds, value, builder.trunc(mins, ir.VectorType(_I16, 8)), builder.fneg(dmin)
+
+
+class _Q6K:
+    """Q6_K: register (m, h) = 4h + m, h the 128-element half; lane k of half h is the 16-element group 8h + 2k
+    (k < 4) or 8h + 2(k - 4) + 1. Quants 0..63 (the -32 goes to the pairs term): a lane's four registers sum up to
+    16*63*127, past 16 bits, so the scales multiply them as floats (exact: < 2^24 before d). The pairs are the
+    scales of groups 2k, 2k+1, times -32*d."""
+
+    block = 210
+    pairs = 8  # pairs of sums a super-block: 16-element groups
+    i16_sums = False
+
+    @staticmethod
+    def decode(builder, wd, o):
+        (d, sc16), pieces = _q6k_decode8(builder, wd, o)  # natural 32-element pieces, 0..63
+        kinds = []
+        scales = []
+        for h in range(2):
+            regs = _transpose4(builder, [builder.bitcast(q, _V8I) for q, _ in pieces[4 * h:4 * h + 4]])
+            kinds.append([(_bytes(builder, r), 4 * h + m) for m, r in enumerate(regs)])
+            groups = [8 * h + g for g in (0, 2, 4, 6, 1, 3, 5, 7)]
+            # from the <16 x i16> scales, not a widened <16 x i32>: one 512-bit instruction in the loop took the
+            # kernel from 87 to 54 GMAC/s (with 512-bit ops in flight, port 1 runs no vector instructions)
+            scales.append(builder.fmul(builder.sitofp(_shuffle(builder, sc16, sc16, groups), _V8F), _splat(builder, d, 8)))
+
+        def value(lanes):  # Σ_halves lanes * (scale * d)
+            total = builder.fmul(builder.sitofp(lanes[0], _V8F), scales[0])
+            return _fma(builder, builder.sitofp(lanes[1], _V8F), scales[1], total)
+
+        return kinds, value, sc16, builder.fmul(d, ir.Constant(_F32, -32.0))
+
+
+def _kind_lanes(builder, fmt, kind, xqd, xo):
+    """Σ over a kind's four registers of q . x per 32-bit lane (four elements each, exact) -> <8 x i32>."""
+    xs = [_load_vec(builder, xqd, builder.add(xo, _c(32 * a)), 32) for _, a in kind]
     zero = ir.Constant(_V8I, [0] * 8)
     if _VNNI:
         acc = zero
-        for m in range(4):
-            acc = _vnni(builder, acc, quants[m][h], _load_vec(builder, xqd, builder.add(xo, _c(32 * (2 * m + h))), 32))
+        for (q, _), xv in zip(kind, xs):
+            acc = _vnni(builder, acc, q, xv)
         return acc
-    pairs = None  # <16 x i16> pair sums, at most 4*2*15*127 < 2^15
-    for m in range(4):
-        q, xv = quants[m][h], _load_vec(builder, xqd, builder.add(xo, _c(32 * (2 * m + h))), 32)
-        if "avx2" in _X86:
-            p = _intrinsic(builder, "llvm.x86.avx2.pmadd.ub.sw", _V16S, [q, xv])
-        else:
-            v32 = ir.VectorType(_I16, 32)
-            w = builder.mul(builder.zext(q, v32), builder.sext(xv, v32))
-            p = builder.add(_shuffle(builder, w, w, range(0, 32, 2)), _shuffle(builder, w, w, range(1, 32, 2)))
-        pairs = p if pairs is None else builder.add(pairs, p)
-    wide = builder.sext(pairs, _V16I)
-    return builder.add(_shuffle(builder, wide, wide, range(0, 16, 2)), _shuffle(builder, wide, wide, range(1, 16, 2)))
-
-
-def _scaled(builder, acc, lanes, scales):
-    """acc + lanes * scales per 32-bit lane (|lanes| < 2^15, scales 0..63): one vpdpwssd of the lane's low word."""
-    if _VNNI:
-        return _intrinsic(builder, "llvm.x86.avx512.vpdpwssd.256", _V8I, [acc, lanes, scales])
-    return builder.add(acc, builder.mul(lanes, scales))
+    if "avx2" in _X86:
+        pairs = [_intrinsic(builder, "llvm.x86.avx2.pmadd.ub.sw", _V16S, [q, xv]) for (q, _), xv in zip(kind, xs)]
+        ones = ir.Constant(_V16S, [1] * 16)
+        if fmt.i16_sums:
+            total = pairs[0]
+            for p in pairs[1:]:
+                total = builder.add(total, p)
+            return _intrinsic(builder, "llvm.x86.avx2.pmadd.wd", _V8I, [total, ones])
+        acc = zero
+        for p in pairs:
+            acc = builder.add(acc, _intrinsic(builder, "llvm.x86.avx2.pmadd.wd", _V8I, [p, ones]))
+        return acc
+    acc = zero
+    v32 = ir.VectorType(_I32, 32)
+    for (q, _), xv in zip(kind, xs):
+        p = builder.mul(builder.zext(q, v32), builder.sext(xv, v32))
+        for _ in range(2):  # 32 products -> 8 lanes of 4
+            p = builder.add(_shuffle(builder, p, p, range(0, p.type.count, 2)), _shuffle(builder, p, p, range(1, p.type.count, 2)))
+        acc = builder.add(acc, p)
+    return acc
 
 
 def _pair_dots(builder, sums, pairs, n_tok):
-    """<2n x i16> sums (token t: s_a, s_b) . <2n x i16> pairs (m_a, m_b) -> <n x i32> (exact)."""
+    """<2n x i16> sums (token t: s_a, s_b) . <2n x i16> pairs (w_a, w_b) -> <n x i32> (exact)."""
     if n_tok == 8 and "avx2" in _X86:
         return _intrinsic(builder, "llvm.x86.avx2.pmadd.wd", _V8I, [sums, pairs])
     wide = ir.VectorType(_I32, 2 * n_tok)
@@ -125,10 +184,10 @@ def _fma(builder, a, b, c):
     return _intrinsic(builder, f"llvm.fma.v{n}f32", ir.VectorType(_F32, n), [a, b, c])
 
 
-def _row_loop(context, builder, sig, args, n_tok):
-    """One Q4_K row against tokens t0..t0+n_tok-1 -> n_tok float32: per super-block, per token
-    acc += d*dx * (Σ lanes of the scaled dots) in 8 float lanes; the min term -dmin*dx * Σ_j m_j*sum_j in one
-    float lane per token; a token's value is acc[0] + .. + acc[7] + its min lane."""
+def _row_loop(context, builder, sig, args, fmt, n_tok):
+    """One row against tokens t0..t0+n_tok-1 -> n_tok float32: per super-block, per token acc += dx * value(the
+    kinds' lanes) in 8 float lanes; the pairs term (Σ_k pair weights . sums) * factor * dx in one float lane per
+    token, for the n_tok tokens at once; a token's result is acc[0] + .. + acc[7] + its pairs lane."""
     wd = _data(context, builder, sig.args[0], args[0])
     arrays = []
     for k in (1, 2, 3):
@@ -142,88 +201,105 @@ def _row_loop(context, builder, sig, args, n_tok):
     def at(base, offset, ty):  # typed pointer to base + offset bytes
         return builder.bitcast(builder.gep(builder.bitcast(base, i8p), [offset]), ty.as_pointer())
 
-    tok = [builder.add(t0, _c(k)) for k in range(n_tok)]
-    rows = [at(xq, builder.mul(t, xq_s), _I8) for t in tok]
-    accs = [cgutils.alloca_once_value(builder, ir.Constant(_V8F, [0.0] * 8)) for _ in tok]
+    rows = [at(xq, builder.mul(builder.add(t0, _c(k)), xq_s), _I8) for k in range(n_tok)]
+    accs = [cgutils.alloca_once_value(builder, ir.Constant(_V8F, [0.0] * 8)) for _ in rows]
     vnf = ir.VectorType(_F32, n_tok)
     vns = ir.VectorType(_I16, 2 * n_tok)
-    macc = cgutils.alloca_once_value(builder, ir.Constant(vnf, [0.0] * n_tok))  # token t's min term in lane t
-    zero = ir.Constant(_V8I, [0] * 8)
+    pacc = cgutils.alloca_once_value(builder, ir.Constant(vnf, [0.0] * n_tok))  # token t's pairs term in lane t
     with cgutils.for_range(builder, n_blocks) as loop:
         blk = loop.index
-        o = builder.mul(blk, _c(_BLOCK))
-        _prefetch(builder, wd, o, _BLOCK)
-        quants, s_even, s_odd, m16, dv, ndmin = _decode(builder, wd, o)
+        o = builder.mul(blk, _c(fmt.block))
+        _prefetch(builder, wd, o, fmt.block)
+        kinds, value, weights, factor = fmt.decode(builder, wd, o)
         xo = builder.mul(blk, _c(256))
         dxs = builder.load(at(xd, builder.add(builder.mul(blk, xd_s), builder.mul(t0, _c(4))), vnf), align=4)
         for k, (xqd, acc) in enumerate(zip(rows, accs)):
-            lanes = _scaled(builder, _scaled(builder, zero, _kind_lanes(builder, quants, 0, xqd, xo), s_even),
-                            _kind_lanes(builder, quants, 1, xqd, xo), s_odd)
+            v = value([_kind_lanes(builder, fmt, kind, xqd, xo) for kind in kinds])
             dx = _splat(builder, builder.extract_element(dxs, ir.Constant(_I32, k)), 8)
-            builder.store(_fma(builder, dx, builder.fmul(builder.sitofp(lanes, _V8F), dv), builder.load(acc)), acc)
-        mt = None  # <n x i32>: Σ_j m_j * sum_j of each token
+            builder.store(_fma(builder, dx, v, builder.load(acc)), acc)
+        total = None  # <n x i32>: Σ_k weights of pair k . sums of pair k, per token
         base = builder.add(builder.mul(blk, s_blk), builder.mul(t0, _c(4)))
-        for k in range(4):
-            part = _pair_dots(builder, builder.load(at(sums, builder.add(base, builder.mul(_c(k), s_k)), vns), align=2),
-                              _shuffle(builder, m16, m16, [4 * k, 4 * k + 2] * n_tok), n_tok)
-            mt = part if mt is None else builder.add(mt, part)
-        scale = builder.fmul(dxs, _splat(builder, ndmin, n_tok))
-        builder.store(_fma(builder, scale, builder.sitofp(mt, vnf), builder.load(macc)), macc)
-    mins = builder.load(macc)
-    return [builder.fadd(_reduce_f(builder, builder.load(a), 8), builder.extract_element(mins, ir.Constant(_I32, k)))
+        for k in range(fmt.pairs):
+            pair = _pair_dots(builder, builder.load(at(sums, builder.add(base, builder.mul(_c(k), s_k)), vns), align=2),
+                              _shuffle(builder, weights, weights, [2 * k, 2 * k + 1] * n_tok), n_tok)
+            total = pair if total is None else builder.add(total, pair)
+        scale = builder.fmul(dxs, _splat(builder, factor, n_tok))
+        builder.store(_fma(builder, scale, builder.sitofp(total, vnf), builder.load(pacc)), pacc)
+    terms = builder.load(pacc)
+    return [builder.fadd(_reduce_f(builder, builder.load(a), 8), builder.extract_element(terms, ir.Constant(_I32, k)))
             for k, a in enumerate(accs)]
 
 
-def _make_rowdot(n_tok):
+def _make_rowdot(name, fmt, n_tok):
     @intrinsic
     def rowdot(typingctx, w, xq, xd, sums, t0):
-        """One Q4_K row . tokens t0..t0+n_tok-1 of quantize_q8_k_interleaved's activations -> n_tok float32.
+        """One row . tokens t0..t0+n_tok-1 of quantize_q8_k_interleaved's activations -> n_tok float32.
 
         w: uint8 (row_bytes,); xq: int8 (n_tok_all, cols); xd: float32 (cols/256, n_tok_all);
-        sums: int16 (cols/256, 4, n_tok_all, 2)."""
+        sums: int16 (cols/256, pairs, n_tok_all, 2)."""
         sig = types.UniTuple(types.float32, n_tok)(w, xq, xd, sums, t0)
 
         def codegen(context, builder, sig, args):
-            return context.make_tuple(builder, sig.return_type, _row_loop(context, builder, sig, args, n_tok))
+            return context.make_tuple(builder, sig.return_type, _row_loop(context, builder, sig, args, fmt, n_tok))
 
         return sig, codegen
 
-    rowdot.__name__ = f"rowdot{n_tok}_q4_k_interleaved"
+    rowdot.__name__ = f"rowdot{n_tok}_{name}_interleaved"
     return rowdot
 
 
-_rowdot1, _rowdot2, _rowdot3, _rowdot4, _rowdot8 = (_make_rowdot(n) for n in (1, 2, 3, 4, 8))
-
-
-@njit(inline="always")
-def _tail(row, xq, xd, sums, t, t1, out, r):
+def _tail_template(row, xq, xd, sums, t, t1, out, r):
     # out[t:t1, r] for the last 1-7 tokens: one pass of 4, then one of 1-3
     if t + 4 <= t1:
-        out[t, r], out[t + 1, r], out[t + 2, r], out[t + 3, r] = _rowdot4(row, xq, xd, sums, t)
+        out[t, r], out[t + 1, r], out[t + 2, r], out[t + 3, r] = ROWDOT4(row, xq, xd, sums, t)  # noqa: F821
         t += 4
     left = t1 - t
     if left == 3:
-        out[t, r], out[t + 1, r], out[t + 2, r] = _rowdot3(row, xq, xd, sums, t)
+        out[t, r], out[t + 1, r], out[t + 2, r] = ROWDOT3(row, xq, xd, sums, t)  # noqa: F821
     elif left == 2:
-        out[t, r], out[t + 1, r] = _rowdot2(row, xq, xd, sums, t)
+        out[t, r], out[t + 1, r] = ROWDOT2(row, xq, xd, sums, t)  # noqa: F821
     elif left == 1:
-        (out[t, r],) = _rowdot1(row, xq, xd, sums, t)
+        (out[t, r],) = ROWDOT1(row, xq, xd, sums, t)  # noqa: F821
 
 
-@njit(cache=True, nogil=True, parallel=True)
-def prefill_q4_k(w, xq, xd, sums, out):
-    """out = x @ dequant(w).T for a prompt piece: w uint8 (rows, row_bytes) Q4_K blocks; xq, xd, sums from
-    actquant.quantize_q8_k_interleaved(x (n_tok, cols)); out float32 (n_tok, rows). Tokens go 8 at a time through
-    every row (their activations stay in L1), the last 1-7 in one more pass."""
+def _prefill_template(w, xq, xd, sums, out):
     n = xq.shape[0]
     n8 = n - n % 8
     for t in range(0, n8, 8):
         for r in prange(w.shape[0]):
             (out[t, r], out[t + 1, r], out[t + 2, r], out[t + 3, r], out[t + 4, r], out[t + 5, r], out[t + 6, r],
-             out[t + 7, r]) = _rowdot8(w[r], xq, xd, sums, t)
+             out[t + 7, r]) = ROWDOT8(w[r], xq, xd, sums, t)  # noqa: F821 (bound by _kernel)
     if n8 < n:
         for r in prange(w.shape[0]):
-            _tail(w[r], xq, xd, sums, n8, n, out, r)
+            TAIL(w[r], xq, xd, sums, n8, n, out, r)  # noqa: F821
 
 
-PREFILL_Q4_K = (quantize_q8_k_interleaved, prefill_q4_k)  # api.PREFILL's entry: (quantize, kernel)
+def _kernel(name, fmt, doc):
+    """The prompt kernel prefill_<name>(w, xq, xd, sums, out) of a format (simd.fused_kernel's way of binding)."""
+    binds = {f"ROWDOT{n}": _make_rowdot(name, fmt, n) for n in (1, 2, 3, 4, 8)}
+    binds["TAIL"] = _inline_copy(_tail_template, f"tail_{name}", binds)
+    return _kernel_copy(_prefill_template, f"prefill_{name}", binds, __name__, doc)
+
+
+_DOC = """out = x @ dequant(w).T for a prompt piece: w uint8 (rows, row_bytes) {fmt} blocks; xq, xd, sums from
+    quantize_for_{name}(x (n_tok, cols)); out float32 (n_tok, rows). Tokens go 8 at a time through every row (their
+    activations stay in L1), the last 1-7 in one more pass."""
+prefill_q4_k = _kernel("q4_k", _Q4K, _DOC.format(fmt="Q4_K", name="q4_k"))
+prefill_q6_k = _kernel("q6_k", _Q6K, _DOC.format(fmt="Q6_K", name="q6_k"))
+
+
+@njit(cache=True, nogil=True)
+def quantize_for_q4_k(x):
+    """x f32 (n_tok, cols) -> prefill_q4_k's activations (actquant.quantize_q8_k_interleaved)."""
+    return quantize_q8_k_interleaved(x, Q4K_DWORDS, 32)
+
+
+@njit(cache=True, nogil=True)
+def quantize_for_q6_k(x):
+    """x f32 (n_tok, cols) -> prefill_q6_k's activations (actquant.quantize_q8_k_interleaved)."""
+    return quantize_q8_k_interleaved(x, Q6K_DWORDS, 16)
+
+
+# api.PREFILL's entries: (quantize, kernel)
+PREFILL_Q4_K = (quantize_for_q4_k, prefill_q4_k)
+PREFILL_Q6_K = (quantize_for_q6_k, prefill_q6_k)

@@ -1,4 +1,4 @@
-"""simd_kernels.kprefill: the Q4_K prompt kernel and its interleaved activations.
+"""simd_kernels.kprefill: the Q4_K and Q6_K prompt kernels and their interleaved activations.
 
 The kernel's numbers are its own (it sums a row's lanes in another order than the per-row kernel), so it is held to
 the same oracle as every kernel (tests/test_kernels.check: llama.cpp's activation quantization emulated exactly, and
@@ -20,49 +20,54 @@ from test_kernels import check, random_weights
 import simd_kernels as sk
 import simd_kernels.simd as simd
 from localrt.engine.backends.backend import CPUBackend, QTensor
-from simd_kernels.actquant import Q4K_DWORDS, quantize_q8_k, quantize_q8_k_interleaved
-from simd_kernels.kprefill import PREFILL_Q4_K
+from simd_kernels.actquant import Q4K_DWORDS, Q6K_DWORDS, quantize_q8_k
+from simd_kernels.kprefill import PREFILL_Q4_K, PREFILL_Q6_K
 
-Q4_K = 12
+Q4_K, Q6_K = 12, 14
+KERNELS = {Q4_K: PREFILL_Q4_K, Q6_K: PREFILL_Q6_K}
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def _prefill(w: np.ndarray, x: np.ndarray) -> np.ndarray:
-    quantize, kernel = PREFILL_Q4_K
+def _prefill(t: int, w: np.ndarray, x: np.ndarray) -> np.ndarray:
+    quantize, kernel = KERNELS[t]
     out = np.empty((x.shape[0], w.shape[0]), np.float32)  # (n_tok, rows)
     kernel(w, *quantize(x), out)
     return out
 
 
-def test_the_interleaved_activations_are_q8_k_reordered() -> None:
+@pytest.mark.parametrize("t, order, group", [(Q4_K, Q4K_DWORDS, 32), (Q6_K, Q6K_DWORDS, 16)], ids=["Q4_K", "Q6_K"])
+def test_the_interleaved_activations_are_q8_k_reordered(t: int, order: np.ndarray, group: int) -> None:
     x = np.random.default_rng(0).standard_normal((5, 512)).astype(np.float32)
     q, d, bsums = quantize_q8_k(x)
-    iq, idt, sums = quantize_q8_k_interleaved(x)
-    assert sorted(Q4K_DWORDS) == list(range(64))
+    iq, idt, sums = KERNELS[t][0](x)
+    assert sorted(order) == list(range(64))
     natural = q.view(np.int32).reshape(5, 2, 64)  # (n_tok, super-blocks, dwords)
-    assert np.array_equal(iq.view(np.int32).reshape(5, 2, 64), natural[:, :, Q4K_DWORDS])
+    assert np.array_equal(iq.view(np.int32).reshape(5, 2, 64), natural[:, :, order])
     assert np.array_equal(idt, d.T)
-    pairs = bsums.reshape(5, 2, 8, 2).sum(axis=3)  # (n_tok, super-blocks, sub-blocks): 32-element sums
-    assert np.array_equal(sums.astype(np.int64), pairs.reshape(5, 2, 4, 2).transpose(1, 2, 0, 3))
+    n = 256 // group
+    groups = bsums.reshape(5, 2, n, group // 16).sum(axis=3)  # (n_tok, super-blocks, groups)
+    assert np.array_equal(sums.astype(np.int64), groups.reshape(5, 2, n // 2, 2).transpose(1, 2, 0, 3))
 
 
+@pytest.mark.parametrize("t", [Q4_K, Q6_K], ids=["Q4_K", "Q6_K"])
 @pytest.mark.parametrize("n_tok", [1, 2, 3, 4, 7, 8, 13, 69])
-def test_prefill_q4_k_against_the_oracle(n_tok: int) -> None:
+def test_prefill_against_the_oracle(t: int, n_tok: int) -> None:
     rng = np.random.default_rng(n_tok)
-    w = random_weights(rng, Q4_K, 24, 768)  # (rows, row_bytes): 3 super-blocks a row
+    w = random_weights(rng, t, 24, 768)  # (rows, row_bytes): 3 super-blocks a row
     w.flags.writeable = False
     x = rng.standard_normal((n_tok, 768)).astype(np.float32)
-    check(Q4_K, w, x, _prefill(w, x))
+    check(t, w, x, _prefill(t, w, x))
 
 
-def test_a_tokens_result_does_not_depend_on_the_call() -> None:
+@pytest.mark.parametrize("t", [Q4_K, Q6_K], ids=["Q4_K", "Q6_K"])
+def test_a_tokens_result_does_not_depend_on_the_call(t: int) -> None:
     rng = np.random.default_rng(1)
-    w = random_weights(rng, Q4_K, 40, 512)
+    w = random_weights(rng, t, 40, 512)
     w.flags.writeable = False
     x = rng.standard_normal((21, 512)).astype(np.float32)
-    whole = _prefill(w, x)
+    whole = _prefill(t, w, x)
     for lo, hi in ((0, 1), (5, 8), (3, 16), (16, 21), (0, 13)):  # 8-token passes, tails of 1-7, other offsets
-        assert np.array_equal(_prefill(w, np.ascontiguousarray(x[lo:hi])), whole[lo:hi]), (lo, hi)
+        assert np.array_equal(_prefill(t, w, np.ascontiguousarray(x[lo:hi])), whole[lo:hi]), (lo, hi)
 
 
 _SCRIPT = """
@@ -70,15 +75,17 @@ import json, sys
 import numpy as np
 sys.path.insert(0, {tests!r})
 from test_kernels import random_weights
-from simd_kernels.kprefill import PREFILL_Q4_K
-rng = np.random.default_rng(3)
-w = random_weights(rng, 12, 40, 512)
-w.flags.writeable = False
-x = rng.standard_normal((11, 512)).astype(np.float32)
-out = np.empty((11, 40), np.float32)
-quantize, kernel = PREFILL_Q4_K
-kernel(w, *quantize(x), out)
-print(json.dumps(out.view(np.uint32).ravel().tolist()))
+from simd_kernels.kprefill import PREFILL_Q4_K, PREFILL_Q6_K
+out = []
+for t, (quantize, kernel) in ((12, PREFILL_Q4_K), (14, PREFILL_Q6_K)):
+    rng = np.random.default_rng(3)
+    w = random_weights(rng, t, 40, 512)
+    w.flags.writeable = False
+    x = rng.standard_normal((11, 512)).astype(np.float32)
+    o = np.empty((11, 40), np.float32)
+    kernel(w, *quantize(x), o)
+    out += o.view(np.uint32).ravel().tolist()
+print(json.dumps(out))
 """
 
 
@@ -99,10 +106,12 @@ def test_every_x86_path_gives_the_generic_codes_bits(tmp_path: Path) -> None:
         assert np.array_equal(_bits(tmp_path, features), generic), features
 
 
-@pytest.mark.skipif(Q4_K not in sk.PREFILL, reason="this host keeps Q4_K prompts on another path")
-def test_linears_on_a_prompt_piece_is_linear() -> None:
+@pytest.mark.parametrize("t", [Q4_K, Q6_K], ids=["Q4_K", "Q6_K"])
+def test_linears_on_a_prompt_piece_is_linear(t: int) -> None:
+    if t not in sk.PREFILL:
+        pytest.skip("this host keeps the format's prompts on another path")
     rng = np.random.default_rng(4)
-    ws = tuple(QTensor(f"w{i}", Q4_K, (rows, 256), random_weights(rng, Q4_K, rows, 256)) for i, rows in
+    ws = tuple(QTensor(f"w{i}", t, (rows, 256), random_weights(rng, t, rows, 256)) for i, rows in
                enumerate((48, 16, 16)))
     x = rng.standard_normal((120, 256)).astype(np.float32)  # (n_tok, cols)
     # a 76-row piece then 44 rows per row; a 106-row piece then 14 rows per row
