@@ -3,9 +3,9 @@
 Q8_0 and Q8_1 follow ggml's x86 AVX path (`id = 127/amax`, round half to even, d stored as f16);
 Q8_K follows the reference quantizer (largest-|x| element becomes -127, d kept in float32).
 Serial on purpose: it is ~1% of a prefill call, and a parallel region here would cost each small
-decode call another thread wake-up. `quantize_q8_k_interleaved` is Q8_K for the Q4_K prefill kernel
-(simd_kernels.kprefill): the same values, each super-block's dwords reordered, and the scales and
-sub-block sums laid out token-minor.
+decode call another thread wake-up. `quantize_q8_k_interleaved` is Q8_K for the Q4_K and Q6_K prompt
+kernels (simd_kernels.kprefill): the same values, each super-block's dwords reordered, and the scales
+and group sums laid out token-minor.
 """
 from __future__ import annotations
 

@@ -235,11 +235,17 @@ def _q6k_decode8(builder, wd, o):
 def _q6k_finish(builder, acc, isum, extra, dx, bsd, blk):
     """acc + (d*dx) * (lanes - 32 * (sc[2k]*bsum[2k] + sc[2k+1]*bsum[2k+1])): the quants' -32, per lane."""
     d, sc16 = extra
-    ptr = builder.bitcast(builder.gep(bsd, [builder.mul(blk, _c(16))]), _V16I.as_pointer())
-    bs16 = builder.trunc(builder.load(ptr, align=4), ir.VectorType(_I16, 16))  # |bsum| <= 16*127: exact
     if "avx2" in _X86:
+        # the 16 bsums as two 256-bit halves packed to words (|bsum| <= 16*127: exact), then back in order: a
+        # <16 x i32> load and truncation here were 512-bit instructions, which keep port 1 from vector work
+        halves = [builder.load(builder.bitcast(builder.gep(bsd, [builder.add(builder.mul(blk, _c(16)), _c(8 * h))]),
+                                               _V8I.as_pointer()), align=4) for h in range(2)]
+        packed = _intrinsic(builder, "llvm.x86.avx2.packssdw", _V16S, halves)  # per 128 bits: 4 of each half
+        bs16 = _shuffle(builder, packed, packed, [0, 1, 2, 3, 8, 9, 10, 11, 4, 5, 6, 7, 12, 13, 14, 15])
         offs = _intrinsic(builder, "llvm.x86.avx2.pmadd.wd", _V8I, [bs16, sc16])
     else:
+        ptr = builder.bitcast(builder.gep(bsd, [builder.mul(blk, _c(16))]), _V16I.as_pointer())
+        bs16 = builder.trunc(builder.load(ptr, align=4), ir.VectorType(_I16, 16))  # |bsum| <= 16*127: exact
         v16i = ir.VectorType(_I32, 16)
         p = builder.mul(builder.sext(bs16, v16i), builder.sext(sc16, v16i), flags=["nsw"])
         offs = builder.add(_shuffle(builder, p, p, range(0, 16, 2)), _shuffle(builder, p, p, range(1, 16, 2)))
