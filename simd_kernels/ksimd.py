@@ -2,11 +2,12 @@
 
 simd.py's conventions (generic LLVM IR; x86 integer dot instructions where the host has them, summing exactly what
 the generic code sums). `K_ROWDOTS[<type>]` = (rowdot1, .., rowdot4, rowdot8) for Q4_K, Q5_K and Q6_K. Every path's
-numbers are the ones tests/test_kquant_lanes.py states. Q5_K: 16 int32 lanes per super-block, lane i summing element
-pairs 2i, 2i+1 of each 32-element piece times the piece's scale (_make_krowdot). Q4_K and Q6_K: 8 lanes over
-natural-order activations, each 32-element piece one 256-bit vpmaddubsw + vpdpwssd per token, the weights decoded
-with 256-bit ANDs and shifts (_k8_row_loop). Measured at one token (16384x4096, 2 threads), Q4_K does 50 GMAC/s
-where its 16-lane form (zero-extended, paired activations) did 40.
+numbers are the ones tests/test_kquant_lanes.py states. All three: 8 lanes over natural-order activations, each
+32-element piece one 256-bit vpmaddubsw + vpdpwssd per token, the weights decoded with 256-bit ANDs and shifts
+(_k8_row_loop). Measured at one token (16384x4096, 2 threads), Q4_K does 50 GMAC/s where its 16-lane form
+(zero-extended, paired activations) did 40. Q5_K had that 16-lane form, in 512-bit vectors, until its 8-lane one
+(Q4_K's plus the fifth bits): 8192x2048 at 1 / 16 / 64 tokens 38.6 / 74 / 74 GMAC/s before (2 threads, the weight
+in cache). No 512-bit instruction belongs in these loops: while one is in flight, port 1 takes no vector work.
 """
 from __future__ import annotations
 
@@ -42,20 +43,7 @@ from .simd import (
 
 # ---- K-quants: one row of 256-element super-blocks against Q8_K activations ----
 
-_V16F = ir.VectorType(_F32, 16)
 _V16I = ir.VectorType(_I32, 16)
-
-
-def _pairs(builder, q, xv):
-    """<32 x i8> q (unsigned, <= 31) . <32 x i8> x -> <16 x i32>, lane i = q[2i]*x[2i] + q[2i+1]*x[2i+1] (exact).
-
-    On x86 with AVX2, one vpmaddubsw (q <= 31 and activations in -127..127 keep every pair below 2^15, no
-    saturation)."""
-    if "avx2" in _X86:
-        return builder.sext(_intrinsic(builder, "llvm.x86.avx2.pmadd.ub.sw", _V16S, [q, xv]), _V16I)
-    v32 = ir.VectorType(_I32, 32)
-    p = builder.mul(builder.sext(q, v32), builder.sext(xv, v32), flags=["nsw"])
-    return builder.add(_shuffle(builder, p, p, range(0, 32, 2)), _shuffle(builder, p, p, range(1, 32, 2)))
 
 
 def _k4_scales_mins(builder, wd, o):
@@ -78,87 +66,11 @@ def _k4_scales_mins(builder, wd, o):
     return bytes8(sc_lo, sc_hi), bytes8(m_lo, m_hi)
 
 
-def _k_row_loop(context, builder, sig, args, block_bytes, decode, isum_of, n_tok):
-    """Row loop over super-blocks for n_tok tokens.
-
-    decode(builder, wd, o) -> (d, dmin or None, mins <8 x i32> or None, [(quants <32 x i8>, scales <16 x i32>,
-    element offset)]): the super-block's quants decoded once, each piece with its lane scales.
-    isum_of(builder, pieces, xq row, third activation row, element offset of the super-block) -> <16 x i32>: the
-    super-block's lanes.
-    """
-    wd = _data(context, builder, sig.args[0], args[0])
-    acts = _Acts(context, builder, sig, args, 1)
-    toks = [(acts.row(0, t), acts.row(1, t), acts.row(2, t)) for t in _token_indices(builder, args[4], n_tok)]
-    accs = [cgutils.alloca_once_value(builder, ir.Constant(_V16F, [0.0] * 16)) for _ in toks]
-    with cgutils.for_range(builder, acts.n_blocks) as loop:
-        blk = loop.index
-        o = builder.mul(blk, _c(block_bytes))
-        _prefetch(builder, wd, o, block_bytes)
-        d, dmin, mins, pieces = decode(builder, wd, o)
-        for (xqd, xdd, bsd), acc in zip(toks, accs):
-            xo = builder.mul(blk, _c(256))
-            isum = isum_of(builder, pieces, xqd, bsd, xo)
-            dx = builder.load(builder.gep(xdd, [blk]))
-            total = builder.fadd(builder.load(acc), builder.fmul(_splat(builder, builder.fmul(d, dx), 16),
-                                                                  builder.sitofp(isum, _V16F)))
-            if mins is not None:
-                # subtract dmin*dx*Σ_j m_j * (activation sum of sub-block j)
-                mterm = _widen8(builder, builder.mul(mins, _bsum_pairs(builder, bsd, builder.mul(blk, _c(16)))))
-                total = builder.fsub(total, builder.fmul(_splat(builder, builder.fmul(dmin, dx), 16),
-                                                         builder.sitofp(mterm, _V16F)))
-            builder.store(total, acc)
-    return [_reduce_f(builder, builder.load(a), 16) for a in accs]
-
-
-def _k_isum(builder, pieces, xqd, bsd, xo):
-    """Σ_pieces sc * pairs(q, x) -> <16 x i32> (lane i: elements 2i, 2i+1 of every piece), exact.
-
-    With AVX-512 VNNI, each piece is one vpdpwssd (pair i16 . scale, the high words 0) into
-    one of two accumulators: LLVM fuses a plain mul+add into one chain of vpdpwssd, whose latency then bounds
-    the loop; two chains halve it (integer sums, so the lanes hold the same integers)."""
-    vnni = "avx512vnni" in _X86
-    parts = [ir.Constant(_V16I, [0] * 16)] * (2 if vnni else 1)
-    for i, (q, sc, eo) in enumerate(pieces):
-        xv = _load_vec(builder, xqd, builder.add(xo, _c(eo)), 32)
-        if vnni:
-            parts[i % 2] = _intrinsic(builder, "llvm.x86.avx512.vpdpwssd.512", _V16I,
-                                      [parts[i % 2], _pairs(builder, q, xv), sc])
-        else:
-            parts[0] = builder.add(parts[0], builder.mul(sc, _pairs(builder, q, xv)))
-    return builder.add(parts[0], parts[1]) if vnni else parts[0]
-
-
 def _bsum_pairs(builder, bsd, bo):
     """Activation sums of the eight 32-element sub-blocks: bsums[2j] + bsums[2j+1] -> <8 x i32>."""
     ptr = builder.bitcast(builder.gep(bsd, [bo]), _V16I.as_pointer())
     bs = builder.load(ptr, align=4)
     return builder.add(_shuffle(builder, bs, bs, range(0, 16, 2)), _shuffle(builder, bs, bs, range(1, 16, 2)))
-
-
-def _widen8(builder, v8):
-    """<8 x i32> -> <16 x i32> with zeros above (lets the min term share the 16-lane accumulator)."""
-    zero = ir.Constant(ir.VectorType(_I32, 8), [0] * 8)
-    return _shuffle(builder, v8, zero, range(16))
-
-
-def _q5k_decode(builder, wd, o):
-    """A Q5_K super-block as 8 pieces of 32 quants (0..31) in natural order, each with its scale splatted."""
-    d = _load_half(builder, wd, o)
-    dmin = _load_half(builder, wd, builder.add(o, _c(2)))
-    scales, mins = _k4_scales_mins(builder, wd, builder.add(o, _c(4)))
-    qh = _load_vec(builder, wd, builder.add(o, _c(16)), 32)
-    pieces = []
-    for c in range(4):
-        v = _load_vec(builder, wd, builder.add(o, _c(48 + 32 * c)), 32)
-        halves = [builder.and_(v, _const_vec(_I8, [15] * 32)), builder.lshr(v, _const_vec(_I8, [4] * 32))]
-        for h in range(2):
-            j = 2 * c + h  # sub-block: elements 32j..32j+31
-            # qh byte l bit j is the fifth bit of element 32j + l
-            bit = builder.and_(builder.lshr(qh, _const_vec(_I8, [j] * 32)), _const_vec(_I8, [1] * 32))
-            q = builder.or_(halves[h], builder.shl(bit, _const_vec(_I8, [4] * 32)))
-            sc = _splat(builder, builder.extract_element(scales, ir.Constant(_I32, j)), 16)
-            pieces.append((q, sc, 32 * j))
-    return d, dmin, mins, pieces
 
 
 def _lanes8(builder, acc, q, xv, s):
@@ -180,20 +92,35 @@ def _lanes8(builder, acc, q, xv, s):
     return builder.add(acc, builder.mul(p8, sc, flags=["nsw"]))
 
 
-def _q4k_decode8(builder, wd, o):
-    """A Q4_K super-block as 8 sub-blocks of 32 quants (0..15) in natural order, each with its scale dwords: a 32-byte
-    chunk c of nibbles is sub-blocks 2c (low) and 2c+1 (high). Also (d, dmin, mins <8 x i32>)."""
+def _k45_decode8(builder, wd, o, qs, qh):
+    """A Q4_K (qh None) or Q5_K super-block as 8 sub-blocks of 32 quants (0..15, or 0..31 with the fifth bits) in
+    natural order, each with its scale dwords: the 32-byte chunk c of nibbles at qs is sub-blocks 2c (low) and 2c+1
+    (high); bit j of byte l of the 32 bytes at qh is the fifth bit of element 32j + l. Also (d, dmin, mins <8 x i32>)."""
     d = _load_half(builder, wd, o)
     dmin = _load_half(builder, wd, builder.add(o, _c(2)))
     scales, mins = _k4_scales_mins(builder, wd, builder.add(o, _c(4)))
     words = builder.or_(scales, builder.shl(scales, _const_vec(_I32, [16] * 8)))  # sc_j in both 16-bit words
+    high = None if qh is None else _load_vec(builder, wd, builder.add(o, _c(qh)), 32)
+    sixteen = _const_vec(_I8, [16] * 32)
     subs = []
     for c in range(4):
-        v = _load_vec(builder, wd, builder.add(o, _c(16 + 32 * c)), 32)
+        v = _load_vec(builder, wd, builder.add(o, _c(qs + 32 * c)), 32)
         halves = (builder.and_(v, _const_vec(_I8, [15] * 32)), builder.lshr(v, _const_vec(_I8, [4] * 32)))
         for j, q in ((2 * c, halves[0]), (2 * c + 1, halves[1])):
+            if high is not None:  # bit j moved to bit 4
+                moved = (builder.shl(high, _const_vec(_I8, [4 - j] * 32)) if j < 4 else
+                         builder.lshr(high, _const_vec(_I8, [j - 4] * 32)) if j > 4 else high)
+                q = builder.or_(q, builder.and_(moved, sixteen))
             subs.append((q, _shuffle(builder, words, words, [j] * 8)))
     return (d, dmin, mins), subs
+
+
+def _q4k_decode8(builder, wd, o):
+    return _k45_decode8(builder, wd, o, 16, None)
+
+
+def _q5k_decode8(builder, wd, o):
+    return _k45_decode8(builder, wd, o, 48, 16)
 
 
 def _q4k_finish(builder, acc, isum, extra, dx, bsd, blk):
@@ -282,7 +209,7 @@ def _k8_row_loop(context, builder, sig, args, block_bytes, decode, finish, n_tok
 
 
 def _make_krowdot(name, row_loop, block_bytes, decode, lanes_of, n_tok):
-    """The intrinsic rowdot<n_tok>_<name> around row_loop (_k_row_loop or _k8_row_loop) and the format's pieces."""
+    """The intrinsic rowdot<n_tok>_<name> around row_loop (_k8_row_loop) and the format's pieces."""
 
     @intrinsic
     def rowdot(typingctx, w, xq, xd, bsums, t0):
@@ -303,7 +230,7 @@ def _make_krowdot(name, row_loop, block_bytes, decode, lanes_of, n_tok):
     return rowdot
 
 
-# name -> (row loop, super-block bytes, decoder, lane sums or finish): Q5_K in 16 lanes, Q4_K and Q6_K in 8
-_K_LAYOUTS = {"q5_k": (_k_row_loop, 176, _q5k_decode, _k_isum), "q4_k": (_k8_row_loop, 144, _q4k_decode8, _q4k_finish),
+# name -> (row loop, super-block bytes, decoder, finish)
+_K_LAYOUTS = {"q5_k": (_k8_row_loop, 176, _q5k_decode8, _q4k_finish), "q4_k": (_k8_row_loop, 144, _q4k_decode8, _q4k_finish),
               "q6_k": (_k8_row_loop, 210, _q6k_decode8, _q6k_finish)}
 K_ROWDOTS = {name: tuple(_make_krowdot(name, *layout, n) for n in ROW_TOKENS) for name, layout in _K_LAYOUTS.items()}

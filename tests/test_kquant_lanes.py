@@ -1,14 +1,10 @@
 """The Q4_K / Q5_K / Q6_K row dots bit for bit against a NumPy model of their lane arithmetic.
 
 The kernels' float results are fixed by their integer math and one float order, which this file states.
-Q5_K: per super-block, 16 int32 lanes, lane i = Σ over the super-block's 32-element pieces of
-scale(piece, i) * (q[2i]*x[2i] + q[2i+1]*x[2i+1]) (elements of the piece); per lane, in float32,
-acc += (d*dx) * lane, then acc -= (dmin*dx) * (m_i * (bsum[2i] + bsum[2i+1])) for i < 8 (and - 0 above); the
-row's value is acc[0] + acc[1] + ... + acc[15], left to right.
-Q4_K and Q6_K: 8 lanes, lane k = Σ_j s_jk * (q . x over elements 4k..4k+3 of the 32-element piece j), with q as
-stored (Q6_K: 0..63, not centred) and s_jk the scale of those elements; in float32, Q4_K: acc += (d*dx) * lane,
-then acc -= (dmin*dx) * (m_k * (bsum[2k] + bsum[2k+1])); Q6_K: acc += (d*dx) * (lane - 32 * (sc[2k]*bsum[2k] +
-sc[2k+1]*bsum[2k+1])); the row's value is acc[0] + ... + acc[7].
+Per super-block, 8 int32 lanes, lane k = Σ_j s_jk * (q . x over elements 4k..4k+3 of the 32-element piece j), with
+q as stored (Q5_K: with its fifth bit, 0..31; Q6_K: 0..63, not centred) and s_jk the scale of those elements; in
+float32, Q4_K and Q5_K: acc += (d*dx) * lane, then acc -= (dmin*dx) * (m_k * (bsum[2k] + bsum[2k+1])); Q6_K:
+acc += (d*dx) * (lane - 32 * (sc[2k]*bsum[2k] + sc[2k+1]*bsum[2k+1])); the row's value is acc[0] + ... + acc[7].
 Any rewrite of the kernels (instructions, layouts, accumulator splits) must keep exactly these numbers. The integer
 decode here is checked against the independent oracle gguf.quants (d*sc*q - dmin*m), and the activations come from
 the kernels' own Q8_K quantizer (tests/test_kernels.py checks that one against the reference).
@@ -78,31 +74,9 @@ def lane_model(t, w, x):
     q, sc, d, dmin, m = decode(t, w, cols)
     xq, xd, bs = quantize_q8_k(x)
     rows, nb = w.shape[0], cols // 256
-    if t == Q4_K:
-        return _q4k_lane_model(q, sc, d, dmin, m, xq, xd, bs, rows, nb)
     if t == Q6_K:
         return _q6k_lane_model(q + 32, sc, d, xq, xd, bs, rows, nb)
-    prod = (q[None] * xq.astype(np.int64)[:, None]).reshape(len(x), rows, nb, 8, 16, 2).sum(-1)  # pair sums
-    scl = sc.reshape(rows, nb, 16)  # scale per 16 elements: piece j's lanes 0..7 use 2j, lanes 8..15 use 2j+1
-    scl = scl.reshape(rows, nb, 8, 2)[:, :, :, np.repeat([0, 1], 8)]  # (rows, nb, 8 pieces, 16 lanes)
-    isum = (prod * scl[None]).sum(3)  # (n_tok, rows, nb, 16) exact int64
-    assert np.abs(isum).max() < 2 ** 24  # float32 of each lane is exact, as int32 -> float is in the kernel
-    out = np.empty((len(x), rows), F32)
-    for tok in range(len(x)):
-        acc = np.zeros((rows, 16), F32)
-        for b in range(nb):
-            dx = xd[tok, b]
-            acc = acc + (d[:, b] * dx)[:, None] * isum[tok, :, b].astype(F32)
-            if m is not None:
-                pair = bs[tok, 16 * b:16 * b + 16].astype(np.int64).reshape(8, 2).sum(-1)  # (8,)
-                mterm = np.zeros((rows, 16), F32)
-                mterm[:, :8] = (m[:, b] * pair).astype(F32)
-                acc = acc - (dmin[:, b] * dx)[:, None] * mterm
-        total = acc[:, 0]
-        for i in range(1, 16):
-            total = total + acc[:, i]
-        out[tok] = total
-    return out
+    return _q4k_lane_model(q, sc, d, dmin, m, xq, xd, bs, rows, nb)  # Q4_K, Q5_K
 
 
 def _q4k_lane_model(q, sc, d, dmin, m, xq, xd, bs, rows, nb):
