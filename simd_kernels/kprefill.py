@@ -1,6 +1,6 @@
-"""Prompt kernels for Q4_K and Q6_K: a prompt piece's tokens against the weights, activations laid out for them.
+"""Prompt kernels for Q4_K, Q5_K and Q6_K: a prompt piece's tokens against the weights, activations laid out for them.
 
-`prefill_<fmt>(w, xq, xd, sums, out)` takes `quantize_for_<fmt>(x)`'s activations (actquant's Q8_K with each
+`prefill_<fmt>(w, xq, xd, sums, out)` takes `PREFILL_<FMT>[0](x)`'s activations (actquant's Q8_K with each
 super-block's dwords reordered). Their numbers are their own (a row sums its lanes in another order than the per-row
 kernels of kquants), so they serve only a prompt's pieces, whose path depends on the prompt alone
 (localrt.engine.backends.backend); within a call, a token's result does not depend on the other tokens.
@@ -8,14 +8,14 @@ kernels of kquants), so they serve only a prompt's pieces, whose path depends on
 Why kernels of their own: the per-row kernels scale each piece's pair sums (vpmaddubsw, then vpdpwssd by the
 scale), two multiplies per 32 products. Here a super-block's quants are reordered in registers (a 4 x 8 dword
 transpose, `_transpose4`) so that lane k of the four registers of a kind holds four elements each of one scale's
-group: the four take one chain of vpdpbusd, and the kind's scales are applied once: 10 multiplies (Q4_K) or 8
-and two float multiplies (Q6_K) per 256 products, where the per-row kernels take 16. The terms that depend only on
-a token's group sums (Q4_K's mins, Q6_K's -32) are taken for all the call's tokens at once, token-minor
-(vpmaddwd over token pairs), not once per token. Tokens go 8 at a time through all of a call's rows, so their
-activations stay in L1 (the per-row kernels run 64 tokens a row and read them from L2).
+group: the four take one chain of vpdpbusd, and the kind's scales are applied once: 10 multiplies (Q4_K), or 8
+and two float multiplies (Q5_K, Q6_K: their sums pass 16 bits) per 256 products, where the per-row kernels take
+16. The terms that depend only on a token's group sums (Q4_K's and Q5_K's mins, Q6_K's -32) are taken for all the
+call's tokens at once, token-minor (vpmaddwd over token pairs), not once per token. Tokens go 8 at a time through
+all of a call's rows, so their activations stay in L1 (the per-row kernels run 64 tokens a row and read them from L2).
 
 Measured (1 thread, 128 tokens, the 1B Q4_K_M file's 2048 x 2048 Q4_K and 2048 x 8192 Q6_K, best of 5): Q4_K 60
--> 100 GMAC/s, Q6_K 36 -> 87.
+-> 100 GMAC/s, Q6_K 36 -> 87; Q5_K (2048 x 2048 of our quantizer) 59 -> 94.
 """
 from __future__ import annotations
 
@@ -105,6 +105,49 @@ class _Q4K:
                 else:
                     total = builder.add(total, builder.mul(kind, sc))
             return builder.fmul(builder.sitofp(total, _V8F), dv)
+
+        return kinds, value, builder.trunc(mins, ir.VectorType(_I16, 8)), builder.fneg(dmin)
+
+
+class _Q5K:
+    """Q5_K: Q4_K's registers with each quant's fifth bit (0..31). A lane's four registers then sum up to 16*31*127,
+    past 16 bits, so the scales multiply the kinds' lanes as floats (exact: < 2^22 before d), as Q6_K's do; the
+    pairs are Q4_K's."""
+
+    block = 176
+    pairs = 4
+    i16_sums = False
+
+    @staticmethod
+    def decode(builder, wd, o):
+        d = _load_half(builder, wd, o)
+        dmin = _load_half(builder, wd, builder.add(o, _c(2)))
+        scales, mins = _k4_scales_mins(builder, wd, builder.add(o, _c(4)))
+        regs = _transpose4(builder, [builder.bitcast(_load_vec(builder, wd, builder.add(o, _c(48 + 32 * c)), 32), _V8I)
+                                     for c in range(4)])
+        # qh (32 bytes at 16): bit j of byte l is the fifth bit of element 32j + l. Register m's bytes are elements
+        # l = 4m..4m+3 (+16 in lane 1) of sub-block 2i + kind in dword i, so its fifth bits are qh's dword m (m + 4)
+        # in every dword, bit 2i + kind of each byte moved to bit 4 (32-bit shifts by under 8 stay in the byte).
+        qh = builder.bitcast(_load_vec(builder, wd, builder.add(o, _c(16)), 32), _V8I)
+        sixteen = _const_vec(_I8, [16] * 32)
+        low4 = _const_vec(_I8, [15] * 32)
+        kinds = [[], []]
+        for m, r in enumerate(regs):
+            v = _bytes(builder, r)
+            h = _shuffle(builder, qh, qh, [m] * 4 + [m + 4] * 4)
+            for kind, q in ((0, builder.and_(v, low4)), (1, builder.and_(builder.lshr(v, _const_vec(_I8, [4] * 32)), low4))):
+                bits = [2 * (k % 4) + kind for k in range(8)]
+                left = builder.shl(h, _const_vec(_I32, [max(0, 4 - b) for b in bits]))
+                right = builder.lshr(h, _const_vec(_I32, [max(0, b - 4) for b in bits]))
+                moved = builder.select(_const_vec(ir.IntType(1), [b <= 4 for b in bits]), left, right)
+                kinds[kind].append((builder.or_(q, builder.and_(_bytes(builder, moved), sixteen)), 2 * m + kind))
+        dv = _splat(builder, d, 8)
+        s_kind = [builder.fmul(builder.sitofp(_shuffle(builder, scales, scales, [h, h + 2, h + 4, h + 6] * 2), _V8F), dv)
+                  for h in range(2)]
+
+        def value(lanes):  # Σ_kinds lanes * (scale * d)
+            total = builder.fmul(builder.sitofp(lanes[0], _V8F), s_kind[0])
+            return _fma(builder, builder.sitofp(lanes[1], _V8F), s_kind[1], total)
 
         return kinds, value, builder.trunc(mins, ir.VectorType(_I16, 8)), builder.fneg(dmin)
 
@@ -282,10 +325,11 @@ def _kernel(name, fmt, doc):
 
 
 _DOC = """out = x @ dequant(w).T for a prompt piece: w uint8 (rows, row_bytes) {fmt} blocks; xq, xd, sums from
-    quantize_for_{name}(x (n_tok, cols)); out float32 (n_tok, rows). Tokens go 8 at a time through every row (their
+    PREFILL_{upper}[0](x (n_tok, cols)); out float32 (n_tok, rows). Tokens go 8 at a time through every row (their
     activations stay in L1), the last 1-7 in one more pass."""
-prefill_q4_k = _kernel("q4_k", _Q4K, _DOC.format(fmt="Q4_K", name="q4_k"))
-prefill_q6_k = _kernel("q6_k", _Q6K, _DOC.format(fmt="Q6_K", name="q6_k"))
+prefill_q4_k = _kernel("q4_k", _Q4K, _DOC.format(fmt="Q4_K", upper="Q4_K"))
+prefill_q5_k = _kernel("q5_k", _Q5K, _DOC.format(fmt="Q5_K", upper="Q5_K"))
+prefill_q6_k = _kernel("q6_k", _Q6K, _DOC.format(fmt="Q6_K", upper="Q6_K"))
 
 
 @njit(cache=True, nogil=True)
@@ -302,4 +346,5 @@ def quantize_for_q6_k(x):
 
 # api.PREFILL's entries: (quantize, kernel)
 PREFILL_Q4_K = (quantize_for_q4_k, prefill_q4_k)
+PREFILL_Q5_K = (quantize_for_q4_k, prefill_q5_k)  # Q4_K's registers, so its activations
 PREFILL_Q6_K = (quantize_for_q6_k, prefill_q6_k)

@@ -1,4 +1,4 @@
-"""simd_kernels.kprefill: the Q4_K and Q6_K prompt kernels and their interleaved activations.
+"""simd_kernels.kprefill: the Q4_K, Q5_K and Q6_K prompt kernels and their interleaved activations.
 
 The kernel's numbers are its own (it sums a row's lanes in another order than the per-row kernel), so it is held to
 the same oracle as every kernel (tests/test_kernels.check: llama.cpp's activation quantization emulated exactly, and
@@ -21,10 +21,11 @@ import simd_kernels as sk
 import simd_kernels.simd as simd
 from localrt.engine.backends.backend import CPUBackend, QTensor
 from simd_kernels.actquant import Q4K_DWORDS, Q6K_DWORDS, quantize_q8_k
-from simd_kernels.kprefill import PREFILL_Q4_K, PREFILL_Q6_K
+from simd_kernels.kprefill import PREFILL_Q4_K, PREFILL_Q5_K, PREFILL_Q6_K
 
-Q4_K, Q6_K = 12, 14
-KERNELS = {Q4_K: PREFILL_Q4_K, Q6_K: PREFILL_Q6_K}
+Q4_K, Q5_K, Q6_K = 12, 13, 14
+KERNELS = {Q4_K: PREFILL_Q4_K, Q5_K: PREFILL_Q5_K, Q6_K: PREFILL_Q6_K}
+FORMATS = pytest.mark.parametrize("t", [Q4_K, Q5_K, Q6_K], ids=["Q4_K", "Q5_K", "Q6_K"])
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -49,7 +50,7 @@ def test_the_interleaved_activations_are_q8_k_reordered(t: int, order: np.ndarra
     assert np.array_equal(sums.astype(np.int64), groups.reshape(5, 2, n // 2, 2).transpose(1, 2, 0, 3))
 
 
-@pytest.mark.parametrize("t", [Q4_K, Q6_K], ids=["Q4_K", "Q6_K"])
+@FORMATS
 @pytest.mark.parametrize("n_tok", [1, 2, 3, 4, 7, 8, 13, 69])
 def test_prefill_against_the_oracle(t: int, n_tok: int) -> None:
     rng = np.random.default_rng(n_tok)
@@ -59,7 +60,7 @@ def test_prefill_against_the_oracle(t: int, n_tok: int) -> None:
     check(t, w, x, _prefill(t, w, x))
 
 
-@pytest.mark.parametrize("t", [Q4_K, Q6_K], ids=["Q4_K", "Q6_K"])
+@FORMATS
 def test_a_tokens_result_does_not_depend_on_the_call(t: int) -> None:
     rng = np.random.default_rng(1)
     w = random_weights(rng, t, 40, 512)
@@ -75,9 +76,9 @@ import json, sys
 import numpy as np
 sys.path.insert(0, {tests!r})
 from test_kernels import random_weights
-from simd_kernels.kprefill import PREFILL_Q4_K, PREFILL_Q6_K
+from simd_kernels.kprefill import PREFILL_Q4_K, PREFILL_Q5_K, PREFILL_Q6_K
 out = []
-for t, (quantize, kernel) in ((12, PREFILL_Q4_K), (14, PREFILL_Q6_K)):
+for t, (quantize, kernel) in ((12, PREFILL_Q4_K), (13, PREFILL_Q5_K), (14, PREFILL_Q6_K)):
     rng = np.random.default_rng(3)
     w = random_weights(rng, t, 40, 512)
     w.flags.writeable = False
@@ -106,7 +107,7 @@ def test_every_x86_path_gives_the_generic_codes_bits(tmp_path: Path) -> None:
         assert np.array_equal(_bits(tmp_path, features), generic), features
 
 
-@pytest.mark.parametrize("t", [Q4_K, Q6_K], ids=["Q4_K", "Q6_K"])
+@FORMATS
 def test_linears_on_a_prompt_piece_is_linear(t: int) -> None:
     if t not in sk.PREFILL:
         pytest.skip("this host keeps the format's prompts on another path")

@@ -26,7 +26,7 @@ F32 = 0
 # was resumed, on what ran beside it or on what was cached (prefix reuse is exact: localrt.engine.batch).
 # A weight in one of simd_kernels.FUSED_PREFILL's formats (Q4_K, Q6_K; Q8_0 with VNNI) takes the fused kernel in
 # the pieces too: it beats the dequantized tiles there, and its rows compute as decode's do. A format with a prompt
-# kernel of its own (simd_kernels.PREFILL: Q4_K, Q6_K) takes that one in the pieces instead: its numbers are its
+# kernel of its own (simd_kernels.PREFILL: Q4_K, Q5_K, Q6_K) takes it in the pieces instead: its numbers are its
 # own, as BLAS's are, and a piece's rows do not depend on each other (1B Q4_K_M pp128: 99 -> 155 tok/s).
 # Measured (prefill forward of one chunk, 2 threads, best of 3; fused / BLAS ms): SmolLM2 32: 113 / 145,
 # 64: 216 / 186, 128: 441 / 285, 255: 922 / 548; Gemma 3 32: 115 / 163, 64: 225 / 216, 128: 485 / 329. One
