@@ -43,6 +43,7 @@ from .simd import (
     _load_vec,
     _prefetch,
     _reduce_f,
+    _rowjob,
     _shuffle,
     _inline_copy,
     _kernel_copy,
@@ -69,10 +70,39 @@ def _bytes(builder, v):
     return builder.bitcast(v, ir.VectorType(_I8, 32))
 
 
+def _k45_kinds(builder, wd, o, qs, qh):
+    """Q4_K's (qh None) or Q5_K's super-block at o -> (d, dmin, scales <8 x i32>, mins <8 x i32>, kinds): kind h of
+    register m = 2m + h holds the low (h = 0: even sub-blocks) or high (odd) nibbles of the transposed chunks at qs,
+    lane k of a kind being sub-block 2(k % 4) + h; with qh, each quant's fifth bit too (0..31)."""
+    d = _load_half(builder, wd, o)
+    dmin = _load_half(builder, wd, builder.add(o, _c(2)))
+    scales, mins = _k4_scales_mins(builder, wd, builder.add(o, _c(4)))
+    # chunk c (32 bytes): low nibbles sub-block 2c, high 2c+1; dword j = elements 4j..4j+3 of both
+    regs = _transpose4(builder, [builder.bitcast(_load_vec(builder, wd, builder.add(o, _c(qs + 32 * c)), 32), _V8I)
+                                 for c in range(4)])
+    # qh (32 bytes): bit j of byte l is the fifth bit of element 32j + l. Register m's bytes are elements l = 4m..4m+3
+    # (+16 in lane 1) of sub-block 2i + h in dword i, so its fifth bits are qh's dword m (m + 4) in every dword, bit
+    # 2i + h of each byte moved to bit 4 (32-bit shifts by under 8 stay in the byte).
+    high = None if qh is None else builder.bitcast(_load_vec(builder, wd, builder.add(o, _c(qh)), 32), _V8I)
+    low4, four, sixteen = (_const_vec(_I8, [v] * 32) for v in (15, 4, 16))
+    kinds = [[], []]
+    for m, r in enumerate(regs):
+        v = _bytes(builder, r)
+        for h, q in enumerate((builder.and_(v, low4), builder.and_(builder.lshr(v, four), low4))):
+            if high is not None:
+                dwords = _shuffle(builder, high, high, [m] * 4 + [m + 4] * 4)
+                bits = [2 * (k % 4) + h for k in range(8)]
+                left = builder.shl(dwords, _const_vec(_I32, [max(0, 4 - b) for b in bits]))
+                right = builder.lshr(dwords, _const_vec(_I32, [max(0, b - 4) for b in bits]))
+                moved = builder.select(_const_vec(ir.IntType(1), [b <= 4 for b in bits]), left, right)
+                q = builder.or_(q, builder.and_(_bytes(builder, moved), sixteen))
+            kinds[h].append((q, 2 * m + h))
+    return d, dmin, scales, mins, kinds
+
+
 class _Q4K:
-    """Q4_K: register (m, h) = 2m + h, h the low nibbles (even sub-blocks) or the high ones (odd); lane k of a kind
-    is sub-block 2(k % 4) + h. The scales (0..63) multiply the kind's lanes as integers; the min term's pairs are
-    the mins of sub-blocks 2k, 2k+1, times -dmin."""
+    """Q4_K: register (m, h) = 2m + h (_k45_kinds). The scales (0..63) multiply the kinds' lanes as integers; the
+    min term's pairs are the mins of sub-blocks 2k, 2k+1, times -dmin."""
 
     block = 144
     pairs = 4  # pairs of sums a super-block: 32-element sub-blocks
@@ -82,19 +112,8 @@ class _Q4K:
     def decode(builder, wd, o):
         """-> (kinds [[(quants <32 x i8>, activation register)] x 4] x 2, value(lanes) -> <8 x float>,
         the pairs' weights <2*pairs x i16>, the pairs' float factor)."""
-        d = _load_half(builder, wd, o)
-        dmin = _load_half(builder, wd, builder.add(o, _c(2)))
-        scales, mins = _k4_scales_mins(builder, wd, builder.add(o, _c(4)))
-        s_kind = [_shuffle(builder, scales, scales, [0, 2, 4, 6] * 2), _shuffle(builder, scales, scales, [1, 3, 5, 7] * 2)]
-        # chunk c (32 bytes): low nibbles sub-block 2c, high 2c+1; dword j = elements 4j..4j+3 of both
-        regs = _transpose4(builder, [builder.bitcast(_load_vec(builder, wd, builder.add(o, _c(16 + 32 * c)), 32), _V8I)
-                                     for c in range(4)])
-        low4 = _const_vec(_I8, [15] * 32)
-        kinds = [[], []]
-        for m, r in enumerate(regs):
-            v = _bytes(builder, r)
-            kinds[0].append((builder.and_(v, low4), 2 * m))
-            kinds[1].append((builder.and_(builder.lshr(v, _const_vec(_I8, [4] * 32)), low4), 2 * m + 1))
+        d, dmin, scales, mins, kinds = _k45_kinds(builder, wd, o, 16, None)
+        s_kind = [_shuffle(builder, scales, scales, [h, h + 2, h + 4, h + 6] * 2) for h in range(2)]
         dv = _splat(builder, d, 8)
 
         def value(lanes):  # d * Σ_kinds lanes * scale, the scaling exact in integers (|lanes| < 2^15)
@@ -120,30 +139,10 @@ class _Q5K:
 
     @staticmethod
     def decode(builder, wd, o):
-        d = _load_half(builder, wd, o)
-        dmin = _load_half(builder, wd, builder.add(o, _c(2)))
-        scales, mins = _k4_scales_mins(builder, wd, builder.add(o, _c(4)))
-        regs = _transpose4(builder, [builder.bitcast(_load_vec(builder, wd, builder.add(o, _c(48 + 32 * c)), 32), _V8I)
-                                     for c in range(4)])
-        # qh (32 bytes at 16): bit j of byte l is the fifth bit of element 32j + l. Register m's bytes are elements
-        # l = 4m..4m+3 (+16 in lane 1) of sub-block 2i + kind in dword i, so its fifth bits are qh's dword m (m + 4)
-        # in every dword, bit 2i + kind of each byte moved to bit 4 (32-bit shifts by under 8 stay in the byte).
-        qh = builder.bitcast(_load_vec(builder, wd, builder.add(o, _c(16)), 32), _V8I)
-        sixteen = _const_vec(_I8, [16] * 32)
-        low4 = _const_vec(_I8, [15] * 32)
-        kinds = [[], []]
-        for m, r in enumerate(regs):
-            v = _bytes(builder, r)
-            h = _shuffle(builder, qh, qh, [m] * 4 + [m + 4] * 4)
-            for kind, q in ((0, builder.and_(v, low4)), (1, builder.and_(builder.lshr(v, _const_vec(_I8, [4] * 32)), low4))):
-                bits = [2 * (k % 4) + kind for k in range(8)]
-                left = builder.shl(h, _const_vec(_I32, [max(0, 4 - b) for b in bits]))
-                right = builder.lshr(h, _const_vec(_I32, [max(0, b - 4) for b in bits]))
-                moved = builder.select(_const_vec(ir.IntType(1), [b <= 4 for b in bits]), left, right)
-                kinds[kind].append((builder.or_(q, builder.and_(_bytes(builder, moved), sixteen)), 2 * m + kind))
+        d, dmin, scales, mins, kinds = _k45_kinds(builder, wd, o, 48, 16)
         dv = _splat(builder, d, 8)
-        s_kind = [builder.fmul(builder.sitofp(_shuffle(builder, scales, scales, [h, h + 2, h + 4, h + 6] * 2), _V8F), dv)
-                  for h in range(2)]
+        s_kind = [builder.fmul(builder.sitofp(_shuffle(builder, scales, scales, [h, h + 2, h + 4, h + 6] * 2), _V8F),
+                               dv) for h in range(2)]
 
         def value(lanes):  # Σ_kinds lanes * (scale * d)
             total = builder.fmul(builder.sitofp(lanes[0], _V8F), s_kind[0])
@@ -173,7 +172,8 @@ class _Q6K:
             groups = [8 * h + g for g in (0, 2, 4, 6, 1, 3, 5, 7)]
             # from the <16 x i16> scales, not a widened <16 x i32>: one 512-bit instruction in the loop took the
             # kernel from 87 to 54 GMAC/s (with 512-bit ops in flight, port 1 runs no vector instructions)
-            scales.append(builder.fmul(builder.sitofp(_shuffle(builder, sc16, sc16, groups), _V8F), _splat(builder, d, 8)))
+            scales.append(builder.fmul(builder.sitofp(_shuffle(builder, sc16, sc16, groups), _V8F),
+                                       _splat(builder, d, 8)))
 
         def value(lanes):  # Σ_halves lanes * (scale * d)
             total = builder.fmul(builder.sitofp(lanes[0], _V8F), scales[0])
@@ -208,7 +208,8 @@ def _kind_lanes(builder, fmt, kind, xqd, xo):
     for (q, _), xv in zip(kind, xs):
         p = builder.mul(builder.zext(q, v32), builder.sext(xv, v32))
         for _ in range(2):  # 32 products -> 8 lanes of 4
-            p = builder.add(_shuffle(builder, p, p, range(0, p.type.count, 2)), _shuffle(builder, p, p, range(1, p.type.count, 2)))
+            n = p.type.count
+            p = builder.add(_shuffle(builder, p, p, range(0, n, 2)), _shuffle(builder, p, p, range(1, n, 2)))
         acc = builder.add(acc, p)
     return acc
 
@@ -291,20 +292,6 @@ def _make_rowdot(name, fmt, n_tok):
     return rowdot
 
 
-def _tail_template(row, xq, xd, sums, t, t1, out, r):
-    # out[t:t1, r] for the last 1-7 tokens: one pass of 4, then one of 1-3
-    if t + 4 <= t1:
-        out[t, r], out[t + 1, r], out[t + 2, r], out[t + 3, r] = ROWDOT4(row, xq, xd, sums, t)  # noqa: F821
-        t += 4
-    left = t1 - t
-    if left == 3:
-        out[t, r], out[t + 1, r], out[t + 2, r] = ROWDOT3(row, xq, xd, sums, t)  # noqa: F821
-    elif left == 2:
-        out[t, r], out[t + 1, r] = ROWDOT2(row, xq, xd, sums, t)  # noqa: F821
-    elif left == 1:
-        (out[t, r],) = ROWDOT1(row, xq, xd, sums, t)  # noqa: F821
-
-
 def _prefill_template(w, xq, xd, sums, out):
     n = xq.shape[0]
     n8 = n - n % 8
@@ -314,13 +301,13 @@ def _prefill_template(w, xq, xd, sums, out):
              out[t + 7, r]) = ROWDOT8(w[r], xq, xd, sums, t)  # noqa: F821 (bound by _kernel)
     if n8 < n:
         for r in prange(w.shape[0]):
-            TAIL(w[r], xq, xd, sums, n8, n, out, r)  # noqa: F821
+            ROWJOB(w[r], xq, xd, sums, n8, n, out, r)  # noqa: F821 (the last 1-7 tokens: simd._rowjob's 4, then 1-3)
 
 
 def _kernel(name, fmt, doc):
     """The prompt kernel prefill_<name>(w, xq, xd, sums, out) of a format (simd.fused_kernel's way of binding)."""
     binds = {f"ROWDOT{n}": _make_rowdot(name, fmt, n) for n in (1, 2, 3, 4, 8)}
-    binds["TAIL"] = _inline_copy(_tail_template, f"tail_{name}", binds)
+    binds["ROWJOB"] = _inline_copy(_rowjob, f"rowjob_prefill_{name}", binds)
     return _kernel_copy(_prefill_template, f"prefill_{name}", binds, __name__, doc)
 
 
