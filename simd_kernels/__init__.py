@@ -8,7 +8,6 @@ from . import _cache_guard, rows, warm
 from .api import (
     BLOCKS,
     EXPERTS,
-    FUSED_PREFILL,
     MUL,
     MULTI,
     PREFILL,
@@ -23,5 +22,5 @@ warm.refuse_blas_probe()  # before any kernel runs: Numba's start-up then skips 
 
 _cache_guard.check(rows.n_groups)  # any kernel of the package: they share one cache directory
 
-__all__ = ["BLOCKS", "EXPERTS", "FUSED_PREFILL", "MUL", "MULTI", "PREFILL", "ROWS", "KernelArgumentError", "get_rows",
+__all__ = ["BLOCKS", "EXPERTS", "MUL", "MULTI", "PREFILL", "ROWS", "KernelArgumentError", "get_rows",
            "matmul", "matvec"]

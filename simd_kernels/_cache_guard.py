@@ -12,8 +12,8 @@ from pathlib import Path
 
 from numba.core.caching import FunctionCache
 
-MODULES = ("actquant", "dequant", "floats", "half", "iquants", "kprefill", "kquants", "ksimd", "legacy", "ops", "rows",
-           "simd")  # the @njit sources
+MODULES = ("actquant", "dequant", "floats", "half", "iquants", "kprefill", "kquants", "ksimd", "legacy", "lprefill",
+           "ops", "rows", "simd")  # the @njit sources
 _STAMP = "simd_kernels.sources.sha256"
 
 

@@ -169,3 +169,59 @@ def quantize_q8_k_interleaved(x, order, group):
                     total += bsums[16 * b + k * g + j]
                 sums[b, g // 2, t, g % 2] = np.int16(total)
     return q, d, sums
+
+
+LGROUP = 8  # 32-element blocks per lane group of simd_kernels.lprefill: lane j of a register is block j
+
+
+@njit(inline="always")
+def _interleave_groups(row, dst):
+    """row int8 (cols,) natural order -> dst int8 (cols8,), cols8 = cols rounded up to 256: each 256-element group's
+    dwords transposed 8 x 8 (position 8k + j holds dword k of block j, its natural dword 8j + k), zeros past cols."""
+    src = row.view(np.int32)  # (cols/4,)
+    out = dst.view(np.int32)  # (cols8/4,)
+    n = src.shape[0]
+    for g in range(out.shape[0] // 64):
+        for k in range(LGROUP):
+            for j in range(LGROUP):
+                i = 64 * g + 8 * j + k
+                out[64 * g + 8 * k + j] = src[i] if i < n else 0
+
+
+@njit(cache=True, nogil=True)
+def quantize_q8_0_interleaved(x, shift):
+    """x: f32 (n_tok, cols) -> quantize_q8_0's activations laid out for simd_kernels.lprefill's Q8_0, Q5_0, Q4_0
+    kernels: q int8 (n_tok, cols8), cols8 = cols rounded up to 256, each 256-element group's dwords transposed 8 x 8
+    (lane j of a register is block j), zeros past cols; d f32 (n_tok, nb8), nb8 = cols8/32, the scales (0 past the
+    blocks); bias int32 (n_tok, nb8) each block's -(Σq << shift), the offset 1 << shift of the kernel's unsigned
+    weights times the block's sum (0 past)."""
+    n_tok, cols = x.shape
+    nb = cols // QK
+    cols8 = -(-cols // QK_K) * QK_K
+    q = np.empty((n_tok, cols8), np.int8)  # (n_tok, cols8)
+    d = np.zeros((n_tok, cols8 // QK), np.float32)  # (n_tok, nb8)
+    sums = np.zeros((n_tok, cols8 // QK), np.int32)  # (n_tok, nb8)
+    row = np.empty(cols, np.int8)  # (cols,) one token's natural-order quants
+    for t in range(n_tok):
+        quantize_row_q8_0(x[t], row, d[t, :nb], sums[t, :nb])
+        for b in range(nb):
+            sums[t, b] = -(sums[t, b] << shift)
+        _interleave_groups(row, q[t])
+    return q, d, sums
+
+
+@njit(cache=True, nogil=True)
+def quantize_q8_1_interleaved(x):
+    """x: f32 (n_tok, cols) -> quantize_q8_1's activations laid out as quantize_q8_0_interleaved's (for the Q4_1 and
+    Q5_1 prompt kernels): q int8 (n_tok, cols8), d f32 (n_tok, nb8), s f32 (n_tok, nb8) = f16(d * Σq) (0 past)."""
+    n_tok, cols = x.shape
+    nb = cols // QK
+    cols8 = -(-cols // QK_K) * QK_K
+    q = np.empty((n_tok, cols8), np.int8)  # (n_tok, cols8)
+    d = np.zeros((n_tok, cols8 // QK), np.float32)  # (n_tok, nb8)
+    s = np.zeros((n_tok, cols8 // QK), np.float32)  # (n_tok, nb8)
+    row = np.empty(cols, np.int8)  # (cols,)
+    for t in range(n_tok):
+        quantize_row_q8_1(x[t], row, d[t, :nb], s[t, :nb])
+        _interleave_groups(row, q[t])
+    return q, d, s

@@ -86,19 +86,15 @@ MULTI = {t: _MULTI_BY_NAME[k.py_func.__name__] for t, k in MUL.items() if k.py_f
 # rows(w, ids (n,) int64, out (n, cols) f32): dequantize the selected rows
 ROWS = KernelTable({t: ("dequant", f"rows_{name}") for t, name in _NAMES.items()})
 
-# Formats whose fused kernel beats dequantized tiles times BLAS at every prompt piece size (64-256 tokens) on this
-# host, so a prompt's linears in them stay on the fused kernel (localrt.engine.backends.backend.CPUBackend.linear).
-# Measured GMAC/s, fused / BLAS (4096x2048, 2 threads, Zen 4, best of 3) at 64, 128, 256 tokens: Q4_K 83/58,
-# 100/74, 98/86; Q6_K 87/45, 94/62, 94/69; Q8_0 (VNNI) 78/52, 79/68, 83/82; with AVX2 alone Q4_K 85/50, 84/65,
-# 85/78, Q6_K 85/37, 91/57, 89/72 and Q8_0 53/44, 50/61, 51/76. The other formats lose to BLAS at 256 tokens.
-FUSED_PREFILL: frozenset[int] = frozenset(
-    ({Q4_K, Q6_K} if "avx2" in _X86 else set()) | ({Q8_0} if {"avx512vnni", "avx512vl"} <= _X86 else set()))
-
 # prefill(w, xq, xd, sums, out) with (xq, xd, sums) = quantize(x): a prompt piece's kernel for these formats, with
-# numbers of its own (not the per-row kernel's), so it serves only the pieces (simd_kernels.kprefill). Measured
-# (2048x2048, 128 tokens, 1 thread, GMAC/s): Q4_K 105 (the per-row kernel 60), Q5_K 94 (59), Q6_K 87 (36).
-PREFILL = KernelTable({t: ("kprefill", f"PREFILL_{_NAMES[t].upper()}") for t in (Q4_K, Q5_K, Q6_K)}
-                      if "avx2" in _X86 else {})
+# numbers of its own (not the per-row kernel's), so it serves only the pieces (simd_kernels.kprefill, lprefill).
+# Measured (2048x2048, 128 tokens, 1 thread, GMAC/s): Q4_K 105 (the per-row kernel 60), Q5_K 94 (59), Q6_K 87 (36);
+# Q8_0 92 (43), Q4_0 92 (40), Q5_0 82 (40), Q4_1 93 (34), Q5_1 85 (33). Q8_0's unsigned weights (q + 128) pass
+# vpmaddubsw's range, so it takes the kernel only with VNNI.
+_PREFILL_MODULES = ({Q4_K: "kprefill", Q5_K: "kprefill", Q6_K: "kprefill", Q4_0: "lprefill", Q4_1: "lprefill",
+                     Q5_0: "lprefill", Q5_1: "lprefill"} if "avx2" in _X86 else {}) | (
+    {Q8_0: "lprefill"} if {"avx512vnni", "avx512vl"} <= _X86 else {})
+PREFILL = KernelTable({t: (module, f"PREFILL_{_NAMES[t].upper()}") for t, module in _PREFILL_MODULES.items()})
 
 # Batches at least this large go through dequantized row tiles and BLAS; smaller ones use the fused
 # integer kernel (8 tokens per decoded weight block), which measured as fast or faster below this.

@@ -1,4 +1,5 @@
-"""simd_kernels.kprefill: the Q4_K, Q5_K and Q6_K prompt kernels and their interleaved activations.
+"""simd_kernels.kprefill and lprefill: the prompt kernels (Q4_K, Q5_K, Q6_K; Q8_0, Q4_0, Q5_0, Q4_1, Q5_1) and their
+interleaved activations.
 
 The kernel's numbers are its own (it sums a row's lanes in another order than the per-row kernel), so it is held to
 the same oracle as every kernel (tests/test_kernels.check: llama.cpp's activation quantization emulated exactly, and
@@ -20,12 +21,17 @@ from test_kernels import check, random_weights
 import simd_kernels as sk
 import simd_kernels.simd as simd
 from localrt.engine.backends.backend import CPUBackend, QTensor
-from simd_kernels.actquant import Q4K_DWORDS, Q6K_DWORDS, quantize_q8_k
+from simd_kernels import lprefill
+from simd_kernels.actquant import Q4K_DWORDS, Q6K_DWORDS, quantize_q8_0, quantize_q8_1, quantize_q8_k
 from simd_kernels.kprefill import PREFILL_Q4_K, PREFILL_Q5_K, PREFILL_Q6_K
 
-Q4_K, Q5_K, Q6_K = 12, 13, 14
-KERNELS = {Q4_K: PREFILL_Q4_K, Q5_K: PREFILL_Q5_K, Q6_K: PREFILL_Q6_K}
-FORMATS = pytest.mark.parametrize("t", [Q4_K, Q5_K, Q6_K], ids=["Q4_K", "Q5_K", "Q6_K"])
+Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K = 2, 3, 6, 7, 8, 12, 13, 14
+KERNELS = {Q4_K: PREFILL_Q4_K, Q5_K: PREFILL_Q5_K, Q6_K: PREFILL_Q6_K, Q8_0: lprefill.PREFILL_Q8_0,
+           Q4_0: lprefill.PREFILL_Q4_0, Q5_0: lprefill.PREFILL_Q5_0, Q4_1: lprefill.PREFILL_Q4_1,
+           Q5_1: lprefill.PREFILL_Q5_1}
+NAMES = {Q4_0: "Q4_0", Q4_1: "Q4_1", Q5_0: "Q5_0", Q5_1: "Q5_1", Q8_0: "Q8_0", Q4_K: "Q4_K", Q5_K: "Q5_K",
+         Q6_K: "Q6_K"}
+FORMATS = pytest.mark.parametrize("t", list(NAMES), ids=list(NAMES.values()))
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -50,22 +56,40 @@ def test_the_interleaved_activations_are_q8_k_reordered(t: int, order: np.ndarra
     assert np.array_equal(sums.astype(np.int64), groups.reshape(5, 2, n // 2, 2).transpose(1, 2, 0, 3))
 
 
+@pytest.mark.parametrize("t, shift", [(Q8_0, 7), (Q4_0, 3), (Q5_0, 4), (Q4_1, None), (Q5_1, None)],
+                         ids=["Q8_0", "Q4_0", "Q5_0", "Q4_1", "Q5_1"])
+def test_the_grouped_activations_are_q8_0_or_q8_1_transposed(t: int, shift: int | None) -> None:
+    x = np.random.default_rng(0).standard_normal((3, 640)).astype(np.float32)  # 20 blocks: 2 groups and a half
+    q, d, extra = (quantize_q8_1 if shift is None else quantize_q8_0)(x)
+    gq, gd, gextra = KERNELS[t][0](x)
+    assert gq.shape == (3, 768) and gd.shape == gextra.shape == (3, 24)
+    natural = np.zeros((3, 768), np.int8)
+    natural[:, :640] = q
+    dwords = natural.view(np.int32).reshape(3, 3, 8, 8)  # (n_tok, groups, blocks, dwords of a block)
+    assert np.array_equal(gq.view(np.int32).reshape(3, 3, 8, 8), dwords.transpose(0, 1, 3, 2))
+    assert np.array_equal(gd[:, :20], d) and not gd[:, 20:].any()
+    want = extra if shift is None else -(extra.astype(np.int64) << shift)  # Q8_1's s, or the offset's term
+    assert np.array_equal(gextra[:, :20], want) and not gextra[:, 20:].any()
+
+
 @FORMATS
 @pytest.mark.parametrize("n_tok", [1, 2, 3, 4, 7, 8, 13, 69])
 def test_prefill_against_the_oracle(t: int, n_tok: int) -> None:
     rng = np.random.default_rng(n_tok)
-    w = random_weights(rng, t, 24, 768)  # (rows, row_bytes): 3 super-blocks a row
+    cols = 768 if t in (Q4_K, Q5_K, Q6_K) or n_tok % 2 else 672  # 3 super-blocks a row; or 2 groups and 5 blocks
+    w = random_weights(rng, t, 24, cols)  # (rows, row_bytes)
     w.flags.writeable = False
-    x = rng.standard_normal((n_tok, 768)).astype(np.float32)
+    x = rng.standard_normal((n_tok, cols)).astype(np.float32)
     check(t, w, x, _prefill(t, w, x))
 
 
 @FORMATS
 def test_a_tokens_result_does_not_depend_on_the_call(t: int) -> None:
     rng = np.random.default_rng(1)
-    w = random_weights(rng, t, 40, 512)
+    cols = 512 if t in (Q4_K, Q5_K, Q6_K) else 608  # 2 super-blocks; 2 groups of 8 blocks and 3 blocks
+    w = random_weights(rng, t, 40, cols)
     w.flags.writeable = False
-    x = rng.standard_normal((21, 512)).astype(np.float32)
+    x = rng.standard_normal((21, cols)).astype(np.float32)
     whole = _prefill(t, w, x)
     for lo, hi in ((0, 1), (5, 8), (3, 16), (16, 21), (0, 13)):  # 8-token passes, tails of 1-7, other offsets
         assert np.array_equal(_prefill(t, w, np.ascontiguousarray(x[lo:hi])), whole[lo:hi]), (lo, hi)
@@ -76,13 +100,17 @@ import json, sys
 import numpy as np
 sys.path.insert(0, {tests!r})
 from test_kernels import random_weights
+from simd_kernels import lprefill
 from simd_kernels.kprefill import PREFILL_Q4_K, PREFILL_Q5_K, PREFILL_Q6_K
 out = []
-for t, (quantize, kernel) in ((12, PREFILL_Q4_K), (13, PREFILL_Q5_K), (14, PREFILL_Q6_K)):
+for t, (quantize, kernel) in ((12, PREFILL_Q4_K), (13, PREFILL_Q5_K), (14, PREFILL_Q6_K), (8, lprefill.PREFILL_Q8_0),
+                              (2, lprefill.PREFILL_Q4_0), (6, lprefill.PREFILL_Q5_0), (3, lprefill.PREFILL_Q4_1),
+                              (7, lprefill.PREFILL_Q5_1)):
     rng = np.random.default_rng(3)
-    w = random_weights(rng, t, 40, 512)
+    cols = 512 if t > 8 else 608  # whole super-blocks; 2 groups and 3 blocks
+    w = random_weights(rng, t, 40, cols)
     w.flags.writeable = False
-    x = rng.standard_normal((11, 512)).astype(np.float32)
+    x = rng.standard_normal((11, cols)).astype(np.float32)
     o = np.empty((11, 40), np.float32)
     kernel(w, *quantize(x), o)
     out += o.view(np.uint32).ravel().tolist()

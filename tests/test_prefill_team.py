@@ -10,7 +10,7 @@ import simd_kernels
 from localrt.engine.backends.backend import CPUBackend, QTensor, _split
 from simd_kernels import ops, threads
 
-Q4_0, Q8_0, Q4_K, Q6_K = 2, 8, 12, 14
+F16, Q4_1, Q5_0, Q8_0, Q4_K, Q6_K = 1, 3, 6, 8, 12, 14
 
 
 def test_split_covers_range_in_aligned_pieces():
@@ -39,20 +39,20 @@ def test_team_runs_every_part_and_reraises():
 def test_prefill_linear_matches_dequantized_product(rows):
     rng = np.random.default_rng(0)
     w = rng.standard_normal((rows, 64)).astype(np.float32)
-    raw = quantize(w, Q4_0)  # blocks (rows, row_bytes) of a format that takes the BLAS path in a prompt's pieces
-    assert Q4_0 not in simd_kernels.FUSED_PREFILL
-    qt = QTensor("t", Q4_0, (rows, 64), raw)
+    raw = quantize(w, F16).view(np.uint8)  # (rows, row_bytes) of a format that takes the BLAS path in a prompt's pieces
+    assert F16 not in simd_kernels.PREFILL
+    qt = QTensor("t", F16, (rows, 64), raw)
     x = rng.standard_normal((300, 64)).astype(np.float32)  # enough tokens for the BLAS path
-    deq = simd_kernels.get_rows(Q4_0, raw, np.arange(rows))
+    deq = simd_kernels.get_rows(F16, raw, np.arange(rows))
     got = CPUBackend().linear(qt, x)
     np.testing.assert_allclose(got, x @ deq.T, rtol=1e-5, atol=1e-4)
 
 
-@pytest.mark.parametrize("ggml_type", [Q4_K, Q6_K, Q8_0], ids=["Q4_K", "Q6_K", "Q8_0"])
+@pytest.mark.parametrize("ggml_type", [Q4_K, Q6_K, Q8_0, Q5_0, Q4_1], ids=["Q4_K", "Q6_K", "Q8_0", "Q5_0", "Q4_1"])
 @pytest.mark.parametrize("rows", [50, 256])
-def test_prefill_linear_in_a_fused_format_is_each_rows_one_row_call(ggml_type, rows):
-    """A prompt's rows in a FUSED_PREFILL format: the fused kernel split over the team, each row as decode has it;
-    in a PREFILL format, the format's prompt kernel, each row as that kernel computes the token alone."""
+def test_prefill_linear_in_a_prefill_format_is_each_rows_one_row_call(ggml_type, rows):
+    """A prompt's rows in a PREFILL format: the format's prompt kernel, each row as that kernel computes the token
+    alone, close to the per-row kernel's."""
     rng = np.random.default_rng(ggml_type)
     raw = random_weights(rng, ggml_type, rows, 256)  # (rows, row_bytes)
     raw.flags.writeable = False  # as the mmap'd weights are
@@ -70,8 +70,6 @@ def test_prefill_linear_in_a_fused_format_is_each_rows_one_row_call(ggml_type, r
             kernel(raw, *quantize(np.ascontiguousarray(x[i : i + 1])), alone)
             assert np.array_equal(got[i], alone[0]), f"row {i}"  # a token's result does not depend on the others
             np.testing.assert_allclose(got[i], one[0], rtol=1e-4, atol=1e-4 * np.abs(one).max())
-        elif ggml_type in simd_kernels.FUSED_PREFILL:
-            assert np.array_equal(got[i], one[0]), f"row {i}"
         else:  # this host keeps the format on BLAS: f32 products, close to the 8-bit ones
             np.testing.assert_allclose(got[i], one[0], rtol=0.05, atol=0.05 * np.abs(one).max())
 

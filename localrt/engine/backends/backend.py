@@ -24,13 +24,12 @@ F32 = 0
 # numerics depend on the row alone. Prompt chunks end at multiples of num_batch positions (`prefill_end`), so a
 # position's piece, and therefore its keys, depend only on the prompt and num_batch: never on how the prompt
 # was resumed, on what ran beside it or on what was cached (prefix reuse is exact: localrt.engine.batch).
-# A weight in one of simd_kernels.FUSED_PREFILL's formats (Q4_K, Q6_K; Q8_0 with VNNI) takes the fused kernel in
-# the pieces too: it beats the dequantized tiles there, and its rows compute as decode's do. A format with a prompt
-# kernel of its own (simd_kernels.PREFILL: Q4_K, Q5_K, Q6_K) takes it in the pieces instead: its numbers are its
-# own, as BLAS's are, and a piece's rows do not depend on each other (1B Q4_K_M pp128: 99 -> 155 tok/s).
 # Measured (prefill forward of one chunk, 2 threads, best of 3; fused / BLAS ms): SmolLM2 32: 113 / 145,
 # 64: 216 / 186, 128: 441 / 285, 255: 922 / 548; Gemma 3 32: 115 / 163, 64: 225 / 216, 128: 485 / 329. One
 # product per 256 rows costs 1.09x one per 512 (per 64: 1.6x), measured on SmolLM2-sized tiles.
+# A format with a prompt kernel of its own (simd_kernels.PREFILL: Q4_K, Q5_K, Q6_K; Q4_0, Q4_1, Q5_0, Q5_1; Q8_0
+# with VNNI) takes it in the pieces instead of BLAS: its numbers are its own, as BLAS's are, and a piece's rows do
+# not depend on each other (pp128, 2 threads: 1B Q4_K_M 99 -> 155 tok/s, 1B Q8_0 80 -> 155).
 BLAS_MIN_TOKENS = 64
 BLOCK = 256
 SCRATCH_ELEMS = 1 << 22  # (rows, cols) f32 chunk of a dequantized weight: 16 MiB
@@ -189,9 +188,6 @@ class CPUBackend:
             return out
         if w.ggml_type in simd_kernels.PREFILL:  # a prompt kernel of the format's own: the pieces only
             self._prefill((w,), x, [out], pieces)
-        elif w.ggml_type in simd_kernels.FUSED_PREFILL:  # see simd_kernels.api.FUSED_PREFILL
-            self._fused_team(w, x, out)
-            return out
         else:
             self._blas(w, x, out, pieces)
         for lo, hi, on_piece in segments(n, pieces):
@@ -242,28 +238,6 @@ class CPUBackend:
         # hundreds of these calls per token; shapes were checked at load and activations are our own contiguous f32.
         threads.use_threads_for(w.data.nbytes * x.shape[0])
         simd_kernels.MUL[w.ggml_type](w.data, x, out)
-
-    @staticmethod
-    def _fused_team(w: QTensor, x: np.ndarray, out: np.ndarray) -> None:
-        """out = x @ W.T by the fused kernel, each prefill team member running it on one thread for its share of
-        the rows (every row computes as in `_fused`). Not Numba's own threads: their workers spin after each
-        parallel region, and alternating them with the team's BLAS calls in one forward starved both (measured:
-        Gemma 3's Q5_0 BLAS products took 1.7x as long beside Q4_K weights on Numba's threads)."""
-        team = threads.team()
-        if team.n == 1:  # no team (BLAS keeps its own threads): Numba's
-            CPUBackend._fused(w, x, out)
-            return
-        bounds = _split(w.shape[0], team.n, 16)
-        kernel = simd_kernels.MUL[w.ggml_type]
-
-        def part(i: int) -> None:
-            lo, hi = bounds[i], bounds[i + 1]
-            if hi > lo:
-                share = np.empty((x.shape[0], hi - lo), np.float32)  # (n_tok, hi - lo) of this member's rows
-                kernel(w.data[lo:hi], x, share)
-                out[:, lo:hi] = share
-
-        team.run(part)
 
     def _prefill_all(self, ws: tuple[QTensor, ...], x: np.ndarray, pieces: list[tuple[int, int]]) -> list[np.ndarray]:
         """[x @ W.T for W in ws] of one PREFILL format: the pieces by its prompt kernel, other rows per row."""

@@ -1,0 +1,256 @@
+"""Prompt kernels for the 32-element formats Q4_0, Q4_1, Q5_0, Q5_1 and Q8_0: a prompt piece's tokens against the
+weights, activations laid out for them.
+
+`prefill_<fmt>(w, xq, xd, sums, out)` takes `PREFILL_<FMT>[0](x)`'s activations (actquant's Q8_0, or Q8_1 for the
+formats with a min, each 256-element group's dwords transposed 8 x 8). Their numbers are their own (a row's blocks
+are summed in another order than the per-row kernels of legacy), so they serve only a prompt's pieces, as kprefill's
+do (localrt.engine.backends.backend); within a call, a token's result does not depend on the other tokens.
+
+Why kernels of their own: the per-row kernels scale each block's dot on its own (a convert, a broadcast scale and an
+FMA per 32 products and token, and Q8_0's xor of the activations). Here eight blocks' quants are transposed in
+registers (`_transpose8`: register k holds dword k of blocks 0..7) so that lane j of a vpdpbusd chain over the eight
+registers sums block j: a group of 8 blocks costs a token 8 vpdpbusd, one convert and one FMA against the 8 blocks'
+scales. The weight is made unsigned once per row (Q8_0: q + 128, Q4_0: q + 8, Q5_0: q + 16; the formats with a min
+are unsigned already) and the offset taken out per block as offset * Σx (exact, in integers). Tokens go 8 at a time
+through all of a call's rows, so their activations stay in L1.
+"""
+from __future__ import annotations
+
+from llvmlite import ir
+from numba import njit, types
+from numba.core import cgutils
+from numba.extending import intrinsic
+
+from .actquant import quantize_q8_0_interleaved, quantize_q8_1_interleaved
+from .kprefill import _fma, _prefill_template, _transpose4
+from .simd import (
+    _I8,
+    _I16,
+    _I32,
+    _V8F,
+    _V8I,
+    _V16S,
+    _X86,
+    _c,
+    _const_vec,
+    _fifth_bits,
+    _inline_copy,
+    _intrinsic,
+    _kernel_copy,
+    _load_vec,
+    _nibbles,
+    _prefetch,
+    _reduce_f,
+    _rowjob,
+    _shuffle,
+    _splat,
+    _vnni,
+)
+
+_VNNI = {"avx512vnni", "avx512vl"} <= _X86
+_GROUP = 8  # blocks a lane group (actquant.LGROUP)
+
+
+class _Format:
+    """A 32-element format: block bytes, where its f16 d (and min) sit, the decode of a block's quants made
+    unsigned (<32 x i8>, natural order) and the offset they carry (a power of two, or 0 for the formats with a
+    min), as 1 << shift."""
+
+    def __init__(self, block, m_at, decode, shift):
+        self.block, self.m_at, self.decode, self.shift = block, m_at, decode, shift
+
+    @property
+    def wide(self) -> bool:
+        """Whether the unsigned quants pass 127 (Q8_0): vpmaddubsw's pair sums could saturate."""
+        return self.shift == 7
+
+
+def _q8_0(b, w, o):
+    return b.xor(_load_vec(b, w, b.add(o, _c(2)), 32), _const_vec(_I8, [-128] * 32))  # q + 128
+
+
+def _q5(qh, qs):
+    return lambda b, w, o: b.or_(_nibbles(b, w, b.add(o, _c(qs))), _fifth_bits(b, w, b.add(o, _c(qh))))
+
+
+_FORMATS = {
+    "q8_0": _Format(34, None, _q8_0, 7),
+    "q4_0": _Format(18, None, lambda b, w, o: _nibbles(b, w, b.add(o, _c(2))), 3),
+    "q5_0": _Format(22, None, _q5(2, 6), 4),
+    "q4_1": _Format(20, 2, lambda b, w, o: _nibbles(b, w, b.add(o, _c(4))), None),
+    "q5_1": _Format(24, 2, _q5(4, 8), None),
+}
+
+
+def _transpose8(builder, c):
+    """Eight <8 x i32> -> eight: register k holds dword k of c[0..7] (lane j from c[j])."""
+    a, b = _transpose4(builder, c[:4]), _transpose4(builder, c[4:])  # dword m of c[0..3] | dword m + 4, m = 0..3
+    low = [_shuffle(builder, a[m], b[m], [0, 1, 2, 3, 8, 9, 10, 11]) for m in range(4)]
+    high = [_shuffle(builder, a[m], b[m], [4, 5, 6, 7, 12, 13, 14, 15]) for m in range(4)]
+    return low + high
+
+
+def _group_lanes(builder, fmt, regs, xqd, xo, zero):
+    """zero + Σ over the eight transposed registers of u . x per 32-bit lane (lane j: block j's 32 products; exact)."""
+    xs = [_load_vec(builder, xqd, builder.add(xo, _c(32 * k)), 32) for k in range(_GROUP)]
+    if _VNNI:
+        acc = zero
+        for u, xv in zip(regs, xs):
+            acc = _vnni(builder, acc, u, xv)
+        return acc
+    if "avx2" in _X86 and not fmt.wide:  # u <= 31: a pair sum stays below 2*31*127
+        ones = ir.Constant(_V16S, [1] * 16)
+        acc = zero
+        for u, xv in zip(regs, xs):
+            pairs = _intrinsic(builder, "llvm.x86.avx2.pmadd.ub.sw", _V16S, [u, xv])
+            acc = builder.add(acc, _intrinsic(builder, "llvm.x86.avx2.pmadd.wd", _V8I, [pairs, ones]))
+        return acc
+    acc = zero
+    v32 = ir.VectorType(_I32, 32)
+    for u, xv in zip(regs, xs):
+        p = builder.mul(builder.zext(u, v32), builder.sext(xv, v32))
+        for _ in range(2):  # 32 products -> 8 lanes of 4
+            n = p.type.count
+            p = builder.add(_shuffle(builder, p, p, range(0, n, 2)), _shuffle(builder, p, p, range(1, n, 2)))
+        acc = builder.add(acc, p)
+    return acc
+
+
+def _halves(builder, wd, offsets):
+    """The f16 at each offset of wd -> <8 x float>."""
+    v = ir.Constant(ir.VectorType(_I16, 8), None)
+    for j, o in enumerate(offsets):
+        ptr = builder.bitcast(builder.gep(builder.bitcast(wd, _I8.as_pointer()), [o]), _I16.as_pointer())
+        v = builder.insert_element(v, builder.load(ptr, align=1), ir.Constant(_I32, j))
+    return builder.fpext(builder.bitcast(v, ir.VectorType(ir.HalfType(), 8)), _V8F)
+
+
+def _row_loop(context, builder, sig, args, fmt, n_tok):
+    """One row against tokens t0..t0+n_tok-1 -> n_tok float32: per group of 8 blocks, per token
+    acc += float(-(Σx << shift) + lanes) * d_w * d_x (lane j: block j), + m_w * s_x for the formats with a min; a
+    token's result is acc[0] + .. + acc[7]."""
+    w = context.make_array(sig.args[0])(context, builder, args[0])
+    wd = w.data
+    n_blocks = builder.udiv(cgutils.unpack_tuple(builder, w.shape, 1)[0], _c(fmt.block))
+    arrays = []
+    for k in (1, 2, 3):
+        a = context.make_array(sig.args[k])(context, builder, args[k])
+        arrays.append((a.data, cgutils.unpack_tuple(builder, a.strides, 2)[0],
+                       cgutils.unpack_tuple(builder, a.shape, 2)))
+    (xq, xq_s, _), (xd, xd_s, (_, nb8)), (xs, xs_s, _) = arrays
+    t0 = args[4] if args[4].type.width == 64 else builder.sext(args[4], ir.IntType(64))
+    i8p = _I8.as_pointer()
+
+    def at(base, offset, ty):  # typed pointer to base + offset bytes
+        return builder.bitcast(builder.gep(builder.bitcast(base, i8p), [offset]), ty.as_pointer())
+
+    toks = [builder.add(t0, _c(k)) for k in range(n_tok)]
+    rows = [(at(xq, builder.mul(t, xq_s), _I8), at(xd, builder.mul(t, xd_s), _I8), at(xs, builder.mul(t, xs_s), _I8))
+            for t in toks]
+    accs = [cgutils.alloca_once_value(builder, ir.Constant(_V8F, [0.0] * 8)) for _ in toks]
+    sums_ty = _V8F if fmt.shift is None else _V8I
+    zeros = ir.Constant(_V8F, [0.0] * 8)
+
+    def group(g, tail):
+        """Blocks 8g..8g+7 against the tokens; `tail`: the row's last, partial group (its lanes past the row read
+        the last block again, their weight scales made 0)."""
+        first = builder.mul(g, _c(_GROUP))
+        offsets = [builder.mul(builder.add(first, _c(j)), _c(fmt.block)) for j in range(_GROUP)]
+        if tail:
+            last = builder.mul(builder.sub(n_blocks, _c(1)), _c(fmt.block))
+            offsets = [builder.select(builder.icmp_unsigned("<", builder.add(first, _c(j)), n_blocks), o, last)
+                       for j, o in enumerate(offsets)]
+        _prefetch(builder, wd, offsets[0], _GROUP * fmt.block)
+        regs = _transpose8(builder, [builder.bitcast(fmt.decode(builder, wd, o), _V8I) for o in offsets])
+        regs = [builder.bitcast(r, ir.VectorType(_I8, 32)) for r in regs]
+        dw = _halves(builder, wd, offsets)
+        mw = None if fmt.shift is not None else _halves(builder, wd, [builder.add(o, _c(fmt.m_at)) for o in offsets])
+        if tail:  # 32-bit lanes (a <8 x i64> compare would be a 512-bit instruction)
+            inside = builder.icmp_unsigned("<", builder.add(_splat32(builder, first), _const_vec(_I32, range(8))),
+                                           _splat32(builder, n_blocks))
+            dw = builder.select(inside, dw, zeros)
+            mw = None if mw is None else builder.select(inside, mw, zeros)
+        xo = builder.mul(g, _c(32 * _GROUP))
+        so = builder.mul(first, _c(4))  # byte offset of the group's scales / sums
+        for (xqd, xdd, xsd), acc in zip(rows, accs):
+            sums = builder.load(at(xsd, so, sums_ty), align=4)
+            lanes = _group_lanes(builder, fmt, regs, xqd, xo, sums if mw is None else ir.Constant(_V8I, [0] * 8))
+            scale = builder.fmul(dw, builder.load(at(xdd, so, _V8F), align=4))
+            total = _fma(builder, builder.sitofp(lanes, _V8F), scale, builder.load(acc))
+            if mw is not None:
+                total = _fma(builder, mw, sums, total)
+            builder.store(total, acc)
+
+    full = builder.udiv(n_blocks, _c(_GROUP))
+    with cgutils.for_range(builder, full) as loop:
+        group(loop.index, False)
+    with builder.if_then(builder.icmp_unsigned("<", full, builder.udiv(nb8, _c(_GROUP)))):
+        group(full, True)
+    return [_reduce_f(builder, builder.load(a), 8) for a in accs]
+
+
+def _splat32(builder, v):
+    """An i64 (a block index, below 2^31: rows are under 2 GiB) -> <8 x i32>."""
+    return _splat(builder, builder.trunc(v, _I32), 8)
+
+
+def _make_rowdot(name, fmt, n_tok):
+    @intrinsic
+    def rowdot(typingctx, w, xq, xd, sums, t0):
+        """One row . tokens t0..t0+n_tok-1 of quantize_q8_{0,1}_interleaved's activations -> n_tok float32.
+
+        w: uint8 (row_bytes,); xq: int8 (n_tok_all, cols8); xd: float32 (n_tok_all, nb8); sums: int32 (Σq) or
+        float32 (s) (n_tok_all, nb8)."""
+        sig = types.UniTuple(types.float32, n_tok)(w, xq, xd, sums, t0)
+
+        def codegen(context, builder, sig, args):
+            return context.make_tuple(builder, sig.return_type, _row_loop(context, builder, sig, args, fmt, n_tok))
+
+        return sig, codegen
+
+    rowdot.__name__ = f"rowdot{n_tok}_{name}_grouped"
+    return rowdot
+
+
+def _kernel(name, doc):
+    fmt = _FORMATS[name]
+    binds = {f"ROWDOT{n}": _make_rowdot(name, fmt, n) for n in (1, 2, 3, 4, 8)}
+    binds["ROWJOB"] = _inline_copy(_rowjob, f"rowjob_prefill_{name}", binds)
+    return _kernel_copy(_prefill_template, f"prefill_{name}", binds, __name__, doc)
+
+
+_DOC = """out = x @ dequant(w).T for a prompt piece: w uint8 (rows, row_bytes) {fmt} blocks; xq, xd, sums from
+    PREFILL_{upper}[0](x (n_tok, cols)); out float32 (n_tok, rows). Tokens go 8 at a time through every row (their
+    activations stay in L1), the last 1-7 in one more pass."""
+prefill_q8_0 = _kernel("q8_0", _DOC.format(fmt="Q8_0", upper="Q8_0"))
+prefill_q4_0 = _kernel("q4_0", _DOC.format(fmt="Q4_0", upper="Q4_0"))
+prefill_q5_0 = _kernel("q5_0", _DOC.format(fmt="Q5_0", upper="Q5_0"))
+prefill_q4_1 = _kernel("q4_1", _DOC.format(fmt="Q4_1", upper="Q4_1"))
+prefill_q5_1 = _kernel("q5_1", _DOC.format(fmt="Q5_1", upper="Q5_1"))
+
+
+
+@njit(cache=True, nogil=True)
+def quantize_for_q8_0(x):
+    """x f32 (n_tok, cols) -> prefill_q8_0's activations (actquant.quantize_q8_0_interleaved, offset 128)."""
+    return quantize_q8_0_interleaved(x, 7)
+
+
+@njit(cache=True, nogil=True)
+def quantize_for_q4_0(x):
+    """x f32 (n_tok, cols) -> prefill_q4_0's activations (offset 8)."""
+    return quantize_q8_0_interleaved(x, 3)
+
+
+@njit(cache=True, nogil=True)
+def quantize_for_q5_0(x):
+    """x f32 (n_tok, cols) -> prefill_q5_0's activations (offset 16)."""
+    return quantize_q8_0_interleaved(x, 4)
+
+
+# api.PREFILL's entries: (quantize, kernel)
+PREFILL_Q8_0 = (quantize_for_q8_0, prefill_q8_0)
+PREFILL_Q4_0 = (quantize_for_q4_0, prefill_q4_0)
+PREFILL_Q5_0 = (quantize_for_q5_0, prefill_q5_0)
+PREFILL_Q4_1 = (quantize_q8_1_interleaved, prefill_q4_1)
+PREFILL_Q5_1 = (quantize_q8_1_interleaved, prefill_q5_1)
