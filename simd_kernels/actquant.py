@@ -5,7 +5,8 @@ Q8_K follows the reference quantizer (largest-|x| element becomes -127, d kept i
 Serial on purpose: it is ~1% of a prefill call, and a parallel region here would cost each small
 decode call another thread wake-up. `quantize_q8_k_interleaved` is Q8_K for the Q4_K and Q6_K prompt
 kernels (simd_kernels.kprefill): the same values, each super-block's dwords reordered, and the scales
-and group sums laid out token-minor.
+and group sums laid out token-minor. `quantize_q8_0_interleaved` and `quantize_q8_1_interleaved` are Q8_0 and
+Q8_1 for the 32-element formats' prompt kernels (simd_kernels.lprefill): each 256 elements' dwords transposed.
 """
 from __future__ import annotations
 
@@ -188,40 +189,42 @@ def _interleave_groups(row, dst):
                 out[64 * g + 8 * k + j] = src[i] if i < n else 0
 
 
+@njit(inline="always")
+def _grouped(x, quantize_row, extra):
+    """x f32 (n_tok, cols) -> (q int8 (n_tok, cols8), d f32 (n_tok, nb8)) laid out for simd_kernels.lprefill, with
+    cols8 = cols rounded up to 256 and nb8 = cols8/32: each 256-element group's dwords transposed 8 x 8 (lane j of a
+    register is block j), zeros past cols; d the blocks' scales (0 past). quantize_row (quantize_row_q8_0 or _q8_1)
+    fills extra (n_tok, nb8), zeros, with its third output (0 past)."""
+    n_tok, cols = x.shape
+    nb = cols // QK
+    q = np.empty((n_tok, extra.shape[1] * QK), np.int8)  # (n_tok, cols8)
+    d = np.zeros(extra.shape, np.float32)  # (n_tok, nb8)
+    row = np.empty(cols, np.int8)  # (cols,) one token's natural-order quants
+    for t in range(n_tok):
+        quantize_row(x[t], row, d[t, :nb], extra[t, :nb])
+        _interleave_groups(row, q[t])
+    return q, d
+
+
 @njit(cache=True, nogil=True)
 def quantize_q8_0_interleaved(x, shift):
     """x: f32 (n_tok, cols) -> quantize_q8_0's activations laid out for simd_kernels.lprefill's Q8_0, Q5_0, Q4_0
-    kernels: q int8 (n_tok, cols8), cols8 = cols rounded up to 256, each 256-element group's dwords transposed 8 x 8
-    (lane j of a register is block j), zeros past cols; d f32 (n_tok, nb8), nb8 = cols8/32, the scales (0 past the
-    blocks); bias int32 (n_tok, nb8) each block's -(Σq << shift), the offset 1 << shift of the kernel's unsigned
-    weights times the block's sum (0 past)."""
+    kernels (_grouped): q int8 (n_tok, cols8), d f32 (n_tok, nb8); bias int32 (n_tok, nb8) each block's
+    -(Σq << shift), the offset 1 << shift of the kernel's unsigned weights times the block's sum (0 past)."""
     n_tok, cols = x.shape
-    nb = cols // QK
-    cols8 = -(-cols // QK_K) * QK_K
-    q = np.empty((n_tok, cols8), np.int8)  # (n_tok, cols8)
-    d = np.zeros((n_tok, cols8 // QK), np.float32)  # (n_tok, nb8)
-    sums = np.zeros((n_tok, cols8 // QK), np.int32)  # (n_tok, nb8)
-    row = np.empty(cols, np.int8)  # (cols,) one token's natural-order quants
+    bias = np.zeros((n_tok, -(-cols // QK_K) * (QK_K // QK)), np.int32)  # (n_tok, nb8)
+    q, d = _grouped(x, quantize_row_q8_0, bias)
     for t in range(n_tok):
-        quantize_row_q8_0(x[t], row, d[t, :nb], sums[t, :nb])
-        for b in range(nb):
-            sums[t, b] = -(sums[t, b] << shift)
-        _interleave_groups(row, q[t])
-    return q, d, sums
+        for b in range(cols // QK):
+            bias[t, b] = -(bias[t, b] << shift)
+    return q, d, bias
 
 
 @njit(cache=True, nogil=True)
 def quantize_q8_1_interleaved(x):
-    """x: f32 (n_tok, cols) -> quantize_q8_1's activations laid out as quantize_q8_0_interleaved's (for the Q4_1 and
-    Q5_1 prompt kernels): q int8 (n_tok, cols8), d f32 (n_tok, nb8), s f32 (n_tok, nb8) = f16(d * Σq) (0 past)."""
+    """x: f32 (n_tok, cols) -> quantize_q8_1's activations laid out for simd_kernels.lprefill's Q4_1 and Q5_1 kernels
+    (_grouped): q int8 (n_tok, cols8), d f32 (n_tok, nb8), s f32 (n_tok, nb8) = f16(d * Σq) (0 past)."""
     n_tok, cols = x.shape
-    nb = cols // QK
-    cols8 = -(-cols // QK_K) * QK_K
-    q = np.empty((n_tok, cols8), np.int8)  # (n_tok, cols8)
-    d = np.zeros((n_tok, cols8 // QK), np.float32)  # (n_tok, nb8)
-    s = np.zeros((n_tok, cols8 // QK), np.float32)  # (n_tok, nb8)
-    row = np.empty(cols, np.int8)  # (cols,)
-    for t in range(n_tok):
-        quantize_row_q8_1(x[t], row, d[t, :nb], s[t, :nb])
-        _interleave_groups(row, q[t])
+    s = np.zeros((n_tok, -(-cols // QK_K) * (QK_K // QK)), np.float32)  # (n_tok, nb8)
+    q, d = _grouped(x, quantize_row_q8_1, s)
     return q, d, s

@@ -185,27 +185,31 @@ class _Q6K:
 def _kind_lanes(builder, fmt, kind, xqd, xo):
     """Σ over a kind's four registers of q . x per 32-bit lane (four elements each, exact) -> <8 x i32>."""
     xs = [_load_vec(builder, xqd, builder.add(xo, _c(32 * a)), 32) for _, a in kind]
-    zero = ir.Constant(_V8I, [0] * 8)
+    return _lane_dots(builder, [q for q, _ in kind], xs, ir.Constant(_V8I, [0] * 8), i16_sums=fmt.i16_sums)
+
+
+def _lane_dots(builder, qs, xs, acc, i16_sums=False, wide=False):
+    """acc + Σ_k qs[k] . xs[k] per 32-bit lane (<32 x i8> unsigned q, signed x; four products a lane; exact).
+
+    `i16_sums`: the registers' vpmaddubsw pair sums stay below 2^15 all together (added as words, one vpmaddwd);
+    `wide`: q passes 127, where vpmaddubsw's pair sums could saturate (AVX2 then takes the generic code)."""
     if _VNNI:
-        acc = zero
-        for (q, _), xv in zip(kind, xs):
+        for q, xv in zip(qs, xs):
             acc = _vnni(builder, acc, q, xv)
         return acc
-    if "avx2" in _X86:
-        pairs = [_intrinsic(builder, "llvm.x86.avx2.pmadd.ub.sw", _V16S, [q, xv]) for (q, _), xv in zip(kind, xs)]
+    if "avx2" in _X86 and not wide:
+        pairs = [_intrinsic(builder, "llvm.x86.avx2.pmadd.ub.sw", _V16S, [q, xv]) for q, xv in zip(qs, xs)]
         ones = ir.Constant(_V16S, [1] * 16)
-        if fmt.i16_sums:
+        if i16_sums:
             total = pairs[0]
             for p in pairs[1:]:
                 total = builder.add(total, p)
-            return _intrinsic(builder, "llvm.x86.avx2.pmadd.wd", _V8I, [total, ones])
-        acc = zero
+            return builder.add(acc, _intrinsic(builder, "llvm.x86.avx2.pmadd.wd", _V8I, [total, ones]))
         for p in pairs:
             acc = builder.add(acc, _intrinsic(builder, "llvm.x86.avx2.pmadd.wd", _V8I, [p, ones]))
         return acc
-    acc = zero
     v32 = ir.VectorType(_I32, 32)
-    for (q, _), xv in zip(kind, xs):
+    for q, xv in zip(qs, xs):
         p = builder.mul(builder.zext(q, v32), builder.sext(xv, v32))
         for _ in range(2):  # 32 products -> 8 lanes of 4
             n = p.type.count
@@ -274,21 +278,19 @@ def _row_loop(context, builder, sig, args, fmt, n_tok):
             for k, a in enumerate(accs)]
 
 
-def _make_rowdot(name, fmt, n_tok):
+def _make_rowdot(name, fmt, n_tok, row_loop):
     @intrinsic
     def rowdot(typingctx, w, xq, xd, sums, t0):
-        """One row . tokens t0..t0+n_tok-1 of quantize_q8_k_interleaved's activations -> n_tok float32.
-
-        w: uint8 (row_bytes,); xq: int8 (n_tok_all, cols); xd: float32 (cols/256, n_tok_all);
-        sums: int16 (cols/256, pairs, n_tok_all, 2)."""
+        """One row (uint8 (row_bytes,)) . tokens t0..t0+n_tok-1 of the format's prompt activations (xq, xd, sums,
+        laid out as row_loop reads them) -> n_tok float32."""
         sig = types.UniTuple(types.float32, n_tok)(w, xq, xd, sums, t0)
 
         def codegen(context, builder, sig, args):
-            return context.make_tuple(builder, sig.return_type, _row_loop(context, builder, sig, args, fmt, n_tok))
+            return context.make_tuple(builder, sig.return_type, row_loop(context, builder, sig, args, fmt, n_tok))
 
         return sig, codegen
 
-    rowdot.__name__ = f"rowdot{n_tok}_{name}_interleaved"
+    rowdot.__name__ = f"rowdot{n_tok}_{name}_prefill"
     return rowdot
 
 
@@ -298,25 +300,30 @@ def _prefill_template(w, xq, xd, sums, out):
     for t in range(0, n8, 8):
         for r in prange(w.shape[0]):
             (out[t, r], out[t + 1, r], out[t + 2, r], out[t + 3, r], out[t + 4, r], out[t + 5, r], out[t + 6, r],
-             out[t + 7, r]) = ROWDOT8(w[r], xq, xd, sums, t)  # noqa: F821 (bound by _kernel)
+             out[t + 7, r]) = ROWDOT8(w[r], xq, xd, sums, t)  # noqa: F821 (bound by prefill_kernel)
     if n8 < n:
         for r in prange(w.shape[0]):
             ROWJOB(w[r], xq, xd, sums, n8, n, out, r)  # noqa: F821 (the last 1-7 tokens: simd._rowjob's 4, then 1-3)
 
 
-def _kernel(name, fmt, doc):
-    """The prompt kernel prefill_<name>(w, xq, xd, sums, out) of a format (simd.fused_kernel's way of binding)."""
-    binds = {f"ROWDOT{n}": _make_rowdot(name, fmt, n) for n in (1, 2, 3, 4, 8)}
-    binds["ROWJOB"] = _inline_copy(_rowjob, f"rowjob_prefill_{name}", binds)
-    return _kernel_copy(_prefill_template, f"prefill_{name}", binds, __name__, doc)
-
-
 _DOC = """out = x @ dequant(w).T for a prompt piece: w uint8 (rows, row_bytes) {fmt} blocks; xq, xd, sums from
-    PREFILL_{upper}[0](x (n_tok, cols)); out float32 (n_tok, rows). Tokens go 8 at a time through every row (their
+    PREFILL_{fmt}[0](x (n_tok, cols)); out float32 (n_tok, rows). Tokens go 8 at a time through every row (their
     activations stay in L1), the last 1-7 in one more pass."""
-prefill_q4_k = _kernel("q4_k", _Q4K, _DOC.format(fmt="Q4_K", upper="Q4_K"))
-prefill_q5_k = _kernel("q5_k", _Q5K, _DOC.format(fmt="Q5_K", upper="Q5_K"))
-prefill_q6_k = _kernel("q6_k", _Q6K, _DOC.format(fmt="Q6_K", upper="Q6_K"))
+
+
+def prefill_kernel(name, fmt, row_loop, module):
+    """The prompt kernel prefill_<name>(w, xq, xd, sums, out) of a format whose row dots row_loop(context, builder,
+    sig, args, fmt, n_tok) generates, defined in module (simd.fused_kernel's way of binding)."""
+    binds = {f"ROWDOT{n}": _make_rowdot(name, fmt, n, row_loop) for n in (1, 2, 3, 4, 8)}
+    binds["ROWJOB"] = _inline_copy(_rowjob, f"rowjob_prefill_{name}", binds)
+    return _kernel_copy(_prefill_template, f"prefill_{name}", binds, module, _DOC.format(fmt=name.upper()))
+
+
+# xq int8 (n_tok, cols) with each super-block's dwords reordered; xd float32 (cols/256, n_tok); sums int16
+# (cols/256, pairs, n_tok, 2): quantize_q8_k_interleaved's
+prefill_q4_k = prefill_kernel("q4_k", _Q4K, _row_loop, __name__)
+prefill_q5_k = prefill_kernel("q5_k", _Q5K, _row_loop, __name__)
+prefill_q6_k = prefill_kernel("q6_k", _Q6K, _row_loop, __name__)
 
 
 @njit(cache=True, nogil=True)

@@ -17,39 +17,27 @@ through all of a call's rows, so their activations stay in L1.
 from __future__ import annotations
 
 from llvmlite import ir
-from numba import njit, types
+from numba import njit
 from numba.core import cgutils
-from numba.extending import intrinsic
 
-from .actquant import quantize_q8_0_interleaved, quantize_q8_1_interleaved
-from .kprefill import _fma, _prefill_template, _transpose4
+from .actquant import LGROUP, quantize_q8_0_interleaved, quantize_q8_1_interleaved
+from .kprefill import _fma, _lane_dots, _transpose4, prefill_kernel
 from .simd import (
     _I8,
     _I16,
     _I32,
     _V8F,
     _V8I,
-    _V16S,
-    _X86,
     _c,
     _const_vec,
     _fifth_bits,
-    _inline_copy,
-    _intrinsic,
-    _kernel_copy,
     _load_vec,
     _nibbles,
     _prefetch,
     _reduce_f,
-    _rowjob,
     _shuffle,
     _splat,
-    _vnni,
 )
-
-_VNNI = {"avx512vnni", "avx512vl"} <= _X86
-_GROUP = 8  # blocks a lane group (actquant.LGROUP)
-
 
 class _Format:
     """A 32-element format: block bytes, where its f16 d (and min) sit, the decode of a block's quants made
@@ -90,32 +78,6 @@ def _transpose8(builder, c):
     return low + high
 
 
-def _group_lanes(builder, fmt, regs, xqd, xo, zero):
-    """zero + Σ over the eight transposed registers of u . x per 32-bit lane (lane j: block j's 32 products; exact)."""
-    xs = [_load_vec(builder, xqd, builder.add(xo, _c(32 * k)), 32) for k in range(_GROUP)]
-    if _VNNI:
-        acc = zero
-        for u, xv in zip(regs, xs):
-            acc = _vnni(builder, acc, u, xv)
-        return acc
-    if "avx2" in _X86 and not fmt.wide:  # u <= 31: a pair sum stays below 2*31*127
-        ones = ir.Constant(_V16S, [1] * 16)
-        acc = zero
-        for u, xv in zip(regs, xs):
-            pairs = _intrinsic(builder, "llvm.x86.avx2.pmadd.ub.sw", _V16S, [u, xv])
-            acc = builder.add(acc, _intrinsic(builder, "llvm.x86.avx2.pmadd.wd", _V8I, [pairs, ones]))
-        return acc
-    acc = zero
-    v32 = ir.VectorType(_I32, 32)
-    for u, xv in zip(regs, xs):
-        p = builder.mul(builder.zext(u, v32), builder.sext(xv, v32))
-        for _ in range(2):  # 32 products -> 8 lanes of 4
-            n = p.type.count
-            p = builder.add(_shuffle(builder, p, p, range(0, n, 2)), _shuffle(builder, p, p, range(1, n, 2)))
-        acc = builder.add(acc, p)
-    return acc
-
-
 def _halves(builder, wd, offsets):
     """The f16 at each offset of wd -> <8 x float>."""
     v = ir.Constant(ir.VectorType(_I16, 8), None)
@@ -154,13 +116,13 @@ def _row_loop(context, builder, sig, args, fmt, n_tok):
     def group(g, tail):
         """Blocks 8g..8g+7 against the tokens; `tail`: the row's last, partial group (its lanes past the row read
         the last block again, their weight scales made 0)."""
-        first = builder.mul(g, _c(_GROUP))
-        offsets = [builder.mul(builder.add(first, _c(j)), _c(fmt.block)) for j in range(_GROUP)]
+        first = builder.mul(g, _c(LGROUP))
+        offsets = [builder.mul(builder.add(first, _c(j)), _c(fmt.block)) for j in range(LGROUP)]
         if tail:
             last = builder.mul(builder.sub(n_blocks, _c(1)), _c(fmt.block))
             offsets = [builder.select(builder.icmp_unsigned("<", builder.add(first, _c(j)), n_blocks), o, last)
                        for j, o in enumerate(offsets)]
-        _prefetch(builder, wd, offsets[0], _GROUP * fmt.block)
+        _prefetch(builder, wd, offsets[0], LGROUP * fmt.block)
         regs = _transpose8(builder, [builder.bitcast(fmt.decode(builder, wd, o), _V8I) for o in offsets])
         regs = [builder.bitcast(r, ir.VectorType(_I8, 32)) for r in regs]
         dw = _halves(builder, wd, offsets)
@@ -170,21 +132,22 @@ def _row_loop(context, builder, sig, args, fmt, n_tok):
                                            _splat32(builder, n_blocks))
             dw = builder.select(inside, dw, zeros)
             mw = None if mw is None else builder.select(inside, mw, zeros)
-        xo = builder.mul(g, _c(32 * _GROUP))
+        xo = builder.mul(g, _c(32 * LGROUP))
         so = builder.mul(first, _c(4))  # byte offset of the group's scales / sums
         for (xqd, xdd, xsd), acc in zip(rows, accs):
             sums = builder.load(at(xsd, so, sums_ty), align=4)
-            lanes = _group_lanes(builder, fmt, regs, xqd, xo, sums if mw is None else ir.Constant(_V8I, [0] * 8))
+            xs = [_load_vec(builder, xqd, builder.add(xo, _c(32 * k)), 32) for k in range(LGROUP)]
+            lanes = _lane_dots(builder, regs, xs, sums if mw is None else ir.Constant(_V8I, [0] * 8), wide=fmt.wide)
             scale = builder.fmul(dw, builder.load(at(xdd, so, _V8F), align=4))
             total = _fma(builder, builder.sitofp(lanes, _V8F), scale, builder.load(acc))
             if mw is not None:
                 total = _fma(builder, mw, sums, total)
             builder.store(total, acc)
 
-    full = builder.udiv(n_blocks, _c(_GROUP))
+    full = builder.udiv(n_blocks, _c(LGROUP))
     with cgutils.for_range(builder, full) as loop:
         group(loop.index, False)
-    with builder.if_then(builder.icmp_unsigned("<", full, builder.udiv(nb8, _c(_GROUP)))):
+    with builder.if_then(builder.icmp_unsigned("<", full, builder.udiv(nb8, _c(LGROUP)))):
         group(full, True)
     return [_reduce_f(builder, builder.load(a), 8) for a in accs]
 
@@ -194,40 +157,13 @@ def _splat32(builder, v):
     return _splat(builder, builder.trunc(v, _I32), 8)
 
 
-def _make_rowdot(name, fmt, n_tok):
-    @intrinsic
-    def rowdot(typingctx, w, xq, xd, sums, t0):
-        """One row . tokens t0..t0+n_tok-1 of quantize_q8_{0,1}_interleaved's activations -> n_tok float32.
-
-        w: uint8 (row_bytes,); xq: int8 (n_tok_all, cols8); xd: float32 (n_tok_all, nb8); sums: int32 (Σq) or
-        float32 (s) (n_tok_all, nb8)."""
-        sig = types.UniTuple(types.float32, n_tok)(w, xq, xd, sums, t0)
-
-        def codegen(context, builder, sig, args):
-            return context.make_tuple(builder, sig.return_type, _row_loop(context, builder, sig, args, fmt, n_tok))
-
-        return sig, codegen
-
-    rowdot.__name__ = f"rowdot{n_tok}_{name}_grouped"
-    return rowdot
-
-
-def _kernel(name, doc):
-    fmt = _FORMATS[name]
-    binds = {f"ROWDOT{n}": _make_rowdot(name, fmt, n) for n in (1, 2, 3, 4, 8)}
-    binds["ROWJOB"] = _inline_copy(_rowjob, f"rowjob_prefill_{name}", binds)
-    return _kernel_copy(_prefill_template, f"prefill_{name}", binds, __name__, doc)
-
-
-_DOC = """out = x @ dequant(w).T for a prompt piece: w uint8 (rows, row_bytes) {fmt} blocks; xq, xd, sums from
-    PREFILL_{upper}[0](x (n_tok, cols)); out float32 (n_tok, rows). Tokens go 8 at a time through every row (their
-    activations stay in L1), the last 1-7 in one more pass."""
-prefill_q8_0 = _kernel("q8_0", _DOC.format(fmt="Q8_0", upper="Q8_0"))
-prefill_q4_0 = _kernel("q4_0", _DOC.format(fmt="Q4_0", upper="Q4_0"))
-prefill_q5_0 = _kernel("q5_0", _DOC.format(fmt="Q5_0", upper="Q5_0"))
-prefill_q4_1 = _kernel("q4_1", _DOC.format(fmt="Q4_1", upper="Q4_1"))
-prefill_q5_1 = _kernel("q5_1", _DOC.format(fmt="Q5_1", upper="Q5_1"))
-
+# xq int8 (n_tok, cols8), each 256-element group's dwords transposed 8 x 8; xd float32 (n_tok, nb8); sums int32
+# (-(Σq << shift)) or float32 (Q8_1's s) (n_tok, nb8): quantize_q8_{0,1}_interleaved's
+prefill_q8_0 = prefill_kernel("q8_0", _FORMATS["q8_0"], _row_loop, __name__)
+prefill_q4_0 = prefill_kernel("q4_0", _FORMATS["q4_0"], _row_loop, __name__)
+prefill_q5_0 = prefill_kernel("q5_0", _FORMATS["q5_0"], _row_loop, __name__)
+prefill_q4_1 = prefill_kernel("q4_1", _FORMATS["q4_1"], _row_loop, __name__)
+prefill_q5_1 = prefill_kernel("q5_1", _FORMATS["q5_1"], _row_loop, __name__)
 
 
 @njit(cache=True, nogil=True)
