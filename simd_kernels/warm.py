@@ -7,6 +7,7 @@ pay it at start, on a background thread, instead of in its first request.
 """
 from __future__ import annotations
 
+import gc
 import importlib.abc
 import sys
 import threading
@@ -44,7 +45,13 @@ def refuse_blas_probe() -> None:
 
 
 def init_target() -> None:
-    """Load Numba's CPU target registries now (idempotent; safe beside kernel loads on other threads)."""
+    """Load Numba's CPU target registries now (idempotent; safe beside kernel loads on other threads).
+
+    Then `gc.freeze()`: the registries are some 110k container objects that live as long as the process, and
+    every full pass of the cycle collector walked them all: 25-30 ms a pass here, one of which fell inside the
+    first request on a model (the loader's and the first forward's allocations trigger it). Frozen, they are
+    left out of every later pass; what the process holds at that moment (imports, start-up state) goes with them,
+    and a cycle among those objects would no longer be reclaimed, which start-up state never needs."""
     if _done.is_set():
         return
     from numba.core.compiler_lock import global_compiler_lock
@@ -53,6 +60,7 @@ def init_target() -> None:
     with global_compiler_lock:  # what a dispatcher holds while it loads or compiles: no refresh runs twice at once
         cpu_target.typing_context.refresh()
         cpu_target.target_context.refresh()
+    gc.freeze()
     _done.set()
 
 

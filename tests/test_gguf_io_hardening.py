@@ -178,6 +178,13 @@ def test_string_array_item_past_end(tmp_path):
     _rejects(tmp_path, gguf([kv("k", T.ARRAY, arr)]), r"truncated file.*'k'\[1\]")
 
 
+
+@pytest.mark.parametrize("length", [2**63, 2**64 - 9])
+def test_string_array_item_length_past_any_offset(tmp_path, length):
+    # The offsets pass runs unchecked; a length that throws the next read past any buffer is named all the same.
+    arr = u32(T.STRING) + u64(3) + s("ok") + u64(length) + b"xx" + s("z")
+    _rejects(tmp_path, gguf([kv("k", T.ARRAY, arr)]), r"truncated file.*'k'\[1\]")
+
 def test_array_of_arrays_is_read(tmp_path):
     inner = u32(T.INT32) + u64(2) + u32(7) + u32(8)
     strings = u32(T.STRING) + u64(1) + s("z")

@@ -49,3 +49,29 @@ def test_numba_start_up_leaves_scipy_linalg_unimported_and_importable():
     proc = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=300,
                           env={**__import__("os").environ, "PYTHONPATH": str(ROOT)})
     assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr
+
+
+def test_start_up_freezes_itself_out_of_the_collector_but_not_a_model_loaded_after_it(tmp_path):
+    # Numba's registries are frozen (gc.freeze) as the start-up ends; a model loaded afterwards is not, so that
+    # dropping it frees it: a frozen object caught in a reference cycle would never be reclaimed.
+    script = textwrap.dedent(f"""
+        import gc, sys, weakref
+        sys.path.insert(0, "tests")
+        from _engine_gguf import Spec, write_model
+        from localrt import load_model
+        write_model({str(tmp_path / "m.gguf")!r}, Spec())
+        assert gc.get_freeze_count() == 0
+        model = load_model({str(tmp_path / "m.gguf")!r}, num_ctx=64)  # runs the start-up first
+        frozen = gc.get_freeze_count()
+        assert frozen > 10_000, frozen
+        assert any(o is model for o in gc.get_objects())  # the collector's generations hold it, not the frozen set
+        assert len(list(model.generate(model.tokenize("hi"), {{"temperature": 0, "num_predict": 2}}))) >= 2
+        ref = weakref.ref(model)
+        del model
+        gc.collect()
+        assert ref() is None
+        print("ok")
+    """)
+    proc = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=300,
+                          env={**__import__("os").environ, "PYTHONPATH": str(ROOT)})
+    assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr

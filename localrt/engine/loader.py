@@ -5,6 +5,8 @@ import os
 import time
 from pathlib import Path
 
+from simd_kernels.warm import init_target, init_target_in_background
+
 from ..errors import ModelLoadError
 from . import arch as archs
 from .arch.common import TensorSource, select_rope_factors
@@ -32,6 +34,9 @@ def load_model(path: str | os.PathLike, num_ctx: int = DEFAULT_NUM_CTX, *, num_b
                              f"{num_ctx}, {num_batch}, {n_slots}, {kv_budget or kv_budget_bytes}")
     if kv_type not in KV_TYPES:
         raise ModelLoadError(f"kv_type must be one of {KV_TYPES}, got {kv_type!r}")
+    # Numba's one-time start-up (a no-op once warm_up's thread is done), here rather than in the first kernel call:
+    # it ends in gc.freeze(), which this model's objects must not join, so that unloading it frees them all.
+    init_target()
     f = _open_gguf(Path(path))
     try:
         cfg = config_from_metadata(f.metadata, f.tensors)  # validated against the file before anything is allocated
@@ -57,8 +62,6 @@ def load_model(path: str | os.PathLike, num_ctx: int = DEFAULT_NUM_CTX, *, num_b
 def warm_up():
     """Start the kernels' one-time runtime start-up (Numba's target registries, 0.2-0.6 s) on a background
     thread, so that a daemon's first load does not pay it; returns the thread."""
-    from simd_kernels.warm import init_target_in_background
-
     return init_target_in_background()
 
 
