@@ -12,8 +12,8 @@ from pathlib import Path
 
 from numba.core.caching import FunctionCache
 
-MODULES = ("actquant", "dequant", "floats", "half", "iquants", "kprefill", "kquants", "ksimd", "legacy", "lprefill",
-           "ops", "rows", "simd")  # the @njit sources
+MODULES = ("actquant", "attend", "checks", "dequant", "floats", "half", "iquants", "kprefill", "kquants", "ksimd",
+           "legacy", "lprefill", "ops", "paged", "rows", "simd", "vmath")  # the @njit / @intrinsic sources
 _STAMP = "simd_kernels.sources.sha256"
 
 

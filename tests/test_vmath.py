@@ -1,11 +1,14 @@
-"""simd_kernels.vmath.expf against float64 exp: within 1 ulp on the whole float32 range, and the edge values."""
+"""simd_kernels.vmath.expf and tanhf against float64 exp and tanh: within 1 ulp on the whole float32 range, and the
+edge values."""
 from __future__ import annotations
+
+import math
 
 import numpy as np
 from numba import njit
 
 from simd_kernels import ops
-from simd_kernels.vmath import expf
+from simd_kernels.vmath import expf, tanhf
 
 
 @njit(cache=False)
@@ -60,3 +63,67 @@ def test_swiglu_is_silu_times_up() -> None:
     want = g / (1 + np.exp(-g)) * up
     assert np.allclose(out, want, rtol=3e-7, atol=1e-30)
     assert out[0, 0] == 0.0 and out[0, 1] == np.float32(200.0) * up[0, 1]
+
+
+@njit(cache=False, error_model="numpy")
+def _tanh_all(x, out):
+    for i in range(x.shape[0]):
+        out[i] = tanhf(x[i])
+
+
+@njit(cache=False)
+def _libm_tanh_all(x, out):
+    for i in range(x.shape[0]):
+        out[i] = np.float32(math.tanh(x[i]))
+
+
+def _ordered(a: np.ndarray) -> np.ndarray:
+    """float32 bits as integers that count ulps across zero."""
+    i = a.view(np.int32).astype(np.int64)
+    return np.where(i < 0, -(i & 0x7FFFFFFF), i)
+
+
+def test_tanhf_is_the_rounded_exact_value_but_for_rare_ties() -> None:
+    rng = np.random.default_rng(2)
+    x = np.concatenate([rng.standard_normal(400_000).astype(np.float32) * s for s in (1e-6, 1e-2, 0.3, 1, 4)]
+                       + [np.linspace(-10, 10, 400_001, dtype=np.float32)])
+    got, libm = np.empty_like(x), np.empty_like(x)
+    _tanh_all(x, got)
+    _libm_tanh_all(x, libm)
+    # np.tanh in float64, rounded: the float32 value nearest tanh(x) (a double rounding is off only at a near-tie)
+    off = np.abs(_ordered(got) - _ordered(np.tanh(x.astype(np.float64)).astype(np.float32)))
+    assert off.max() <= 1 and off.mean() < 1e-4, (off.max(), off.mean())
+    libm_off = np.abs(_ordered(libm) - _ordered(np.tanh(x.astype(np.float64)).astype(np.float32)))
+    print(f"tanhf off the rounded exact value on {off.mean():.1e} of inputs; libm's tanhf on {libm_off.mean():.1e}")
+
+
+def test_tanhf_edge_values() -> None:
+    x = np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, 0.55, -0.55, 9.02, -9.02, 1e30, -1e30, 1e-30, -1e-30, 3e-45],
+                 np.float32)
+    got = np.empty_like(x)
+    _tanh_all(x, got)
+    assert np.isnan(got[0])
+    assert list(got[1:3]) == [1.0, -1.0] and list(got[7:11]) == [1.0, -1.0, 1.0, -1.0]
+    assert got[3] == 0.0 and not np.signbit(got[3]) and got[4] == 0.0 and np.signbit(got[4])
+    assert got[5] == np.float32(math.tanh(np.float64(x[5]))) and got[6] == -got[5]
+    assert list(got[11:]) == list(x[11:])  # tanh(u) = u in float32 for tiny u, subnormals included
+
+
+def test_geglu_is_gelu_tanh_times_up() -> None:
+    rng = np.random.default_rng(3)
+    gate = (rng.standard_normal((3, 1000)) * 4).astype(np.float32)
+    gate[0, :4] = [-200.0, 200.0, 0.0, -0.0]
+    up = rng.standard_normal((3, 1000)).astype(np.float32)
+    out = np.empty_like(gate)
+    ops.geglu_tanh(gate, up, out)
+    # ggml_gelu_f32's float32 steps (1 + tanh cancels for very negative gates, in llama.cpp too), with the tanh
+    # rounded from float64: the kernel gives these bits, but where tanhf is 1 ulp off a float32 tie
+    f, g = np.float32, gate
+    inner = f(np.sqrt(2.0 / np.pi)) * g * (f(1.0) + f(0.044715) * g * g)
+    want = f(0.5) * g * (f(1.0) + np.tanh(inner.astype(np.float64)).astype(np.float32)) * up
+    assert (out == want).mean() > 0.999
+    assert np.allclose(out, want, rtol=1e-6, atol=1e-6)
+    assert out[0, 0] == 0.0 and out[0, 1] == np.float32(200.0) * up[0, 1]
+    in_place = gate.copy()
+    ops.geglu_tanh(in_place, up, in_place)  # as the FFN calls it
+    assert np.array_equal(in_place, out)
