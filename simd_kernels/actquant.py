@@ -178,11 +178,25 @@ LGROUP = 8  # 32-element blocks per lane group of simd_kernels.lprefill: lane j 
 @njit(inline="always")
 def _interleave_groups(row, dst):
     """row int8 (cols,) natural order -> dst int8 (cols8,), cols8 = cols rounded up to 256: each 256-element group's
-    dwords transposed 8 x 8 (position 8k + j holds dword k of block j, its natural dword 8j + k), zeros past cols."""
+    dwords transposed 8 x 8 (position 8k + j holds dword k of block j, its natural dword 8j + k), zeros past cols.
+
+    A row's last group of at most 4 blocks (`rem`) is laid out for lprefill's half group instead: its first four
+    registers hold dword m of blocks 0..3, then dword m + 4 of blocks 0..3 (position 8m + j and 8m + 4 + j, j < 4),
+    and its last four are zeros."""
     src = row.view(np.int32)  # (cols/4,)
     out = dst.view(np.int32)  # (cols8/4,)
     n = src.shape[0]
     for g in range(out.shape[0] // 64):
+        rem = n // 8 - LGROUP * g  # blocks of the row from this group's first on
+        if rem <= LGROUP // 2:
+            for m in range(LGROUP // 2):
+                for j in range(LGROUP // 2):
+                    i = 64 * g + 8 * j + m
+                    out[64 * g + 8 * m + j] = src[i] if j < rem else 0
+                    out[64 * g + 8 * m + 4 + j] = src[i + 4] if j < rem else 0
+            for k in range(32):
+                out[64 * g + 32 + k] = 0
+            continue
         for k in range(LGROUP):
             for j in range(LGROUP):
                 i = 64 * g + 8 * j + k
@@ -193,7 +207,8 @@ def _interleave_groups(row, dst):
 def _grouped(x, quantize_row, extra):
     """x f32 (n_tok, cols) -> (q int8 (n_tok, cols8), d f32 (n_tok, nb8)) laid out for simd_kernels.lprefill, with
     cols8 = cols rounded up to 256 and nb8 = cols8/32: each 256-element group's dwords transposed 8 x 8 (lane j of a
-    register is block j), zeros past cols; d the blocks' scales (0 past). quantize_row (quantize_row_q8_0 or _q8_1)
+    register is block j; a last group of at most 4 blocks as _interleave_groups lays it out), zeros past cols; d the
+    blocks' scales (0 past). quantize_row (quantize_row_q8_0 or _q8_1)
     fills extra (n_tok, nb8), zeros, with its third output (0 past)."""
     n_tok, cols = x.shape
     nb = cols // QK

@@ -99,7 +99,7 @@ def _row_loop(context, builder, sig, args, fmt, n_tok):
         a = context.make_array(sig.args[k])(context, builder, args[k])
         arrays.append((a.data, cgutils.unpack_tuple(builder, a.strides, 2)[0],
                        cgutils.unpack_tuple(builder, a.shape, 2)))
-    (xq, xq_s, _), (xd, xd_s, (_, nb8)), (xs, xs_s, _) = arrays
+    (xq, xq_s, _), (xd, xd_s, _), (xs, xs_s, _) = arrays
     t0 = args[4] if args[4].type.width == 64 else builder.sext(args[4], ir.IntType(64))
     i8p = _I8.as_pointer()
 
@@ -113,17 +113,21 @@ def _row_loop(context, builder, sig, args, fmt, n_tok):
     sums_ty = _V8F if fmt.shift is None else _V8I
     zeros = ir.Constant(_V8F, [0.0] * 8)
 
-    def group(g, tail):
+    def group(g, tail, half=False):
         """Blocks 8g..8g+7 against the tokens; `tail`: the row's last, partial group (its lanes past the row read
-        the last block again, their weight scales made 0)."""
+        the last block again, their weight scales made 0). `half`: a tail of at most 4 blocks, as 4 registers of
+        _transpose4 (dwords m and m + 4 of each block in lanes j and j + 4, the activations laid out alike), and the
+        lanes folded (j + (j + 4)) before they are scaled: the same integers as a full group's, half the dots."""
+        n_regs = LGROUP // 2 if half else LGROUP
         first = builder.mul(g, _c(LGROUP))
         offsets = [builder.mul(builder.add(first, _c(j)), _c(fmt.block)) for j in range(LGROUP)]
         if tail:
             last = builder.mul(builder.sub(n_blocks, _c(1)), _c(fmt.block))
             offsets = [builder.select(builder.icmp_unsigned("<", builder.add(first, _c(j)), n_blocks), o, last)
                        for j, o in enumerate(offsets)]
-        _prefetch(builder, wd, offsets[0], LGROUP * fmt.block)
-        regs = _transpose8(builder, [builder.bitcast(fmt.decode(builder, wd, o), _V8I) for o in offsets])
+        _prefetch(builder, wd, offsets[0], n_regs * fmt.block)
+        blocks = [builder.bitcast(fmt.decode(builder, wd, o), _V8I) for o in offsets[:n_regs]]
+        regs = _transpose4(builder, blocks) if half else _transpose8(builder, blocks)
         regs = [builder.bitcast(r, ir.VectorType(_I8, 32)) for r in regs]
         dw = _halves(builder, wd, offsets)
         mw = None if fmt.shift is not None else _halves(builder, wd, [builder.add(o, _c(fmt.m_at)) for o in offsets])
@@ -136,8 +140,10 @@ def _row_loop(context, builder, sig, args, fmt, n_tok):
         so = builder.mul(first, _c(4))  # byte offset of the group's scales / sums
         for (xqd, xdd, xsd), acc in zip(rows, accs):
             sums = builder.load(at(xsd, so, sums_ty), align=4)
-            xs = [_load_vec(builder, xqd, builder.add(xo, _c(32 * k)), 32) for k in range(LGROUP)]
+            xs = [_load_vec(builder, xqd, builder.add(xo, _c(32 * k)), 32) for k in range(n_regs)]
             lanes = _lane_dots(builder, regs, xs, sums if mw is None else ir.Constant(_V8I, [0] * 8), wide=fmt.wide)
+            if half:  # lane j + 4 held dwords 4..7 of block j (its bias, 0 past the row, sits in lane j only)
+                lanes = builder.add(lanes, _shuffle(builder, lanes, lanes, [4, 5, 6, 7, 0, 1, 2, 3]))
             scale = builder.fmul(dw, builder.load(at(xdd, so, _V8F), align=4))
             total = _fma(builder, builder.sitofp(lanes, _V8F), scale, builder.load(acc))
             if mw is not None:
@@ -147,8 +153,12 @@ def _row_loop(context, builder, sig, args, fmt, n_tok):
     full = builder.udiv(n_blocks, _c(LGROUP))
     with cgutils.for_range(builder, full) as loop:
         group(loop.index, False)
-    with builder.if_then(builder.icmp_unsigned("<", full, builder.udiv(nb8, _c(LGROUP)))):
+    rem = builder.sub(n_blocks, builder.mul(full, _c(LGROUP)))  # blocks of the last, partial group (0: none)
+    with builder.if_then(builder.icmp_unsigned(">", rem, _c(LGROUP // 2))):
         group(full, True)
+    with builder.if_then(builder.and_(builder.icmp_unsigned(">", rem, _c(0)),
+                                      builder.icmp_unsigned("<=", rem, _c(LGROUP // 2)))):
+        group(full, True, half=True)
     return [_reduce_f(builder, builder.load(a), 8) for a in accs]
 
 

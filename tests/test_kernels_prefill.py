@@ -66,7 +66,11 @@ def test_the_grouped_activations_are_q8_0_or_q8_1_transposed(t: int, shift: int 
     natural = np.zeros((3, 768), np.int8)
     natural[:, :640] = q
     dwords = natural.view(np.int32).reshape(3, 3, 8, 8)  # (n_tok, groups, blocks, dwords of a block)
-    assert np.array_equal(gq.view(np.int32).reshape(3, 3, 8, 8), dwords.transpose(0, 1, 3, 2))
+    got = gq.view(np.int32).reshape(3, 3, 8, 8)  # (n_tok, groups, registers, lanes)
+    assert np.array_equal(got[:, :2], dwords[:, :2].transpose(0, 1, 3, 2))
+    # the last group, 4 blocks: register m holds dword m of blocks 0..3, then dword m + 4 of them; 4 zero registers
+    half = dwords[:, 2, :4].reshape(3, 4, 2, 4).transpose(0, 3, 2, 1).reshape(3, 4, 8)  # (n_tok, m, lanes)
+    assert np.array_equal(got[:, 2, :4], half) and not got[:, 2, 4:].any()
     assert np.array_equal(gd[:, :20], d) and not gd[:, 20:].any()
     want = extra if shift is None else -(extra.astype(np.int64) << shift)  # Q8_1's s, or the offset's term
     assert np.array_equal(gextra[:, :20], want) and not gextra[:, 20:].any()
@@ -76,7 +80,8 @@ def test_the_grouped_activations_are_q8_0_or_q8_1_transposed(t: int, shift: int 
 @pytest.mark.parametrize("n_tok", [1, 2, 3, 4, 7, 8, 13, 69])
 def test_prefill_against_the_oracle(t: int, n_tok: int) -> None:
     rng = np.random.default_rng(n_tok)
-    cols = 768 if t in (Q4_K, Q5_K, Q6_K) or n_tok % 2 else 672  # 3 super-blocks a row; or 2 groups and 5 blocks
+    # 3 super-blocks a row; or 3 groups of 8 blocks, or 2 and 5 blocks (a full group's tail), or 2 and 3 (a half's)
+    cols = 768 if t in (Q4_K, Q5_K, Q6_K) or n_tok % 3 == 0 else (672 if n_tok % 3 == 1 else 608)
     w = random_weights(rng, t, 24, cols)  # (rows, row_bytes)
     w.flags.writeable = False
     x = rng.standard_normal((n_tok, cols)).astype(np.float32)
@@ -152,3 +157,24 @@ def test_linears_on_a_prompt_piece_is_linear(t: int) -> None:
             alone = [be.linear(w, x) for w in ws]
         for a, b in zip(together, alone):
             assert np.array_equal(a, b)
+
+
+def test_linears_of_mixed_prompt_formats_is_linear(monkeypatch) -> None:
+    # Gemma 3's q/k/v: Q5_0 with a Q8_0 v; one call runs each weight on its own format's prompt kernel
+    formats = [t for t in (Q5_0, Q8_0, Q4_K, Q4_1) if t in sk.PREFILL]
+    if len(formats) < 2:
+        pytest.skip("this host has fewer than two prompt kernels")
+    rng = np.random.default_rng(5)
+    ws = tuple(QTensor(f"w{i}", t, (rows, 512), random_weights(rng, t, rows, 512))
+               for i, (t, rows) in enumerate(zip(formats + formats[:1], (48, 16, 32, 24, 16))))
+    x = rng.standard_normal((120, 512)).astype(np.float32)  # (n_tok, cols)
+    calls = []
+    prefill = CPUBackend._prefill
+    monkeypatch.setattr(CPUBackend, "_prefill", staticmethod(lambda *a: (calls.append(len(a[0])), prefill(*a))))
+    be = CPUBackend()
+    with be.planned(np.arange(180, 300, dtype=np.int64), np.zeros(120, np.int64)):  # a 76-row piece, 44 per row
+        together = be.linears(ws, x)
+        assert calls == [len(ws)]  # all of them in one call
+        alone = [be.linear(w, x) for w in ws]
+    for a, b in zip(together, alone):
+        assert np.array_equal(a, b)

@@ -206,8 +206,8 @@ class CPUBackend:
         n = x.shape[0]
         pieces = self._pieces(n)
         if pieces:
-            if len({w.ggml_type for w in ws}) == 1 and ws[0].ggml_type in simd_kernels.PREFILL:
-                return self._prefill_all(ws, x, pieces)  # x quantized once for all of them
+            if all(w.ggml_type in simd_kernels.PREFILL for w in ws):
+                return self._prefill_all(ws, x, pieces)  # x quantized once a format, the team woken once
             return [self.linear(w, x) for w in ws]
         calls = self._multi_calls.get(ws)
         if calls is None:
@@ -240,7 +240,7 @@ class CPUBackend:
         simd_kernels.MUL[w.ggml_type](w.data, x, out)
 
     def _prefill_all(self, ws: tuple[QTensor, ...], x: np.ndarray, pieces: list[tuple[int, int]]) -> list[np.ndarray]:
-        """[x @ W.T for W in ws] of one PREFILL format: the pieces by its prompt kernel, other rows per row."""
+        """[x @ W.T for W in ws], each in simd_kernels.PREFILL: the pieces by their prompt kernels, other rows per row."""
         if any(x.shape[1] != w.shape[1] for w in ws):
             raise simd_kernels.KernelArgumentError(f"{', '.join(w.name for w in ws)}: x {x.shape} does not fit")
         outs = [np.empty((x.shape[0], w.shape[0]), np.float32) for w in ws]  # (n_tok, rows_i) each
@@ -253,28 +253,34 @@ class CPUBackend:
 
     @staticmethod
     def _prefill(ws: tuple[QTensor, ...], x: np.ndarray, outs: list[np.ndarray], pieces: list[tuple[int, int]]) -> None:
-        """outs[i][lo:hi] = x[lo:hi] @ ws[i].T for each piece by the format's prompt kernel (simd_kernels.PREFILL;
-        one format): each piece's activations quantized once, each team member running the kernel on one thread
-        over its share of every weight's rows."""
-        quantize, kernel = simd_kernels.PREFILL[ws[0].ggml_type]
-        acts = [quantize(x[lo:hi]) for lo, hi in pieces]
+        """outs[i][lo:hi] = x[lo:hi] @ ws[i].T for each piece by its format's prompt kernel (simd_kernels.PREFILL,
+        formats mixed or not: Gemma 3's q/k/v are Q5_0 with a Q8_0 v in half its layers): each piece's activations
+        quantized once a quantizer, each team member running the kernels on one thread over its share of every
+        weight's rows."""
+        acts: dict = {}  # quantizer -> each piece's activations
+        kernels = []  # (kernel, its activations per piece), per weight
+        for w in ws:
+            quantize, kernel = simd_kernels.PREFILL[w.ggml_type]
+            if quantize not in acts:
+                acts[quantize] = [quantize(x[lo:hi]) for lo, hi in pieces]
+            kernels.append((kernel, acts[quantize]))
         team = threads.team()
         bounds = [_split(w.shape[0], team.n, 16) for w in ws]
 
         def part(i: int) -> None:
-            for w, out, b in zip(ws, outs, bounds):
+            for w, out, b, (kernel, w_acts) in zip(ws, outs, bounds, kernels):
                 r_lo, r_hi = b[i], b[i + 1]
                 if r_hi == r_lo:
                     continue
-                for (lo, hi), act in zip(pieces, acts):
+                for (lo, hi), act in zip(pieces, w_acts):
                     share = np.empty((hi - lo, r_hi - r_lo), np.float32)  # (piece tokens, this member's rows)
                     kernel(w.data[r_lo:r_hi], *act, share)
                     out[lo:hi, r_lo:r_hi] = share
 
         if team.n == 1:  # no team: Numba's threads over all the rows
             threads.use_threads_for(sum(w.data.nbytes for w in ws) * x.shape[0])
-            for (lo, hi), act in zip(pieces, acts):
-                for w, out in zip(ws, outs):
+            for w, out, (kernel, w_acts) in zip(ws, outs, kernels):
+                for (lo, hi), act in zip(pieces, w_acts):
                     kernel(w.data, *act, out[lo:hi])
             return
         team.run(part)
