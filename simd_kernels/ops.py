@@ -270,10 +270,12 @@ def softcap(x, cap):
     return _softcap(x, cap)
 
 
-@njit(cache=True, nogil=True)
+# error_model="numpy" and vmath.tanhf: the loop vectorizes (libm's tanhf took 14 ns a logit, 3.7 ms of every decode
+# step over Gemma 2's 256k vocabulary)
+@njit(cache=True, nogil=True, error_model="numpy")
 def _softcap(x, cap):
     flat = x.reshape(-1)
     for i in range(flat.size):
-        flat[i] = cap * np.float32(math.tanh(flat[i] / cap))
+        flat[i] = cap * tanhf(flat[i] / cap)
     return x
 

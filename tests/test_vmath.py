@@ -127,3 +127,14 @@ def test_geglu_is_gelu_tanh_times_up() -> None:
     in_place = gate.copy()
     ops.geglu_tanh(in_place, up, in_place)  # as the FFN calls it
     assert np.array_equal(in_place, out)
+
+
+def test_softcap_is_cap_times_tanh_of_x_over_cap() -> None:
+    rng = np.random.default_rng(4)
+    x = (rng.standard_normal((4, 3000)) * 40).astype(np.float32)
+    x[0, :3] = [np.inf, -np.inf, 0.0]
+    cap = np.float32(30.0)
+    got = ops.softcap(x.copy(), cap)
+    want = cap * np.tanh((x / cap).astype(np.float64)).astype(np.float32)  # float32 steps, tanh rounded from float64
+    assert (got == want).mean() > 0.999 and np.allclose(got, want, rtol=1e-6, atol=0)
+    assert list(got[0, :3]) == [30.0, -30.0, 0.0]
