@@ -162,6 +162,19 @@ def test_keep_alive_zero_unloads_right_after_the_request(sched):
     assert names(s) == []
 
 
+
+def test_on_unloaded_runs_once_the_model_is_closed_and_dropped():
+    zoo, seen = Zoo(), []
+    config = Config(keep_alive="5m", max_loaded_models=3, max_queue=16, num_parallel=1)
+    s = Scheduler(zoo.load, config, clock=FakeClock(), wall_clock=lambda: 0.0,
+                  on_unloaded=lambda: seen.append(list(zoo.closed)))
+    try:
+        list(s.submit(req(id=1, keep_alive=0)))
+        wait_until(lambda: seen)
+        assert seen == [[("a", 4096)]]  # after close(), the service hands the model's memory back (runtime.service)
+    finally:
+        s.stop(timeout=2)
+
 def test_negative_keep_alive_keeps_forever(sched):
     s, zoo, clock = sched()
     list(s.submit(req(id=1, keep_alive="-1m")))

@@ -11,6 +11,7 @@ from ..errors import ModelLoadError
 from . import arch as archs
 from .arch.common import TensorSource, select_rope_factors
 from .backends.backend import CPUBackend, QTensor
+from .backends.heap import retain_freed_memory
 from .backends.offload import offload
 from .kv_cache import KV_TYPES
 from .model import Model, config_from_metadata
@@ -37,6 +38,7 @@ def load_model(path: str | os.PathLike, num_ctx: int = DEFAULT_NUM_CTX, *, num_b
     # Numba's one-time start-up (a no-op once warm_up's thread is done), here rather than in the first kernel call:
     # it ends in gc.freeze(), which this model's objects must not join, so that unloading it frees them all.
     init_target()
+    retain_freed_memory()  # a forward's per-op buffers are reused from the heap, not faulted in anew (backends.heap)
     f = _open_gguf(Path(path))
     try:
         cfg = config_from_metadata(f.metadata, f.tensors)  # validated against the file before anything is allocated

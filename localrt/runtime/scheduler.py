@@ -72,6 +72,7 @@ class Scheduler:
         available_fn: Callable[[], int] | None = None,
         wall_clock: Callable[[], float] = time.time,
         reap_interval: float = 1.0,
+        on_unloaded: Callable[[], None] | None = None,
     ):
         parallel = getattr(config, "num_parallel", 1)
         if not 0 <= parallel <= 16:
@@ -94,6 +95,7 @@ class Scheduler:
         self._available_fn = available_fn if available_fn is not None else (
             system_available_memory if estimate_fn is not None else None)
         self._reap_interval = reap_interval
+        self._on_unloaded = on_unloaded  # after a model is closed and dropped (the service hands its memory back)
         self._cv = threading.Condition()
         self._pending: collections.deque[_Job] = collections.deque()  # jobs not yet given to a runner
         self._runners: dict[str, _Runner] = {}  # live runners (loading or ready), by model
@@ -439,6 +441,9 @@ class Scheduler:
                 r.loaded = None
                 self._closing.remove(r)
                 self._dispatch()
+        del loaded
+        if self._on_unloaded is not None:
+            self._on_unloaded()
 
     def _job_thread(self, r: _Runner, job: _Job) -> None:
         last = self._run(r, job)

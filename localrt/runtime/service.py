@@ -5,6 +5,7 @@ on that worker. Model management (tags, show, create, copy, delete, blobs) is in
 """
 from __future__ import annotations
 
+import gc
 import logging
 import threading
 import time
@@ -19,6 +20,7 @@ import store as st
 from .. import structured, templates
 from ..api.options import Options, config_layer, parse_duration, resolve
 from ..api.types import PROMPT_CACHED_KEY, ChatRequest, EmbedRequest, GenerateRequest
+from ..engine.backends import heap
 from ..engine.events import Done, Token
 from ..errors import Cancelled, InvalidRequest, ModelLoadError, ModelNotFound
 from ..models import library
@@ -126,7 +128,8 @@ class Service:
         # A model's KV pool: {"kv_budget": positions} or {"kv_budget_bytes": bytes} (LOCALRT_KV_BUDGET); {}: slots * num_ctx.
         self._kv_budget = {k: int(getattr(config, k, 0)) for k in ("kv_budget", "kv_budget_bytes") if getattr(config, k, 0)}
         self._available = (scheduler_kw or {}).get("available_fn") or system_available_memory
-        self.scheduler = Scheduler(self._load, config, estimate_fn=self._estimate, **(scheduler_kw or {}))
+        self.scheduler = Scheduler(self._load, config, estimate_fn=self._estimate,
+                                   **{"on_unloaded": _release_memory, **(scheduler_kw or {})})
 
     def close(self) -> None:
         self.scheduler.stop()
@@ -479,3 +482,10 @@ def _normalize(v: np.ndarray, dims: int | None) -> list[float]:
         v = v[:dims]
     norm = float(np.linalg.norm(v))
     return [float(x) for x in (v / norm if norm > 0 else v)]
+
+
+def _release_memory() -> None:
+    """After a model was unloaded: collect what its objects' cycles still hold, then hand the heap's free pages back
+    (engine.backends.heap: its arrays under 32 MiB lived in the heap, which keeps freed memory while serving)."""
+    gc.collect()
+    heap.release_freed_memory()
