@@ -208,8 +208,8 @@ def _grouped(x, quantize_row, extra):
     """x f32 (n_tok, cols) -> (q int8 (n_tok, cols8), d f32 (n_tok, nb8)) laid out for simd_kernels.lprefill, with
     cols8 = cols rounded up to 256 and nb8 = cols8/32: each 256-element group's dwords transposed 8 x 8 (lane j of a
     register is block j; a last group of at most 4 blocks as _interleave_groups lays it out), zeros past cols; d the
-    blocks' scales (0 past). quantize_row (quantize_row_q8_0 or _q8_1)
-    fills extra (n_tok, nb8), zeros, with its third output (0 past)."""
+    blocks' scales (0 past). quantize_row (quantize_row_q8_0 or _q8_1) fills extra (n_tok, nb8), zeros, with its
+    third output (0 past)."""
     n_tok, cols = x.shape
     nb = cols // QK
     q = np.empty((n_tok, extra.shape[1] * QK), np.int8)  # (n_tok, cols8)
