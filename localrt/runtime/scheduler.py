@@ -95,7 +95,7 @@ class Scheduler:
         self._available_fn = available_fn if available_fn is not None else (
             system_available_memory if estimate_fn is not None else None)
         self._reap_interval = reap_interval
-        self._on_unloaded = on_unloaded  # after a model is closed and dropped (the service hands its memory back)
+        self._on_unloaded = on_unloaded or (lambda: None)  # after a model is closed and dropped
         self._cv = threading.Condition()
         self._pending: collections.deque[_Job] = collections.deque()  # jobs not yet given to a runner
         self._runners: dict[str, _Runner] = {}  # live runners (loading or ready), by model
@@ -432,18 +432,15 @@ class Scheduler:
                 r.active.add(job)
             threading.Thread(target=self._job_thread, args=(r, job), name=f"localrt-job-{r.key}", daemon=True).start()
         try:
-            close = getattr(loaded, "close", None)
-            if close is not None:
-                close()
+            getattr(loaded, "close", lambda: None)()
         finally:
             with self._cv:
                 r.state = "closed"
                 r.loaded = None
                 self._closing.remove(r)
                 self._dispatch()
-        del loaded
-        if self._on_unloaded is not None:
-            self._on_unloaded()
+        del loaded  # this thread's last reference: on_unloaded may hand the model's memory back
+        self._on_unloaded()
 
     def _job_thread(self, r: _Runner, job: _Job) -> None:
         last = self._run(r, job)
@@ -468,9 +465,7 @@ class Scheduler:
                         break
                     job.out.put((_EVENT, event))
             finally:
-                close = getattr(it, "close", None)
-                if close is not None:
-                    close()  # a generator stops at the yield where it waits
+                getattr(it, "close", lambda: None)()  # a generator stops at the yield where it waits
         except Exception as exc:
             return _ERROR, exc
         return _END, None
