@@ -52,13 +52,17 @@ def test_edge_values() -> None:
     assert list(got[1:]) == [np.inf, 0.0, 1.0, 1.0, np.inf, np.inf, np.inf, 0.0, 0.0, 1.0, 1.0]
 
 
-def test_swiglu_is_silu_times_up() -> None:
-    rng = np.random.default_rng(1)
-    gate = (rng.standard_normal((3, 1000)) * 8).astype(np.float32)
+def _gated(act, seed: int, spread: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(gate, up, act(gate, up)): (3, 1000) f32 gates of the given spread, the first four -200, 200, 0 and -0."""
+    rng = np.random.default_rng(seed)
+    gate = (rng.standard_normal((3, 1000)) * spread).astype(np.float32)
     gate[0, :4] = [-200.0, 200.0, 0.0, -0.0]
     up = rng.standard_normal((3, 1000)).astype(np.float32)
-    out = np.empty_like(gate)
-    ops.swiglu(gate, up, out)
+    return gate, up, act(gate, up, np.empty_like(gate))
+
+
+def test_swiglu_is_silu_times_up() -> None:
+    gate, up, out = _gated(ops.swiglu, 1, 8)
     g = gate.astype(np.float64)
     want = g / (1 + np.exp(-g)) * up
     assert np.allclose(out, want, rtol=3e-7, atol=1e-30)
@@ -110,12 +114,7 @@ def test_tanhf_edge_values() -> None:
 
 
 def test_geglu_is_gelu_tanh_times_up() -> None:
-    rng = np.random.default_rng(3)
-    gate = (rng.standard_normal((3, 1000)) * 4).astype(np.float32)
-    gate[0, :4] = [-200.0, 200.0, 0.0, -0.0]
-    up = rng.standard_normal((3, 1000)).astype(np.float32)
-    out = np.empty_like(gate)
-    ops.geglu_tanh(gate, up, out)
+    gate, up, out = _gated(ops.geglu_tanh, 3, 4)
     # ggml_gelu_f32's float32 steps (1 + tanh cancels for very negative gates, in llama.cpp too), with the tanh
     # rounded from float64: the kernel gives these bits, but where tanhf is 1 ulp off a float32 tie
     f, g = np.float32, gate

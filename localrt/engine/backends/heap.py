@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import functools
 import sys
 import threading
 
@@ -43,11 +44,10 @@ def release_freed_memory() -> None:
     """Hand the free pages of every heap back to the kernel (malloc_trim(0): whole free pages anywhere in an arena,
     not only at its top), after a model's arrays were dropped; a no-op before retain_freed_memory() or off glibc."""
     if _done:
-        libc = _glibc()
-        libc.malloc_trim.argtypes = [ctypes.c_size_t]
-        libc.malloc_trim(0)
+        _glibc().malloc_trim(ctypes.c_size_t(0))
 
 
+@functools.cache
 def _glibc():
     """The C library if it is glibc (musl's mallopt is a stub), else None."""
     if not sys.platform.startswith("linux"):
