@@ -7,15 +7,21 @@ kernels of kquants), so they serve only a prompt's pieces, whose path depends on
 
 Why kernels of their own: the per-row kernels scale each piece's pair sums (vpmaddubsw, then vpdpwssd by the
 scale), two multiplies per 32 products. Here a super-block's quants are reordered in registers (a 4 x 8 dword
-transpose, `_transpose4`) so that lane k of the four registers of a kind holds four elements each of one scale's
-group: the four take one chain of vpdpbusd, and the kind's scales are applied once: 10 multiplies (Q4_K), or 8
-and two float multiplies (Q5_K, Q6_K: their sums pass 16 bits) per 256 products, where the per-row kernels take
-16. The terms that depend only on a token's group sums (Q4_K's and Q5_K's mins, Q6_K's -32) are taken for all the
-call's tokens at once, token-minor (vpmaddwd over token pairs), not once per token. Tokens go 8 at a time through
-all of a call's rows, so their activations stay in L1 (the per-row kernels run 64 tokens a row and read them from L2).
+transpose, `_transpose4`) so that each 32-bit lane of a register holds four elements of one scale's group, and
+registers (m, 0) and (m, 1) pair up as one 512-bit register whose 16 lanes are 16 groups (their activations are
+the 64 bytes at 64m, laid out so by actquant). A token then takes four 512-bit vpdpbusd a super-block, one convert,
+one multiply by the lanes' scale * d and one FMA by its own scale (an embedded broadcast). The terms that depend
+only on a token's group sums (Q4_K's and Q5_K's mins, Q6_K's -32) are taken for all the call's tokens at once,
+token-minor (vpmaddwd over token pairs), not once per token. Tokens go 16 at a time through all of a call's rows, so
+a super-block is decoded once per 16 tokens, and their activations stay in L1 (L2 for 8192 columns). A token's work is
+all 512-bit (a 512-bit instruction mixed into 256-bit work stops port 1's vector work, which cost the 256-bit
+kernels before). The activations sit at 64-byte boundaries (`actquant.empty_64`): a load across two cache
+lines cost 10-17%.
 
-Measured (1 thread, 128 tokens, the 1B Q4_K_M file's 2048 x 2048 Q4_K and 2048 x 8192 Q6_K, best of 5): Q4_K 60
--> 100 GMAC/s, Q6_K 36 -> 87; Q5_K (2048 x 2048 of our quantizer) 59 -> 94.
+Measured (128 tokens, best of 25; 1 thread, then 2; the 1B Q4_K_M file's shapes, Q5_K of our quantizer), against
+the 8-lane 256-bit form with 8 tokens a pass: Q4_K 2048 x 2048 104 -> 141 and 205 -> 275 GMAC/s, 8192 x 2048 103
+-> 140 and 200 -> 270; Q6_K 2048 x 8192 87 -> 106-116 and 166 -> 210-220; Q5_K 2048 x 2048 95 -> 129 and 181 -> 240.
+The 512-bit form alone gave 10-12%, 16 tokens a pass the rest.
 """
 from __future__ import annotations
 
@@ -31,7 +37,6 @@ from .simd import (
     _I8,
     _I16,
     _I32,
-    _V8F,
     _V8I,
     _V16S,
     _X86,
@@ -42,7 +47,6 @@ from .simd import (
     _load_half,
     _load_vec,
     _prefetch,
-    _reduce_f,
     _rowjob,
     _shuffle,
     _inline_copy,
@@ -52,7 +56,6 @@ from .simd import (
 )
 
 _VNNI = {"avx512vnni", "avx512vl"} <= _X86
-_BLOCK = 144  # bytes of a Q4_K super-block
 
 
 def _transpose4(builder, c):
@@ -71,9 +74,9 @@ def _bytes(builder, v):
 
 
 def _k45_kinds(builder, wd, o, qs, qh):
-    """Q4_K's (qh None) or Q5_K's super-block at o -> (d, dmin, scales <8 x i32>, mins <8 x i32>, kinds): kind h of
-    register m = 2m + h holds the low (h = 0: even sub-blocks) or high (odd) nibbles of the transposed chunks at qs,
-    lane k of a kind being sub-block 2(k % 4) + h; with qh, each quant's fifth bit too (0..31)."""
+    """Q4_K's (qh None) or Q5_K's super-block at o -> (d, dmin, scales <8 x i32>, mins <8 x i32>, kinds): kinds[h][m],
+    register (m, h), holds the low (h = 0: even sub-blocks) or high (odd) nibbles of transposed chunk m at qs, its lane
+    k being sub-block 2(k % 4) + h; with qh, each quant's fifth bit too (0..31)."""
     d = _load_half(builder, wd, o)
     dmin = _load_half(builder, wd, builder.add(o, _c(2)))
     scales, mins = _k4_scales_mins(builder, wd, builder.add(o, _c(4)))
@@ -96,13 +99,18 @@ def _k45_kinds(builder, wd, o, qs, qh):
                 right = builder.lshr(dwords, _const_vec(_I32, [max(0, b - 4) for b in bits]))
                 moved = builder.select(_const_vec(ir.IntType(1), [b <= 4 for b in bits]), left, right)
                 q = builder.or_(q, builder.and_(_bytes(builder, moved), sixteen))
-            kinds[h].append((q, 2 * m + h))
+            kinds[h].append(q)
     return d, dmin, scales, mins, kinds
 
 
+_LANES = ir.VectorType(_I32, 16)  # a register pair's lanes: register (m, 0)'s eight, then (m, 1)'s
+_V16F = ir.VectorType(_F32, 16)
+
+
 class _Q4K:
-    """Q4_K: register (m, h) = 2m + h (_k45_kinds). The scales (0..63) multiply the kinds' lanes as integers; the
-    min term's pairs are the mins of sub-blocks 2k, 2k+1, times -dmin."""
+    """Q4_K: register (m, h) = 2m + h (_k45_kinds); lane k of a pair is sub-block 2(k % 4) + (k >= 8). The lanes
+    (|lanes| < 2^15) times scale * d (exact: 6 by 11 bits) as floats. The min term's pairs are the mins of
+    sub-blocks 2k, 2k+1, times -dmin."""
 
     block = 144
     pairs = 4  # pairs of sums a super-block: 32-element sub-blocks
@@ -110,28 +118,19 @@ class _Q4K:
 
     @staticmethod
     def decode(builder, wd, o):
-        """-> (kinds [[(quants <32 x i8>, activation register)] x 4] x 2, value(lanes) -> <8 x float>,
-        the pairs' weights <2*pairs x i16>, the pairs' float factor)."""
-        d, dmin, scales, mins, kinds = _k45_kinds(builder, wd, o, 16, None)
-        s_kind = [_shuffle(builder, scales, scales, [h, h + 2, h + 4, h + 6] * 2) for h in range(2)]
-        dv = _splat(builder, d, 8)
+        """-> (the four register pairs [(register (m, 0), register (m, 1)), <32 x i8> each], value(lanes <16 x
+        i32>) -> <16 x float>, the pairs' weights <2*pairs x i16>, the pairs' float factor)."""
+        return _k45_decode(builder, wd, o, 16, None)
 
-        def value(lanes):  # d * Σ_kinds lanes * scale, the scaling exact in integers (|lanes| < 2^15)
-            total = ir.Constant(_V8I, [0] * 8)
-            for kind, sc in zip(lanes, s_kind):
-                if _VNNI:  # the lane's low word times the scale's (its high word is 0)
-                    total = _intrinsic(builder, "llvm.x86.avx512.vpdpwssd.256", _V8I, [total, kind, sc])
-                else:
-                    total = builder.add(total, builder.mul(kind, sc))
-            return builder.fmul(builder.sitofp(total, _V8F), dv)
 
-        return kinds, value, builder.trunc(mins, ir.VectorType(_I16, 8)), builder.fneg(dmin)
+def _pairs(kinds):
+    """kinds[h][m] = register (m, h) -> [(register (m, 0), register (m, 1))] x 4."""
+    return [(kinds[0][m], kinds[1][m]) for m in range(4)]
 
 
 class _Q5K:
-    """Q5_K: Q4_K's registers with each quant's fifth bit (0..31). A lane's four registers then sum up to 16*31*127,
-    past 16 bits, so the scales multiply the kinds' lanes as floats (exact: < 2^22 before d), as Q6_K's do; the
-    pairs are Q4_K's."""
+    """Q5_K: Q4_K's registers with each quant's fifth bit (0..31), so a lane sums up to 16*31*127 (exact as a
+    float); the pairs are Q4_K's."""
 
     block = 176
     pairs = 4
@@ -139,22 +138,25 @@ class _Q5K:
 
     @staticmethod
     def decode(builder, wd, o):
-        d, dmin, scales, mins, kinds = _k45_kinds(builder, wd, o, 48, 16)
-        dv = _splat(builder, d, 8)
-        s_kind = [builder.fmul(builder.sitofp(_shuffle(builder, scales, scales, [h, h + 2, h + 4, h + 6] * 2), _V8F),
-                               dv) for h in range(2)]
+        return _k45_decode(builder, wd, o, 48, 16)
 
-        def value(lanes):  # Σ_kinds lanes * (scale * d)
-            total = builder.fmul(builder.sitofp(lanes[0], _V8F), s_kind[0])
-            return _fma(builder, builder.sitofp(lanes[1], _V8F), s_kind[1], total)
 
-        return kinds, value, builder.trunc(mins, ir.VectorType(_I16, 8)), builder.fneg(dmin)
+def _k45_decode(builder, wd, o, qs, qh):
+    """_Q4K.decode, _Q5K.decode: the quants at qs (and fifth bits at qh)."""
+    d, dmin, scales, mins, kinds = _k45_kinds(builder, wd, o, qs, qh)
+    s16 = _shuffle(builder, scales, scales, [0, 2, 4, 6] * 2 + [1, 3, 5, 7] * 2)  # the lanes' scales
+    sd = builder.fmul(builder.sitofp(s16, _V16F), _splat(builder, d, 16))
+
+    def value(lanes):  # lanes * (scale * d)
+        return builder.fmul(builder.sitofp(lanes, _V16F), sd)
+
+    return _pairs(kinds), value, builder.trunc(mins, ir.VectorType(_I16, 8)), builder.fneg(dmin)
 
 
 class _Q6K:
-    """Q6_K: register (m, h) = 4h + m, h the 128-element half; lane k of half h is the 16-element group 8h + 2k
-    (k < 4) or 8h + 2(k - 4) + 1. Quants 0..63 (the -32 goes to the pairs term): a lane's four registers sum up to
-    16*63*127, past 16 bits, so the scales multiply them as floats (exact: < 2^24 before d). The pairs are the
+    """Q6_K: register (m, h) = 2m + h, h the 128-element half; lane k of a pair is the 16-element group
+    8(k >= 8) + 2(k % 4) + (k % 8 >= 4). Quants 0..63 (the -32 goes to the pairs term): a lane sums up to
+    16*63*127, past 16 bits, so the scales multiply the lanes as floats (exact: < 2^24 before d). The pairs are the
     scales of groups 2k, 2k+1, times -32*d."""
 
     block = 210
@@ -164,28 +166,36 @@ class _Q6K:
     @staticmethod
     def decode(builder, wd, o):
         (d, sc16), pieces = _q6k_decode8(builder, wd, o)  # natural 32-element pieces, 0..63
-        kinds = []
-        scales = []
-        for h in range(2):
-            regs = _transpose4(builder, [builder.bitcast(q, _V8I) for q, _ in pieces[4 * h:4 * h + 4]])
-            kinds.append([(_bytes(builder, r), 4 * h + m) for m, r in enumerate(regs)])
-            groups = [8 * h + g for g in (0, 2, 4, 6, 1, 3, 5, 7)]
-            # from the <16 x i16> scales, not a widened <16 x i32>: one 512-bit instruction in the loop took the
-            # kernel from 87 to 54 GMAC/s (with 512-bit ops in flight, port 1 runs no vector instructions)
-            scales.append(builder.fmul(builder.sitofp(_shuffle(builder, sc16, sc16, groups), _V8F),
-                                       _splat(builder, d, 8)))
+        kinds = [[_bytes(builder, r) for r in _transpose4(builder, [builder.bitcast(q, _V8I)
+                                                                    for q, _ in pieces[4 * h:4 * h + 4]])]
+                 for h in range(2)]
+        groups = [8 * h + g for h in range(2) for g in (0, 2, 4, 6, 1, 3, 5, 7)]
+        sd = builder.fmul(builder.sitofp(_shuffle(builder, sc16, sc16, groups), _V16F), _splat(builder, d, 16))
 
-        def value(lanes):  # Σ_halves lanes * (scale * d)
-            total = builder.fmul(builder.sitofp(lanes[0], _V8F), scales[0])
-            return _fma(builder, builder.sitofp(lanes[1], _V8F), scales[1], total)
+        def value(lanes):  # lanes * (scale * d)
+            return builder.fmul(builder.sitofp(lanes, _V16F), sd)
 
-        return kinds, value, sc16, builder.fmul(d, ir.Constant(_F32, -32.0))
+        return _pairs(kinds), value, sc16, builder.fmul(d, ir.Constant(_F32, -32.0))
 
 
-def _kind_lanes(builder, fmt, kind, xqd, xo):
-    """Σ over a kind's four registers of q . x per 32-bit lane (four elements each, exact) -> <8 x i32>."""
-    xs = [_load_vec(builder, xqd, builder.add(xo, _c(32 * a)), 32) for _, a in kind]
-    return _lane_dots(builder, [q for q, _ in kind], xs, ir.Constant(_V8I, [0] * 8), i16_sums=fmt.i16_sums)
+def _pair_lanes(builder, fmt, regs, xqd, xo):
+    """Σ over the four register pairs of q . x per 32-bit lane (four elements each, exact) -> <16 x i32>. The
+    activations of registers (m, 0), (m, 1) are the 64 bytes at 64m: with VNNI one 512-bit vpdpbusd a pair, else
+    each half as eight lanes of its own."""
+    if _VNNI:  # one chain: the 16 tokens of a pass are 16 chains (two chains of two measured 3% slower)
+        acc = ir.Constant(_LANES, [0] * 16)
+        for m, (q0, q1) in enumerate(regs):
+            q = _shuffle(builder, q0, q1, range(64))
+            xv = _load_vec(builder, xqd, builder.add(xo, _c(64 * m)), 64)
+            args = [acc, builder.bitcast(q, _LANES), builder.bitcast(xv, _LANES)]
+            acc = _intrinsic(builder, "llvm.x86.avx512.vpdpbusd.512", _LANES, args)
+        return acc
+    halves = []
+    for h in range(2):
+        xs = [_load_vec(builder, xqd, builder.add(xo, _c(64 * m + 32 * h)), 32) for m in range(4)]
+        halves.append(_lane_dots(builder, [pair[h] for pair in regs], xs, ir.Constant(_V8I, [0] * 8),
+                                 i16_sums=fmt.i16_sums))
+    return _shuffle(builder, halves[0], halves[1], range(16))
 
 
 def _lane_dots(builder, qs, xs, acc, i16_sums=False, wide=False):
@@ -234,8 +244,9 @@ def _fma(builder, a, b, c):
 
 def _row_loop(context, builder, sig, args, fmt, n_tok):
     """One row against tokens t0..t0+n_tok-1 -> n_tok float32: per super-block, per token acc += dx * value(the
-    kinds' lanes) in 8 float lanes; the pairs term (Σ_k pair weights . sums) * factor * dx in one float lane per
-    token, for the n_tok tokens at once; a token's result is acc[0] + .. + acc[7] + its pairs lane."""
+    register pairs' lanes) in 16 float lanes; the pairs term (Σ_k pair weights . sums) * factor * dx in
+    one float lane per token, for the n_tok tokens at once; a token's result is its acc summed as a tree (_tree16)
+    plus its pairs lane."""
     wd = _data(context, builder, sig.args[0], args[0])
     arrays = []
     for k in (1, 2, 3):
@@ -250,7 +261,7 @@ def _row_loop(context, builder, sig, args, fmt, n_tok):
         return builder.bitcast(builder.gep(builder.bitcast(base, i8p), [offset]), ty.as_pointer())
 
     rows = [at(xq, builder.mul(builder.add(t0, _c(k)), xq_s), _I8) for k in range(n_tok)]
-    accs = [cgutils.alloca_once_value(builder, ir.Constant(_V8F, [0.0] * 8)) for _ in rows]
+    accs = [cgutils.alloca_once_value(builder, ir.Constant(_V16F, [0.0] * 16)) for _ in rows]
     vnf = ir.VectorType(_F32, n_tok)
     vns = ir.VectorType(_I16, 2 * n_tok)
     pacc = cgutils.alloca_once_value(builder, ir.Constant(vnf, [0.0] * n_tok))  # token t's pairs term in lane t
@@ -258,13 +269,14 @@ def _row_loop(context, builder, sig, args, fmt, n_tok):
         blk = loop.index
         o = builder.mul(blk, _c(fmt.block))
         _prefetch(builder, wd, o, fmt.block)
-        kinds, value, weights, factor = fmt.decode(builder, wd, o)
+        regs, value, weights, factor = fmt.decode(builder, wd, o)
         xo = builder.mul(blk, _c(256))
-        dxs = builder.load(at(xd, builder.add(builder.mul(blk, xd_s), builder.mul(t0, _c(4))), vnf), align=4)
+        dx_at = builder.add(builder.mul(blk, xd_s), builder.mul(t0, _c(4)))
         for k, (xqd, acc) in enumerate(zip(rows, accs)):
-            v = value([_kind_lanes(builder, fmt, kind, xqd, xo) for kind in kinds])
-            dx = _splat(builder, builder.extract_element(dxs, ir.Constant(_I32, k)), 8)
+            v = value(_pair_lanes(builder, fmt, regs, xqd, xo))
+            dx = _splat(builder, builder.load(at(xd, builder.add(dx_at, _c(4 * k)), _F32)), 16)  # a broadcast load
             builder.store(_fma(builder, dx, v, builder.load(acc)), acc)
+        dxs = builder.load(at(xd, dx_at, vnf), align=4)
         total = None  # <n x i32>: Σ_k weights of pair k . sums of pair k, per token
         base = builder.add(builder.mul(blk, s_blk), builder.mul(t0, _c(4)))
         for k in range(fmt.pairs):
@@ -274,8 +286,17 @@ def _row_loop(context, builder, sig, args, fmt, n_tok):
         scale = builder.fmul(dxs, _splat(builder, factor, n_tok))
         builder.store(_fma(builder, scale, builder.sitofp(total, vnf), builder.load(pacc)), pacc)
     terms = builder.load(pacc)
-    return [builder.fadd(_reduce_f(builder, builder.load(a), 8), builder.extract_element(terms, ir.Constant(_I32, k)))
+    return [builder.fadd(_tree16(builder, builder.load(a)), builder.extract_element(terms, ir.Constant(_I32, k)))
             for k, a in enumerate(accs)]
+
+
+def _tree16(builder, v):
+    """<16 x float> -> its sum, halves added lane by lane: (v[0:8] + v[8:16]), then 4, 2, 1."""
+    n = 16
+    while n > 1:
+        n //= 2
+        v = builder.fadd(_shuffle(builder, v, v, range(n)), _shuffle(builder, v, v, range(n, 2 * n)))
+    return builder.extract_element(v, ir.Constant(_I32, 0))
 
 
 def _make_rowdot(name, fmt, n_tok, row_loop):
@@ -296,34 +317,36 @@ def _make_rowdot(name, fmt, n_tok, row_loop):
 
 def _prefill_template(w, xq, xd, sums, out):
     n = xq.shape[0]
-    n8 = n - n % 8
-    for t in range(0, n8, 8):
+    n_full = n - n % PER_PASS  # noqa: F821 (PER_PASS, ROWDOTS, ROWJOB bound by prefill_kernel)
+    for t in range(0, n_full, PER_PASS):  # noqa: F821
         for r in prange(w.shape[0]):
-            (out[t, r], out[t + 1, r], out[t + 2, r], out[t + 3, r], out[t + 4, r], out[t + 5, r], out[t + 6, r],
-             out[t + 7, r]) = ROWDOT8(w[r], xq, xd, sums, t)  # noqa: F821 (bound by prefill_kernel)
-    if n8 < n:
+            out[t:t + PER_PASS, r] = ROWDOTS(w[r], xq, xd, sums, t)  # noqa: F821
+    if n_full < n:
         for r in prange(w.shape[0]):
-            ROWJOB(w[r], xq, xd, sums, n8, n, out, r)  # noqa: F821 (the last 1-7 tokens: simd._rowjob's 4, then 1-3)
+            ROWJOB(w[r], xq, xd, sums, n_full, n, out, r)  # noqa: F821 (the last tokens: simd._rowjob's 8, 4, then 1-3)
 
 
 _DOC = """out = x @ dequant(w).T for a prompt piece: w uint8 (rows, row_bytes) {fmt} blocks; xq, xd, sums from
-    PREFILL_{fmt}[0](x (n_tok, cols)); out float32 (n_tok, rows). Tokens go 8 at a time through every row (their
-    activations stay in L1), the last 1-7 in one more pass."""
+    PREFILL_{fmt}[0](x (n_tok, cols)); out float32 (n_tok, rows). Tokens go {n} at a time through every row (their
+    activations stay in L1 or L2), the last ones in one more pass."""
 
 
-def prefill_kernel(name, fmt, row_loop, module):
+def prefill_kernel(name, fmt, row_loop, module, per_pass=8):
     """The prompt kernel prefill_<name>(w, xq, xd, sums, out) of a format whose row dots row_loop(context, builder,
-    sig, args, fmt, n_tok) generates, defined in module (simd.fused_kernel's way of binding)."""
+    sig, args, fmt, n_tok) generates, defined in module (simd.fused_kernel's way of binding); per_pass (8 or 16)
+    tokens a pass over the rows."""
     binds = {f"ROWDOT{n}": _make_rowdot(name, fmt, n, row_loop) for n in (1, 2, 3, 4, 8)}
     binds["ROWJOB"] = _inline_copy(_rowjob, f"rowjob_prefill_{name}", binds)
-    return _kernel_copy(_prefill_template, f"prefill_{name}", binds, module, _DOC.format(fmt=name.upper()))
+    binds["ROWDOTS"] = binds["ROWDOT8"] if per_pass == 8 else _make_rowdot(name, fmt, per_pass, row_loop)
+    binds["PER_PASS"] = per_pass
+    return _kernel_copy(_prefill_template, f"prefill_{name}", binds, module, _DOC.format(fmt=name.upper(), n=per_pass))
 
 
 # xq int8 (n_tok, cols) with each super-block's dwords reordered; xd float32 (cols/256, n_tok); sums int16
 # (cols/256, pairs, n_tok, 2): quantize_q8_k_interleaved's
-prefill_q4_k = prefill_kernel("q4_k", _Q4K, _row_loop, __name__)
-prefill_q5_k = prefill_kernel("q5_k", _Q5K, _row_loop, __name__)
-prefill_q6_k = prefill_kernel("q6_k", _Q6K, _row_loop, __name__)
+prefill_q4_k = prefill_kernel("q4_k", _Q4K, _row_loop, __name__, 16)
+prefill_q5_k = prefill_kernel("q5_k", _Q5K, _row_loop, __name__, 16)
+prefill_q6_k = prefill_kernel("q6_k", _Q6K, _row_loop, __name__, 16)
 
 
 @njit(cache=True, nogil=True)

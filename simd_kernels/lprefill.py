@@ -11,8 +11,9 @@ FMA per 32 products and token, and Q8_0's xor of the activations). Here eight bl
 registers (`_transpose8`: register k holds dword k of blocks 0..7) so that lane j of a vpdpbusd chain over the eight
 registers sums block j: a group of 8 blocks costs a token 8 vpdpbusd, one convert and one FMA against the 8 blocks'
 scales. The weight is made unsigned once per row (Q8_0: q + 128, Q4_0: q + 8, Q5_0: q + 16; the formats with a min
-are unsigned already) and the offset taken out per block as offset * Σx (exact, in integers). Tokens go 8 at a time
-through all of a call's rows, so their activations stay in L1.
+are unsigned already) and the offset taken out per block as offset * Σx (exact, in integers). Tokens go 16 at a time
+through all of a call's rows, so their activations stay in L1 (2 threads, 128 tokens: against 8 a pass, Q4_1 136 ->
+152-156 GMAC/s, Q4_0 and Q5_0 +5%, Q8_0 the same).
 """
 from __future__ import annotations
 
@@ -169,11 +170,11 @@ def _splat32(builder, v):
 
 # xq int8 (n_tok, cols8), each 256-element group's dwords transposed 8 x 8; xd float32 (n_tok, nb8); sums int32
 # (-(Σq << shift)) or float32 (Q8_1's s) (n_tok, nb8): quantize_q8_{0,1}_interleaved's
-prefill_q8_0 = prefill_kernel("q8_0", _FORMATS["q8_0"], _row_loop, __name__)
-prefill_q4_0 = prefill_kernel("q4_0", _FORMATS["q4_0"], _row_loop, __name__)
-prefill_q5_0 = prefill_kernel("q5_0", _FORMATS["q5_0"], _row_loop, __name__)
-prefill_q4_1 = prefill_kernel("q4_1", _FORMATS["q4_1"], _row_loop, __name__)
-prefill_q5_1 = prefill_kernel("q5_1", _FORMATS["q5_1"], _row_loop, __name__)
+prefill_q8_0 = prefill_kernel("q8_0", _FORMATS["q8_0"], _row_loop, __name__, 16)
+prefill_q4_0 = prefill_kernel("q4_0", _FORMATS["q4_0"], _row_loop, __name__, 16)
+prefill_q5_0 = prefill_kernel("q5_0", _FORMATS["q5_0"], _row_loop, __name__, 16)
+prefill_q4_1 = prefill_kernel("q4_1", _FORMATS["q4_1"], _row_loop, __name__, 16)
+prefill_q5_1 = prefill_kernel("q5_1", _FORMATS["q5_1"], _row_loop, __name__, 16)
 
 
 @njit(cache=True, nogil=True)

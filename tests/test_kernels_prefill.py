@@ -96,7 +96,7 @@ def test_a_tokens_result_does_not_depend_on_the_call(t: int) -> None:
     w.flags.writeable = False
     x = rng.standard_normal((21, cols)).astype(np.float32)
     whole = _prefill(t, w, x)
-    for lo, hi in ((0, 1), (5, 8), (3, 16), (16, 21), (0, 13)):  # 8-token passes, tails of 1-7, other offsets
+    for lo, hi in ((0, 1), (5, 8), (3, 16), (16, 21), (0, 13)):  # 16- or 8-token passes, tails, other offsets
         assert np.array_equal(_prefill(t, w, np.ascontiguousarray(x[lo:hi])), whole[lo:hi]), (lo, hi)
 
 
@@ -115,8 +115,8 @@ for t, (quantize, kernel) in ((12, PREFILL_Q4_K), (13, PREFILL_Q5_K), (14, PREFI
     cols = 512 if t > 8 else 608  # whole super-blocks; 2 groups and 3 blocks
     w = random_weights(rng, t, 40, cols)
     w.flags.writeable = False
-    x = rng.standard_normal((11, cols)).astype(np.float32)
-    o = np.empty((11, 40), np.float32)
+    x = rng.standard_normal((27, cols)).astype(np.float32)  # the K-quants' 16-token pass, then 8 and 3
+    o = np.empty((27, 40), np.float32)
     kernel(w, *quantize(x), o)
     out += o.view(np.uint32).ravel().tolist()
 print(json.dumps(out))
