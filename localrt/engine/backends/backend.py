@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 
 import simd_kernels
-from simd_kernels import ops, paged, threads
+from simd_kernels import attend, ops, paged, threads
 
 from ...errors import ModelLoadError
 
@@ -374,10 +374,6 @@ def _block_attention(q, k_cache, v_cache, positions, s: int, window: int, scale:
     k0 = max(0, p0 - window + 1) if window > 0 else 0
     keys = np.arange(k0, p1 + 1)  # (n_keys,) positions
     idx = keys % cap  # ring slots of those positions (identity for full layers)
-    hidden = keys[None, :] > positions[:, None]  # (n_tok, n_keys) key after the query
-    if window > 0:
-        hidden |= keys[None, :] <= positions[:, None] - window  # key out of the query's window
-    mask = np.where(hidden, np.float32(-np.inf), np.float32(0.0))  # (n_tok, n_keys) additive
     wrapped = k0 > 0 or p1 >= cap
     if table is not None:  # the same values in the same (n_kv, n_keys, hd) layout, copied out of the slot's blocks
         if not 0 <= s < table.shape[0] or p1 >= cap:
@@ -405,15 +401,7 @@ def _block_attention(q, k_cache, v_cache, positions, s: int, window: int, scale:
             # operand falls back to a slow loop).
             qg = np.ascontiguousarray(q[a:b, heads, :].transpose(1, 0, 2)).reshape(group * m, -1)
             sc = (qg @ k.T).reshape(group, m, len(keys))  # (group, m, n_keys)
-            sc *= np.float32(scale)
-            if softcap > 0:
-                sc /= np.float32(softcap)
-                np.tanh(sc, out=sc)
-                sc *= np.float32(softcap)
-            sc += mask[a:b]
-            sc -= sc.max(axis=2, keepdims=True)
-            np.exp(sc, out=sc)
-            sc /= sc.sum(axis=2, keepdims=True)
+            attend.softmax_causal(sc, scale, softcap, positions[a:b], k0, window)
             mixed = sc.reshape(group * m, -1) @ v  # (group * m, hd_v)
             out[a:b, heads, :] = mixed.reshape(group, m, -1).transpose(1, 0, 2)
 
