@@ -1,4 +1,5 @@
-"""`load_model(path, num_ctx=...)`: open a GGUF file, configure, view weights in place, build a Model."""
+"""`load_model(path, num_ctx=...)`: open a GGUF file, configure, view weights in place (or copy them into private memory:
+`use_mmap`, backends.resident), build a Model."""
 from __future__ import annotations
 
 import os
@@ -13,13 +14,14 @@ from .arch.common import TensorSource, select_rope_factors
 from .backends.backend import CPUBackend, QTensor
 from .backends.heap import retain_freed_memory
 from .backends.offload import offload
+from .backends.resident import PrivateWeights, private_size, private_weights
 from .kv_cache import KV_TYPES
 from .model import Model, config_from_metadata
 
 DEFAULT_NUM_CTX = 4096
 
 
-def load_model(path: str | os.PathLike, num_ctx: int = DEFAULT_NUM_CTX, *, num_batch: int = 512, n_slots: int = 1, kv_type: str = "f16", tokenizer: bool = True, num_gpu: int = -1, main_gpu: int = 0, kv_budget: int = 0, kv_budget_bytes: int = 0) -> Model:
+def load_model(path: str | os.PathLike, num_ctx: int = DEFAULT_NUM_CTX, *, num_batch: int = 512, n_slots: int = 1, kv_type: str = "f16", tokenizer: bool = True, num_gpu: int = -1, main_gpu: int = 0, kv_budget: int = 0, kv_budget_bytes: int = 0, use_mmap: bool | None = None) -> Model:
     """Load a GGUF model for inference. num_ctx is capped by the model's trained context length.
 
     kv_type "f16" (default) keeps keys and values at float16 precision as llama.cpp does; "f32" keeps
@@ -27,7 +29,8 @@ def load_model(path: str | os.PathLike, num_ctx: int = DEFAULT_NUM_CTX, *, num_b
     the last layers on a GPU as Ollama's options do (-1 automatic, 0 CPU only; see localrt.engine.backends.placement);
     `model.placement` records the decision and its VRAM bytes. kv_budget: positions of the paged KV pool the
     full-attention layers share (0: n_slots * num_ctx; at least one full context; see localrt.engine.kv_cache), or
-    kv_budget_bytes its size in bytes.
+    kv_budget_bytes its size in bytes. use_mmap: Ollama's option; False copies the weights into private memory, True
+    reads them through the mmap, None decides by their size (localrt.engine.backends.resident).
     """
     t0 = time.perf_counter_ns()
     if num_ctx <= 0 or num_batch <= 0 or n_slots <= 0 or kv_budget < 0 or kv_budget_bytes < 0:
@@ -44,6 +47,10 @@ def load_model(path: str | os.PathLike, num_ctx: int = DEFAULT_NUM_CTX, *, num_b
         cfg = config_from_metadata(f.metadata, f.tensors)  # validated against the file before anything is allocated
         backend = CPUBackend()
         tensors = {name: QTensor(name, t.ggml_type, tuple(int(d) for d in t.shape), t.data) for name, t in f.tensors.items()}
+        if private_weights(use_mmap, sum(t.data.nbytes for t in tensors.values())):
+            private = PrivateWeights(private_size(t.data for t in tensors.values()))
+            tensors = {name: QTensor(t.name, t.ggml_type, t.shape, private.copy(t.data, drop=not t.data.flags.writeable))
+                       for name, t in tensors.items()}
         weights = archs.get(cfg.arch).load(cfg, TensorSource(tensors, backend))
         n_ctx = min(num_ctx, cfg.n_ctx_train)
         select_rope_factors(weights, cfg, n_ctx)

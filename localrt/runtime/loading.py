@@ -32,7 +32,8 @@ def load_draft(service, target, rec: st.ModelRecord, load_options: dict, num_gpu
 
     path = draft_record(service, name).model_path
     draft = service._load_model(path, num_ctx=load_options["num_ctx"], num_batch=load_options["num_batch"],
-                                num_gpu=num_gpu, main_gpu=load_options["main_gpu"], n_slots=slots)
+                                num_gpu=num_gpu, main_gpu=load_options["main_gpu"], n_slots=slots,
+                                use_mmap=load_options.get("use_mmap"))
     try:
         return ModelDrafter(target, draft, name, target_name=rec.name.display)
     except BaseException:
@@ -45,13 +46,15 @@ def with_draft_need(service, need: MemoryNeed, load_options: dict, slots: int) -
     name = load_options.get("draft_model") or ""
     if not name:
         return need
-    extra = estimate_memory(draft_record(service, name).model_path, load_options["num_ctx"], load_options["num_batch"], slots)
+    extra = estimate_memory(draft_record(service, name).model_path, load_options["num_ctx"], load_options["num_batch"],
+                            slots, use_mmap=load_options.get("use_mmap"))
     return MemoryNeed(private=need.private + extra.private, mapped=need.mapped + extra.mapped)
 
 
 def estimate_memory(path, num_ctx: int, num_batch: int, n_slots: int = 1, kv_budget: int = 0,
-                    kv_budget_bytes: int = 0) -> MemoryNeed:
-    """What a load needs: the weights stay in the mmap (reclaimable page cache); the KV cache (f16 K and V: the
+                    kv_budget_bytes: int = 0, use_mmap: bool | None = True) -> MemoryNeed:
+    """What a load needs: the weights read through the mmap are reclaimable page cache, and private when use_mmap
+    has the loader copy them (localrt.engine.backends.resident); the KV cache (f16 K and V: the
     paged pool of the full-attention layers, kv_budget positions or n_slots * num_ctx, and a ring per slot for
     sliding-window layers) and the batch scratch are private.
 
@@ -59,6 +62,7 @@ def estimate_memory(path, num_ctx: int, num_batch: int, n_slots: int = 1, kv_bud
     loader caps them, so a model with layers never counts a zero-size cache."""
     import gguf_io
 
+    from ..engine.backends.resident import private_weights
     from ..engine.kv_cache import KV_BLOCK, budget_positions, pool_blocks, pool_position_bytes
     from ..engine.model import config_from_metadata
 
@@ -74,7 +78,10 @@ def estimate_memory(path, num_ctx: int, num_batch: int, n_slots: int = 1, kv_bud
     kv = sum(pooled if w <= 0 else min(n_ctx, w + n_batch) * n_slots for w in cfg.windows) * per_pos
     scratch = (n_batch * 8 * max(cfg.n_embd, cfg.n_ff) + 2 * cfg.n_vocab) * 4  # activations of one prefill chunk + a logits row
     scratch += n_batch * (cfg.n_expert + cfg.n_expert_used * cfg.n_embd) * 4  # MoE: router probs, per-rank expert outputs
-    return MemoryNeed(private=kv + scratch + (32 << 20), mapped=mapped)
+    private = kv + scratch + (32 << 20)
+    if private_weights(use_mmap, mapped):
+        return MemoryNeed(private=private + mapped, mapped=0)
+    return MemoryNeed(private=private, mapped=mapped)
 
 
 def kv_counts(cache) -> dict:

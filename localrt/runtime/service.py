@@ -156,7 +156,7 @@ class Service:
         slots = self._slots_for(rec.model_path, load_options)
         model = self._load_model(rec.model_path, num_ctx=load_options["num_ctx"], num_batch=load_options["num_batch"],
                                  num_gpu=num_gpu, main_gpu=load_options["main_gpu"], n_slots=slots,
-                                 **self._kv_budget)
+                                 use_mmap=load_options.get("use_mmap"), **self._kv_budget)
         with self._weights_lock:
             self._weights[name] = rec.model_path
         draft = None
@@ -200,16 +200,18 @@ class Service:
             return MemoryNeed(private=0)
         slots = self._slots_for(rec.model_path, load_options)
         return with_draft_need(self, estimate_memory(rec.model_path, load_options["num_ctx"], load_options["num_batch"],
-                                                     slots, **self._kv_budget), load_options, slots)
+                                                     slots, use_mmap=load_options.get("use_mmap"), **self._kv_budget),
+                               load_options, slots)
 
     def _slots_for(self, path, load_options: dict) -> int:
         """KV slots: LOCALRT_NUM_PARALLEL when set (the scheduler refuses a load that does not fit), else 4 where 4
         slots' KV cache fits in the memory available at the first estimate, else 1 (once per weights and context)."""
         if self._parallel:
             return self._parallel
-        key = (str(path), load_options["num_ctx"], load_options["num_batch"])
+        key = (str(path), load_options["num_ctx"], load_options["num_batch"], load_options.get("use_mmap"))
         if key not in self._auto_slots:
-            need = estimate_memory(path, load_options["num_ctx"], load_options["num_batch"], AUTO_PARALLEL, **self._kv_budget)
+            need = estimate_memory(path, load_options["num_ctx"], load_options["num_batch"], AUTO_PARALLEL,
+                                   use_mmap=load_options.get("use_mmap"), **self._kv_budget)
             available = self._available()
             slots = AUTO_PARALLEL if need.private <= available else 1
             if slots < AUTO_PARALLEL:
