@@ -51,6 +51,7 @@ def load_model(path: str | os.PathLike, num_ctx: int = DEFAULT_NUM_CTX, *, num_b
             private = PrivateWeights(private_size(t.data for t in tensors.values()))
             tensors = {name: QTensor(t.name, t.ggml_type, t.shape, private.copy(t.data, drop=not t.data.flags.writeable))
                        for name, t in tensors.items()}
+            private.to_huge_pages()
         weights = archs.get(cfg.arch).load(cfg, TensorSource(tensors, backend))
         n_ctx = min(num_ctx, cfg.n_ctx_train)
         select_rope_factors(weights, cfg, n_ctx)
