@@ -52,7 +52,7 @@ def with_draft_need(service, need: MemoryNeed, load_options: dict, slots: int) -
 
 
 def estimate_memory(path, num_ctx: int, num_batch: int, n_slots: int = 1, kv_budget: int = 0,
-                    kv_budget_bytes: int = 0, use_mmap: bool | None = True) -> MemoryNeed:
+                    kv_budget_bytes: int = 0, use_mmap: bool | None = None) -> MemoryNeed:
     """What a load needs: the weights read through the mmap are reclaimable page cache, and private when use_mmap
     has the loader copy them (localrt.engine.backends.resident); the KV cache (f16 K and V: the
     paged pool of the full-attention layers, kv_budget positions or n_slots * num_ctx, and a ring per slot for

@@ -2,20 +2,19 @@
 
 A decode step streams every weight once. Read through the file's mmap, the 1B Q4_K_M file's linears ran at 19-20
 GB/s on this 2-core machine; copied into anonymous memory at 23.5-24, and on transparent huge pages at 26.5-28 (all
-of them, one token, 2 threads, best of 8). The copy is made once at load, tensor by tensor; each tensor's file pages
-are dropped from this process's mapping as soon as it is copied (MADV_DONTNEED: the page cache keeps them, the
-process stops counting them), so the peak RSS stays the weights plus one tensor. The copy is private memory: the
-scheduler counts it as such (`localrt.runtime.loading.estimate_memory`), where mmap'd weights are reclaimable page
-cache.
+of them, one token, 2 threads, best of 8); its tg64 went from 25.5 to 36-37 tok/s. The copy is made once at load,
+tensor by tensor, onto 4 KiB pages; each tensor's file pages are dropped from this process's mapping as soon as it
+is copied (MADV_DONTNEED: the page cache keeps them, the process stops counting them), so the peak RSS stays the
+weights plus one tensor. A background thread then moves the copy onto huge pages (`to_huge_pages`): allocating
+them at the copy held the load for 1.0-1.5 s more on this VM, where the copy itself takes 0.4-1.0 s. The first
+forward after a load shares the CPU with that thread. The copy is private memory: the scheduler counts it as such
+(`localrt.runtime.loading.estimate_memory`), where mmap'd weights are reclaimable page cache.
 
 `use_mmap`: True keeps the weights in the mmap; False copies them; None (the default) copies them when they take
 from 256 MiB to a quarter of physical memory. Smaller models' decode steps are bound by their fixed per-token cost,
 not by reading the weights, and the copy would only add to their load time; larger ones stay in the mmap, where a
 model that does not fit in memory can still run (pain_points P3.5). The rule reads only the file and the machine,
 so the scheduler's estimate and the load agree.
-
-The copy's cost: huge pages are slower to allocate than 4 KiB ones (1B Q4_K_M, 667 MB: 1.0-1.5 s on this VM
-against 0.5 s), but only huge pages give the full gain (tg64 25.5 -> 36-37 tok/s, against 30-32 on 4 KiB pages).
 """
 from __future__ import annotations
 
@@ -31,14 +30,12 @@ ALIGN = 4096  # each tensor's copy starts on a page: its kernels read 64-byte bl
 _PAGE = mmap.PAGESIZE
 _MADV_COLLAPSE = 25  # Linux 6.1+
 _COLLAPSE_CHUNK = 64 << 20  # bytes a madvise call collapses
+MIN_PRIVATE = 256 << 20  # bytes of weights from which use_mmap=None copies them
 
 
 def physical_memory() -> int:
     """Bytes of RAM (the machine's, not what is free now)."""
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-
-
-MIN_PRIVATE = 256 << 20  # bytes of weights from which use_mmap=None copies them
 
 
 def private_weights(use_mmap: bool | None, weight_bytes: int, ram: int | None = None) -> bool:
@@ -49,8 +46,8 @@ def private_weights(use_mmap: bool | None, weight_bytes: int, ram: int | None = 
 
 
 class PrivateWeights:
-    """One anonymous mapping (transparent huge pages advised) holding copies of arrays; `copy(a)` returns a
-    read-only view of a's bytes in it. The views keep the mapping alive; it is unmapped with the last of them."""
+    """One anonymous mapping holding copies of arrays; `copy(a)` returns a read-only view of a's bytes in it. The
+    views keep the mapping alive; it is unmapped with the last of them."""
 
     def __init__(self, nbytes: int) -> None:
         self._map = mmap.mmap(-1, max(nbytes, 1), flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
@@ -59,8 +56,7 @@ class PrivateWeights:
 
     def to_huge_pages(self) -> threading.Thread | None:
         """Move the copies onto transparent huge pages on a background thread (madvise HUGEPAGE, then COLLAPSE a
-        chunk at a time): the kernel's compaction for them cost 1.0-1.5 s on this VM where the copy itself took
-        0.3-0.5 s, so the load returns first and decode speeds up once it is done. Where the kernel has no
+        chunk at a time), so that the load returns first and decode speeds up once it is done. Where the kernel has no
         MADV_COLLAPSE (before Linux 6.1), khugepaged does the same in its own time."""
         if not hasattr(mmap, "MADV_HUGEPAGE") or _libc_madvise() is None:
             return None
