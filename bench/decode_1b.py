@@ -3,7 +3,8 @@
     python3 bench/decode_1b.py FILE.gguf ... [--out bench/results/decode_1b.json] [--quiet]
 
 FILEs come from `bench/make_model.py` (every arch's 1b shape, and qwen3moe's a3b MoE shape). Per file, ours then native, each in its own process (2 threads:
-NUMBA_NUM_THREADS=2 / `llama-bench -t 2`): ours loads with `localrt.engine.loader.load_model`, prefills a
+NUMBA_NUM_THREADS=2 / `llama-bench -t 2`): ours loads with `localrt.engine.loader.load_model` (use_mmap unset: the
+1B files' weights are copied into private memory, and timing starts once they are on huge pages), prefills a
 16-token prompt, then times 64 greedy single-token steps (best of 3), and one 128-token prefill (logits of the
 last token only, best of 3); native runs `llama-bench -m FILE -t 2 -p 128 -n 64 -r 3 -o json` (pp128 and tg64,
 from an empty context as ours). With --depth D, both also time 32 greedy steps after a D-token context (ours: the
@@ -87,6 +88,8 @@ def run_ours(path: str, repeats: int = REPEATS, depth: int = 0) -> dict:
     t0 = time.perf_counter()
     model = load_model(path, num_ctx=max(512, depth + N_DEPTH_GEN))
     load_s = time.perf_counter() - t0
+    if model.huge_pages is not None:  # private weights (use_mmap unset): steady speeds are after their move
+        model.huge_pages.join()
     prompt = model.tokenize("The history of the printing press begins in the fifteenth century, when")[:N_PROMPT]
     pp_ids = (prompt * (N_PP // len(prompt) + 1))[:N_PP]
     last = lambda n: np.array([n - 1])  # noqa: E731 - logits of the last prompt token only

@@ -32,13 +32,18 @@ def test_a_copy_holds_the_bytes_read_only_on_its_own_pages(tmp_path: Path):
     source = np.frombuffer(mm, np.uint8)
     parts = [source[:77].reshape(7, 11), source[77:].view(np.uint8)]
     private = PrivateWeights(private_size(parts))
-    copies = [private.copy(a, drop=True) for a in parts]
+    copies = private.copy_all(parts, [True, True])
     for a, c in zip(parts, copies):
         assert c.shape == a.shape and np.array_equal(c, a) and not c.flags.writeable
         assert c.ctypes.data % ALIGN == 0 and not np.shares_memory(a, c)
     assert np.array_equal(source, raw)  # the dropped pages read back from the file
     with pytest.raises(ValueError, match="do not fit"):
-        private.copy(parts[1])
+        private.copy_all(parts[1:], [False])
+    thread = private.to_huge_pages()  # advised, then collapsed in the background (None without madvise)
+    if thread is not None:
+        thread.join(60)
+        assert not thread.is_alive()
+    assert all(np.array_equal(c, a) for a, c in zip(parts, copies))
 
 
 def _logits(model):

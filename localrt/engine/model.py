@@ -42,6 +42,7 @@ class Model:
         self.forward_costs = CostModel()  # decode forwards' seconds by row count, for every Batcher's draft planning
         self.draft_evidence = Evidence()  # every sequence's verified drafts: the prior of a new sequence's drafting
         self._source = source  # the open GGUF file: keeps the mmap the weights view alive
+        self.huge_pages = None  # the loader's thread moving private weights onto huge pages (backends.resident)
 
     def close(self) -> None:
         if self._source is not None:

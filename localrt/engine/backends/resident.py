@@ -5,9 +5,10 @@ GB/s on this 2-core machine; copied into anonymous memory at 23.5-24, and on tra
 of them, one token, 2 threads, best of 8); its tg64 went from 25.5 to 36-37 tok/s. The copy is made once at load,
 tensor by tensor, onto 4 KiB pages; each tensor's file pages are dropped from this process's mapping as soon as it
 is copied (MADV_DONTNEED: the page cache keeps them, the process stops counting them), so the peak RSS stays the
-weights plus one tensor. A background thread then moves the copy onto huge pages (`to_huge_pages`): allocating
-them at the copy held the load for 1.0-1.5 s more on this VM, where the copy itself takes 0.4-1.0 s. The first
-forward after a load shares the CPU with that thread. The copy is private memory: the scheduler counts it as such
+weights plus one tensor; 2 threads copy (the page faults run in parallel). A background thread at the lowest CPU
+priority then moves the copy onto huge pages (`to_huge_pages`): allocating them at the copy held the load for
+1.0-1.5 s more on this VM, where the copy itself takes 0.3-0.5 s. That thread works while the CPU is idle (between
+requests); under continuous load the weights stay on 4 KiB pages (tg64 28-30 tok/s). The copy is private memory: the scheduler counts it as such
 (`localrt.runtime.loading.estimate_memory`), where mmap'd weights are reclaimable page cache.
 
 `use_mmap`: True keeps the weights in the mmap; False copies them; None (the default) copies them when they take
@@ -18,19 +19,25 @@ so the scheduler's estimate and the load agree.
 """
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import errno
 import mmap
 import os
 import threading
+import weakref
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
 ALIGN = 4096  # each tensor's copy starts on a page: its kernels read 64-byte blocks, never across two tensors
 _PAGE = mmap.PAGESIZE
 _MADV_COLLAPSE = 25  # Linux 6.1+
-_COLLAPSE_CHUNK = 64 << 20  # bytes a madvise call collapses
+# bytes a madvise call collapses: one huge page. A 64 MiB call held the process's memory map long enough that a
+# fresh process's first token (kernels loading from the cache, mapping code) waited 0.6-1.6 s more for it
+_COLLAPSE_CHUNK = 2 << 20
 MIN_PRIVATE = 256 << 20  # bytes of weights from which use_mmap=None copies them
+COPY_WORKERS = min(4, os.cpu_count() or 1)  # threads that copy: page faults in parallel
 
 
 def physical_memory() -> int:
@@ -46,48 +53,71 @@ def private_weights(use_mmap: bool | None, weight_bytes: int, ram: int | None = 
 
 
 class PrivateWeights:
-    """One anonymous mapping holding copies of arrays; `copy(a)` returns a read-only view of a's bytes in it. The
-    views keep the mapping alive; it is unmapped with the last of them."""
+    """One anonymous mapping holding copies of arrays (`copy_all`: read-only views of their bytes in it). The views
+    keep the mapping alive; it is unmapped with the last of them."""
 
     def __init__(self, nbytes: int) -> None:
         self._map = mmap.mmap(-1, max(nbytes, 1), flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
         self._buf = np.frombuffer(self._map, np.uint8)  # (nbytes,)
         self._at = 0
 
+    def copy_all(self, arrays: list[np.ndarray], drop: list[bool], workers: int = COPY_WORKERS) -> list[np.ndarray]:
+        """arrays (contiguous) -> their bytes in this mapping as read-only views of their shapes and dtypes, copied
+        by up to `workers` threads (the copy is page faults and memcpy, both outside the GIL). drop[i]: arrays[i]
+        views a read-only file mapping, whose whole pages inside it are then unmapped (never for memory a process
+        owns: unmapping anonymous pages zeroes them)."""
+        spots = []
+        for a in arrays:
+            if self._at + a.nbytes > len(self._buf):
+                raise ValueError(f"{a.nbytes} more bytes do not fit the {len(self._buf)}-byte private weights")
+            spots.append(self._buf[self._at:self._at + a.nbytes])
+            self._at += -(-a.nbytes // ALIGN) * ALIGN
+
+        def copy(i: int) -> None:
+            spots[i][:] = arrays[i].reshape(-1).view(np.uint8)
+            if drop[i]:
+                _drop_pages(arrays[i])
+
+        if workers > 1 and len(arrays) > 1:
+            with ThreadPoolExecutor(workers, thread_name_prefix="localrt-copy") as pool:
+                list(pool.map(copy, range(len(arrays))))
+        else:
+            for i in range(len(arrays)):
+                copy(i)
+        views = []
+        for a, spot in zip(arrays, spots):
+            view = spot.view(a.dtype).reshape(a.shape)
+            view.flags.writeable = False  # the kernels are compiled for read-only weights, as the mmap's are
+            views.append(view)
+        return views
+
     def to_huge_pages(self) -> threading.Thread | None:
-        """Move the copies onto transparent huge pages on a background thread (madvise HUGEPAGE, then COLLAPSE a
-        chunk at a time), so that the load returns first and decode speeds up once it is done. Where the kernel has no
-        MADV_COLLAPSE (before Linux 6.1), khugepaged does the same in its own time."""
+        """Move the copies onto transparent huge pages on a background thread at the lowest CPU priority (madvise
+        HUGEPAGE, then COLLAPSE a huge page at a time): the load returns first, a forward keeps the CPU while it runs,
+        and decode speeds up once it is done. Where the kernel has no MADV_COLLAPSE (before Linux 6.1), khugepaged
+        does the same in its own time."""
         if not hasattr(mmap, "MADV_HUGEPAGE") or _libc_madvise() is None:
             return None
         self._map.madvise(mmap.MADV_HUGEPAGE)
 
-        def collapse(buf: np.ndarray) -> None:  # buf: the thread's reference keeps the mapping alive until done
-            base, size = buf.ctypes.data, len(buf)
+        base, size = self._buf.ctypes.data, len(self._buf)
+
+        def collapse(ref: weakref.ref) -> None:
+            with contextlib.suppress(OSError, AttributeError):
+                os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)  # Linux: this thread's nice
             for lo in range(0, size, _COLLAPSE_CHUNK):
+                buf = ref()  # held through the call: the mapping stays; once the model is gone, so is the work
+                if buf is None:
+                    return
                 if _libc_madvise()(ctypes.c_void_p(base + lo), ctypes.c_size_t(min(_COLLAPSE_CHUNK, size - lo)),
                                    _MADV_COLLAPSE) != 0 and ctypes.get_errno() == errno.EINVAL:
                     return  # no MADV_COLLAPSE here: khugepaged collapses the advised range
+                del buf
 
-        thread = threading.Thread(target=collapse, args=(self._buf,), name="localrt-huge-pages", daemon=True)
+        thread = threading.Thread(target=collapse, args=(weakref.ref(self._buf),), name="localrt-huge-pages",
+                                  daemon=True)
         thread.start()
         return thread
-
-    def copy(self, a: np.ndarray, drop: bool = False) -> np.ndarray:
-        """a (any shape, contiguous) -> the same bytes in this mapping, read-only, a's shape and dtype. `drop`: a
-        views a read-only file mapping, whose whole pages inside a are then unmapped (never pass it for memory a
-        process owns: unmapping anonymous pages zeroes them)."""
-        n = a.nbytes
-        if self._at + n > len(self._buf):
-            raise ValueError(f"{n} more bytes do not fit the {len(self._buf)}-byte private weights")
-        dst = self._buf[self._at:self._at + n]
-        dst[:] = a.reshape(-1).view(np.uint8)
-        self._at += -(-n // ALIGN) * ALIGN
-        if drop:
-            _drop_pages(a)
-        view = dst.view(a.dtype).reshape(a.shape)
-        view.flags.writeable = False  # the kernels are compiled for read-only weights, as the mmap's are
-        return view
 
 
 def private_size(arrays) -> int:
