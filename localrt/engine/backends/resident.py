@@ -33,8 +33,8 @@ import numpy as np
 ALIGN = 4096  # each tensor's copy starts on a page: its kernels read 64-byte blocks, never across two tensors
 _PAGE = mmap.PAGESIZE
 _MADV_COLLAPSE = 25  # Linux 6.1+
-# bytes a madvise call collapses: one huge page. A 64 MiB call held the process's memory map long enough that a
-# fresh process's first token (kernels loading from the cache, mapping code) waited 0.6-1.6 s more for it
+# bytes a madvise call collapses: one huge page, at its alignment. A 64 MiB call held the process's memory map long
+# enough that a fresh process's first token (kernels loading from the cache, mapping code) waited 0.6-1.6 s for it
 _COLLAPSE_CHUNK = 2 << 20
 MIN_PRIVATE = 256 << 20  # bytes of weights from which use_mmap=None copies them
 COPY_WORKERS = min(4, os.cpu_count() or 1)  # threads that copy: page faults in parallel
@@ -100,17 +100,18 @@ class PrivateWeights:
             return None
         self._map.madvise(mmap.MADV_HUGEPAGE)
 
-        base, size = self._buf.ctypes.data, len(self._buf)
+        start, end = self._buf.ctypes.data, self._buf.ctypes.data + len(self._buf)
+        first = -(-start // _COLLAPSE_CHUNK) * _COLLAPSE_CHUNK  # huge pages whole inside the mapping
 
         def collapse(ref: weakref.ref) -> None:
             with contextlib.suppress(OSError, AttributeError):
                 os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)  # Linux: this thread's nice
-            for lo in range(0, size, _COLLAPSE_CHUNK):
+            for lo in range(first, end - _COLLAPSE_CHUNK + 1, _COLLAPSE_CHUNK):
                 buf = ref()  # held through the call: the mapping stays; once the model is gone, so is the work
                 if buf is None:
                     return
-                if _libc_madvise()(ctypes.c_void_p(base + lo), ctypes.c_size_t(min(_COLLAPSE_CHUNK, size - lo)),
-                                   _MADV_COLLAPSE) != 0 and ctypes.get_errno() == errno.EINVAL:
+                if _libc_madvise()(ctypes.c_void_p(lo), ctypes.c_size_t(_COLLAPSE_CHUNK), _MADV_COLLAPSE) != 0 \
+                        and ctypes.get_errno() == errno.EINVAL:
                     return  # no MADV_COLLAPSE here: khugepaged collapses the advised range
                 del buf
 
