@@ -47,6 +47,8 @@ def test_a_copy_holds_the_bytes_read_only_on_its_own_pages(tmp_path: Path):
 
 
 def _logits(model):
+    model.cache.clear(0)
+    model._slot_tokens.clear()
     return model.forward(model.batch([1, 2, 3, 4], 0), model.cache, output_rows=np.array([3]))[0]
 
 
@@ -58,6 +60,11 @@ def test_a_model_computes_the_same_from_either(tmp_path: Path):
         assert np.shares_memory(mapped.weights.output.data, base)
         assert not np.shares_memory(private.weights.output.data, base)
         assert not private.weights.output.data.flags.writeable
+        assert private.huge_pages is None and private.after_first_forward is not None  # the first forward starts it
+        assert np.array_equal(_logits(mapped), _logits(private))
+        assert private.after_first_forward is None
+        private.finish_loading()
+        assert private.huge_pages is None or not private.huge_pages.is_alive()
         assert np.array_equal(_logits(mapped), _logits(private))
     finally:
         mapped.close()

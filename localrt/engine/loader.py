@@ -47,12 +47,12 @@ def load_model(path: str | os.PathLike, num_ctx: int = DEFAULT_NUM_CTX, *, num_b
         cfg = config_from_metadata(f.metadata, f.tensors)  # validated against the file before anything is allocated
         backend = CPUBackend()
         tensors = {name: QTensor(name, t.ggml_type, tuple(int(d) for d in t.shape), t.data) for name, t in f.tensors.items()}
-        huge_pages = None  # the thread moving a private copy onto huge pages
+        huge_pages = None  # the start of the thread moving a private copy onto huge pages
         if private_weights(use_mmap, sum(t.data.nbytes for t in tensors.values())):
             private = PrivateWeights(private_size(t.data for t in tensors.values()))
             copies = private.copy_all([t.data for t in tensors.values()], [not t.data.flags.writeable for t in tensors.values()])
             tensors = {name: QTensor(t.name, t.ggml_type, t.shape, c) for (name, t), c in zip(tensors.items(), copies)}
-            huge_pages = private.to_huge_pages()
+            huge_pages = private.to_huge_pages
         weights = archs.get(cfg.arch).load(cfg, TensorSource(tensors, backend))
         n_ctx = min(num_ctx, cfg.n_ctx_train)
         select_rope_factors(weights, cfg, n_ctx)
@@ -67,7 +67,7 @@ def load_model(path: str | os.PathLike, num_ctx: int = DEFAULT_NUM_CTX, *, num_b
         f.close()
         raise
     model.load_duration_ns = time.perf_counter_ns() - t0
-    model.huge_pages = huge_pages  # a benchmark of steady decode joins it first
+    model.after_first_forward = huge_pages  # Model.finish_loading starts it
     return model
 
 

@@ -42,7 +42,8 @@ class Model:
         self.forward_costs = CostModel()  # decode forwards' seconds by row count, for every Batcher's draft planning
         self.draft_evidence = Evidence()  # every sequence's verified drafts: the prior of a new sequence's drafting
         self._source = source  # the open GGUF file: keeps the mmap the weights view alive
-        self.huge_pages = None  # the loader's thread moving private weights onto huge pages (backends.resident)
+        self.huge_pages = None  # the thread moving private weights onto huge pages (backends.resident), once started
+        self.after_first_forward = None  # the loader's start of that thread: a first token never waits for it
 
     def close(self) -> None:
         if self._source is not None:
@@ -65,7 +66,19 @@ class Model:
         if output_rows is not None:
             xp = self.output_device.xp
             h = xp.ascontiguousarray(h[xp.asarray(output_rows)])
-        return self.project(h)
+        logits = self.project(h)
+        if self.after_first_forward is not None:
+            self.finish_loading(wait=False)
+        return logits
+
+    def finish_loading(self, wait: bool = True) -> None:
+        """Start the loader's background work if the first forward has not yet (after_first_forward), and with
+        `wait`, wait for it to end: a benchmark of steady speeds calls this first."""
+        start, self.after_first_forward = self.after_first_forward, None
+        if start is not None:
+            self.huge_pages = start()
+        if wait and self.huge_pages is not None:
+            self.huge_pages.join()
 
     @property
     def output_device(self):
