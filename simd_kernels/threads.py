@@ -8,6 +8,7 @@ remembered per thread and only changed when a call needs the other one.
 """
 from __future__ import annotations
 
+import contextlib
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
@@ -21,11 +22,29 @@ _set = threading.local()
 
 
 def use_threads_for(work_bytes: int) -> None:
-    """Set this thread's Numba thread count for a kernel call of work_bytes."""
-    want = 1 if work_bytes < PARALLEL_MIN_BYTES else numba.config.NUMBA_NUM_THREADS
+    """Set this thread's Numba thread count for a kernel call of work_bytes (at most its cap, `capped`)."""
+    want = 1 if work_bytes < PARALLEL_MIN_BYTES else min(numba.config.NUMBA_NUM_THREADS, cap())
     if getattr(_set, "threads", None) != want:
         numba.set_num_threads(want)
         _set.threads = want
+
+
+def cap() -> int:
+    """The most threads this thread's calls may use (`capped`; else all of Numba's)."""
+    return getattr(_set, "cap", None) or numba.config.NUMBA_NUM_THREADS
+
+
+@contextlib.contextmanager
+def capped(n: int):
+    """Within: this thread's kernel calls and team runs use at most n threads (0: no cap), Ollama's num_thread.
+    A call's numbers do not change with it: a parallel loop's rows, and a team's parts, compute the same way on
+    however many threads run them."""
+    before = getattr(_set, "cap", None)
+    _set.cap = n if n > 0 else None
+    try:
+        yield
+    finally:
+        _set.cap = before
 
 
 def force(threads: int) -> None:
@@ -88,11 +107,18 @@ class Team:
         self._pool = ThreadPoolExecutor(n - 1, thread_name_prefix="simd-team", initializer=_one_thread) if n > 1 else None
 
     def run(self, part) -> None:
-        """part(i) for i in range(n), member i on its own thread (0 on the caller); re-raises a member's error."""
-        futures = [self._pool.submit(part, i) for i in range(1, self.n)] if self._pool is not None else []
+        """part(i) for i in range(n), member i on its own thread (0 on the caller); re-raises a member's error.
+        Under a cap of c < n threads (`capped`), c members run the n parts, member j parts j, j + c, ..."""
+        c = min(self.n, cap())
+
+        def parts(j: int) -> None:
+            for i in range(j, self.n, c):
+                part(i)
+
+        futures = [self._pool.submit(parts, j) for j in range(1, c)] if self._pool is not None else []
         use_threads_for(0)
         try:
-            part(0)
+            parts(0)
         finally:
             for f in futures:
                 f.result()

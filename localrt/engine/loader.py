@@ -21,7 +21,7 @@ from .model import Model, config_from_metadata
 DEFAULT_NUM_CTX = 4096
 
 
-def load_model(path: str | os.PathLike, num_ctx: int = DEFAULT_NUM_CTX, *, num_batch: int = 512, n_slots: int = 1, kv_type: str = "f16", tokenizer: bool = True, num_gpu: int = -1, main_gpu: int = 0, kv_budget: int = 0, kv_budget_bytes: int = 0, use_mmap: bool | None = None) -> Model:
+def load_model(path: str | os.PathLike, num_ctx: int = DEFAULT_NUM_CTX, *, num_batch: int = 512, n_slots: int = 1, kv_type: str = "f16", tokenizer: bool = True, num_gpu: int = -1, main_gpu: int = 0, kv_budget: int = 0, kv_budget_bytes: int = 0, use_mmap: bool | None = None, num_thread: int = 0) -> Model:
     """Load a GGUF model for inference. num_ctx is capped by the model's trained context length.
 
     kv_type "f16" (default) keeps keys and values at float16 precision as llama.cpp does; "f32" keeps
@@ -30,12 +30,13 @@ def load_model(path: str | os.PathLike, num_ctx: int = DEFAULT_NUM_CTX, *, num_b
     `model.placement` records the decision and its VRAM bytes. kv_budget: positions of the paged KV pool the
     full-attention layers share (0: n_slots * num_ctx; at least one full context; see localrt.engine.kv_cache), or
     kv_budget_bytes its size in bytes. use_mmap: Ollama's option; False copies the weights into private memory, True
-    reads them through the mmap, None decides by their size (localrt.engine.backends.resident).
+    reads them through the mmap, None decides by their size (localrt.engine.backends.resident). num_thread: Ollama's
+    option, the most threads a forward uses (0: all of the process's; simd_kernels.threads.capped).
     """
     t0 = time.perf_counter_ns()
-    if num_ctx <= 0 or num_batch <= 0 or n_slots <= 0 or kv_budget < 0 or kv_budget_bytes < 0:
-        raise ModelLoadError(f"num_ctx, num_batch and n_slots must be positive and the KV budget not negative, got "
-                             f"{num_ctx}, {num_batch}, {n_slots}, {kv_budget or kv_budget_bytes}")
+    if num_ctx <= 0 or num_batch <= 0 or n_slots <= 0 or kv_budget < 0 or kv_budget_bytes < 0 or num_thread < 0:
+        raise ModelLoadError(f"num_ctx, num_batch and n_slots must be positive and the KV budget and num_thread not "
+                             f"negative, got {num_ctx}, {num_batch}, {n_slots}, {kv_budget or kv_budget_bytes}, {num_thread}")
     if kv_type not in KV_TYPES:
         raise ModelLoadError(f"kv_type must be one of {KV_TYPES}, got {kv_type!r}")
     # Numba's one-time start-up (a no-op once warm_up's thread is done), here rather than in the first kernel call:
@@ -60,7 +61,7 @@ def load_model(path: str | os.PathLike, num_ctx: int = DEFAULT_NUM_CTX, *, num_b
         model = Model(
             cfg, f.metadata, weights, backend, tok,
             num_ctx=n_ctx, num_batch=min(num_batch, num_ctx), n_slots=n_slots, kv_type=kv_type, kv_budget=kv_budget,
-            kv_budget_bytes=kv_budget_bytes, source=f,
+            kv_budget_bytes=kv_budget_bytes, source=f, num_thread=num_thread,
         )
         offload(model, num_gpu, main_gpu)
     except BaseException:

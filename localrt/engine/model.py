@@ -6,7 +6,7 @@ from typing import Iterator
 
 import numpy as np
 
-from simd_kernels import ops
+from simd_kernels import ops, threads
 
 from ..errors import ContextLengthExceeded, InvalidRequest, ModelLoadError
 from . import arch as archs
@@ -22,7 +22,7 @@ __all__ = ["Model", "ModelConfig", "config_from_metadata"]
 class Model:
     """A loaded model: config, weights viewed in the mmap, one KV cache, and the public API."""
 
-    def __init__(self, config: ModelConfig, metadata: dict, weights, backend, tokenizer, *, num_ctx: int, num_batch: int = 512, n_slots: int = 1, kv_type: str = "f16", kv_budget: int = 0, kv_budget_bytes: int = 0, source=None) -> None:
+    def __init__(self, config: ModelConfig, metadata: dict, weights, backend, tokenizer, *, num_ctx: int, num_batch: int = 512, n_slots: int = 1, kv_type: str = "f16", kv_budget: int = 0, kv_budget_bytes: int = 0, source=None, num_thread: int = 0) -> None:
         self.config = config
         self.metadata = metadata
         self.weights = weights
@@ -42,6 +42,7 @@ class Model:
         self.forward_costs = CostModel()  # decode forwards' seconds by row count, for every Batcher's draft planning
         self.draft_evidence = Evidence()  # every sequence's verified drafts: the prior of a new sequence's drafting
         self._source = source  # the open GGUF file: keeps the mmap the weights view alive
+        self.num_thread = num_thread  # Ollama's option: the most threads a forward uses (0: all; simd_kernels.threads)
         self.huge_pages = None  # the thread moving private weights onto huge pages (backends.resident), once started
         self.after_first_forward = None  # the loader's start of that thread: a first token never waits for it
 
@@ -59,6 +60,13 @@ class Model:
 
     def forward(self, batch: Batch, cache: KVCache, output_rows: np.ndarray | None = None) -> np.ndarray:
         """Run one batch; logits (len(output_rows), n_vocab) float32 for the chosen rows (all if None)."""
+        with threads.capped(self.num_thread):
+            logits = self._forward(batch, cache, output_rows)
+        if self.after_first_forward is not None:
+            self.finish_loading(wait=False)
+        return logits
+
+    def _forward(self, batch: Batch, cache: KVCache, output_rows: np.ndarray | None) -> np.ndarray:
         cache.check_batch(batch.positions, batch.slots)
         cache.prepare(batch.positions, batch.slots)  # blocks for the positions written (KVCacheFull if none)
         h = self._run(batch, cache)  # (n_tok, n_embd)
@@ -66,10 +74,7 @@ class Model:
         if output_rows is not None:
             xp = self.output_device.xp
             h = xp.ascontiguousarray(h[xp.asarray(output_rows)])
-        logits = self.project(h)
-        if self.after_first_forward is not None:
-            self.finish_loading(wait=False)
-        return logits
+        return self.project(h)
 
     def finish_loading(self, wait: bool = True) -> None:
         """Start the loader's background work if the first forward has not yet (after_first_forward), and with
@@ -112,6 +117,7 @@ class Model:
     def _run(self, batch: Batch, cache: KVCache):
         """The architecture's forward with every device told which rows are canonical blocks (see backend.BLOCK)."""
         with contextlib.ExitStack() as planned:
+            planned.enter_context(threads.capped(self.num_thread))  # forward's own cap covers its projection too
             for dev in {id(d): d for d in layer_devices(self.backend, self.weights)}.values():
                 if hasattr(dev, "planned"):
                     planned.enter_context(dev.planned(batch.positions, batch.slots))

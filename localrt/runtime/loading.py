@@ -33,7 +33,7 @@ def load_draft(service, target, rec: st.ModelRecord, load_options: dict, num_gpu
     path = draft_record(service, name).model_path
     draft = service._load_model(path, num_ctx=load_options["num_ctx"], num_batch=load_options["num_batch"],
                                 num_gpu=num_gpu, main_gpu=load_options["main_gpu"], n_slots=slots,
-                                use_mmap=load_options.get("use_mmap"))
+                                use_mmap=load_options.get("use_mmap"), num_thread=load_options.get("num_thread") or 0)
     try:
         return ModelDrafter(target, draft, name, target_name=rec.name.display)
     except BaseException:

@@ -156,7 +156,8 @@ class Service:
         slots = self._slots_for(rec.model_path, load_options)
         model = self._load_model(rec.model_path, num_ctx=load_options["num_ctx"], num_batch=load_options["num_batch"],
                                  num_gpu=num_gpu, main_gpu=load_options["main_gpu"], n_slots=slots,
-                                 use_mmap=load_options.get("use_mmap"), **self._kv_budget)
+                                 use_mmap=load_options.get("use_mmap"), num_thread=load_options.get("num_thread") or 0,
+                                 **self._kv_budget)
         with self._weights_lock:
             self._weights[name] = rec.model_path
         draft = None
@@ -211,7 +212,8 @@ class Service:
         key = (str(path), load_options["num_ctx"], load_options["num_batch"], load_options.get("use_mmap"))
         if key not in self._auto_slots:
             need = estimate_memory(path, load_options["num_ctx"], load_options["num_batch"], AUTO_PARALLEL,
-                                   use_mmap=load_options.get("use_mmap"), **self._kv_budget)
+                                   use_mmap=load_options.get("use_mmap"), num_thread=load_options.get("num_thread") or 0,
+                                 **self._kv_budget)
             available = self._available()
             slots = AUTO_PARALLEL if need.private <= available else 1
             if slots < AUTO_PARALLEL:
