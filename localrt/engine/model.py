@@ -20,7 +20,7 @@ __all__ = ["Model", "ModelConfig", "config_from_metadata"]
 
 
 class Model:
-    """A loaded model: config, weights viewed in the mmap, one KV cache, and the public API."""
+    """A loaded model: config, weights (viewed in the mmap, or a private copy), one KV cache, and the public API."""
 
     def __init__(self, config: ModelConfig, metadata: dict, weights, backend, tokenizer, *, num_ctx: int, num_batch: int = 512, n_slots: int = 1, kv_type: str = "f16", kv_budget: int = 0, kv_budget_bytes: int = 0, source=None, num_thread: int = 0) -> None:
         self.config = config
@@ -117,7 +117,7 @@ class Model:
     def _run(self, batch: Batch, cache: KVCache):
         """The architecture's forward with every device told which rows are canonical blocks (see backend.BLOCK)."""
         with contextlib.ExitStack() as planned:
-            planned.enter_context(threads.capped(self.num_thread))  # forward's own cap covers its projection too
+            planned.enter_context(threads.capped(self.num_thread))  # hidden()'s too (forward caps its projection)
             for dev in {id(d): d for d in layer_devices(self.backend, self.weights)}.values():
                 if hasattr(dev, "planned"):
                     planned.enter_context(dev.planned(batch.positions, batch.slots))
