@@ -166,3 +166,13 @@ def test_create_and_copy_over_a_loaded_name_take_effect_on_the_next_request(daem
     assert lab.loads == loads + 1
     assert lab.loaded_from[-1][0] == str(srv.service.store.model_record("tiny").model_path)
     assert "You are B." not in lab.wait_run("[swap-3]").text
+
+
+def test_load_time_options_reach_the_loader(tmp_path):
+    # num_parallel 0: the automatic slot count, whose memory estimate runs before the load too
+    with fake_daemon(tmp_path, service_kw={"gpu_probe": lambda _main_gpu: NO_GPU}, num_parallel=0) as (srv, lab):
+        c = ollama.Client(host=srv.url)
+        r = c.generate(model=MODEL, prompt="hi [load-options]",
+                       options={"num_thread": 1, "use_mmap": False, "num_predict": 1})
+        assert r.done
+        assert lab.loaded_from[-1][1]["num_thread"] == 1 and lab.loaded_from[-1][1]["use_mmap"] is False

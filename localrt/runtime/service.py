@@ -212,8 +212,7 @@ class Service:
         key = (str(path), load_options["num_ctx"], load_options["num_batch"], load_options.get("use_mmap"))
         if key not in self._auto_slots:
             need = estimate_memory(path, load_options["num_ctx"], load_options["num_batch"], AUTO_PARALLEL,
-                                   use_mmap=load_options.get("use_mmap"), num_thread=load_options.get("num_thread") or 0,
-                                 **self._kv_budget)
+                                   use_mmap=load_options.get("use_mmap"), **self._kv_budget)
             available = self._available()
             slots = AUTO_PARALLEL if need.private <= available else 1
             if slots < AUTO_PARALLEL:
