@@ -19,9 +19,12 @@ GIB = 1 << 30
 
 def test_the_rule():
     assert private_weights(False, 1) and not private_weights(True, GIB, ram=64 * GIB)
-    assert not private_weights(None, MIN_PRIVATE - 1, ram=64 * GIB)  # small: its load is not worth a copy
-    assert private_weights(None, MIN_PRIVATE, ram=64 * GIB) and private_weights(None, 16 * GIB, ram=64 * GIB)
-    assert not private_weights(None, 16 * GIB + 1, ram=64 * GIB)  # over a quarter of RAM: stays in the mmap
+    assert not private_weights(None, MIN_PRIVATE - 1, ram=64 * GIB, gpu=False)  # small: its load is not worth a copy
+    assert private_weights(None, MIN_PRIVATE, ram=64 * GIB, gpu=False)
+    assert private_weights(None, 16 * GIB, ram=64 * GIB, gpu=False)
+    assert not private_weights(None, 16 * GIB + 1, ram=64 * GIB, gpu=False)  # over a quarter of RAM: stays in the mmap
+    assert not private_weights(None, GIB, ram=64 * GIB, gpu=True)  # GPU layers need no host copy
+    assert private_weights(False, GIB, gpu=True)  # asked for
 
 
 def test_a_copy_holds_the_bytes_read_only_on_its_own_pages(tmp_path: Path):

@@ -12,7 +12,8 @@ requests); under continuous load the weights stay on 4 KiB pages (tg64 28-30 tok
 (`localrt.runtime.loading.estimate_memory`), where mmap'd weights are reclaimable page cache.
 
 `use_mmap`: True keeps the weights in the mmap; False copies them; None (the default) copies them when they take
-from 256 MiB to a quarter of physical memory. Smaller models' decode steps are bound by their fixed per-token cost,
+from 256 MiB to a quarter of physical memory and the machine has no usable GPU (layers placed on a GPU need no host
+copy, so there the default keeps the mmap, whatever num_gpu says). Smaller models' decode steps are bound by their fixed per-token cost,
 not by reading the weights, and the copy would only add to their load time; larger ones stay in the mmap, where a
 model that does not fit in memory can still run (pain_points P3.5). The rule reads only the file and the machine,
 so the scheduler's estimate and the load agree.
@@ -22,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import errno
+import functools
 import mmap
 import os
 import threading
@@ -45,11 +47,22 @@ def physical_memory() -> int:
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
 
 
-def private_weights(use_mmap: bool | None, weight_bytes: int, ram: int | None = None) -> bool:
-    """Whether a load copies its weights into private memory (see the module docstring)."""
+def private_weights(use_mmap: bool | None, weight_bytes: int, ram: int | None = None, gpu: bool | None = None) -> bool:
+    """Whether a load copies its weights into private memory (see the module docstring). gpu: whether this
+    process has a usable GPU (None: probe it once)."""
     if use_mmap is not None:
         return not use_mmap
+    if gpu_usable() if gpu is None else gpu:
+        return False
     return MIN_PRIVATE <= weight_bytes <= (physical_memory() if ram is None else ram) // 4
+
+
+@functools.cache
+def gpu_usable() -> bool:
+    """Whether GPU 0 is usable (backends.devices.probe), asked once a process."""
+    from .devices import probe
+
+    return probe(0).gpu is not None
 
 
 class PrivateWeights:
