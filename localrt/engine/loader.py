@@ -49,9 +49,10 @@ def load_model(path: str | os.PathLike, num_ctx: int = DEFAULT_NUM_CTX, *, num_b
         backend = CPUBackend()
         tensors = {name: QTensor(name, t.ggml_type, tuple(int(d) for d in t.shape), t.data) for name, t in f.tensors.items()}
         huge_pages = None  # the start of the thread moving a private copy onto huge pages
-        if private_weights(use_mmap, sum(t.data.nbytes for t in tensors.values())):
-            private = PrivateWeights(private_size(t.data for t in tensors.values()))
-            copies = private.copy_all([t.data for t in tensors.values()], [not t.data.flags.writeable for t in tensors.values()])
+        datas = [t.data for t in tensors.values()]  # uint8 views into the file's mmap
+        if private_weights(use_mmap, sum(d.nbytes for d in datas)):
+            private = PrivateWeights(private_size(datas))
+            copies = private.copy_all(datas, [not d.flags.writeable for d in datas])  # drop the read-only file pages
             tensors = {name: QTensor(t.name, t.ggml_type, t.shape, c) for (name, t), c in zip(tensors.items(), copies)}
             huge_pages = private.to_huge_pages
         weights = archs.get(cfg.arch).load(cfg, TensorSource(tensors, backend))

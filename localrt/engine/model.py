@@ -105,19 +105,19 @@ class Model:
         self.cache.pool.drop_slot(slot)  # per-slot layers are overwritten: a prefix they held is gone
         out = np.empty((len(ids), self.config.n_embd), np.float32)  # (n_tok, n_embd)
         start = 0
-        while start < len(ids):
-            batch = self.batch(ids[start : prefill_end(start, len(ids), self.num_batch)], start, slot)
-            self.cache.check_batch(batch.positions, batch.slots)
-            self.cache.prepare(batch.positions, batch.slots)
-            out[start : start + len(batch)] = self.output_device.to_host(self._run(batch, self.cache))
-            self.cache.advance(batch.positions, batch.slots)
-            start += len(batch)
+        with threads.capped(self.num_thread):
+            while start < len(ids):
+                batch = self.batch(ids[start : prefill_end(start, len(ids), self.num_batch)], start, slot)
+                self.cache.check_batch(batch.positions, batch.slots)
+                self.cache.prepare(batch.positions, batch.slots)
+                out[start : start + len(batch)] = self.output_device.to_host(self._run(batch, self.cache))
+                self.cache.advance(batch.positions, batch.slots)
+                start += len(batch)
         return out
 
     def _run(self, batch: Batch, cache: KVCache):
         """The architecture's forward with every device told which rows are canonical blocks (see backend.BLOCK)."""
         with contextlib.ExitStack() as planned:
-            planned.enter_context(threads.capped(self.num_thread))  # hidden()'s too (forward caps its projection)
             for dev in {id(d): d for d in layer_devices(self.backend, self.weights)}.values():
                 if hasattr(dev, "planned"):
                     planned.enter_context(dev.planned(batch.positions, batch.slots))

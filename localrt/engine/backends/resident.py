@@ -86,7 +86,7 @@ class PrivateWeights:
             if self._at + a.nbytes > len(self._buf):
                 raise ValueError(f"{a.nbytes} more bytes do not fit the {len(self._buf)}-byte private weights")
             spots.append(self._buf[self._at:self._at + a.nbytes])
-            self._at += -(-a.nbytes // ALIGN) * ALIGN
+            self._at += _aligned(a.nbytes)
 
         def copy(i: int) -> None:
             spots[i][:] = arrays[i].reshape(-1).view(np.uint8)
@@ -138,7 +138,12 @@ class PrivateWeights:
 
 def private_size(arrays) -> int:
     """Bytes a PrivateWeights needs for these arrays."""
-    return sum(-(-a.nbytes // ALIGN) * ALIGN for a in arrays)
+    return sum(_aligned(a.nbytes) for a in arrays)
+
+
+def _aligned(nbytes: int) -> int:
+    """nbytes rounded up to ALIGN: the room one copy takes."""
+    return -(-nbytes // ALIGN) * ALIGN
 
 
 def _drop_pages(a: np.ndarray) -> None:
@@ -154,15 +159,12 @@ def _drop_pages(a: np.ndarray) -> None:
         madvise(ctypes.c_void_p(lo), ctypes.c_size_t(hi - lo), mmap.MADV_DONTNEED)
 
 
-_MADVISE: list = []
-
-
+@functools.cache
 def _libc_madvise():
-    if not _MADVISE:
-        try:
-            fn = ctypes.CDLL(None, use_errno=True).madvise
-            fn.argtypes, fn.restype = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int], ctypes.c_int
-        except (OSError, AttributeError):
-            fn = None
-        _MADVISE.append(fn)
-    return _MADVISE[0]
+    """The C library's madvise(addr, length, advice) -> int (errno kept for ctypes.get_errno), or None."""
+    try:
+        fn = ctypes.CDLL(None, use_errno=True).madvise
+    except (OSError, AttributeError):
+        return None
+    fn.argtypes, fn.restype = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int], ctypes.c_int
+    return fn
