@@ -11,9 +11,9 @@ Q8_1 for the 32-element formats' prompt kernels (simd_kernels.lprefill): each 25
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
 
 from .half import round_f16
+from .jit import njit
 
 QK = 32  # elements per Q8_0 / Q8_1 block
 QK_K = 256  # elements per Q8_K super-block

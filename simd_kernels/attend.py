@@ -15,11 +15,12 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from numba import njit, prange
+from numba import prange
 
 from . import threads
 from .checks import KernelArgumentError
 from .half import kv_f32
+from .jit import njit
 from .vmath import expf, tanhf
 
 # Reassociation lets LLVM vectorize the dot-product reductions; no flag that assumes finite values, since the

@@ -5,7 +5,8 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from numba import njit
+
+from .jit import njit
 
 
 class KernelArgumentError(ValueError):

@@ -6,9 +6,10 @@ Every public kernel: w uint8 (rows, row_bytes), ids int64 (n,) row indices, out 
 from __future__ import annotations
 
 import numpy as np
-from numba import njit, prange
+from numba import prange
 
 from .half import bf16_to_f32, f16_to_f32
+from .jit import njit
 
 # The 16 levels of IQ4_NL / IQ4_XS (ggml's kvalues_iq4nl): a 4-bit index q stands for KVALUES_IQ4NL[q].
 KVALUES_IQ4NL = (-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113)

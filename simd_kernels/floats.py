@@ -7,9 +7,10 @@ x: float32 (n_tok, cols); out: float32 (n_tok, rows).
 from __future__ import annotations
 
 import numpy as np
-from numba import njit, prange
+from numba import prange
 
 from .half import bf16_to_f32, f16_to_f32, round_bf16, round_f16
+from .jit import njit
 from .rows import group_rows, n_groups
 
 # Lets LLVM reorder the float sums into SIMD lanes; NaN/inf semantics are kept.

@@ -3,8 +3,10 @@ from __future__ import annotations
 
 import numpy as np
 from llvmlite import ir
-from numba import njit, types
+from numba import types
 from numba.extending import intrinsic
+
+from .jit import njit
 
 _F16_SUBNORMAL_UNIT = np.float32(2.0**-24)  # value of the lowest mantissa bit of an f16 subnormal
 _F16_MIN_NORMAL_BITS = np.uint32(0x38800000)  # float32 bits of 2**-14, the smallest normal f16

@@ -26,11 +26,12 @@ The 512-bit form alone gave 10-12%, 16 tokens a pass the rest.
 from __future__ import annotations
 
 from llvmlite import ir
-from numba import njit, prange, types
+from numba import prange, types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
 from .actquant import Q4K_DWORDS, Q6K_DWORDS, quantize_q8_k_interleaved
+from .jit import njit
 from .ksimd import _k4_scales_mins, _q6k_decode8
 from .simd import (
     _F32,

@@ -10,10 +10,10 @@ Output out: float32 (n_tok, rows).
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
 
 from .actquant import QK_K, quantize_q8_k
 from .half import f16_to_f32
+from .jit import njit
 from .ksimd import K_ROWDOTS
 from .simd import fused_kernel, scalar_rowdots
 

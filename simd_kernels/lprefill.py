@@ -18,10 +18,10 @@ through all of a call's rows, so their activations stay in L1 (2 threads, 128 to
 from __future__ import annotations
 
 from llvmlite import ir
-from numba import njit
 from numba.core import cgutils
 
 from .actquant import LGROUP, quantize_q8_0_interleaved, quantize_q8_1_interleaved
+from .jit import njit
 from .kprefill import _fma, _lane_dots, _transpose4, prefill_kernel
 from .simd import (
     _I8,
@@ -39,6 +39,7 @@ from .simd import (
     _shuffle,
     _splat,
 )
+
 
 class _Format:
     """A 32-element format: block bytes, where its f16 d (and min) sit, the decode of a block's quants made

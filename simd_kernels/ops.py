@@ -11,9 +11,9 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from numba import njit
 
 from . import attend, checks, threads
+from .jit import njit
 from .vmath import expf, tanhf
 
 ROPE_NORMAL = 0  # pairs (x[2i], x[2i+1]); GGUF llama q/k rows are permuted for this

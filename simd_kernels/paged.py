@@ -9,10 +9,10 @@ bit-identical outputs to a contiguous one holding the same values (tests/test_kv
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
 
 from . import attend, checks
 from .checks import KernelArgumentError
+from .jit import njit
 
 
 def _check_pool(k_pool, v_pool, table, positions, slots, n_tok: int, n_kv: int, hd: int, hd_v: int) -> int:

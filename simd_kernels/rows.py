@@ -1,7 +1,7 @@
 """Row grouping shared by the fused kernels: four weight rows share every activation load."""
 from __future__ import annotations
 
-from numba import njit
+from .jit import njit
 
 GROUP = 4  # weight rows per parallel work item
 

@@ -14,9 +14,11 @@ import os
 from types import FunctionType
 
 from llvmlite import ir
-from numba import njit, prange, types
+from numba import prange, types
 from numba.core import cgutils
 from numba.extending import intrinsic
+
+from .jit import njit
 
 _I8, _I16, _I32, _F32 = ir.IntType(8), ir.IntType(16), ir.IntType(32), ir.FloatType()
 _V8F = ir.VectorType(_F32, 8)

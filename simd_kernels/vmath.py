@@ -17,9 +17,11 @@ import math
 
 import numpy as np
 from llvmlite import ir
-from numba import njit, types
+from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
+
+from .jit import njit
 
 _LOG2E = np.float32(1.4426950408889634)
 _LN2_HI = np.float32(0.693145751953125)  # ln 2 in 16 significant bits: n * _LN2_HI is exact for |n| < 2^8

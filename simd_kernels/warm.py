@@ -1,9 +1,9 @@
 """Numba's one-time start-up, done ahead of the first kernel call.
 
-The first kernel a process runs, even one whose machine code sits in the on-disk cache, first makes Numba load
-every typing and lowering registry of its CPU target (numba.np.arraymath imports scipy.linalg for BLAS, among
-others): measured 0.2-0.6 s of CPU here, more than loading the cached kernels of a whole model. A daemon can
-pay it at start, on a background thread, instead of in its first request.
+Loading a cached kernel needs Numba's CPU target context (LLVM's JIT, the helper and C math symbols) and its runtime
+(NRT); `init_target` makes both, and a daemon can pay that at start, on a background thread, instead of in its first
+request. Compiling needs more: Numba's pipeline first loads every typing and lowering registry of the target, 0.2-0.6 s
+of CPU here. Our kernels' cached loads skip that (simd_kernels.jit), so a process pays it only on a cache miss.
 """
 from __future__ import annotations
 
@@ -45,21 +45,21 @@ def refuse_blas_probe() -> None:
 
 
 def init_target() -> None:
-    """Load Numba's CPU target registries now (idempotent; safe beside kernel loads on other threads).
+    """Make Numba's CPU target context and initialize its runtime now (idempotent; safe beside kernel loads on other
+    threads): what loading a cached kernel needs (simd_kernels.jit).
 
-    Then `gc.freeze()`: the registries are some 110k container objects that live as long as the process, and
-    every full pass of the cycle collector walked them all: 25-30 ms a pass here, one of which fell inside the
-    first request on a model (the loader's and the first forward's allocations trigger it). Frozen, they are
-    left out of every later pass; what the process holds at that moment (imports, start-up state) goes with them,
-    and a cycle among those objects would no longer be reclaimed, which start-up state never needs."""
+    Then `gc.freeze()`: the imports and start-up state (Numba's and LLVM's objects among them) live as long as the
+    process, and every full pass of the cycle collector walked them all; one such pass fell inside the first request
+    on a model (the loader's and the first forward's allocations trigger it). Frozen, they are left out of every later
+    pass; a cycle among those objects would no longer be reclaimed, which start-up state never needs."""
     if _done.is_set():
         return
     from numba.core.compiler_lock import global_compiler_lock
     from numba.core.registry import cpu_target
+    from numba.core.runtime import rtsys
 
-    with global_compiler_lock:  # what a dispatcher holds while it loads or compiles: no refresh runs twice at once
-        cpu_target.typing_context.refresh()
-        cpu_target.target_context.refresh()
+    with global_compiler_lock:  # what a dispatcher holds while it loads or compiles
+        rtsys.initialize(cpu_target.target_context)
     gc.freeze()
     _done.set()
 

@@ -11,7 +11,8 @@ import weakref
 from dataclasses import dataclass
 
 import numpy as np
-from numba import njit
+
+from simd_kernels.jit import njit
 
 from .nfa import POP, PUSH, RET
 
