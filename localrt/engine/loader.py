@@ -74,8 +74,8 @@ def load_model(path: str | os.PathLike, num_ctx: int = DEFAULT_NUM_CTX, *, num_b
 
 
 def warm_up():
-    """Start the kernels' one-time runtime start-up (Numba's target registries, 0.2-0.6 s) on a background
-    thread, so that a daemon's first load does not pay it; returns the thread."""
+    """Start the kernels' one-time runtime start-up (Numba's target context and runtime: simd_kernels.warm) on a
+    background thread, so that a daemon's first load does not pay it; returns the thread."""
     return init_target_in_background()
 
 
