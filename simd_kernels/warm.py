@@ -54,12 +54,17 @@ def init_target() -> None:
     pass; a cycle among those objects would no longer be reclaimed, which start-up state never needs."""
     if _done.is_set():
         return
+    from numba.core import entrypoints
     from numba.core.compiler_lock import global_compiler_lock
     from numba.core.registry import cpu_target
     from numba.core.runtime import rtsys
+    from numba.np.ufunc.parallel import _launch_threads
 
     with global_compiler_lock:  # what a dispatcher holds while it loads or compiles
         rtsys.initialize(cpu_target.target_context)
+        _launch_threads()  # the threading layer, which a parallel kernel's library starts when it loads
+    entrypoints.init_all()  # Numba extensions' entry points, which a dispatcher's first call looks up
+    import numba.np.arrayobj  # noqa: F401 - what unpickling a cached kernel's environment imports first
     gc.freeze()
     _done.set()
 
