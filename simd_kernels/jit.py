@@ -29,8 +29,9 @@ class LeanCache(FunctionCache):
 
 
 def lean(dispatcher: Dispatcher) -> Dispatcher:
-    """Give a cache=True dispatcher the lean loader (in place); returns it."""
-    if type(dispatcher._cache) is FunctionCache:  # the class njit(cache=True) makes; anything else is left alone
+    """Give a cache=True dispatcher the lean loader (in place); returns it (a plain function, under
+    NUMBA_DISABLE_JIT, as it is)."""
+    if isinstance(dispatcher, Dispatcher) and type(dispatcher._cache) is FunctionCache:  # what cache=True makes
         dispatcher._cache.__class__ = LeanCache
     return dispatcher
 
