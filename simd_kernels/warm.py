@@ -1,8 +1,9 @@
 """Numba's one-time start-up, done ahead of the first kernel call.
 
-Loading a cached kernel needs Numba's CPU target context (LLVM's JIT, the helper and C math symbols) and its runtime
-(NRT); `init_target` makes both, and a daemon can pay that at start, on a background thread, instead of in its first
-request. Compiling needs more: Numba's pipeline first loads every typing and lowering registry of the target, 0.2-0.6 s
+Loading a cached kernel needs Numba's CPU target context (LLVM's JIT, the helper and C math symbols), its runtime
+(NRT, whose functions LLVM compiles anew in each process: 26-30 ms here), its threading layer, and the modules its
+environment names (numba.np.arrayobj, 26-31 ms); `init_target` does all of it, and a daemon can pay that at start, on
+a background thread, instead of in its first request. Compiling needs more: Numba's pipeline first loads every typing and lowering registry of the target, 0.2-0.6 s
 of CPU here. Our kernels' cached loads skip that (simd_kernels.jit), so a process pays it only on a cache miss.
 """
 from __future__ import annotations
@@ -45,8 +46,9 @@ def refuse_blas_probe() -> None:
 
 
 def init_target() -> None:
-    """Make Numba's CPU target context and initialize its runtime now (idempotent; safe beside kernel loads on other
-    threads): what loading a cached kernel needs (simd_kernels.jit).
+    """What loading a cached kernel needs (simd_kernels.jit), done now: the CPU target context, the runtime, the
+    threading layer, Numba's extension entry points, numba.np.arrayobj (idempotent; safe beside kernel loads on
+    other threads).
 
     Then `gc.freeze()`: the imports and start-up state (Numba's and LLVM's objects among them) live as long as the
     process, and every full pass of the cycle collector walked them all; one such pass fell inside the first request
