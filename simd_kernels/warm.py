@@ -3,8 +3,9 @@
 Loading a cached kernel needs Numba's CPU target context (LLVM's JIT, the helper and C math symbols), its runtime
 (NRT, whose functions LLVM compiles anew in each process: 26-30 ms here), its threading layer, and the modules its
 environment names (numba.np.arrayobj, 26-31 ms); `init_target` does all of it, and a daemon can pay that at start, on
-a background thread, instead of in its first request. Compiling needs more: Numba's pipeline first loads every typing and lowering registry of the target, 0.2-0.6 s
-of CPU here. Our kernels' cached loads skip that (simd_kernels.jit), so a process pays it only on a cache miss.
+a background thread, instead of in its first request. Compiling needs more: Numba's pipeline first loads every typing
+and lowering registry of the target, 0.2-0.6 s of CPU here. Our kernels' cached loads skip that (simd_kernels.jit),
+so a process pays it only on a cache miss.
 """
 from __future__ import annotations
 
