@@ -67,7 +67,7 @@ def init_target() -> None:
         rtsys.initialize(cpu_target.target_context)
         _launch_threads()  # the threading layer, which a parallel kernel's library starts when it loads
     entrypoints.init_all()  # Numba extensions' entry points, which a dispatcher's first call looks up
-    import numba.np.arrayobj  # noqa: F401 - what unpickling a cached kernel's environment imports first
+    importlib.import_module("numba.np.arrayobj")  # what unpickling a cached kernel's environment imports first
     gc.freeze()
     _done.set()
 
