@@ -5,10 +5,11 @@
 `--paths`: other GGUF files (e.g. bench/make_model.py's 1B shapes), benched the same way under their file names.
 
 Per model and engine, each in a fresh process (so its memory is its own): load time to the first token of a
-short prompt (the best of the --repeats fresh processes, the engines taking turns), prefill tok/s on a 512-token prompt (logits of the last token only), decode tok/s over 128
-greedy single-token steps (best of 3 runs each, after a private copy of the weights has moved onto huge pages:
-localrt.engine.backends.resident), and memory with a 2048-token context. llama.cpp runs through
-llama-cpp-python (n_threads=2, logits_all off) when it is importable, else its entry says why not.
+short prompt (the best of the --repeats fresh processes, the engines taking turns), prefill tok/s on a 512-token
+prompt (logits of the last token only), decode tok/s over 128 greedy single-token steps (best of 3 runs each,
+after a private copy of the weights has moved onto huge pages: localrt.engine.backends.resident), and memory with a
+2048-token context. llama.cpp runs through llama-cpp-python (n_threads=2, logits_all off) when it is importable,
+else its entry says why not.
 
 Our load time is also given after Numba's one-time start-up (what `localrt serve` does on a background
 thread when it starts), in a worker of its own.
@@ -255,7 +256,8 @@ def main() -> None:
         ids = prompt_ids(path)
         ours = spawn("ours", path, ids)
         warm = spawn("ours_warm", path, ids)
-        ref = spawn("llamacpp", path, ids) if llama_version is not None else {"error": "llama-cpp-python is not importable"}
+        missing = {"error": "llama-cpp-python is not importable"}
+        ref = spawn("llamacpp", path, ids) if llama_version is not None else missing
         for _ in range(args.repeats - 1):  # more fresh processes, the engines in turn: load time is the best of all
             _best_load(ours, spawn("ours", path, ids, load_only=True))
             _best_load(warm, spawn("ours_warm", path, ids))
