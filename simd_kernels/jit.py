@@ -4,26 +4,113 @@ Numba's cache loader refreshes its CPU target before it reads a kernel from disk
 and lowering registry (numba.np.linalg, arraymath, random, typed containers, jitclass, ...). In a fresh process that
 took 0.11-0.15 s of a 0.24-0.35 s load-to-first-token here, and 11 MB of private memory. Loading machine code needs
 none of it, since registries type and lower *source*. What the code needs is symbols:
-- the NRT's (allocation, reference counts): `rtsys.initialize`, done here;
+- the NRT's C entry points (allocation, meminfo): `runtime_symbols`, here. Not the NRT's own library (reference
+  counts and atomics, which LLVM compiles anew in each process: 40 ms and 25 MB of LLVM's code touched here): every
+  kernel links a private copy of it (Numba's CPU target does, in `post_lowering`), so its object code defines those
+  functions itself. A compile still initializes the NRT in full, in the refresh;
 - the helper library's and C math's: registered when the target context is made;
 - the threading layer's: a parallel kernel's library launches it when it is unserialized.
 
 `njit(cache=True, ...)` gives its dispatcher a cache that loads that way. A cache miss compiles through Numba's own
 pipeline, which refreshes the target first, as before. Without cache=True this is numba.njit unchanged.
+
+A loaded kernel's library is a `LeanLibrary`: it keeps the LLVM bitcode that came with the object code unparsed until
+something links against it (a compile that calls the kernel), instead of parsing it at load, and the JIT engine's
+table of defined symbols takes its names at the first lookup. Parsing and walking those modules was 45 of the 65 ms
+that loading SmolLM2's 13 kernels took.
 """
 from __future__ import annotations
 
 import numba
+from llvmlite import binding as ll
 from numba.core.caching import FunctionCache
+from numba.core.codegen import JITCodeLibrary
 from numba.core.dispatcher import Dispatcher
-from numba.core.runtime import rtsys
+from numba.core.runtime import _nrt_python
+
+_registered: list[bool] = []  # [True] once the NRT's C symbols are known to LLVM
+
+
+def runtime_symbols() -> None:
+    """Make the NRT's C entry points known to LLVM's symbol resolver, as `rtsys.initialize` does first, without
+    compiling the NRT's library (idempotent; callers hold Numba's global compiler lock)."""
+    if _registered:
+        return
+    for py_name, address in _nrt_python.c_helpers.items():
+        ll.add_symbol(py_name if py_name.startswith("_") else "NRT_" + py_name, address)
+    _registered.append(True)
+
+
+class DeferredSymbols(set):
+    """The JIT engine's set of defined symbol names, taking a loaded library's names at the first lookup (`in`),
+    not at its load. Numba asks it only while it compiles."""
+
+    def __init__(self, names=()):
+        super().__init__(names)
+        self.pending: list[LeanLibrary] = []
+
+    def __contains__(self, name) -> bool:
+        while self.pending:
+            module = self.pending.pop().linking_module()
+            self.update(gv.name for gvs in (module.functions, module.global_variables) for gv in gvs
+                        if not gv.is_declaration)
+        return super().__contains__(name)
+
+
+class LeanLibrary(JITCodeLibrary):
+    """JITCodeLibrary whose cached form loads its object code at once and parses its bitcode when first linked
+    against (the same module, later)."""
+
+    _bitcode: bytes | None = None
+
+    @classmethod
+    def _unserialize(cls, codegen, state):
+        name, kind, data = state
+        if kind != "object":
+            return super()._unserialize(codegen, state)
+        object_code, bitcode = data
+        self = codegen.create_library(name)
+        self.enable_object_caching()
+        self._set_compiled_object(object_code)
+        self._bitcode = bitcode
+        self._finalize_final_module()  # the engine loads the object code (its object-cache hook hands it over)
+        codegen._engine._defined_symbols.pending.append(self)
+        return self
+
+    def get_pointer_to_function(self, name):
+        """The address of `name`, defined by code the engine loaded (0 if none). Numba first checks the engine's
+        table of defined names, which would parse the bitcode; while it is unparsed, the engine is asked."""
+        if self._bitcode is None:
+            return super().get_pointer_to_function(name)
+        self._ensure_finalized()
+        return self._codegen._engine.get_function_address(name)
+
+    def linking_module(self):
+        """The module other libraries link in (Numba's `_get_module_for_linking`)."""
+        return self._get_module_for_linking()
+
+    def _get_module_for_linking(self):
+        if self._bitcode is not None:
+            self._shared_module, self._bitcode = ll.parse_bitcode(self._bitcode), None
+        return super()._get_module_for_linking()
+
+
+def _lean_codegen(codegen) -> None:
+    """Have `codegen` unserialize into LeanLibrary and its engine defer symbol names (once; libraries it creates
+    otherwise behave as JITCodeLibrary)."""
+    if codegen._library_class is not LeanLibrary:
+        engine = codegen._engine
+        engine._defined_symbols = DeferredSymbols(engine._defined_symbols)
+        codegen._library_class = LeanLibrary
 
 
 class LeanCache(FunctionCache):
-    """FunctionCache whose load skips the target refresh (the NRT is initialized instead)."""
+    """FunctionCache whose load skips the target refresh and the NRT's compile (its C symbols are registered
+    instead), and unserializes into LeanLibrary."""
 
     def load_overload(self, sig, target_context):
-        rtsys.initialize(target_context)  # idempotent; the dispatcher holds the global compiler lock here
+        runtime_symbols()  # the dispatcher holds the global compiler lock here
+        _lean_codegen(target_context.codegen())
         with self._guard_against_spurious_io_errors():
             return self._load_overload(sig, target_context)
 

@@ -1,9 +1,9 @@
 """Numba's one-time start-up, done ahead of the first kernel call.
 
-Loading a cached kernel needs Numba's CPU target context (LLVM's JIT, the helper and C math symbols), its runtime
-(NRT, whose functions LLVM compiles anew in each process: 26-30 ms here), its threading layer, and the modules its
-environment names (numba.np.arrayobj, 26-31 ms); `init_target` does all of it, and a daemon can pay that at start, on
-a background thread, instead of in its first request. Compiling needs more: Numba's pipeline first loads every typing
+Loading a cached kernel needs Numba's CPU target context (LLVM's JIT, the helper and C math symbols), its runtime's C
+symbols (simd_kernels.jit.runtime_symbols), its threading layer, and the modules its environment names
+(numba.np.arrayobj, 26-31 ms); `init_target` does all of it, and a daemon can pay that at start, on a background
+thread, instead of in its first request. Compiling needs more: Numba's pipeline first loads every typing
 and lowering registry of the target, 0.2-0.6 s of CPU here. Our kernels' cached loads skip that (simd_kernels.jit),
 so a process pays it only on a cache miss.
 """
@@ -47,8 +47,8 @@ def refuse_blas_probe() -> None:
 
 
 def init_target() -> None:
-    """What loading a cached kernel needs (simd_kernels.jit), done now: the CPU target context, the runtime, the
-    threading layer, Numba's extension entry points, numba.np.arrayobj (idempotent; safe beside kernel loads on
+    """What loading a cached kernel needs (simd_kernels.jit), done now: the CPU target context, the runtime's
+    symbols, the threading layer, Numba's extension entry points, numba.np.arrayobj (idempotent; safe beside kernel loads on
     other threads).
 
     Then `gc.freeze()`: the imports and start-up state (Numba's and LLVM's objects among them) live as long as the
@@ -60,11 +60,13 @@ def init_target() -> None:
     from numba.core import entrypoints
     from numba.core.compiler_lock import global_compiler_lock
     from numba.core.registry import cpu_target
-    from numba.core.runtime import rtsys
     from numba.np.ufunc.parallel import _launch_threads
 
+    from .jit import runtime_symbols
+
     with global_compiler_lock:  # what a dispatcher holds while it loads or compiles
-        rtsys.initialize(cpu_target.target_context)
+        cpu_target.target_context  # noqa: B018 (made on first access: LLVM's JIT, the helper and C math symbols)
+        runtime_symbols()
         _launch_threads()  # the threading layer, which a parallel kernel's library starts when it loads
     entrypoints.init_all()  # Numba extensions' entry points, which a dispatcher's first call looks up
     importlib.import_module("numba.np.arrayobj")  # what unpickling a cached kernel's environment imports first

@@ -38,12 +38,24 @@ RUN = textwrap.dedent("""
     from simd_kernels import warm
     warm.init_target()  # what a daemon runs at start and the loader before a model: no registries either
     import kernels
+    from numba.core.runtime import rtsys
     x = kernels.halves(1000)
-    print(json.dumps({
+    seen = {
         "total": float(kernels.total(x)),
         "hits": sum(kernels.halves.stats.cache_hits.values()) + sum(kernels.total.stats.cache_hits.values()),
         "registries": "numba.np.arraymath" in sys.modules,
-    }))
+        "nrt_compiled": rtsys._init,  # the NRT's own library: each kernel carries a copy
+        "bitcode_unparsed": kernels.halves.overloads[kernels.halves.signatures[0]].library._bitcode is not None,
+    }
+
+    from numba import njit
+
+    @njit
+    def twice(n):  # compiled here, after the loads: links halves' module and asks the engine for symbols
+        return kernels.halves(n).sum() * 2
+
+    seen["linked"] = float(twice(10))
+    print(json.dumps(seen))
 """)
 
 
@@ -57,10 +69,12 @@ def _run(tmp_path) -> dict:
 
 def test_a_fresh_process_loads_cached_kernels_without_the_registries(tmp_path):
     (tmp_path / "kernels.py").write_text(KERNELS)
-    compiled = _run(tmp_path)  # cache miss: Numba's pipeline loads the registries and compiles
-    assert compiled == {"total": 249750.0, "hits": 0, "registries": True}
-    loaded = _run(tmp_path)  # both kernels from the cache, in a process that never loads a registry
-    assert loaded == {"total": 249750.0, "hits": 2, "registries": False}
+    compiled = _run(tmp_path)  # cache miss: Numba's pipeline loads the registries, the NRT, and compiles
+    assert compiled == {"total": 249750.0, "hits": 0, "registries": True, "nrt_compiled": True,
+                        "bitcode_unparsed": False, "linked": 45.0}
+    loaded = _run(tmp_path)  # both kernels from the cache, with neither the registries nor the NRT's library
+    assert loaded == {"total": 249750.0, "hits": 2, "registries": False, "nrt_compiled": False,
+                      "bitcode_unparsed": True, "linked": 45.0}
 
 
 def test_every_cached_kernel_of_the_package_gets_the_lean_cache():
