@@ -28,6 +28,8 @@ from numba.core.codegen import JITCodeLibrary
 from numba.core.dispatcher import Dispatcher
 from numba.core.runtime import _nrt_python
 
+from . import llvm_pages
+
 _registered: list[bool] = []  # [True] once the NRT's C symbols are known to LLVM
 
 
@@ -106,13 +108,16 @@ def _lean_codegen(codegen) -> None:
 
 class LeanCache(FunctionCache):
     """FunctionCache whose load skips the target refresh and the NRT's compile (its C symbols are registered
-    instead), and unserializes into LeanLibrary."""
+    instead), and unserializes into LeanLibrary; then LLVM's pages leave this process (simd_kernels.llvm_pages)."""
 
     def load_overload(self, sig, target_context):
         runtime_symbols()  # the dispatcher holds the global compiler lock here
         _lean_codegen(target_context.codegen())
-        with self._guard_against_spurious_io_errors():
-            return self._load_overload(sig, target_context)
+        try:
+            with self._guard_against_spurious_io_errors():
+                return self._load_overload(sig, target_context)
+        finally:
+            llvm_pages.release()  # LLVM's code, which the load ran, back out of this process
 
 
 def lean(dispatcher: Dispatcher) -> Dispatcher:

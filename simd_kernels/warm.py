@@ -48,8 +48,8 @@ def refuse_blas_probe() -> None:
 
 def init_target() -> None:
     """What loading a cached kernel needs (simd_kernels.jit), done now: the CPU target context, the runtime's
-    symbols, the threading layer, Numba's extension entry points, numba.np.arrayobj (idempotent; safe beside kernel loads on
-    other threads).
+    symbols, the threading layer, Numba's extension entry points, numba.np.arrayobj (idempotent; safe beside kernel
+    loads on other threads). Then LLVM's pages, which all that touched, leave this process (simd_kernels.llvm_pages).
 
     Then `gc.freeze()`: the imports and start-up state (Numba's and LLVM's objects among them) live as long as the
     process, and every full pass of the cycle collector walked them all; one such pass fell inside the first request
@@ -62,6 +62,7 @@ def init_target() -> None:
     from numba.core.registry import cpu_target
     from numba.np.ufunc.parallel import _launch_threads
 
+    from . import llvm_pages
     from .jit import runtime_symbols
 
     with global_compiler_lock:  # what a dispatcher holds while it loads or compiles
@@ -70,6 +71,8 @@ def init_target() -> None:
         _launch_threads()  # the threading layer, which a parallel kernel's library starts when it loads
     entrypoints.init_all()  # Numba extensions' entry points, which a dispatcher's first call looks up
     importlib.import_module("numba.np.arrayobj")  # what unpickling a cached kernel's environment imports first
+    with global_compiler_lock:
+        llvm_pages.release()  # what LLVM's start-up touched: mapped back by the pages a load or compile needs
     gc.freeze()
     _done.set()
 

@@ -11,7 +11,7 @@ import textwrap
 from numba.core.caching import NullCache
 from numba.core.dispatcher import Dispatcher
 
-from simd_kernels import _cache_guard, jit
+from simd_kernels import _cache_guard, jit, llvm_pages
 
 KERNELS = textwrap.dedent("""
     import numpy as np
@@ -48,6 +48,20 @@ RUN = textwrap.dedent("""
         "bitcode_unparsed": kernels.halves.overloads[kernels.halves.signatures[0]].library._bitcode is not None,
     }
 
+    from simd_kernels import llvm_pages
+
+    def resident_kb(ranges):  # of these mappings, resident in this process
+        kb, counted = 0, False
+        for line in open("/proc/self/smaps"):
+            head = line.split()
+            if not head[0].endswith(":"):
+                counted = tuple(int(x, 16) for x in head[0].split("-")) in ranges
+            elif head[0] == "Rss:" and counted:
+                kb += int(head[1])
+        return kb
+
+    seen["llvm_kb"] = resident_kb(llvm_pages.clean_mappings())  # LLVM's code and read-only data, given back
+
     from numba import njit
 
     @njit
@@ -61,8 +75,8 @@ RUN = textwrap.dedent("""
 
 def _run(tmp_path) -> dict:
     env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path / "cache"), PYTHONPATH=str(tmp_path))
-    done = subprocess.run([sys.executable, "-c", RUN], cwd=tmp_path, env=env, capture_output=True, text=True,
-                          timeout=300)
+    done = subprocess.run([sys.executable, "-c", RUN], check=False, cwd=tmp_path, env=env, capture_output=True,
+                          text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout)
 
@@ -70,11 +84,39 @@ def _run(tmp_path) -> dict:
 def test_a_fresh_process_loads_cached_kernels_without_the_registries(tmp_path):
     (tmp_path / "kernels.py").write_text(KERNELS)
     compiled = _run(tmp_path)  # cache miss: Numba's pipeline loads the registries, the NRT, and compiles
+    assert compiled.pop("llvm_kb") > 0  # a compile runs LLVM after the last load gave its pages back
     assert compiled == {"total": 249750.0, "hits": 0, "registries": True, "nrt_compiled": True,
                         "bitcode_unparsed": False, "linked": 45.0}
     loaded = _run(tmp_path)  # both kernels from the cache, with neither the registries nor the NRT's library
     assert loaded == {"total": 249750.0, "hits": 2, "registries": False, "nrt_compiled": False,
-                      "bitcode_unparsed": True, "linked": 45.0}
+                      "bitcode_unparsed": True, "llvm_kb": 0, "linked": 45.0}
+
+
+SMAPS = """\
+7f0000000000-7f0000100000 r--p 00000000 fd:01 11 /site-packages/llvmlite/binding/libllvmlite.so
+Rss:                 400 kB
+Anonymous:             0 kB
+VmFlags: rd mr mw me sd
+7f0000100000-7f0005000000 r-xp 00100000 fd:01 11 /site-packages/llvmlite/binding/libllvmlite.so
+Rss:               35000 kB
+Anonymous:             0 kB
+7f0005000000-7f0005200000 r--p 05000000 fd:01 11 /site-packages/llvmlite/binding/libllvmlite.so
+Rss:                1800 kB
+Anonymous:          1800 kB
+7f0005200000-7f0005210000 rw-p 05200000 fd:01 11 /site-packages/llvmlite/binding/libllvmlite.so
+Anonymous:             0 kB
+7f0006000000-7f0006100000 r-xp 00000000 fd:01 12 /usr/lib/libc.so.6
+Anonymous:             0 kB
+7f0007000000-7f0007100000 rw-p 00000000 00:00 0
+Anonymous:           100 kB
+"""
+
+
+def test_only_llvms_clean_mappings_are_given_back(tmp_path):
+    (tmp_path / "smaps").write_text(SMAPS)
+    # headers and code, not the relocated read-only data (private pages), the writable data or another library
+    assert llvm_pages.clean_mappings(str(tmp_path / "smaps")) == [(0x7F0000000000, 0x7F0000100000),
+                                                                   (0x7F0000100000, 0x7F0005000000)]
 
 
 def test_every_cached_kernel_of_the_package_gets_the_lean_cache():
