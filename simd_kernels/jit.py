@@ -38,7 +38,7 @@ def runtime_symbols() -> None:
     compiling the NRT's library (idempotent; callers hold Numba's global compiler lock)."""
     if _registered:
         return
-    for py_name, address in _nrt_python.c_helpers.items():
+    for py_name, address in getattr(_nrt_python, "c_helpers", {}).items():
         ll.add_symbol(py_name if py_name.startswith("_") else "NRT_" + py_name, address)
     _registered.append(True)
 
@@ -97,13 +97,25 @@ class LeanLibrary(JITCodeLibrary):
         return super()._get_module_for_linking()
 
 
-def _lean_codegen(codegen) -> None:
+# The Numba internals the lean load relies on. Where a Numba lacks one, LeanCache loads as Numba's own FunctionCache
+# does: slower, never broken.
+_FITS = hasattr(_nrt_python, "c_helpers") and hasattr(FunctionCache, "_load_overload") and all(
+    hasattr(JITCodeLibrary, name) for name in ("_unserialize", "enable_object_caching", "_set_compiled_object",
+                                                "_finalize_final_module", "_get_module_for_linking"))
+
+
+def _lean_codegen(codegen) -> bool:
     """Have `codegen` unserialize into LeanLibrary and its engine defer symbol names (once; libraries it creates
-    otherwise behave as JITCodeLibrary)."""
-    if codegen._library_class is not LeanLibrary:
-        engine = codegen._engine
-        engine._defined_symbols = DeferredSymbols(engine._defined_symbols)
-        codegen._library_class = LeanLibrary
+    otherwise behave as JITCodeLibrary). False where this Numba's codegen is not the one LeanLibrary knows."""
+    if getattr(codegen, "_library_class", None) is LeanLibrary:
+        return True
+    engine = getattr(codegen, "_engine", None)
+    if not (_FITS and codegen._library_class is JITCodeLibrary and type(getattr(engine, "_defined_symbols", None))
+            is set):
+        return False
+    engine._defined_symbols = DeferredSymbols(engine._defined_symbols)
+    codegen._library_class = LeanLibrary
+    return True
 
 
 class LeanCache(FunctionCache):
@@ -111,8 +123,9 @@ class LeanCache(FunctionCache):
     instead), and unserializes into LeanLibrary; then LLVM's pages leave this process (simd_kernels.llvm_pages)."""
 
     def load_overload(self, sig, target_context):
-        runtime_symbols()  # the dispatcher holds the global compiler lock here
-        _lean_codegen(target_context.codegen())
+        if not _lean_codegen(target_context.codegen()):  # the dispatcher holds the global compiler lock here
+            return super().load_overload(sig, target_context)
+        runtime_symbols()
         try:
             with self._guard_against_spurious_io_errors():
                 return self._load_overload(sig, target_context)

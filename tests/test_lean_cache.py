@@ -45,7 +45,8 @@ RUN = textwrap.dedent("""
         "hits": sum(kernels.halves.stats.cache_hits.values()) + sum(kernels.total.stats.cache_hits.values()),
         "registries": "numba.np.arraymath" in sys.modules,
         "nrt_compiled": rtsys._init,  # the NRT's own library: each kernel carries a copy
-        "bitcode_unparsed": kernels.halves.overloads[kernels.halves.signatures[0]].library._bitcode is not None,
+        "bitcode_unparsed": getattr(kernels.halves.overloads[kernels.halves.signatures[0]].library, "_bitcode",
+                                    None) is not None,
     }
 
     from simd_kernels import llvm_pages
@@ -73,9 +74,9 @@ RUN = textwrap.dedent("""
 """)
 
 
-def _run(tmp_path) -> dict:
+def _run(tmp_path, prelude: str = "") -> dict:
     env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path / "cache"), PYTHONPATH=str(tmp_path))
-    done = subprocess.run([sys.executable, "-c", RUN], check=False, cwd=tmp_path, env=env, capture_output=True,
+    done = subprocess.run([sys.executable, "-c", prelude + RUN], check=False, cwd=tmp_path, env=env, capture_output=True,
                           text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout)
@@ -90,6 +91,16 @@ def test_a_fresh_process_loads_cached_kernels_without_the_registries(tmp_path):
     loaded = _run(tmp_path)  # both kernels from the cache, with neither the registries nor the NRT's library
     assert loaded == {"total": 249750.0, "hits": 2, "registries": False, "nrt_compiled": False,
                       "bitcode_unparsed": True, "llvm_kb": 0, "linked": 45.0}
+
+
+def test_a_numba_without_the_internals_loads_the_cache_its_own_way(tmp_path):
+    (tmp_path / "kernels.py").write_text(KERNELS)
+    _run(tmp_path)
+    unfit = "import simd_kernels.jit\nsimd_kernels.jit._FITS = False\n"  # as if an internal had gone
+    loaded = _run(tmp_path, unfit)
+    assert loaded.pop("llvm_kb") > 0
+    assert loaded == {"total": 249750.0, "hits": 2, "registries": True, "nrt_compiled": True,
+                      "bitcode_unparsed": False, "linked": 45.0}
 
 
 SMAPS = """\
