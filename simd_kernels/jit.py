@@ -45,7 +45,7 @@ def runtime_symbols() -> None:
 
 class DeferredSymbols(set):
     """The JIT engine's set of defined symbol names, taking a loaded library's names at the first lookup (`in`),
-    not at its load. Numba asks it only while it compiles."""
+    not at its load. Numba asks it when it compiles, or looks up a function of a library it compiled."""
 
     def __init__(self, names=()):
         super().__init__(names)
