@@ -44,8 +44,8 @@ def clean_mappings(smaps: str = "/proc/self/smaps") -> list[tuple[int, int]]:
 
 
 def release() -> None:
-    """Unmap libllvmlite's clean pages from this process (a no-op without /proc or madvise). Callers hold Numba's
-    global compiler lock, which every LLVM call of a load or compile is made under."""
+    """Unmap libllvmlite's clean pages from this process (a no-op without /proc or madvise). Safe at any moment: a
+    page dropped while another thread runs LLVM's code is faulted back in from the file."""
     global _ranges
     if _ranges is None:
         try:

@@ -76,8 +76,8 @@ RUN = textwrap.dedent("""
 
 def _run(tmp_path, prelude: str = "") -> dict:
     env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path / "cache"), PYTHONPATH=str(tmp_path))
-    done = subprocess.run([sys.executable, "-c", prelude + RUN], check=False, cwd=tmp_path, env=env, capture_output=True,
-                          text=True, timeout=300)
+    done = subprocess.run([sys.executable, "-c", prelude + RUN], check=False, cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout)
 
