@@ -71,8 +71,7 @@ def init_target() -> None:
         _launch_threads()  # the threading layer, which a parallel kernel's library starts when it loads
     entrypoints.init_all()  # Numba extensions' entry points, which a dispatcher's first call looks up
     importlib.import_module("numba.np.arrayobj")  # what unpickling a cached kernel's environment imports first
-    with global_compiler_lock:
-        llvm_pages.release()  # what LLVM's start-up touched: mapped back by the pages a load or compile needs
+    llvm_pages.release()  # what LLVM's start-up touched: a load or compile maps back the pages it needs
     gc.freeze()
     _done.set()
 
