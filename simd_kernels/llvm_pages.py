@@ -25,7 +25,7 @@ _ranges: list[tuple[int, int]] | None = None  # [(start, end)] of libllvmlite's 
 
 def clean_mappings(smaps: str = "/proc/self/smaps") -> list[tuple[int, int]]:
     """[(start, end)] of this process's mappings of libllvmlite that are not writable and hold no private page."""
-    name = ffi.get_library_name()
+    name = ffi.get_library_name() if hasattr(ffi, "get_library_name") else "libllvmlite.so"
     found, current = [], None
     with open(smaps) as lines:
         for line in lines:
@@ -50,7 +50,7 @@ def release() -> None:
     if _ranges is None:
         try:
             _ranges = clean_mappings()
-        except OSError:
+        except (OSError, ValueError, IndexError):  # no /proc here, or a smaps it cannot read: nothing is dropped
             _ranges = []
     madvise = _madvise()
     if madvise is None:

@@ -128,6 +128,9 @@ def test_only_llvms_clean_mappings_are_given_back(tmp_path):
     # headers and code, not the relocated read-only data (private pages), the writable data or another library
     assert llvm_pages.clean_mappings(str(tmp_path / "smaps")) == [(0x7F0000000000, 0x7F0000100000),
                                                                    (0x7F0000100000, 0x7F0005000000)]
+    # a kernel whose smaps does not count private pages: nothing can be shown clean, so nothing is given back
+    (tmp_path / "smaps").write_text("".join(line + "\n" for line in SMAPS.splitlines() if "Anonymous" not in line))
+    assert llvm_pages.clean_mappings(str(tmp_path / "smaps")) == []
 
 
 def test_every_cached_kernel_of_the_package_gets_the_lean_cache():
