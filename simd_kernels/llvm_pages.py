@@ -14,11 +14,12 @@ would undo its relocations; such a mapping is left as it is.
 from __future__ import annotations
 
 import ctypes
-import functools
 import mmap
 import os
 
 from llvmlite.binding import ffi
+
+from .madvise import libc_madvise
 
 _ranges: list[tuple[int, int]] | None = None  # [(start, end)] of libllvmlite's clean mappings, found once
 
@@ -52,20 +53,8 @@ def release() -> None:
             _ranges = clean_mappings()
         except (OSError, ValueError, IndexError):  # no /proc here, or a smaps it cannot read: nothing is dropped
             _ranges = []
-    madvise = _madvise()
+    madvise = libc_madvise()
     if madvise is None:
         return
     for start, end in _ranges:
         madvise(ctypes.c_void_p(start), ctypes.c_size_t(end - start), mmap.MADV_DONTNEED)
-
-
-@functools.cache
-def _madvise():
-    """libc's madvise(addr, length, advice), or None where there is none."""
-    try:
-        fn = ctypes.CDLL(None, use_errno=True).madvise
-    except (OSError, AttributeError):
-        return None
-    fn.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
-    fn.restype = ctypes.c_int
-    return fn

@@ -34,6 +34,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
+from simd_kernels.madvise import libc_madvise
+
 ALIGN = 4096  # each tensor's copy starts on a page: its kernels read 64-byte blocks, never across two tensors
 _PAGE = mmap.PAGESIZE
 _MADV_COLLAPSE = 25  # Linux 6.1+
@@ -111,7 +113,7 @@ class PrivateWeights:
         HUGEPAGE, then COLLAPSE a huge page at a time): the load returns first, a forward keeps the CPU while it runs,
         and decode speeds up once it is done. Where the kernel has no MADV_COLLAPSE (before Linux 6.1), khugepaged
         does the same in its own time."""
-        if not hasattr(mmap, "MADV_HUGEPAGE") or _libc_madvise() is None:
+        if not hasattr(mmap, "MADV_HUGEPAGE") or libc_madvise() is None:
             return None
         self._map.madvise(mmap.MADV_HUGEPAGE)
 
@@ -125,7 +127,7 @@ class PrivateWeights:
                 buf = ref()  # held through the call: the mapping stays; once the model is gone, so is the work
                 if buf is None:
                     return
-                if _libc_madvise()(ctypes.c_void_p(lo), ctypes.c_size_t(_COLLAPSE_CHUNK), _MADV_COLLAPSE) != 0 \
+                if libc_madvise()(ctypes.c_void_p(lo), ctypes.c_size_t(_COLLAPSE_CHUNK), _MADV_COLLAPSE) != 0 \
                         and ctypes.get_errno() == errno.EINVAL:
                     return  # no MADV_COLLAPSE here: khugepaged collapses the advised range
                 del buf
@@ -154,17 +156,6 @@ def _drop_pages(a: np.ndarray) -> None:
     hi = (start + a.nbytes) // _PAGE * _PAGE
     if hi <= lo:
         return
-    madvise = _libc_madvise()
+    madvise = libc_madvise()
     if madvise is not None:
         madvise(ctypes.c_void_p(lo), ctypes.c_size_t(hi - lo), mmap.MADV_DONTNEED)
-
-
-@functools.cache
-def _libc_madvise():
-    """The C library's madvise(addr, length, advice) -> int (errno kept for ctypes.get_errno), or None."""
-    try:
-        fn = ctypes.CDLL(None, use_errno=True).madvise
-    except (OSError, AttributeError):
-        return None
-    fn.argtypes, fn.restype = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int], ctypes.c_int
-    return fn
