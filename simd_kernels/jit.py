@@ -53,7 +53,7 @@ class DeferredSymbols(set):
 
     def __contains__(self, name) -> bool:
         while self.pending:
-            module = self.pending.pop().linking_module()
+            module = self.pending.pop()._get_module_for_linking()
             self.update(gv.name for gvs in (module.functions, module.global_variables) for gv in gvs
                         if not gv.is_declaration)
         return super().__contains__(name)
@@ -87,11 +87,7 @@ class LeanLibrary(JITCodeLibrary):
         self._ensure_finalized()
         return self._codegen._engine.get_function_address(name)
 
-    def linking_module(self):
-        """The module other libraries link in (Numba's `_get_module_for_linking`)."""
-        return self._get_module_for_linking()
-
-    def _get_module_for_linking(self):
+    def _get_module_for_linking(self):  # the module other libraries link in
         if self._bitcode is not None:
             self._shared_module, self._bitcode = ll.parse_bitcode(self._bitcode), None
         return super()._get_module_for_linking()
