@@ -84,7 +84,7 @@ def _make_nl_rowdot(n_tok):
         def codegen(context, builder, sig, args):
             wd = _data(context, builder, sig.args[0], args[0])
             acts, toks = _token_rows(context, builder, sig, args, n_tok)
-            # two accumulator sets, for even and odd blocks, as the legacy formats (simd._make_rowdot)
+            # two accumulator sets, for even and odd blocks: halves the float-add dependency chain
             accs = [[cgutils.alloca_once_value(builder, ir.Constant(_V8F, [0.0] * 8)) for _ in toks] for _ in "eo"]
 
             def block(blk, k):
@@ -171,7 +171,7 @@ def _make_xs_rowdot(n_tok):
     return rowdot
 
 
-# name -> (rowdot1, .., rowdot4, rowdot8), as simd.ROWDOTS
+# name -> (rowdot1, .., rowdot4, rowdot8): simd.fused_kernel's row dots
 ROWDOTS = {"iq4_nl": tuple(_make_nl_rowdot(n) for n in ROW_TOKENS), "iq4_xs": tuple(_make_xs_rowdot(n) for n in ROW_TOKENS)}
 
 mul_iq4_nl = fused_kernel(

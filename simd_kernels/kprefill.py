@@ -203,14 +203,29 @@ def _lane_dots(builder, qs, xs, acc, i16_sums=False, wide=False):
     """acc + Σ_k qs[k] . xs[k] per 32-bit lane (<32 x i8> unsigned q, signed x; four products a lane; exact).
 
     `i16_sums`: the registers' vpmaddubsw pair sums stay below 2^15 all together (added as words, one vpmaddwd);
-    `wide`: q passes 127, where vpmaddubsw's pair sums could saturate (AVX2 then takes the generic code)."""
-    if _VNNI:
+    `wide`: q passes 127, where vpmaddubsw's pair sums could saturate: AVX2 then dots q - 128 (|q - 128| against x
+    with that sign: the pairs stay below 2*128*127 < 2^15) and adds 128 * Σx, the same integers."""
+    if _VNNI:  # two chains of vpdpbusd, added at the end (integers: the same sum), so that one token's dots overlap
+        chains = [acc, ir.Constant(acc.type, None)] if len(qs) >= 4 else [acc]
+        for i, (q, xv) in enumerate(zip(qs, xs)):
+            chains[i % len(chains)] = _vnni(builder, chains[i % len(chains)], q, xv)
+        return chains[0] if len(chains) == 1 else builder.add(chains[0], chains[1])
+    ones = ir.Constant(_V16S, [1] * 16)
+    if "avx2" in _X86 and wide:
         for q, xv in zip(qs, xs):
-            acc = _vnni(builder, acc, q, xv)
+            signed = builder.xor(q, _const_vec(_I8, [-128] * 32))  # q - 128 as int8
+            neg = builder.icmp_signed("<", signed, ir.Constant(signed.type, None))
+            x_signed = builder.select(neg, builder.neg(xv), xv)  # x in -127..127: the pairs stay below 2^15
+            pairs = _intrinsic(builder, "llvm.x86.avx2.pmadd.ub.sw", _V16S, [builder.select(neg, builder.neg(signed),
+                                                                                               signed), x_signed])
+            x_pairs = _intrinsic(builder, "llvm.x86.avx2.pmadd.ub.sw", _V16S, [_const_vec(_I8, [1] * 32), xv])
+            lanes = builder.add(_intrinsic(builder, "llvm.x86.avx2.pmadd.wd", _V8I, [pairs, ones]),
+                                builder.shl(_intrinsic(builder, "llvm.x86.avx2.pmadd.wd", _V8I, [x_pairs, ones]),
+                                            ir.Constant(_V8I, [7] * 8)))
+            acc = builder.add(acc, lanes)
         return acc
-    if "avx2" in _X86 and not wide:
+    if "avx2" in _X86:
         pairs = [_intrinsic(builder, "llvm.x86.avx2.pmadd.ub.sw", _V16S, [q, xv]) for q, xv in zip(qs, xs)]
-        ones = ir.Constant(_V16S, [1] * 16)
         if i16_sums:
             total = pairs[0]
             for p in pairs[1:]:
@@ -332,11 +347,18 @@ _DOC = """out = x @ dequant(w).T for a prompt piece: w uint8 (rows, row_bytes) {
     activations stay in L1 or L2), the last ones in one more pass."""
 
 
-def prefill_kernel(name, fmt, row_loop, module, per_pass=8):
+def prefill_rowdots(name, fmt, row_loop) -> tuple:
+    """(rowdot1, .., rowdot4, rowdot8) of a format whose row dots row_loop generates: simd.fused_kernel's row dots,
+    for a per-row kernel that computes every token as the prompt kernel does (simd_kernels.lprefill)."""
+    return tuple(_make_rowdot(name, fmt, n, row_loop) for n in (1, 2, 3, 4, 8))
+
+
+def prefill_kernel(name, fmt, row_loop, module, per_pass=8, rowdots=None):
     """The prompt kernel prefill_<name>(w, xq, xd, sums, out) of a format whose row dots row_loop(context, builder,
     sig, args, fmt, n_tok) generates, defined in module (simd.fused_kernel's way of binding); per_pass (8 or 16)
-    tokens a pass over the rows."""
-    binds = {f"ROWDOT{n}": _make_rowdot(name, fmt, n, row_loop) for n in (1, 2, 3, 4, 8)}
+    tokens a pass over the rows; `rowdots`: prefill_rowdots' of the format, where they were made already."""
+    rowdots = rowdots or prefill_rowdots(name, fmt, row_loop)
+    binds = {f"ROWDOT{n}": rowdot for n, rowdot in zip((1, 2, 3, 4, 8), rowdots)}
     binds["ROWJOB"] = _inline_copy(_rowjob, f"rowjob_prefill_{name}", binds)
     binds["ROWDOTS"] = binds["ROWDOT8"] if per_pass == 8 else _make_rowdot(name, fmt, per_pass, row_loop)
     binds["PER_PASS"] = per_pass

@@ -2,12 +2,12 @@
 weights, activations laid out for them.
 
 `prefill_<fmt>(w, xq, xd, sums, out)` takes `PREFILL_<FMT>[0](x)`'s activations (actquant's Q8_0, or Q8_1 for the
-formats with a min, each 256-element group's dwords transposed 8 x 8). Their numbers are their own (a row's blocks
-are summed in another order than the per-row kernels of legacy), so they serve only a prompt's pieces, as kprefill's
-do (localrt.engine.backends.backend); within a call, a token's result does not depend on the other tokens.
+formats with a min, each 256-element group's dwords transposed 8 x 8). Within a call, a token's result does not
+depend on the other tokens, and the per-row kernels of legacy (decode, drafts) are made of the same row dots
+(`ROWDOTS`, with `QUANTIZE`'s activations), so a token computes alike on either path.
 
-Why kernels of their own: the per-row kernels scale each block's dot on its own (a convert, a broadcast scale and an
-FMA per 32 products and token, and Q8_0's xor of the activations). Here eight blocks' quants are transposed in
+Why this shape: scaling each block's dot on its own, as ggml's vec_dot does (and our per-row kernels did), costs a
+convert, a broadcast scale and an FMA per 32 products and token, and Q8_0 an xor of the activations. Here eight blocks' quants are transposed in
 registers (`_transpose8`: register k holds dword k of blocks 0..7) so that lane j of a vpdpbusd chain over the eight
 registers sums block j: a group of 8 blocks costs a token 8 vpdpbusd, one convert and one FMA against the 8 blocks'
 scales. The weight is made unsigned once per row (Q8_0: q + 128, Q4_0: q + 8, Q5_0: q + 16; the formats with a min
@@ -22,7 +22,7 @@ from numba.core import cgutils
 
 from .actquant import LGROUP, quantize_q8_0_interleaved, quantize_q8_1_interleaved
 from .jit import njit
-from .kprefill import _fma, _lane_dots, _transpose4, prefill_kernel
+from .kprefill import _fma, _lane_dots, _transpose4, prefill_kernel, prefill_rowdots
 from .simd import (
     _I8,
     _I16,
@@ -171,11 +171,12 @@ def _splat32(builder, v):
 
 # xq int8 (n_tok, cols8), each 256-element group's dwords transposed 8 x 8; xd float32 (n_tok, nb8); sums int32
 # (-(Σq << shift)) or float32 (Q8_1's s) (n_tok, nb8): quantize_q8_{0,1}_interleaved's
-prefill_q8_0 = prefill_kernel("q8_0", _FORMATS["q8_0"], _row_loop, __name__, 16)
-prefill_q4_0 = prefill_kernel("q4_0", _FORMATS["q4_0"], _row_loop, __name__, 16)
-prefill_q5_0 = prefill_kernel("q5_0", _FORMATS["q5_0"], _row_loop, __name__, 16)
-prefill_q4_1 = prefill_kernel("q4_1", _FORMATS["q4_1"], _row_loop, __name__, 16)
-prefill_q5_1 = prefill_kernel("q5_1", _FORMATS["q5_1"], _row_loop, __name__, 16)
+ROWDOTS = {name: prefill_rowdots(name, fmt, _row_loop) for name, fmt in _FORMATS.items()}  # legacy's too
+prefill_q8_0 = prefill_kernel("q8_0", _FORMATS["q8_0"], _row_loop, __name__, 16, ROWDOTS["q8_0"])
+prefill_q4_0 = prefill_kernel("q4_0", _FORMATS["q4_0"], _row_loop, __name__, 16, ROWDOTS["q4_0"])
+prefill_q5_0 = prefill_kernel("q5_0", _FORMATS["q5_0"], _row_loop, __name__, 16, ROWDOTS["q5_0"])
+prefill_q4_1 = prefill_kernel("q4_1", _FORMATS["q4_1"], _row_loop, __name__, 16, ROWDOTS["q4_1"])
+prefill_q5_1 = prefill_kernel("q5_1", _FORMATS["q5_1"], _row_loop, __name__, 16, ROWDOTS["q5_1"])
 
 
 @njit(cache=True, nogil=True)
@@ -196,7 +197,9 @@ def quantize_for_q5_0(x):
     return quantize_q8_0_interleaved(x, 4)
 
 
-# api.PREFILL's entries: (quantize, kernel)
+# the activations of each format's row dots (legacy's), and api.PREFILL's entries: (quantize, kernel)
+QUANTIZE = {"q8_0": quantize_for_q8_0, "q4_0": quantize_for_q4_0, "q5_0": quantize_for_q5_0,
+            "q4_1": quantize_q8_1_interleaved, "q5_1": quantize_q8_1_interleaved}
 PREFILL_Q8_0 = (quantize_for_q8_0, prefill_q8_0)
 PREFILL_Q4_0 = (quantize_for_q4_0, prefill_q4_0)
 PREFILL_Q5_0 = (quantize_for_q5_0, prefill_q5_0)

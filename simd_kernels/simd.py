@@ -2,11 +2,12 @@
 
 Written in generic LLVM IR, so LLVM picks AVX-512, AVX2 or SSE as the host has; the int8 dots alone use x86's
 integer dot instructions (VNNI, AVX2) where the host has them, summing exactly what the generic code sums.
-`ROWDOTS[<type>]` = (rowdot1, .., rowdot4, rowdot8) dot one whole weight row against the Q8 activations of 1-4 or 8
-tokens, decoding each weight block once, keeping 8 (or 16) float lanes of partial sums per token and reducing them
-once per row, as ggml's SIMD code does. f16 scales are read as LLVM `half` (one vcvtph2ps with F16C).
-A format states only its block layout and decode step (`_LAYOUTS`, `_K_LAYOUTS`); `fused_kernel` makes
-each format's matmul kernel from one loop nest over tokens and rows around its row dots.
+Here: the shared pieces of the formats' row dots (block loads, nibble and fifth-bit decoding, f16 scales read as
+LLVM `half`, one vcvtph2ps with F16C; prefetch; the activations' pointers) and `fused_kernel`, which makes each
+format's matmul kernel from one loop nest over tokens and rows around its row dots: rowdot<n>(w_row, xq, xd, xs, t)
+dots one whole weight row against the Q8 activations of n = 1-4 or 8 tokens, decoding each weight block once. The
+row dots are the format's own: the 32-element formats' in simd_kernels.lprefill, the K-quants' in ksimd, IQ4's in
+iquants.
 """
 from __future__ import annotations
 
@@ -108,50 +109,6 @@ def _vnni(builder, acc, a, b):
     return _intrinsic(builder, "llvm.x86.avx512.vpdpbusd.256", _V8I, args)
 
 
-def _prepare_block(builder, q, signed=True):
-    """The weight side of a block's dots, done once for all the tokens of a row dot (see _dot32_lanes).
-
-    VNNI, signed q: the dot is taken as Σ (x+128)*q - 128*Σq, so the per-lane -128*Σq is made here (one
-    vpdpbusd of 128s against q) and each token costs an xor and one vpdpbusd. AVX2, signed q: |q| and the
-    sign mask (each token's x takes q's sign). `signed`: whether q may be negative."""
-    zero = ir.Constant(_V8I, [0] * 8)
-    if "avx512vnni" in _X86 and "avx512vl" in _X86:
-        if not signed:
-            return ("vnni", q, zero)
-        return ("vnni", None, builder.sub(zero, _vnni(builder, zero, _const_vec(_I8, [128] * 32), q)), q)
-    if "avx2" in _X86 and signed:
-        neg = builder.icmp_signed("<", q, ir.Constant(q.type, None))
-        return ("avx2", builder.select(neg, builder.neg(q), q), neg)
-    return ("avx2" if "avx2" in _X86 else "generic", q, None)
-
-
-def _dot32_lanes(builder, prep, xv):
-    """A prepared block (_prepare_block) . <32 x i8> x -> <8 x float> of exact partial sums; lane i sums elements
-    4i..4i+3 on every path (the same integers, so the same floats).
-
-    On x86 with VNNI one vpdpbusd forms the four products per lane: unsigned q . signed x, or for a signed q,
-    x+128 (x xor 128, as unsigned) . signed q on top of -128*Σq (exact: every lane stays below 2^18). With AVX2,
-    vpmaddubsw + vpmaddwd of |q| and x with q's sign (|q| <= 128 fits a byte, and the activations are in
-    -127..127; the pairs stay below 2*128*127 < 2^15, no saturation)."""
-    kind, q = prep[0], prep[1]
-    if kind == "vnni":
-        if q is not None:
-            return builder.sitofp(_vnni(builder, prep[2], q, xv), _V8F)
-        xu = builder.xor(xv, _const_vec(_I8, [-128] * 32))
-        return builder.sitofp(_vnni(builder, prep[2], xu, prep[3]), _V8F)
-    if kind == "avx2":
-        if prep[2] is not None:
-            xv = builder.select(prep[2], builder.neg(xv), xv)
-        pairs = _intrinsic(builder, "llvm.x86.avx2.pmadd.ub.sw", _V16S, [q, xv])
-        lanes = _intrinsic(builder, "llvm.x86.avx2.pmadd.wd", _V8I, [pairs, ir.Constant(_V16S, [1] * 16)])
-        return builder.sitofp(lanes, _V8F)
-    v32 = ir.VectorType(_I32, 32)
-    p = builder.mul(builder.sext(q, v32), builder.sext(xv, v32), flags=["nsw"])
-    s16 = builder.add(_shuffle(builder, p, p, range(0, 32, 2)), _shuffle(builder, p, p, range(1, 32, 2)))
-    s8 = builder.add(_shuffle(builder, s16, s16, range(0, 16, 2)), _shuffle(builder, s16, s16, range(1, 16, 2)))
-    return builder.sitofp(s8, _V8F)
-
-
 def _nibbles(builder, base, offset):
     """16 bytes -> <32 x i8>: low nibbles (elements 0..15) then high nibbles (16..31)."""
     v = _load_vec(builder, base, offset, 16)
@@ -173,17 +130,6 @@ def _fifth_bits(builder, base, offset):
         bit = builder.and_(spread, _const_vec(_I8, [1 << (i % 8) for i in range(32)]))
         is_set = builder.icmp_unsigned("!=", bit, _const_vec(_I8, [0] * 32))
     return builder.select(is_set, _const_vec(_I8, [16] * 32), _const_vec(_I8, [0] * 32))
-
-
-# name -> (block bytes, offset of the min f16 or None, decoder of the 32 signed quants of the block at o)
-_LAYOUTS = {
-    "q8_0": (34, None, lambda b, w, o: _load_vec(b, w, b.add(o, _c(2)), 32)),
-    "q4_0": (18, None, lambda b, w, o: b.sub(_nibbles(b, w, b.add(o, _c(2))), _const_vec(_I8, [8] * 32))),
-    "q4_1": (20, 2, lambda b, w, o: _nibbles(b, w, b.add(o, _c(4)))),
-    "q5_0": (22, None, lambda b, w, o: b.sub(b.or_(_nibbles(b, w, b.add(o, _c(6))), _fifth_bits(b, w, b.add(o, _c(2)))),
-                                             _const_vec(_I8, [16] * 32))),
-    "q5_1": (24, 2, lambda b, w, o: b.or_(_nibbles(b, w, b.add(o, _c(8))), _fifth_bits(b, w, b.add(o, _c(4))))),
-}
 
 
 def _c(v):
@@ -214,67 +160,6 @@ def _token_indices(builder, t0, n_tok):
     return [builder.add(t0, _c(k)) for k in range(n_tok)]
 
 
-def _make_rowdot(name, n_tok):
-    block_bytes, min_offset, decode = _LAYOUTS[name]
-    signed = min_offset is None  # q4_1 / q5_1 (the formats with a min) have unsigned quants
-
-    @intrinsic
-    def rowdot(typingctx, w, xq, xd, xs, t0):
-        """Tokens t0..t0+n_tok-1: Σ_b d_w*d_x*Σ q*xq (+ m_w*s_x for the formats with a min) over a row.
-
-        w: uint8 (row_bytes,) raw blocks; xq: int8 (n_tok_all, cols); xd: float32 (n_tok_all, cols/32)
-        activation scales; xs: float32 (n_tok_all, cols/32) Q8_1 block sums s (read by formats with a min).
-        Returns a tuple of n_tok float32.
-        """
-        sig = types.UniTuple(types.float32, n_tok)(w, xq, xd, xs, t0)
-
-        def codegen(context, builder, sig, args):
-            wd = _data(context, builder, sig.args[0], args[0])
-            acts = _Acts(context, builder, sig, args, 1)
-            toks = [(acts.row(0, t), acts.row(1, t), acts.row(2, t)) for t in _token_indices(builder, args[4], n_tok)]
-            # two accumulator sets, for even and odd blocks: halves the float-add dependency chain
-            accs = [[cgutils.alloca_once_value(builder, ir.Constant(_V8F, [0.0] * 8)) for _ in toks] for _ in "eo"]
-            acc_mins = [[cgutils.alloca_once_value(builder, ir.Constant(_F32, 0.0)) for _ in toks] for _ in "eo"]
-
-            def block(blk, k):
-                o = builder.mul(blk, _c(block_bytes))
-                prep = _prepare_block(builder, decode(builder, wd, o), signed)
-                dw = _load_half(builder, wd, o)
-                m = _load_half(builder, wd, builder.add(o, _c(min_offset))) if min_offset is not None else None
-                for (xqd, xdd, xsd), acc, acc_min in zip(toks, accs[k], acc_mins[k]):
-                    xv = _load_vec(builder, xqd, builder.mul(blk, _c(32)), 32)
-                    dx = builder.load(builder.gep(xdd, [blk]))
-                    scale = _splat(builder, builder.fmul(dw, dx), 8)
-                    builder.store(_fma(builder, scale, _dot32_lanes(builder, prep, xv), builder.load(acc)), acc)
-                    if m is not None:
-                        sx = builder.load(builder.gep(xsd, [blk]))
-                        builder.store(builder.fadd(builder.load(acc_min), builder.fmul(m, sx)), acc_min)
-
-            with cgutils.for_range(builder, builder.udiv(acts.n_blocks, _c(2))) as loop:
-                pair = builder.mul(loop.index, _c(2 * block_bytes))
-                _prefetch(builder, wd, pair, 2 * block_bytes)  # the lines of the pair of blocks
-                block(builder.mul(loop.index, _c(2)), 0)
-                block(builder.add(builder.mul(loop.index, _c(2)), _c(1)), 1)
-            with builder.if_then(builder.trunc(acts.n_blocks, ir.IntType(1))):  # odd count: the last block
-                block(builder.sub(acts.n_blocks, _c(1)), 0)
-            totals = []
-            for i in range(n_tok):
-                lanes = builder.fadd(builder.load(accs[0][i]), builder.load(accs[1][i]))
-                mins = builder.fadd(builder.load(acc_mins[0][i]), builder.load(acc_mins[1][i]))
-                totals.append(builder.fadd(mins, _reduce_f(builder, lanes, 8)))
-            return context.make_tuple(builder, sig.return_type, totals)
-
-        return sig, codegen
-
-    rowdot.__name__ = f"rowdot{n_tok}_{name}"
-    return rowdot
-
-
-def _fma(builder, a, b, c):
-    """a*b + c rounded once (llvm.fma: one vfmadd where the CPU has FMA, the same bits in software elsewhere)."""
-    return _intrinsic(builder, "llvm.fma.v8f32", _V8F, [a, b, c])
-
-
 def _reduce_f(builder, vec, n):
     total = builder.extract_element(vec, ir.Constant(_I32, 0))
     for i in range(1, n):
@@ -284,11 +169,9 @@ def _reduce_f(builder, vec, n):
 
 # The token counts a row dot is made for: a call's tokens go 8 (or 4) per pass over a row, the last 1-3 in one more.
 # Eight decode each weight block once per 8 tokens; measured (4096x2048, 2 threads, VNNI, best of 3 interleaved) it
-# lifts Q4_K 95 -> 110 GMAC/s at 8 tokens, Q6_K 86 -> 96, Q8_0 79 -> 91, Q4_0 63 -> 77, IQ4_XS 61 -> 75; Q5_0
-# fell 64 -> 53 (not looked into), so Q5_0 keeps 4 per pass (_rowdot8_of_4).
+# lifts Q4_K 95 -> 110 GMAC/s at 8 tokens, Q6_K 86 -> 96, IQ4_XS 61 -> 75. A format with row dots for 1-4 tokens
+# only takes 8 as two passes of 4 (_rowdot8_of_4).
 ROW_TOKENS = (1, 2, 3, 4, 8)
-# name -> (rowdot1, .., rowdot4, rowdot8): rowdot<n>(w_row, xq, xd, xs, t0), one row against n consecutive tokens
-ROWDOTS = {name: tuple(_make_rowdot(name, n) for n in ROW_TOKENS) for name in _LAYOUTS}
 
 
 # ---- the fused kernel: one loop nest over tokens and rows, instantiated per format ----
