@@ -103,21 +103,20 @@ class Counting:
         return self._forward(batch, cache, output_rows)
 
 
-def calibrate(model, counter: Counting, ids: list[int], reps: int = 5) -> dict[int, float]:
+def calibrate(model, counter: Counting, ids: list[int], reps: int = 7) -> dict[int, float]:
     """Seconds of a decode forward of 1..17 rows of one sequence (a pending token and up to draft_num_predict's
-    default 16 drafted): the fastest of reps (the least disturbed)."""
+    default 16 drafted): the fastest of reps (the least disturbed), the row counts in turn in each rep, so that a
+    busy spell of the machine does not fall on one count's every try."""
     cache = model.cache
     cache.clear(0)
     counter._forward(model.batch(ids, 0), cache, np.array([len(ids) - 1]))
-    out = {}
-    for rows in range(1, 18):
-        best = float("inf")
-        for _ in range(reps):
+    out = {rows: float("inf") for rows in range(1, 18)}
+    for _ in range(reps):
+        for rows in out:
             cache.trim(0, len(ids))
             t0 = time.perf_counter()
             counter._forward(model.batch(ids[:rows], len(ids)), cache, None)
-            best = min(best, time.perf_counter() - t0)
-        out[rows] = best
+            out[rows] = min(out[rows], time.perf_counter() - t0)
     model._slot_tokens.clear()
     return out
 

@@ -172,6 +172,23 @@ def test_cost_model_median_and_guesses():
     assert expected_tokens(1.0, 3) == 4.0 and expected_tokens(0.5, 2) == 1.75
 
 
+def test_cost_model_guesses_from_the_measured_counts():
+    """An unmeasured count lies on the measured counts' line: a CPU whose extra rows cost 0.15 forwards is expected to
+    run 4 rows in 1.45 forwards, not GUESS_SLOPE's 1.6, so drafts of that length get tried and measured."""
+    from localrt.engine import speculative
+
+    c = CostModel()
+    for rows, s in ((1, 0.010), (2, 0.0115), (3, 0.013)):
+        c.record(rows, s)
+    assert c.cost(4) == pytest.approx(0.0145) and c.cost(6) == pytest.approx(0.0175)
+    c.record(8, 0.021)
+    assert c.cost(5) == pytest.approx(0.013 + 0.008 * 2 / 5)  # between 3 and 8 on their line
+    steep = CostModel()
+    for rows, s in ((1, 0.010), (2, 0.018)):
+        steep.record(rows, s)
+    assert steep.cost(3) == pytest.approx(0.018 + 0.010 * speculative.GUESS_SLOPE)  # the optimistic slope, not 0.8
+
+
 def test_kept_positions():
     history = [1, 2, 3, 4, 5]
     assert kept_positions(history, 2, [3, 4, 9]) == 4  # rows at 2, 3 hold history's tokens; 4 was a rejected draft

@@ -67,9 +67,12 @@ SHARED_DECAY = 0.98  # per verified draft: the model's record of ~35 drafts ago 
 SHARED_FLOOR = 0.05  # the shared prior never falls below this, so a sequence that copies can still show it
 DECAY = 0.97  # per decode step: evidence of ~23 steps ago counts half
 MARGIN = 1.05  # a draft must promise this much more throughput than the plain step
-# Until a row count is measured, its forward is guessed at (1 + GUESS_SLOPE * (rows - 1)) one-row forwards:
-# optimistic for a CPU (measured 0.6-0.65), so that drafting gets tried and the real cost measured.
-GUESS_SLOPE = 0.35
+# Until a row count is measured, its forward is guessed from the measured ones: between two, on the line through them;
+# past the largest below it, on the slope from the smallest measured count to that one, or GUESS_SLOPE one-row
+# forwards a row where that is less. Optimistic for a CPU, so that drafting gets tried and the real cost measured:
+# an extra row measured 0.14 (SmolLM2 Q4_1, 2-4 rows) and 0.1 (Gemma 3) one-row forwards on a 2-core Zen 4, 0.6-0.65
+# before the 32-element formats' per-row kernels took the prompt kernels' row dots (simd_kernels.legacy).
+GUESS_SLOPE = 0.2
 SAMPLES = 15  # forwards kept per row count; the median is the estimate (robust to a busy machine)
 HORIZON = 256  # forwards after which a sample expires (a few seconds of decode): a busy spell is soon forgotten
 
@@ -211,15 +214,21 @@ class CostModel:
         known = self.measured()
         if rows in known:
             return known[rows]
-        base = 1.0  # nothing measured: relative units
-        if known:  # one-row forwards from the smallest measured count
-            r = min(known)
-            base = known[r] / (1.0 + GUESS_SLOPE * (r - 1))
-        guess = base * (1.0 + GUESS_SLOPE * (rows - 1))
+        if not known:
+            return 1.0 + GUESS_SLOPE * (rows - 1)  # relative units
+        first = min(known)
+        row = GUESS_SLOPE * known[first] / (1.0 + GUESS_SLOPE * (first - 1))  # a row's guessed seconds
         below = [r for r in known if r < rows]
-        if below:  # never guess below a measured smaller count (forwards do not get cheaper with rows)
-            guess = max(guess, known[max(below)])
-        return guess
+        if not below:
+            return known[first] - row * (first - rows)
+        lo = max(below)
+        above = [r for r in known if r > rows]
+        if above:  # between two measured counts: on their line, never below the smaller's (no cheaper with rows)
+            hi = min(above)
+            return known[lo] + max(0.0, known[hi] - known[lo]) * (rows - lo) / (hi - lo)
+        if lo > first:  # the measured slope where it is the smaller
+            row = min(row, max(0.0, (known[lo] - known[first]) / (lo - first)))
+        return known[lo] + row * (rows - lo)
 
 
 def expected_tokens(rate: float, k: int) -> float:
