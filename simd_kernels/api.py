@@ -86,9 +86,9 @@ MULTI = {t: _MULTI_BY_NAME[k.py_func.__name__] for t, k in MUL.items() if k.py_f
 # rows(w, ids (n,) int64, out (n, cols) f32): dequantize the selected rows
 ROWS = KernelTable({t: ("dequant", f"rows_{name}") for t, name in _NAMES.items()})
 
-# prefill(w, xq, xd, sums, out) with (xq, xd, sums) = quantize(x): a prompt piece's kernel for these formats (simd_kernels.
-# kprefill, lprefill). The K-quants' have numbers of their own (not the per-row kernel's), so they serve only the
-# pieces; the 32-element formats' MUL kernels share their row dots (simd_kernels.legacy) on every host.
+# prefill(w, xq, xd, sums, out) with (xq, xd, sums) = quantize(x): a prompt piece's kernel for these formats
+# (simd_kernels.kprefill, lprefill). The K-quants' have numbers of their own (not the per-row kernel's), so they serve
+# only the pieces; the 32-element formats' MUL kernels share their row dots (simd_kernels.legacy) on every host.
 # Measured (2048x2048, 128 tokens, 1 thread, GMAC/s): Q4_K 105 (the per-row kernel 60), Q5_K 94 (59), Q6_K 87 (36);
 # Q8_0 92 (43), Q4_0 92 (40), Q5_0 82 (40), Q4_1 93 (34), Q5_1 85 (33). Q8_0's unsigned weights (q + 128) pass
 # vpmaddubsw's range, so it takes the kernel only with VNNI.

@@ -7,13 +7,13 @@ depend on the other tokens, and the per-row kernels of legacy (decode, drafts) a
 (`ROWDOTS`, with `QUANTIZE`'s activations), so a token computes alike on either path.
 
 Why this shape: scaling each block's dot on its own, as ggml's vec_dot does (and our per-row kernels did), costs a
-convert, a broadcast scale and an FMA per 32 products and token, and Q8_0 an xor of the activations. Here eight blocks' quants are transposed in
-registers (`_transpose8`: register k holds dword k of blocks 0..7) so that lane j of a vpdpbusd chain over the eight
-registers sums block j: a group of 8 blocks costs a token 8 vpdpbusd, one convert and one FMA against the 8 blocks'
-scales. The weight is made unsigned once per row (Q8_0: q + 128, Q4_0: q + 8, Q5_0: q + 16; the formats with a min
-are unsigned already) and the offset taken out per block as offset * Σx (exact, in integers). Tokens go 16 at a time
-through all of a call's rows, so their activations stay in L1 (2 threads, 128 tokens: against 8 a pass, Q4_1 136 ->
-152-156 GMAC/s, Q4_0 and Q5_0 +5%, Q8_0 the same).
+convert, a broadcast scale and an FMA per 32 products and token, and Q8_0 an xor of the activations. Here eight blocks'
+quants are transposed in registers (`_transpose8`: register k holds dword k of blocks 0..7) so that lane j of a vpdpbusd
+chain over the eight registers sums block j: a group of 8 blocks costs a token 8 vpdpbusd, one convert and one FMA
+against the 8 blocks' scales. The weight is made unsigned once per row (Q8_0: q + 128, Q4_0: q + 8, Q5_0: q + 16; the
+formats with a min are unsigned already) and the offset taken out per block as offset * Σx (exact, in integers). Tokens
+go 16 at a time through all of a call's rows, so their activations stay in L1 (2 threads, 128 tokens: against 8 a pass,
+Q4_1 136 -> 152-156 GMAC/s, Q4_0 and Q5_0 +5%, Q8_0 the same).
 """
 from __future__ import annotations
 
