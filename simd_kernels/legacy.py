@@ -9,11 +9,12 @@ tokens go in chunks so that their quantized activations stay in cache while ever
 
 The row dots are the prompt kernels' (simd_kernels.lprefill: eight blocks transposed in registers, one convert and one
 FMA per eight blocks and token), on every host, so a decoded token, a drafted one and a prompt piece's compute alike,
-and the same bits whatever integer-dot instructions the CPU has (tests/test_kernels_x86.py). Against simd.ROWDOTS
-(one convert, broadcast and FMA per block and token), measured on 2 threads of a Zen 4 EPYC, us per call at 1 / 2 /
-4 / 8 tokens: SmolLM2's Q4_1 1536 x 576 35 / 51 / 88 / 163 -> 37 / 45 / 61 / 87; 2048 x 2048 Q4_0 106 / 162 / 254 /
-463 -> 73 / 90 / 133 / 191, Q8_0 96 / 121 / 218 / 390 -> 60 / 75 / 105 / 178, Q5_0 128 / 178 / 277 / 501 -> 92 / 109
-/ 146 / 204. SmolLM2's whole forward of 1 / 2 / 4 / 8 rows: 9.0 / 11.5 / 17.5 / 30.9 -> 6.6 / 7.2 / 9.0 / 14.0 ms.
+and the same bits whatever integer-dot instructions the CPU has (tests/test_kernels_x86.py). Against the row dots these
+kernels had before (one convert, broadcast and FMA per block and token), measured on 2 threads of a Zen 4 EPYC, us per
+call at 1 / 2 / 4 / 8 tokens: SmolLM2's Q4_1 1536 x 576 35 / 51 / 88 / 163 -> 37 / 45 / 61 / 87; 2048 x 2048 Q4_0 106 /
+162 / 254 / 463 -> 73 / 90 / 133 / 191, Q8_0 96 / 121 / 218 / 390 -> 60 / 75 / 105 / 178, Q5_0 128 / 178 / 277 / 501 ->
+92 / 109 / 146 / 204. SmolLM2's whole forward of 1 / 2 / 4 / 8 rows: 9.0 / 11.5 / 17.5 / 30.9 -> 6.6 / 7.2 / 9.0 / 14.0
+ms.
 """
 from __future__ import annotations
 
