@@ -200,8 +200,8 @@ def quantize_for_q5_0(x):
 # the activations of each format's row dots (legacy's), and api.PREFILL's entries: (quantize, kernel)
 QUANTIZE = {"q8_0": quantize_for_q8_0, "q4_0": quantize_for_q4_0, "q5_0": quantize_for_q5_0,
             "q4_1": quantize_q8_1_interleaved, "q5_1": quantize_q8_1_interleaved}
-PREFILL_Q8_0 = (quantize_for_q8_0, prefill_q8_0)
-PREFILL_Q4_0 = (quantize_for_q4_0, prefill_q4_0)
-PREFILL_Q5_0 = (quantize_for_q5_0, prefill_q5_0)
-PREFILL_Q4_1 = (quantize_q8_1_interleaved, prefill_q4_1)
-PREFILL_Q5_1 = (quantize_q8_1_interleaved, prefill_q5_1)
+PREFILL_Q8_0 = (QUANTIZE["q8_0"], prefill_q8_0)
+PREFILL_Q4_0 = (QUANTIZE["q4_0"], prefill_q4_0)
+PREFILL_Q5_0 = (QUANTIZE["q5_0"], prefill_q5_0)
+PREFILL_Q4_1 = (QUANTIZE["q4_1"], prefill_q4_1)
+PREFILL_Q5_1 = (QUANTIZE["q5_1"], prefill_q5_1)
