@@ -244,14 +244,14 @@ def bench_pair(name: str, tokens: int, repeats: int, workdir: Path, seen: dict |
     target_path, draft_path = pair_files(name, workdir)
     target = load_model(target_path, num_ctx=1024, num_batch=256)
     drafter = ModelDrafter(target, load_model(draft_path, num_ctx=1024, num_batch=256), "draft")
-    planner_costs, planner_step = target.forward_costs, drafter.step_cost
+    planner_costs, planner_step = target.forward_costs, drafter.draft_costs
     modes = {"off": {"draft_num_predict": 0}, "lookup": {}, "draft": {"draft_model": "draft"},
              "draft_forced": {"draft_model": "draft"}}
 
     def run(ids: list[int], mode: str) -> dict:
         forced = mode == "draft_forced"
         target.forward_costs = Flat() if forced else planner_costs
-        drafter.step_cost = (lambda costs: 0.0) if forced else planner_step
+        drafter.draft_costs = (lambda seq, costs: (0.0, 0.0)) if forced else planner_step
         target._slot_tokens.clear()
         drafter.cached.clear()
         events = list(target.generate(ids, {"temperature": 0, "num_predict": tokens, **modes[mode]}, draft=drafter))

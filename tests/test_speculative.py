@@ -189,6 +189,59 @@ def test_cost_model_guesses_from_the_measured_counts():
     assert steep.cost(3) == pytest.approx(0.018 + 0.010 * speculative.GUESS_SLOPE)  # the optimistic slope, not 0.8
 
 
+class _Drafter:
+    """What the planner reads of a draft model (draft_model.ModelDrafter.draft_costs and propose), at given costs: its
+    drafts are the sequence's own continuation, so every one would be accepted."""
+
+    def __init__(self, first: float, each: float) -> None:
+        self.first, self.each, self.asked = first, each, []
+
+    def draft_costs(self, seq, costs):
+        return self.first, self.each
+
+    def propose(self, seq, k):
+        self.asked.append(k)
+        return list(range(k))
+
+
+def test_a_draft_model_drafts_only_where_its_forwards_pay():
+    """A draft model whose forwards cost about what the target's do never pays on a CPU, however often it is right.
+    The figures are a Q8_0 Gemma 3 270M's and its Q4_K_M draft's, measured as it ran (ms): the target's 2-row median
+    below its 1-row one, the draft's one-token forward 13.3, its 2-row catch-up 14.6. Before the catch-up was priced
+    and the target's costs kept from falling with rows, the planner drafted there: 20 of 64 tokens, at 0.83x. A
+    draft at a tenth of the cost pays."""
+    costs = CostModel()
+    for rows, ms in ((1, 14.9), (2, 14.8), (3, 16.5)):  # the 2-row median below the 1-row one
+        costs.record(rows, ms / 1e3)
+    seq = _seq(COPY)
+    seq.draft.accepted[0] = 50.0  # the draft has been right 50 times in a row
+    for first, each, drafts in ((0.0146, 0.0133, False), (0.0015, 0.0013, True)):
+        seq.draft.source = _Drafter(first, each)
+        [[(_, _, draft)]] = Speculator(max_rows=16, max_run=15, costs=costs).plan([seq], [100])
+        assert bool(draft) == drafts, (first, each, draft)
+
+
+def test_the_draft_models_first_forward_catches_up(tmp_path):
+    """draft_costs prices the draft's first forward at the rows it has not evaluated: the pending token at least."""
+    from localrt.engine.draft_model import ModelDrafter
+
+    write_model(tmp_path / "m.gguf", Spec(seed=3))
+    target, draft = load_model(tmp_path / "m.gguf", num_ctx=64), load_model(tmp_path / "m.gguf", num_ctx=64)
+    drafter = ModelDrafter(target, draft, "m")
+    for rows, s in ((1, 0.010), (2, 0.012), (4, 0.016)):
+        draft.forward_costs.record(rows, s)
+        target.forward_costs.record(rows, s)
+    seq = SimpleNamespace(slot=0, history=[1, 2, 3, 4, 5])
+    drafter.cached[0] = [1, 2, 3, 4, 5]  # all seen: the pending token's logits are evaluated again
+    assert drafter.draft_costs(seq, target.forward_costs) == (0.010, 0.010)
+    drafter.cached[0] = [1, 2, 3]
+    assert drafter.draft_costs(seq, target.forward_costs) == (0.012, 0.010)
+    drafter.cached[0] = [1]
+    assert drafter.draft_costs(seq, target.forward_costs) == (0.016, 0.010)
+    drafter.close()
+    target.close()
+
+
 def test_kept_positions():
     history = [1, 2, 3, 4, 5]
     assert kept_positions(history, 2, [3, 4, 9]) == 4  # rows at 2, 3 hold history's tokens; 4 was a rejected draft

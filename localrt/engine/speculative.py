@@ -27,8 +27,9 @@ so free writing, where matches rarely continue, turns drafting off by itself; st
 the prior, so an occasional probe notices when a sequence starts copying.
 
 A request whose draft_model option names the draft model loaded beside the model drafts from it instead of the
-index (`DraftState.source`, localrt.engine.draft_model): its drafts count under match class 0, each drafted token
-adds one draft forward to the planned step's cost, and sampling verifies them by speculative sampling.
+index (`DraftState.source`, localrt.engine.draft_model): its drafts count under match class 0, the draft forwards a
+draft takes (the first catching up on what the draft model has not seen) add to the planned step's cost, and
+sampling verifies them by speculative sampling.
 """
 from __future__ import annotations
 
@@ -266,21 +267,23 @@ class Speculator:
             if rows + 1 + k_fixed > self.max_rows:  # a fixed draft length is never cut by the rows of others
                 groups.append([])
                 rows, tokens, extra = 0, 0.0, 0.0
-            n, draft, best_k, step = 0, [], 0, 0.0
+            n, draft, best_k, first, each = 0, [], 0, 0.0, 0.0
             if state is not None:
                 state.step()
                 after = min(len(seqs) - i - 1, self.max_rows - rows - 1)  # the later pending rows this group takes
                 k_max = min(limit, state.length, state.max_draft, self.max_run - 1, self.max_rows - rows - 1 - after)
                 if state.source is None:
                     n, draft = state.index.draft(seq.history, k_max)
-                else:  # a draft model proposes any length; each drafted token costs one of its forwards
-                    step = state.source.step_cost(self.costs)
+                else:  # a draft model proposes any length; k drafted tokens cost first + (k - 1) * each of its seconds
+                    first, each = state.source.draft_costs(seq, self.costs)
                     draft = [None] * k_max
-                best = (tokens + 1.0 + after) / (self.costs.cost(rows + 1 + after) + extra) * MARGIN
+                plain = self.costs.cost(rows + 1 + after)
+                best = (tokens + 1.0 + after) / (plain + extra) * MARGIN
                 rate = state.rate(n) if draft else 0.0
                 for k in range(1, len(draft) + 1):
+                    # never cheaper than the forward without the draft: medians of a busy machine can say so
                     value = (tokens + expected_tokens(rate, k) + after) / (
-                        self.costs.cost(rows + 1 + after + k) + extra + k * step)
+                        max(plain, self.costs.cost(rows + 1 + after + k)) + extra + first + (k - 1) * each)
                     if value > best:
                         best_k, best = k, value
                 if fixed:
@@ -296,7 +299,7 @@ class Speculator:
                     state.length = min(2 * state.length, state.max_draft)
             groups[-1].append((seq, n, draft[:best_k]))
             rows += 1 + best_k
-            extra += best_k * step
+            extra += first + (best_k - 1) * each if best_k else 0.0
             tokens += expected_tokens(state.rate(n), best_k) if best_k else 1.0
         return groups
 
