@@ -13,7 +13,7 @@ from pathlib import Path
 from numba.core.caching import FunctionCache
 
 MODULES = ("actquant", "attend", "checks", "dequant", "floats", "half", "iquants", "kprefill", "kquants", "ksimd",
-           "legacy", "lprefill", "ops", "paged", "rows", "simd", "vmath")  # the @njit / @intrinsic sources
+           "legacy", "lprefill", "ops", "paged", "prefill", "rows", "simd", "vmath")  # the @njit / @intrinsic sources
 _STAMP = "simd_kernels.sources.sha256"
 
 

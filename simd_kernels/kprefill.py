@@ -26,20 +26,18 @@ The 512-bit form alone gave 10-12%, 16 tokens a pass the rest.
 from __future__ import annotations
 
 from llvmlite import ir
-from numba import prange, types
 from numba.core import cgutils
-from numba.extending import intrinsic
 
 from .actquant import Q4K_DWORDS, Q6K_DWORDS, quantize_q8_k_interleaved
 from .jit import njit
 from .ksimd import _k4_scales_mins, _q6k_decode8
+from .prefill import _VNNI, _fma, _lane_dots, _transpose4, _tree16, prefill_kernel
 from .simd import (
     _F32,
     _I8,
     _I16,
     _I32,
     _V8I,
-    _V16S,
     _X86,
     _c,
     _const_vec,
@@ -48,26 +46,9 @@ from .simd import (
     _load_half,
     _load_vec,
     _prefetch,
-    _rowjob,
     _shuffle,
-    _inline_copy,
-    _kernel_copy,
     _splat,
-    _vnni,
 )
-
-_VNNI = {"avx512vnni", "avx512vl"} <= _X86
-
-
-def _transpose4(builder, c):
-    """Four <8 x i32> -> four: register m holds dword m of c[0..3] in 128-bit lane 0 (dword i from c[i]) and dword
-    m + 4 in lane 1 (vpunpck{l,h}dq, then vpunpck{l,h}qdq)."""
-    dwords_lo, dwords_hi = [0, 8, 1, 9, 4, 12, 5, 13], [2, 10, 3, 11, 6, 14, 7, 15]
-    lo01, hi01 = (_shuffle(builder, c[0], c[1], idx) for idx in (dwords_lo, dwords_hi))
-    lo23, hi23 = (_shuffle(builder, c[2], c[3], idx) for idx in (dwords_lo, dwords_hi))
-    even, odd = [0, 1, 8, 9, 4, 5, 12, 13], [2, 3, 10, 11, 6, 7, 14, 15]
-    return [_shuffle(builder, lo01, lo23, even), _shuffle(builder, lo01, lo23, odd),
-            _shuffle(builder, hi01, hi23, even), _shuffle(builder, hi01, hi23, odd)]
 
 
 def _bytes(builder, v):
@@ -199,51 +180,6 @@ def _pair_lanes(builder, fmt, regs, xqd, xo):
     return _shuffle(builder, halves[0], halves[1], range(16))
 
 
-def _lane_dots(builder, qs, xs, acc, i16_sums=False, wide=False):
-    """acc + Σ_k qs[k] . xs[k] per 32-bit lane (<32 x i8> unsigned q, signed x; four products a lane; exact).
-
-    `i16_sums`: the registers' vpmaddubsw pair sums stay below 2^15 all together (added as words, one vpmaddwd);
-    `wide`: q passes 127, where vpmaddubsw's pair sums could saturate: AVX2 then dots q - 128 (|q - 128| against x
-    with that sign: the pairs stay below 2*128*127 < 2^15) and adds 128 * Σx, the same integers."""
-    if _VNNI:  # two chains of vpdpbusd, added at the end (integers: the same sum), so that one token's dots overlap
-        chains = [acc, ir.Constant(acc.type, None)] if len(qs) >= 4 else [acc]
-        for i, (q, xv) in enumerate(zip(qs, xs)):
-            chains[i % len(chains)] = _vnni(builder, chains[i % len(chains)], q, xv)
-        return chains[0] if len(chains) == 1 else builder.add(chains[0], chains[1])
-    ones = ir.Constant(_V16S, [1] * 16)
-    if "avx2" in _X86 and wide:
-        for q, xv in zip(qs, xs):
-            signed = builder.xor(q, _const_vec(_I8, [-128] * 32))  # q - 128 as int8
-            neg = builder.icmp_signed("<", signed, ir.Constant(signed.type, None))
-            x_signed = builder.select(neg, builder.neg(xv), xv)  # x in -127..127: the pairs stay below 2^15
-            pairs = _intrinsic(builder, "llvm.x86.avx2.pmadd.ub.sw", _V16S, [builder.select(neg, builder.neg(signed),
-                                                                                               signed), x_signed])
-            x_pairs = _intrinsic(builder, "llvm.x86.avx2.pmadd.ub.sw", _V16S, [_const_vec(_I8, [1] * 32), xv])
-            lanes = builder.add(_intrinsic(builder, "llvm.x86.avx2.pmadd.wd", _V8I, [pairs, ones]),
-                                builder.shl(_intrinsic(builder, "llvm.x86.avx2.pmadd.wd", _V8I, [x_pairs, ones]),
-                                            ir.Constant(_V8I, [7] * 8)))
-            acc = builder.add(acc, lanes)
-        return acc
-    if "avx2" in _X86:
-        pairs = [_intrinsic(builder, "llvm.x86.avx2.pmadd.ub.sw", _V16S, [q, xv]) for q, xv in zip(qs, xs)]
-        if i16_sums:
-            total = pairs[0]
-            for p in pairs[1:]:
-                total = builder.add(total, p)
-            return builder.add(acc, _intrinsic(builder, "llvm.x86.avx2.pmadd.wd", _V8I, [total, ones]))
-        for p in pairs:
-            acc = builder.add(acc, _intrinsic(builder, "llvm.x86.avx2.pmadd.wd", _V8I, [p, ones]))
-        return acc
-    v32 = ir.VectorType(_I32, 32)
-    for q, xv in zip(qs, xs):
-        p = builder.mul(builder.zext(q, v32), builder.sext(xv, v32))
-        for _ in range(2):  # 32 products -> 8 lanes of 4
-            n = p.type.count
-            p = builder.add(_shuffle(builder, p, p, range(0, n, 2)), _shuffle(builder, p, p, range(1, n, 2)))
-        acc = builder.add(acc, p)
-    return acc
-
-
 def _pair_dots(builder, sums, pairs, n_tok):
     """<2n x i16> sums (token t: s_a, s_b) . <2n x i16> pairs (w_a, w_b) -> <n x i32> (exact)."""
     if n_tok == 8 and "avx2" in _X86:
@@ -251,11 +187,6 @@ def _pair_dots(builder, sums, pairs, n_tok):
     wide = ir.VectorType(_I32, 2 * n_tok)
     p = builder.mul(builder.sext(sums, wide), builder.sext(pairs, wide))
     return builder.add(_shuffle(builder, p, p, range(0, 2 * n_tok, 2)), _shuffle(builder, p, p, range(1, 2 * n_tok, 2)))
-
-
-def _fma(builder, a, b, c):
-    n = a.type.count
-    return _intrinsic(builder, f"llvm.fma.v{n}f32", ir.VectorType(_F32, n), [a, b, c])
 
 
 def _row_loop(context, builder, sig, args, fmt, n_tok):
@@ -304,65 +235,6 @@ def _row_loop(context, builder, sig, args, fmt, n_tok):
     terms = builder.load(pacc)
     return [builder.fadd(_tree16(builder, builder.load(a)), builder.extract_element(terms, ir.Constant(_I32, k)))
             for k, a in enumerate(accs)]
-
-
-def _tree16(builder, v):
-    """<16 x float> -> its sum, halves added lane by lane: (v[0:8] + v[8:16]), then 4, 2, 1."""
-    n = 16
-    while n > 1:
-        n //= 2
-        v = builder.fadd(_shuffle(builder, v, v, range(n)), _shuffle(builder, v, v, range(n, 2 * n)))
-    return builder.extract_element(v, ir.Constant(_I32, 0))
-
-
-def _make_rowdot(name, fmt, n_tok, row_loop):
-    @intrinsic
-    def rowdot(typingctx, w, xq, xd, sums, t0):
-        """One row (uint8 (row_bytes,)) . tokens t0..t0+n_tok-1 of the format's prompt activations (xq, xd, sums,
-        laid out as row_loop reads them) -> n_tok float32."""
-        sig = types.UniTuple(types.float32, n_tok)(w, xq, xd, sums, t0)
-
-        def codegen(context, builder, sig, args):
-            return context.make_tuple(builder, sig.return_type, row_loop(context, builder, sig, args, fmt, n_tok))
-
-        return sig, codegen
-
-    rowdot.__name__ = f"rowdot{n_tok}_{name}_prefill"
-    return rowdot
-
-
-def _prefill_template(w, xq, xd, sums, out):
-    n = xq.shape[0]
-    n_full = n - n % PER_PASS  # noqa: F821 (PER_PASS, ROWDOTS, ROWJOB bound by prefill_kernel)
-    for t in range(0, n_full, PER_PASS):  # noqa: F821
-        for r in prange(w.shape[0]):
-            out[t:t + PER_PASS, r] = ROWDOTS(w[r], xq, xd, sums, t)  # noqa: F821
-    if n_full < n:
-        for r in prange(w.shape[0]):
-            ROWJOB(w[r], xq, xd, sums, n_full, n, out, r)  # noqa: F821 (the last tokens: simd._rowjob's 8, 4, then 1-3)
-
-
-_DOC = """out = x @ dequant(w).T for a prompt piece: w uint8 (rows, row_bytes) {fmt} blocks; xq, xd, sums from
-    PREFILL_{fmt}[0](x (n_tok, cols)); out float32 (n_tok, rows). Tokens go {n} at a time through every row (their
-    activations stay in L1 or L2), the last ones in one more pass."""
-
-
-def prefill_rowdots(name, fmt, row_loop) -> tuple:
-    """(rowdot1, .., rowdot4, rowdot8) of a format whose row dots row_loop generates: simd.fused_kernel's row dots,
-    for a per-row kernel that computes every token as the prompt kernel does (simd_kernels.lprefill)."""
-    return tuple(_make_rowdot(name, fmt, n, row_loop) for n in (1, 2, 3, 4, 8))
-
-
-def prefill_kernel(name, fmt, row_loop, module, per_pass=8, rowdots=None):
-    """The prompt kernel prefill_<name>(w, xq, xd, sums, out) of a format whose row dots row_loop(context, builder,
-    sig, args, fmt, n_tok) generates, defined in module (simd.fused_kernel's way of binding); per_pass (8 or 16)
-    tokens a pass over the rows; `rowdots`: prefill_rowdots' of the format, where they were made already."""
-    rowdots = rowdots or prefill_rowdots(name, fmt, row_loop)
-    binds = {f"ROWDOT{n}": rowdot for n, rowdot in zip((1, 2, 3, 4, 8), rowdots)}
-    binds["ROWJOB"] = _inline_copy(_rowjob, f"rowjob_prefill_{name}", binds)
-    binds["ROWDOTS"] = binds["ROWDOT8"] if per_pass == 8 else _make_rowdot(name, fmt, per_pass, row_loop)
-    binds["PER_PASS"] = per_pass
-    return _kernel_copy(_prefill_template, f"prefill_{name}", binds, module, _DOC.format(fmt=name.upper(), n=per_pass))
 
 
 # xq int8 (n_tok, cols) with each super-block's dwords reordered; xd float32 (cols/256, n_tok); sums int16

@@ -22,7 +22,7 @@ from numba.core import cgutils
 
 from .actquant import LGROUP, quantize_q8_0_interleaved, quantize_q8_1_interleaved
 from .jit import njit
-from .kprefill import _fma, _lane_dots, _transpose4, prefill_kernel, prefill_rowdots
+from .prefill import _fma, _lane_dots, _transpose4, prefill_kernel, prefill_rowdots
 from .simd import (
     _I8,
     _I16,
