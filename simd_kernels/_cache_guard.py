@@ -12,8 +12,9 @@ from pathlib import Path
 
 from numba.core.caching import FunctionCache
 
+# the @njit / @intrinsic sources
 MODULES = ("actquant", "attend", "checks", "dequant", "floats", "half", "iquants", "kprefill", "kquants", "ksimd",
-           "legacy", "lprefill", "ops", "paged", "prefill", "rows", "simd", "vmath")  # the @njit / @intrinsic sources
+           "kvsimd", "legacy", "lprefill", "ops", "paged", "prefill", "rows", "simd", "vmath")
 _STAMP = "simd_kernels.sources.sha256"
 
 

@@ -22,6 +22,7 @@ from . import threads
 from .checks import KernelArgumentError
 from .half import kv_f32
 from .jit import njit
+from .kvsimd import LANES, key_dot1, key_dots16, mix_values
 from .vmath import expf, tanhf
 
 # Reassociation lets LLVM vectorize the dot-product reductions; no flag that assumes finite values, since the
@@ -62,9 +63,84 @@ def _block_of(table, paged, s, pos, size):
     return s, pos % size
 
 
+@njit(inline="always")
+def _vector_heads(q, k, v, out):
+    """Whether `_attend` can take its heads as whole vectors (simd_kernels.kvsimd): head_dim a multiple of 16,
+    head_dim_v of 64, each array contiguous along its dims."""
+    return (q.shape[2] % LANES == 0 and v.shape[3] % (4 * LANES) == 0 and q.strides[2] == 4 and out.strides[2] == 4
+            and k.strides[3] == k.itemsize and v.strides[3] == v.itemsize)
+
+
 @njit(cache=True, nogil=True, fastmath=_REDUCE)
 def _attend(q, k, v, table, paged, positions, slots, window, scale, softcap, out, job):
     """Job `job` of `run`: token job // n_head, query head job % n_head.
+
+    The scores 16 keys at a time where a block has 16 more (the rest one at a time: the same sum, kvsimd.key_dot1),
+    softcapped, their softmax, then the value rows mixed block by block (kvsimd.mix_values, one chain of FMAs per
+    element over all the keys): a key's terms do not depend on where blocks end, so the paged and the contiguous cache
+    give the same bits, and a row's on the other rows of the call not at all."""
+    if not _vector_heads(q, k, v, out):
+        _attend_loops(q, k, v, table, paged, positions, slots, window, scale, softcap, out, job)
+        return
+    n_head = q.shape[1]
+    size = k.shape[2]
+    hd_v = v.shape[3]
+    t = job // n_head
+    h = job % n_head
+    kvh = h // (n_head // k.shape[1])
+    s = slots[t]
+    p = positions[t]
+    sc = np.float32(scale)
+    start = 0
+    if window > 0 and p - window + 1 > 0:
+        start = p - window + 1
+    n = p - start + 1
+    scores = np.empty(n, np.float32)  # (n_keys,)
+    j = 0
+    pos = start
+    while pos <= p:
+        b, lo = _block_of(table, paged, s, pos, size)
+        hi = min(size, lo + p + 1 - pos)  # rows lo..hi-1 of block b hold positions pos..
+        r = lo
+        while r < hi:
+            if r + LANES <= hi:
+                key_dots16(q, k, scores, t, h, b, kvh, r, j, sc)
+                step = LANES
+            else:
+                scores[j] = key_dot1(q, k, t, h, b, kvh, r) * sc
+                step = 1
+            j += step
+            r += step
+        pos += hi - lo
+    if softcap > 0:
+        for j in range(n):
+            scores[j] = softcap * np.float32(math.tanh(scores[j] / softcap))
+    m = -np.inf
+    for j in range(n):
+        m = max(m, scores[j])
+    total = 0.0
+    for j in range(n):
+        e = expf(max(scores[j] - m, _EXP_FLOOR))
+        scores[j] = e
+        total += e
+    inv = np.float32(1.0 / total)
+    for j in range(n):
+        scores[j] *= inv
+    for d in range(hd_v):
+        out[t, h, d] = 0.0
+    j = 0
+    pos = start
+    while pos <= p:
+        b, lo = _block_of(table, paged, s, pos, size)
+        hi = min(size, lo + p + 1 - pos)
+        mix_values(v, scores, out, t, h, b, kvh, lo, j, hi - lo)
+        j += hi - lo
+        pos += hi - lo
+
+
+@njit(cache=True, nogil=True, fastmath=_REDUCE)
+def _attend_loops(q, k, v, table, paged, positions, slots, window, scale, softcap, out, job):
+    """`_attend` for heads whose dims are not whole vectors (or arrays not contiguous along them), as plain loops.
 
     Each block's rows are taken KEYS at a time from a row that is a multiple of KEYS (the rest one at a time): which
     keys are summed together depends on their positions alone where blocks hold a multiple of KEYS rows (a pool's
