@@ -20,6 +20,7 @@ from .simd import _F32, _I8, _I16, _I32, _c, _intrinsic, _shuffle, _splat
 
 LANES = 16  # float32 lanes of a vector: a head's dims go 16 at a time
 _V16F = ir.VectorType(_F32, LANES)
+_CACHE = (types.uint16, types.float32)  # a cache's element types: float16 bits, or float32
 
 
 def _ptr(builder, base, offset, ty):
@@ -68,6 +69,8 @@ def _args(context, builder, sig, args):
 def key_dots16(typingctx, q, k, scores, t, h, b, kvh, r, j, scale):
     """scores[j + u] = scale * q[t, h] . k[b, kvh, r + u] for u < 16 (head_dim a multiple of 16), each dot's lanes
     summed as key_dot1 sums its one."""
+    if k.dtype not in _CACHE or q.dtype != types.float32 or scale != types.float32:
+        return None
     half = k.dtype == types.uint16
     sig = types.none(q, k, scores, t, h, b, kvh, r, j, scale)
 
@@ -98,6 +101,8 @@ def key_dots16(typingctx, q, k, scores, t, h, b, kvh, r, j, scale):
 def key_dot1(typingctx, q, k, t, h, b, kvh, r):
     """q[t, h] . k[b, kvh, r] (head_dim a multiple of 16): 16 lanes over the head's 16-element chunks, then summed as a
     tree of halves."""
+    if k.dtype not in _CACHE or q.dtype != types.float32:
+        return None
     half = k.dtype == types.uint16
     sig = types.float32(q, k, t, h, b, kvh, r)
 
@@ -124,6 +129,8 @@ def mix_values(typingctx, v, w, out, t, h, b, kvh, r, j, n):
     """out[t, h] += Σ_{i < n} w[j + i] * v[b, kvh, r + i] (head_dim_v a multiple of 64), key by key in order: each
     element's sum is the same chain of FMAs however the keys are split into calls. Four 16-element chunks go through
     the keys together, four independent chains."""
+    if v.dtype not in _CACHE or w.dtype != types.float32 or out.dtype != types.float32:
+        return None
     half = v.dtype == types.uint16
     sig = types.none(v, w, out, t, h, b, kvh, r, j, n)
 

@@ -194,13 +194,12 @@ class _Drafter:
     drafts are the sequence's own continuation, so every one would be accepted."""
 
     def __init__(self, first: float, each: float) -> None:
-        self.first, self.each, self.asked = first, each, []
+        self.first, self.each = first, each
 
     def draft_costs(self, seq, costs):
         return self.first, self.each
 
     def propose(self, seq, k):
-        self.asked.append(k)
         return list(range(k))
 
 
