@@ -5,7 +5,7 @@ A format's row dots are intrinsics that `row_loop(context, builder, sig, args, f
 against n_tok tokens of the format's prompt activations -> n_tok float32 (`prefill_rowdots` makes them for 1-4 and 8
 tokens); `prefill_kernel` binds them into the prompt kernel, per_pass tokens at a time through every row. The
 32-element formats' per-row kernels (simd_kernels.legacy) are made of the same row dots, so a model of those formats
-imports this module, not the K-quants' kernels.
+imports this module, not the K-quants' prompt kernels (kprefill).
 """
 from __future__ import annotations
 
