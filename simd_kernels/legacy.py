@@ -3,7 +3,7 @@
 Weights w: uint8 (rows, n_blocks * block_bytes), raw GGUF blocks read in place.
 Activations x: float32 (n_tok, cols), quantized once per call to Q8_0 (Q4_0, Q5_0, Q8_0) or Q8_1
 (Q4_1, Q5_1) as llama.cpp does; each block's dot product is an exact integer sum.
-Output out: float32 (n_tok, rows). Each weight row is decoded once per 8 tokens (the last 1-3 in one more pass);
+Output out: float32 (n_tok, rows). Each weight row is decoded once per 8 tokens (the last 1-7 in one more pass);
 tokens go in chunks so that their quantized activations stay in cache while every row streams past
 (simd.fused_kernel).
 

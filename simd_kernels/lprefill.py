@@ -24,6 +24,7 @@ from .actquant import LGROUP, quantize_q8_0_interleaved, quantize_q8_1_interleav
 from .jit import njit
 from .prefill import _fma, _lane_dots, _transpose4, prefill_kernel, prefill_rowdots
 from .simd import (
+    EVERY_COUNT,
     _I8,
     _I16,
     _I32,
@@ -171,7 +172,8 @@ def _splat32(builder, v):
 
 # xq int8 (n_tok, cols8), each 256-element group's dwords transposed 8 x 8; xd float32 (n_tok, nb8); sums int32
 # (-(Σq << shift)) or float32 (Q8_1's s) (n_tok, nb8): quantize_q8_{0,1}_interleaved's
-ROWDOTS = {name: prefill_rowdots(name, fmt, _row_loop) for name, fmt in _FORMATS.items()}  # legacy's too
+# every count 1-8 (legacy's too): a decode forward's 5-7 rows (a verified draft) in one pass over the weights
+ROWDOTS = {name: prefill_rowdots(name, fmt, _row_loop, EVERY_COUNT) for name, fmt in _FORMATS.items()}
 prefill_q8_0 = prefill_kernel("q8_0", _FORMATS["q8_0"], _row_loop, __name__, 16, ROWDOTS["q8_0"])
 prefill_q4_0 = prefill_kernel("q4_0", _FORMATS["q4_0"], _row_loop, __name__, 16, ROWDOTS["q4_0"])
 prefill_q5_0 = prefill_kernel("q5_0", _FORMATS["q5_0"], _row_loop, __name__, 16, ROWDOTS["q5_0"])

@@ -3,9 +3,9 @@
 
 A format's row dots are intrinsics that `row_loop(context, builder, sig, args, fmt, n_tok)` generates: one weight row
 against n_tok tokens of the format's prompt activations -> n_tok float32 (`prefill_rowdots` makes them for 1-4 and 8
-tokens); `prefill_kernel` binds them into the prompt kernel, per_pass tokens at a time through every row. The
-32-element formats' per-row kernels (simd_kernels.legacy) are made of the same row dots, so a model of those formats
-imports this module, not the K-quants' prompt kernels (kprefill).
+tokens, or every count 1-8); `prefill_kernel` binds them into the prompt kernel, per_pass tokens at a time through
+every row. The 32-element formats' per-row kernels (simd_kernels.legacy) are made of the same row dots, so a model of
+those formats imports this module, not the K-quants' prompt kernels (kprefill).
 """
 from __future__ import annotations
 
@@ -21,12 +21,12 @@ from .simd import (
     _V16S,
     _X86,
     _const_vec,
-    _inline_copy,
     _intrinsic,
     _kernel_copy,
-    _rowjob,
+    ROW_TOKENS,
     _shuffle,
     _vnni,
+    rowjob_binds,
 )
 
 _VNNI = {"avx512vnni", "avx512vl"} <= _X86
@@ -126,7 +126,7 @@ def _prefill_template(w, xq, xd, sums, out):
             out[t:t + PER_PASS, r] = ROWDOTS(w[r], xq, xd, sums, t)  # noqa: F821
     if n_full < n:
         for r in prange(w.shape[0]):
-            ROWJOB(w[r], xq, xd, sums, n_full, n, out, r)  # noqa: F821 (the last tokens: simd._rowjob's 8, 4, then 1-3)
+            ROWJOB(w[r], xq, xd, sums, n_full, n, out, r)  # noqa: F821 (the last tokens: simd.rowjob_binds' ROWJOB)
 
 
 _DOC = """out = x @ dequant(w).T for a prompt piece: w uint8 (rows, row_bytes) {fmt} blocks; xq, xd, sums from
@@ -134,10 +134,11 @@ _DOC = """out = x @ dequant(w).T for a prompt piece: w uint8 (rows, row_bytes) {
     activations stay in L1 or L2), the last ones in one more pass."""
 
 
-def prefill_rowdots(name, fmt, row_loop) -> tuple:
-    """(rowdot1, .., rowdot4, rowdot8) of a format whose row dots row_loop generates: simd.fused_kernel's row dots,
-    for a per-row kernel that computes every token as the prompt kernel does (simd_kernels.lprefill)."""
-    return tuple(_make_rowdot(name, fmt, n, row_loop) for n in (1, 2, 3, 4, 8))
+def prefill_rowdots(name, fmt, row_loop, counts=ROW_TOKENS) -> tuple:
+    """The row dots of a format whose row dots row_loop generates, for the token counts `counts` (simd.ROW_TOKENS or
+    simd.EVERY_COUNT): simd.fused_kernel's row dots, for a per-row kernel that computes every token as the prompt
+    kernel does (simd_kernels.lprefill)."""
+    return tuple(_make_rowdot(name, fmt, n, row_loop) for n in counts)
 
 
 def prefill_kernel(name, fmt, row_loop, module, per_pass=8, rowdots=None):
@@ -145,8 +146,7 @@ def prefill_kernel(name, fmt, row_loop, module, per_pass=8, rowdots=None):
     sig, args, fmt, n_tok) generates, defined in module (simd.fused_kernel's way of binding); per_pass (8 or 16)
     tokens a pass over the rows; `rowdots`: prefill_rowdots' of the format, where they were made already."""
     rowdots = rowdots or prefill_rowdots(name, fmt, row_loop)
-    binds = {f"ROWDOT{n}": rowdot for n, rowdot in zip((1, 2, 3, 4, 8), rowdots)}
-    binds["ROWJOB"] = _inline_copy(_rowjob, f"rowjob_prefill_{name}", binds)
+    binds = rowjob_binds(rowdots, f"rowjob_prefill_{name}")
     binds["ROWDOTS"] = binds["ROWDOT8"] if per_pass == 8 else _make_rowdot(name, fmt, per_pass, row_loop)
     binds["PER_PASS"] = per_pass
     return _kernel_copy(_prefill_template, f"prefill_{name}", binds, module, _DOC.format(fmt=name.upper(), n=per_pass))

@@ -170,8 +170,10 @@ def _reduce_f(builder, vec, n):
 # The token counts a row dot is made for: a call's tokens go 8 (or 4) per pass over a row, the last 1-3 in one more.
 # Eight decode each weight block once per 8 tokens; measured (4096x2048, 2 threads, VNNI, best of 3 interleaved) it
 # lifts Q4_K 95 -> 110 GMAC/s at 8 tokens, Q6_K 86 -> 96, IQ4_XS 61 -> 75. A format with row dots for 1-4 tokens
-# only takes 8 as two passes of 4 (_rowdot8_of_4).
+# only takes 8 as two passes of 4 (_rowdot8_of_4). A format with a row dot for every count 1-8 (EVERY_COUNT) takes
+# the last 1-7 in one pass (_rowjob_every): a verified draft of 4-6 tokens is one pass over the weights, not two.
 ROW_TOKENS = (1, 2, 3, 4, 8)
+EVERY_COUNT = tuple(range(1, 9))
 
 
 # ---- the fused kernel: one loop nest over tokens and rows, instantiated per format ----
@@ -221,6 +223,37 @@ def _rowjob(row, xq, xd, xs, t0, t1, out, r):
         (out[t, r],) = ROWDOT1(row, xq, xd, xs, t)  # noqa: F821
 
 
+def _rowjob_every(row, xq, xd, xs, t0, t1, out, r):
+    # out[t0:t1, r] = one weight row against tokens t0..t1-1: 8 tokens per pass, the last 1-7 in one more pass
+    # (the results unpacked into scalars: a tuple stored to a slice measured slower)
+    t = t0
+    while t + 8 <= t1:
+        o0, o1, o2, o3, o4, o5, o6, o7 = ROWDOT8(row, xq, xd, xs, t)  # noqa: F821 (bound by fused_kernel)
+        out[t, r], out[t + 1, r], out[t + 2, r], out[t + 3, r] = o0, o1, o2, o3
+        out[t + 4, r], out[t + 5, r], out[t + 6, r], out[t + 7, r] = o4, o5, o6, o7
+        t += 8
+    left = t1 - t
+    if left == 7:
+        o0, o1, o2, o3, o4, o5, o6 = ROWDOT7(row, xq, xd, xs, t)  # noqa: F821
+        out[t, r], out[t + 1, r], out[t + 2, r], out[t + 3, r] = o0, o1, o2, o3
+        out[t + 4, r], out[t + 5, r], out[t + 6, r] = o4, o5, o6
+    elif left == 6:
+        o0, o1, o2, o3, o4, o5 = ROWDOT6(row, xq, xd, xs, t)  # noqa: F821
+        out[t, r], out[t + 1, r], out[t + 2, r], out[t + 3, r] = o0, o1, o2, o3
+        out[t + 4, r], out[t + 5, r] = o4, o5
+    elif left == 5:
+        o0, o1, o2, o3, o4 = ROWDOT5(row, xq, xd, xs, t)  # noqa: F821
+        out[t, r], out[t + 1, r], out[t + 2, r], out[t + 3, r], out[t + 4, r] = o0, o1, o2, o3, o4
+    elif left == 4:
+        out[t, r], out[t + 1, r], out[t + 2, r], out[t + 3, r] = ROWDOT4(row, xq, xd, xs, t)  # noqa: F821
+    elif left == 3:
+        out[t, r], out[t + 1, r], out[t + 2, r] = ROWDOT3(row, xq, xd, xs, t)  # noqa: F821
+    elif left == 2:
+        out[t, r], out[t + 1, r] = ROWDOT2(row, xq, xd, xs, t)  # noqa: F821
+    elif left == 1:
+        (out[t, r],) = ROWDOT1(row, xq, xd, xs, t)  # noqa: F821
+
+
 def _rowdot8_of_4(row, xq, xd, xs, t):
     # a format without a rowdot8 of its own: 8 tokens as two 4-token passes over the row
     return ROWDOT4(row, xq, xd, xs, t) + ROWDOT4(row, xq, xd, xs, t + 4)  # noqa: F821 (bound by fused_kernel)
@@ -263,13 +296,20 @@ def fused_kernel(name, doc, quantize, rowdots, module):
     every process. The qualname gives each kernel its own cache file; its code stays in this file, so
     _cache_guard's check of this package's sources covers it.
     """
-    binds = {"QUANTIZE": quantize, **{f"ROWDOT{n}": rowdot for n, rowdot in zip(ROW_TOKENS, rowdots)}}
-    if len(rowdots) < len(ROW_TOKENS):
-        binds["ROWDOT8"] = _inline_copy(_rowdot8_of_4, f"rowdot8_of_4_{name}", binds)
-    binds["ROWJOB"] = _inline_copy(_rowjob, f"rowjob_{name}", binds)
+    binds = {"QUANTIZE": quantize, **rowjob_binds(rowdots, f"rowjob_{name}")}
     EXPERTS[name] = _kernel_copy(_experts_template, name.replace("mul_", "experts_", 1), binds, module)
     MULTI[name] = _kernel_copy(_multi_template, name.replace("mul_", "multi_", 1), binds, module)
     return _kernel_copy(_fused_template, name, binds, module, doc)
+
+
+def rowjob_binds(rowdots, name) -> dict:
+    """ROWDOT<n> and ROWJOB (named name) of row dots for ROW_TOKENS' counts, the first four of them, or EVERY_COUNT."""
+    counts = EVERY_COUNT if len(rowdots) == len(EVERY_COUNT) else ROW_TOKENS
+    binds = {f"ROWDOT{n}": rowdot for n, rowdot in zip(counts, rowdots)}
+    if len(rowdots) < len(ROW_TOKENS):
+        binds["ROWDOT8"] = _inline_copy(_rowdot8_of_4, name.replace("rowjob_", "rowdot8_of_4_", 1), binds)
+    binds["ROWJOB"] = _inline_copy(_rowjob_every if counts is EVERY_COUNT else _rowjob, name, binds)
+    return binds
 
 
 def _copy(template, name, binds):
