@@ -96,7 +96,7 @@ class _Q4K:
 
     block = 144
     pairs = 4  # pairs of sums a super-block: 32-element sub-blocks
-    i16_sums = True  # four registers' vpmaddubsw pair sums stay below 2^15 (4*2*15*127)
+    i16_group = 4  # four registers' vpmaddubsw pair sums stay below 2^15 (4*2*15*127)
 
     @staticmethod
     def decode(builder, wd, o):
@@ -116,7 +116,7 @@ class _Q5K:
 
     block = 176
     pairs = 4
-    i16_sums = False
+    i16_group = 1
 
     @staticmethod
     def decode(builder, wd, o):
@@ -143,7 +143,7 @@ class _Q6K:
 
     block = 210
     pairs = 8  # pairs of sums a super-block: 16-element groups
-    i16_sums = False
+    i16_group = 1
 
     @staticmethod
     def decode(builder, wd, o):
@@ -176,7 +176,7 @@ def _pair_lanes(builder, fmt, regs, xqd, xo):
     for h in range(2):
         xs = [_load_vec(builder, xqd, builder.add(xo, _c(64 * m + 32 * h)), 32) for m in range(4)]
         halves.append(_lane_dots(builder, [pair[h] for pair in regs], xs, ir.Constant(_V8I, [0] * 8),
-                                 i16_sums=fmt.i16_sums))
+                                 i16_group=fmt.i16_group))
     return _shuffle(builder, halves[0], halves[1], range(16))
 
 

@@ -45,15 +45,21 @@ from .simd import (
 class _Format:
     """A 32-element format: block bytes, where its f16 d (and min) sit, the decode of a block's quants made
     unsigned (<32 x i8>, natural order) and the offset they carry (a power of two, or 0 for the formats with a
-    min), as 1 << shift."""
+    min), as 1 << shift; the bits of a quant."""
 
-    def __init__(self, block, m_at, decode, shift):
-        self.block, self.m_at, self.decode, self.shift = block, m_at, decode, shift
+    def __init__(self, block, m_at, decode, shift, bits):
+        self.block, self.m_at, self.decode, self.shift, self.bits = block, m_at, decode, shift, bits
 
     @property
     def wide(self) -> bool:
         """Whether the unsigned quants pass 127 (Q8_0): vpmaddubsw's pair sums could saturate."""
-        return self.shift == 7
+        return self.bits == 8
+
+    @property
+    def i16_group(self) -> int:
+        """Registers whose vpmaddubsw pair sums (each up to 2 * top quant * 127) stay below 2^15 together
+        (_lane_dots): Q4 8, Q5 4."""
+        return max(1, min(LGROUP, (2**15 - 1) // (2 * (2**self.bits - 1) * 127)))
 
 
 def _q8_0(b, w, o):
@@ -65,11 +71,11 @@ def _q5(qh, qs):
 
 
 _FORMATS = {
-    "q8_0": _Format(34, None, _q8_0, 7),
-    "q4_0": _Format(18, None, lambda b, w, o: _nibbles(b, w, b.add(o, _c(2))), 3),
-    "q5_0": _Format(22, None, _q5(2, 6), 4),
-    "q4_1": _Format(20, 2, lambda b, w, o: _nibbles(b, w, b.add(o, _c(4))), None),
-    "q5_1": _Format(24, 2, _q5(4, 8), None),
+    "q8_0": _Format(34, None, _q8_0, 7, 8),
+    "q4_0": _Format(18, None, lambda b, w, o: _nibbles(b, w, b.add(o, _c(2))), 3, 4),
+    "q5_0": _Format(22, None, _q5(2, 6), 4, 5),
+    "q4_1": _Format(20, 2, lambda b, w, o: _nibbles(b, w, b.add(o, _c(4))), None, 4),
+    "q5_1": _Format(24, 2, _q5(4, 8), None, 5),
 }
 
 
@@ -144,7 +150,8 @@ def _row_loop(context, builder, sig, args, fmt, n_tok):
         for (xqd, xdd, xsd), acc in zip(rows, accs):
             sums = builder.load(at(xsd, so, sums_ty), align=4)
             xs = [_load_vec(builder, xqd, builder.add(xo, _c(32 * k)), 32) for k in range(n_regs)]
-            lanes = _lane_dots(builder, regs, xs, sums if mw is None else ir.Constant(_V8I, [0] * 8), wide=fmt.wide)
+            lanes = _lane_dots(builder, regs, xs, sums if mw is None else ir.Constant(_V8I, [0] * 8),
+                               i16_group=fmt.i16_group, wide=fmt.wide)
             if half:  # lane j + 4 held dwords 4..7 of block j (its bias, 0 past the row, sits in lane j only)
                 lanes = builder.add(lanes, _shuffle(builder, lanes, lanes, [4, 5, 6, 7, 0, 1, 2, 3]))
             scale = builder.fmul(dw, builder.load(at(xdd, so, _V8F), align=4))

@@ -43,40 +43,44 @@ def _transpose4(builder, c):
             _shuffle(builder, hi01, hi23, even), _shuffle(builder, hi01, hi23, odd)]
 
 
-def _lane_dots(builder, qs, xs, acc, i16_sums=False, wide=False):
-    """acc + Σ_k qs[k] . xs[k] per 32-bit lane (<32 x i8> unsigned q, signed x; four products a lane; exact).
+def _lane_dots(builder, qs, xs, acc, i16_group=1, wide=False):
+    """acc + Σ_k qs[k] . xs[k] per 32-bit lane (<32 x i8> unsigned q, signed x in -127..127; four products a lane;
+    exact).
 
-    `i16_sums`: the registers' vpmaddubsw pair sums stay below 2^15 all together (added as words, one vpmaddwd);
-    `wide`: q passes 127, where vpmaddubsw's pair sums could saturate: AVX2 then dots q - 128 (|q - 128| against x
-    with that sign: the pairs stay below 2*128*127 < 2^15) and adds 128 * Σx, the same integers."""
+    Without VNNI, AVX2 takes each register's products in pairs (vpmaddubsw, 16-bit) and widens them to the lanes
+    (vpmaddwd against ones). `i16_group`: how many consecutive registers' pair sums stay below 2^15 together, so
+    that they are added as words and widened once (Q4: 8 registers, 8*2*15*127 < 2^15; Q5: 4).
+    `wide`: q passes 127 (Q8_0's q + 128), where vpmaddubsw's pair sums could saturate, and acc holds -128 Σx of
+    each lane's elements (the offset the caller takes out): AVX2 then dots the signed q - 128 instead (|q - 128|
+    against x with q - 128's sign, vpsignb: the pairs stay within 2*128*127 < 2^15), which is that same integer,
+    and leaves acc out."""
     if _VNNI:  # two chains of vpdpbusd, added at the end (integers: the same sum), so that one token's dots overlap
         chains = [acc, ir.Constant(acc.type, None)] if len(qs) >= 4 else [acc]
         for i, (q, xv) in enumerate(zip(qs, xs)):
             chains[i % len(chains)] = _vnni(builder, chains[i % len(chains)], q, xv)
         return chains[0] if len(chains) == 1 else builder.add(chains[0], chains[1])
     ones = ir.Constant(_V16S, [1] * 16)
+    v32i8 = ir.VectorType(_I8, 32)
+
+    def widen(pairs):
+        return _intrinsic(builder, "llvm.x86.avx2.pmadd.wd", _V8I, [pairs, ones])
+
     if "avx2" in _X86 and wide:
+        lanes = None
         for q, xv in zip(qs, xs):
             signed = builder.xor(q, _const_vec(_I8, [-128] * 32))  # q - 128 as int8
-            neg = builder.icmp_signed("<", signed, ir.Constant(signed.type, None))
-            x_signed = builder.select(neg, builder.neg(xv), xv)  # x in -127..127: the pairs stay below 2^15
-            pairs = _intrinsic(builder, "llvm.x86.avx2.pmadd.ub.sw", _V16S, [builder.select(neg, builder.neg(signed),
-                                                                                               signed), x_signed])
-            x_pairs = _intrinsic(builder, "llvm.x86.avx2.pmadd.ub.sw", _V16S, [_const_vec(_I8, [1] * 32), xv])
-            lanes = builder.add(_intrinsic(builder, "llvm.x86.avx2.pmadd.wd", _V8I, [pairs, ones]),
-                                builder.shl(_intrinsic(builder, "llvm.x86.avx2.pmadd.wd", _V8I, [x_pairs, ones]),
-                                            ir.Constant(_V8I, [7] * 8)))
-            acc = builder.add(acc, lanes)
-        return acc
+            magnitude = _intrinsic(builder, "llvm.x86.avx2.psign.b", v32i8, [signed, signed])  # |q - 128| (-128: 128)
+            x_signed = _intrinsic(builder, "llvm.x86.avx2.psign.b", v32i8, [xv, signed])  # x with q - 128's sign
+            dots = widen(_intrinsic(builder, "llvm.x86.avx2.pmadd.ub.sw", _V16S, [magnitude, x_signed]))
+            lanes = dots if lanes is None else builder.add(lanes, dots)
+        return lanes
     if "avx2" in _X86:
         pairs = [_intrinsic(builder, "llvm.x86.avx2.pmadd.ub.sw", _V16S, [q, xv]) for q, xv in zip(qs, xs)]
-        if i16_sums:
-            total = pairs[0]
-            for p in pairs[1:]:
-                total = builder.add(total, p)
-            return builder.add(acc, _intrinsic(builder, "llvm.x86.avx2.pmadd.wd", _V8I, [total, ones]))
-        for p in pairs:
-            acc = builder.add(acc, _intrinsic(builder, "llvm.x86.avx2.pmadd.wd", _V8I, [p, ones]))
+        for g in range(0, len(pairs), i16_group):
+            words = pairs[g]
+            for p in pairs[g + 1:g + i16_group]:
+                words = builder.add(words, p)
+            acc = builder.add(acc, widen(words))
         return acc
     v32 = ir.VectorType(_I32, 32)
     for q, xv in zip(qs, xs):

@@ -15,23 +15,36 @@ import pytest
 import simd_kernels.simd as simd
 
 ROOT = Path(__file__).resolve().parent.parent
-TYPES = (2, 3, 8, 12, 13, 14)  # Q4_0 (signed quants), Q4_1 (unsigned, with a min), Q8_0, Q4_K, Q5_K, Q6_K
+# Q4_0 (signed quants), Q4_1 (unsigned, with a min), Q5_0, Q5_1 (fifth bits), Q8_0, Q4_K, Q5_K, Q6_K
+TYPES = (2, 3, 6, 7, 8, 12, 13, 14)
 _SCRIPT = """
 import json, sys
 import numpy as np
 sys.path.insert(0, {tests!r})
 import simd_kernels as sk
-from test_kernels import random_weights
+import quant
+from test_kernels import SCALE_OFFSETS, random_weights
 out = {{}}
 for t in {types!r}:
     rng = np.random.default_rng(t)
     w = random_weights(rng, t, 40, 512)
-    w.flags.writeable = False
-    for n in (1, 5, 8):
-        x = rng.standard_normal((n, 512)).astype(np.float32)
-        o = np.empty((n, 40), np.float32)
-        sk.MUL[t](w, x, o)
-        out[f"{{t}}_{{n}}"] = o.view(np.uint32).ravel().tolist()
+    # saturating blocks: every byte but the scales 0xff (Q8_0: -128), against activations of one magnitude (every
+    # quant +-127): the largest pair sums the 16-bit steps of AVX2 can meet
+    sat = w.reshape(40, 512 // quant.FORMATS[t].block_size, -1).copy()
+    keep = np.zeros(sat.shape[2], bool)
+    for o in SCALE_OFFSETS[t]:
+        keep[o:o + 2] = True
+    sat[:, :, ~keep] = 0x80 if t == 8 else 0xFF
+    sat = sat.reshape(40, -1)
+    for name, weights in (("random", w), ("saturating", sat)):
+        weights.flags.writeable = False
+        for n in (1, 5, 8):
+            x = rng.standard_normal((n, 512)).astype(np.float32)
+            if name == "saturating":
+                x = np.where(np.arange(512) % 64 < 32, 1.0, -1.0).astype(np.float32) * np.sign(x[:, :1])
+            o = np.empty((n, 40), np.float32)
+            sk.MUL[t](weights, x, o)
+            out[f"{{t}}_{{name}}_{{n}}"] = o.view(np.uint32).ravel().tolist()
 print(json.dumps(out))
 """
 
