@@ -224,8 +224,8 @@ def _rowjob(row, xq, xd, xs, t0, t1, out, r):
 
 
 def _rowjob_every(row, xq, xd, xs, t0, t1, out, r):
-    # out[t0:t1, r] = one weight row against tokens t0..t1-1: 8 tokens per pass, the last 1-7 in one more pass
-    # (the results unpacked into scalars: a tuple stored to a slice measured slower)
+    # out[t0:t1, r] = one weight row against tokens t0..t1-1: 8 tokens per pass, the last 5-7 in one more pass, 1-4
+    # as _rowjob takes them (ROWJOB_SHORT); the results unpacked into scalars: a tuple stored to a slice measured slower
     t = t0
     while t + 8 <= t1:
         o0, o1, o2, o3, o4, o5, o6, o7 = ROWDOT8(row, xq, xd, xs, t)  # noqa: F821 (bound by fused_kernel)
@@ -244,14 +244,8 @@ def _rowjob_every(row, xq, xd, xs, t0, t1, out, r):
     elif left == 5:
         o0, o1, o2, o3, o4 = ROWDOT5(row, xq, xd, xs, t)  # noqa: F821
         out[t, r], out[t + 1, r], out[t + 2, r], out[t + 3, r], out[t + 4, r] = o0, o1, o2, o3, o4
-    elif left == 4:
-        out[t, r], out[t + 1, r], out[t + 2, r], out[t + 3, r] = ROWDOT4(row, xq, xd, xs, t)  # noqa: F821
-    elif left == 3:
-        out[t, r], out[t + 1, r], out[t + 2, r] = ROWDOT3(row, xq, xd, xs, t)  # noqa: F821
-    elif left == 2:
-        out[t, r], out[t + 1, r] = ROWDOT2(row, xq, xd, xs, t)  # noqa: F821
-    elif left == 1:
-        (out[t, r],) = ROWDOT1(row, xq, xd, xs, t)  # noqa: F821
+    elif left > 0:
+        ROWJOB_SHORT(row, xq, xd, xs, t, t1, out, r)  # noqa: F821
 
 
 def _rowdot8_of_4(row, xq, xd, xs, t):
@@ -303,11 +297,14 @@ def fused_kernel(name, doc, quantize, rowdots, module):
 
 
 def rowjob_binds(rowdots, name) -> dict:
-    """ROWDOT<n> and ROWJOB (named name) of row dots for ROW_TOKENS' counts, the first four of them, or EVERY_COUNT."""
+    """ROWDOT<n> and ROWJOB (named name) of row dots for ROW_TOKENS' counts, the first four of them, or EVERY_COUNT
+    (then also ROWJOB_SHORT, _rowjob's copy that takes _rowjob_every's last 1-4 tokens)."""
     counts = EVERY_COUNT if len(rowdots) == len(EVERY_COUNT) else ROW_TOKENS
     binds = {f"ROWDOT{n}": rowdot for n, rowdot in zip(counts, rowdots)}
     if len(rowdots) < len(ROW_TOKENS):
         binds["ROWDOT8"] = _inline_copy(_rowdot8_of_4, name.replace("rowjob_", "rowdot8_of_4_", 1), binds)
+    if counts is EVERY_COUNT:
+        binds["ROWJOB_SHORT"] = _inline_copy(_rowjob, name.replace("rowjob_", "rowjob_short_", 1), binds)
     binds["ROWJOB"] = _inline_copy(_rowjob_every if counts is EVERY_COUNT else _rowjob, name, binds)
     return binds
 
