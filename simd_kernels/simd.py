@@ -224,28 +224,23 @@ def _rowjob(row, xq, xd, xs, t0, t1, out, r):
 
 
 def _rowjob_every(row, xq, xd, xs, t0, t1, out, r):
-    # out[t0:t1, r] = one weight row against tokens t0..t1-1: 8 tokens per pass, the last 5-7 in one more pass, 1-4
-    # as _rowjob takes them (ROWJOB_SHORT); the results unpacked into scalars: a tuple stored to a slice measured slower
-    t = t0
-    while t + 8 <= t1:
-        o0, o1, o2, o3, o4, o5, o6, o7 = ROWDOT8(row, xq, xd, xs, t)  # noqa: F821 (bound by fused_kernel)
-        out[t, r], out[t + 1, r], out[t + 2, r], out[t + 3, r] = o0, o1, o2, o3
-        out[t + 4, r], out[t + 5, r], out[t + 6, r], out[t + 7, r] = o4, o5, o6, o7
-        t += 8
-    left = t1 - t
+    # out[t0:t1, r] = one weight row against tokens t0..t1-1: as _rowjob takes them (ROWJOB_SHORT: 8 a pass, the
+    # last 1-4 in one more), but for a last 5-7, which take one pass of their own
+    left = (t1 - t0) % 8
+    if left < 5:
+        ROWJOB_SHORT(row, xq, xd, xs, t0, t1, out, r)  # noqa: F821 (bound by fused_kernel)
+        return
+    t = t1 - left
+    ROWJOB_SHORT(row, xq, xd, xs, t0, t, out, r)  # noqa: F821
     if left == 7:
-        o0, o1, o2, o3, o4, o5, o6 = ROWDOT7(row, xq, xd, xs, t)  # noqa: F821
-        out[t, r], out[t + 1, r], out[t + 2, r], out[t + 3, r] = o0, o1, o2, o3
-        out[t + 4, r], out[t + 5, r], out[t + 6, r] = o4, o5, o6
+        (out[t, r], out[t + 1, r], out[t + 2, r], out[t + 3, r], out[t + 4, r], out[t + 5, r],
+         out[t + 6, r]) = ROWDOT7(row, xq, xd, xs, t)  # noqa: F821
     elif left == 6:
-        o0, o1, o2, o3, o4, o5 = ROWDOT6(row, xq, xd, xs, t)  # noqa: F821
-        out[t, r], out[t + 1, r], out[t + 2, r], out[t + 3, r] = o0, o1, o2, o3
-        out[t + 4, r], out[t + 5, r] = o4, o5
-    elif left == 5:
-        o0, o1, o2, o3, o4 = ROWDOT5(row, xq, xd, xs, t)  # noqa: F821
-        out[t, r], out[t + 1, r], out[t + 2, r], out[t + 3, r], out[t + 4, r] = o0, o1, o2, o3, o4
-    elif left > 0:
-        ROWJOB_SHORT(row, xq, xd, xs, t, t1, out, r)  # noqa: F821
+        (out[t, r], out[t + 1, r], out[t + 2, r], out[t + 3, r], out[t + 4, r],
+         out[t + 5, r]) = ROWDOT6(row, xq, xd, xs, t)  # noqa: F821
+    else:
+        (out[t, r], out[t + 1, r], out[t + 2, r], out[t + 3, r],
+         out[t + 4, r]) = ROWDOT5(row, xq, xd, xs, t)  # noqa: F821
 
 
 def _rowdot8_of_4(row, xq, xd, xs, t):
@@ -298,7 +293,7 @@ def fused_kernel(name, doc, quantize, rowdots, module):
 
 def rowjob_binds(rowdots, name) -> dict:
     """ROWDOT<n> and ROWJOB (named name) of row dots for ROW_TOKENS' counts, the first four of them, or EVERY_COUNT
-    (then also ROWJOB_SHORT, _rowjob's copy that takes _rowjob_every's last 1-4 tokens)."""
+    (then also ROWJOB_SHORT, the copy of _rowjob that _rowjob_every hands all but a last 5-7 tokens)."""
     counts = EVERY_COUNT if len(rowdots) == len(EVERY_COUNT) else ROW_TOKENS
     binds = {f"ROWDOT{n}": rowdot for n, rowdot in zip(counts, rowdots)}
     if len(rowdots) < len(ROW_TOKENS):
