@@ -19,6 +19,12 @@ from localrt.models import builtin_models
 REFERENCE_DIR = Path(__file__).parent / "data"
 
 
+def pytest_xdist_auto_num_workers(config) -> int:
+    """`-n auto`: a worker per core, at most 4. Each worker loads its own models and compiles (or loads from
+    Numba's on-disk cache) its own kernels, whose threads share the cores; more workers buy little past that."""
+    return max(1, min(os.cpu_count() or 1, 4))
+
+
 @pytest.fixture(scope="session")
 def smollm2_path() -> Path:
     return builtin_models.smollm2_path()

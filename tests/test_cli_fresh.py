@@ -271,8 +271,9 @@ def test_show_verbose_shortens_long_arrays_unless_full():
 def test_one_shot_run_wraps_words_on_a_terminal(daemon, smollm2_path):
     assert _cli(daemon, "pull", "smollm2:135m").exit_code == 0
     prompt = "Write two long sentences about the history of the city of Paris."
+    env = {k: v for k, v in {**os.environ, **daemon.env}.items() if k not in ("COLUMNS", "LINES")}  # the pty's size
     child = pexpect.spawn(sys.executable, ["-m", "localrt", "run", "smollm2:135m", prompt], cwd=str(REPO),
-                          env={**os.environ, **daemon.env}, encoding="utf-8", timeout=90, dimensions=(40, 30))
+                          env=env, encoding="utf-8", timeout=90, dimensions=(40, 30))
     child.expect(pexpect.EOF)
     out = child.before
     text = re.sub("\r(?:[\u2800-\u28ff][^\r\n\x1b]*)?\x1b\\[K", "", out)  # spinner frames

@@ -18,13 +18,24 @@ from _kernel_oracle import activation_error, emulated_dot, weights
 F32, F16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 = 0, 1, 2, 3, 6, 7, 8
 Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS, BF16 = 10, 11, 12, 13, 14, 20, 23, 30
 ALL = [Q8_0, Q4_1, Q4_K, Q5_0, Q6_K, F32, Q4_0, Q5_1, Q2_K, Q3_K, Q5_K, F16, BF16, IQ4_NL, IQ4_XS]
+# Q2_K's and Q3_K's per-row kernels take minutes each to compile cold (no built-in model holds them): their
+# kernel tests run with the slow ones
+SLOW_COMPILE = (Q2_K, Q3_K)
+ALL_KERNELS = [pytest.param(t, marks=pytest.mark.slow) if t in SLOW_COMPILE else t for t in ALL]
 # byte offsets of the f16 scales inside each block: random bytes there could be inf/NaN
 SCALE_OFFSETS = {Q4_0: [0], Q4_1: [0, 2], Q5_0: [0], Q5_1: [0, 2], Q8_0: [0], Q2_K: [80, 82],
                  Q3_K: [108], Q4_K: [0, 2], Q5_K: [0, 2], Q6_K: [208], IQ4_NL: [0], IQ4_XS: [0]}
 
 
-def random_weights(rng, t: int, rows: int, cols: int) -> np.ndarray:
-    """uint8 (rows, row_bytes): random blocks with finite f16 scales."""
+def random_weights(rng, t: int, rows: int, cols: int, *, writeable: bool = False) -> np.ndarray:
+    """uint8 (rows, row_bytes): random blocks with finite f16 scales; read-only unless asked, as the mmap'd weights
+    are, so the raw kernels compile the one variant the engine uses (a writable array is a second Numba type)."""
+    w = _random_weights(rng, t, rows, cols)
+    w.flags.writeable = writeable
+    return w
+
+
+def _random_weights(rng, t: int, rows: int, cols: int) -> np.ndarray:
     if t == F32:
         return rng.standard_normal((rows, cols)).astype(np.float32).view(np.uint8)
     if t == F16:
@@ -50,7 +61,7 @@ def check(t: int, w: np.ndarray, x: np.ndarray, out: np.ndarray) -> None:
     assert np.all(np.abs(out - exact) <= bound), f"type {t}: beyond the activation quantization bound"
 
 
-@pytest.mark.parametrize("t", ALL)
+@pytest.mark.parametrize("t", ALL_KERNELS)
 @pytest.mark.parametrize("rows", [1, 6, 67])
 def test_matvec_random_blocks(t: int, rows: int) -> None:
     rng = np.random.default_rng(1000 * t + rows)
@@ -62,7 +73,7 @@ def test_matvec_random_blocks(t: int, rows: int) -> None:
     check(t, w, x[None], out[None])
 
 
-@pytest.mark.parametrize("t", ALL)
+@pytest.mark.parametrize("t", ALL_KERNELS)
 def test_matmul_fused_and_tiled_paths(t: int) -> None:
     """Both matmul paths: the fused kernel (raw sk.MUL, any n_tok) and sk.matmul's choice for a batch."""
     rng = np.random.default_rng(7 + t)
@@ -99,7 +110,7 @@ def test_matvec_zero_activations_and_zero_blocks() -> None:
     for t in (Q8_0, Q4_1, Q4_K, Q6_K):
         w = random_weights(rng, t, 5, 256)
         assert np.array_equal(sk.matvec(t, w, np.zeros(256, np.float32)), np.zeros(5, np.float32))
-    w = random_weights(rng, Q4_K, 5, 256)
+    w = random_weights(rng, Q4_K, 5, 256, writeable=True)
     w[:, 0:4] = 0  # d = dmin = 0: the whole super-block is zero
     x = rng.standard_normal(256).astype(np.float32)
     assert np.array_equal(sk.matvec(Q4_K, w, x), np.zeros(5, np.float32))

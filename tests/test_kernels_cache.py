@@ -39,16 +39,22 @@ def test_every_block_format_kernel_is_generated() -> None:
     assert legacy.mul_q8_0 is sk.MUL[8] and kquants.mul_q6_k is sk.MUL[14] and iquants.mul_iq4_xs is sk.MUL[23]
 
 
-def test_generated_kernels_load_from_cache_in_a_new_process() -> None:
+SLOW_COMPILE = (10, 11)  # Q2_K, Q3_K: minutes each to compile cold (tests/test_kernels.py)
+
+
+@pytest.mark.parametrize("types", [
+    sorted(set(GENERATED) - set(SLOW_COMPILE)), pytest.param(list(SLOW_COMPILE), marks=pytest.mark.slow)],
+    ids=["formats", "q2_k-q3_k"])
+def test_generated_kernels_load_from_cache_in_a_new_process(types: list[int]) -> None:
     root = Path(sk.__file__).resolve().parents[1]
     if not os.access(Path(sk.__file__).parent, os.W_OK):
         pytest.skip("the package directory is read-only: Numba cannot cache here")
-    probe = _PROBE.replace("TYPES", repr(sorted(GENERATED)))
+    probe = _PROBE.replace("TYPES", repr(types))
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")])}
     for _ in range(2):  # the first run fills the cache (a no-op when earlier tests or runs did)
         done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env, check=True)
     misses = json.loads(done.stdout.strip().splitlines()[-1])
-    assert misses == {str(t): 0 for t in sorted(GENERATED)}, "kernels recompiled in a fresh process"
+    assert misses == {str(t): 0 for t in types}, "kernels recompiled in a fresh process"
 
 
 _EXPERTS_PROBE = """

@@ -72,7 +72,7 @@ def test_iq4_nl_extreme_levels() -> None:
 @pytest.mark.parametrize("t", [IQ4_NL, IQ4_XS])
 def test_zero_activations_and_zero_scales(t: int) -> None:
     rng = np.random.default_rng(t)
-    w = random_weights(rng, t, 5, 512)
+    w = random_weights(rng, t, 5, 512, writeable=True)
     assert np.array_equal(sk.matvec(t, w, np.zeros(512, np.float32)), np.zeros(5, np.float32))
     w[:, 0:2] = 0  # d = 0 in the first block of every row
     w = w.reshape(5, -1, quant.FORMATS[t].type_size)

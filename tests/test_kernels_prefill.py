@@ -132,6 +132,7 @@ def _bits(tmp_path: Path, features: str) -> np.ndarray:
     return np.array(json.loads(r.stdout.splitlines()[-1]), np.uint32)
 
 
+@pytest.mark.slow  # every kernel compiled cold once per instruction set, in subprocesses
 @pytest.mark.skipif("avx2" not in simd._X86, reason="the host has no AVX2: only the generic code runs here")
 def test_every_x86_path_gives_the_generic_codes_bits(tmp_path: Path) -> None:
     generic = _bits(tmp_path, "")

@@ -60,6 +60,7 @@ def _products(tmp_path: Path, features: str | None) -> dict:
     return json.loads(r.stdout.splitlines()[-1])
 
 
+@pytest.mark.slow  # every kernel compiled cold once per instruction set, in subprocesses
 @pytest.mark.skipif("avx2" not in simd._X86, reason="the host has no AVX2: only the generic code runs here")
 def test_every_x86_path_gives_the_generic_codes_bits(tmp_path):
     generic = _products(tmp_path, "")

@@ -65,6 +65,7 @@ class Session:
     """One `localrt run` in a pty. `say` types a line and returns what was printed before the next prompt."""
 
     def __init__(self, env: dict, *args: str, columns: int = 200):
+        env = {k: v for k, v in env.items() if k not in ("COLUMNS", "LINES")}  # the pty's size, not the runner's
         self.child = pexpect.spawn(sys.executable, ["-m", "cli", "run", MODEL, *args], cwd=str(REPO), env=env,
                                    encoding="utf-8", timeout=ANSWER_S, dimensions=(40, columns))
         self.child.expect_exact(PROMPT)  # the model is preloaded before the first prompt
