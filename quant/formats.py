@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from gguf_io import GGMLType
+from gguf_io import BLOCK_SIZES, GGMLType
 
 QK = 32  # elements per block of the legacy types (QK4_0 = ... = QK8_1)
 QK_K = 256  # elements per super-block of the K-quants
@@ -27,7 +27,7 @@ class QuantError(ValueError):
 class BlockFormat:
     name: str
     ggml_type: int
-    block_size: int  # elements per block
+    block_size: int  # elements per block (gguf_io.BLOCK_SIZES, the one table of sizes)
     type_size: int  # bytes per block
     fields: tuple[tuple[str, str, int], ...]  # (name, little-endian dtype, count) in byte order
     activations_only: bool = False  # Q8_1 / Q8_K: built on the fly for dot products, never in files
@@ -40,62 +40,41 @@ class BlockFormat:
         object.__setattr__(self, "dtype", dtype)
 
 
+def _block(name: str, fields: tuple[tuple[str, str, int], ...], activations_only: bool = False) -> BlockFormat:
+    """The format of GGML type `name`, its sizes read from gguf_io's table; the fields must fill its bytes."""
+    ggml_type = GGMLType[name]
+    block_size, type_size = BLOCK_SIZES[ggml_type]
+    return BlockFormat(name, ggml_type, block_size, type_size, fields, activations_only)
+
+
 _K_SCALE_SIZE = 12  # packed 6-bit scales and mins of Q4_K / Q5_K, and 16 6-bit scales of Q3_K
 
 FORMATS: dict[int, BlockFormat] = {
     f.ggml_type: f
     for f in (
-        BlockFormat("F32", GGMLType.F32, 1, 4, (("x", "<f4", 1),)),
-        BlockFormat("F16", GGMLType.F16, 1, 2, (("x", "<f2", 1),)),
-        BlockFormat("BF16", GGMLType.BF16, 1, 2, (("x", "<u2", 1),)),
-        BlockFormat("Q4_0", GGMLType.Q4_0, QK, 18, (("d", "<f2", 1), ("qs", "u1", 16))),
-        BlockFormat("Q4_1", GGMLType.Q4_1, QK, 20, (("d", "<f2", 1), ("m", "<f2", 1), ("qs", "u1", 16))),
-        BlockFormat("Q5_0", GGMLType.Q5_0, QK, 22, (("d", "<f2", 1), ("qh", "<u4", 1), ("qs", "u1", 16))),
-        BlockFormat(
-            "Q5_1", GGMLType.Q5_1, QK, 24,
-            (("d", "<f2", 1), ("m", "<f2", 1), ("qh", "<u4", 1), ("qs", "u1", 16)),
+        _block("F32", (("x", "<f4", 1),)),
+        _block("F16", (("x", "<f2", 1),)),
+        _block("BF16", (("x", "<u2", 1),)),
+        _block("Q4_0", (("d", "<f2", 1), ("qs", "u1", 16))),
+        _block("Q4_1", (("d", "<f2", 1), ("m", "<f2", 1), ("qs", "u1", 16))),
+        _block("Q5_0", (("d", "<f2", 1), ("qh", "<u4", 1), ("qs", "u1", 16))),
+        _block("Q5_1", (("d", "<f2", 1), ("m", "<f2", 1), ("qh", "<u4", 1), ("qs", "u1", 16))),
+        _block("Q8_0", (("d", "<f2", 1), ("qs", "i1", 32))),
+        _block("Q8_1", (("d", "<f2", 1), ("s", "<f2", 1), ("qs", "i1", 32)), activations_only=True),
+        _block("Q2_K", (("scales", "u1", 16), ("qs", "u1", 64), ("d", "<f2", 1), ("dmin", "<f2", 1))),
+        _block("Q3_K", (("hmask", "u1", 32), ("qs", "u1", 64), ("scales", "u1", _K_SCALE_SIZE), ("d", "<f2", 1))),
+        _block("Q4_K", (("d", "<f2", 1), ("dmin", "<f2", 1), ("scales", "u1", _K_SCALE_SIZE), ("qs", "u1", 128))),
+        _block(
+            "Q5_K",
+            (("d", "<f2", 1), ("dmin", "<f2", 1), ("scales", "u1", _K_SCALE_SIZE), ("qh", "u1", 32), ("qs", "u1", 128)),
         ),
-        BlockFormat("Q8_0", GGMLType.Q8_0, QK, 34, (("d", "<f2", 1), ("qs", "i1", 32))),
-        BlockFormat(
-            "Q8_1", GGMLType.Q8_1, QK, 36, (("d", "<f2", 1), ("s", "<f2", 1), ("qs", "i1", 32)),
-            activations_only=True,
-        ),
-        BlockFormat(
-            "Q2_K", GGMLType.Q2_K, QK_K, 84,
-            (("scales", "u1", 16), ("qs", "u1", 64), ("d", "<f2", 1), ("dmin", "<f2", 1)),
-        ),
-        BlockFormat(
-            "Q3_K", GGMLType.Q3_K, QK_K, 110,
-            (("hmask", "u1", 32), ("qs", "u1", 64), ("scales", "u1", _K_SCALE_SIZE), ("d", "<f2", 1)),
-        ),
-        BlockFormat(
-            "Q4_K", GGMLType.Q4_K, QK_K, 144,
-            (("d", "<f2", 1), ("dmin", "<f2", 1), ("scales", "u1", _K_SCALE_SIZE), ("qs", "u1", 128)),
-        ),
-        BlockFormat(
-            "Q5_K", GGMLType.Q5_K, QK_K, 176,
-            (
-                ("d", "<f2", 1), ("dmin", "<f2", 1), ("scales", "u1", _K_SCALE_SIZE),
-                ("qh", "u1", 32), ("qs", "u1", 128),
-            ),
-        ),
-        BlockFormat(
-            "Q6_K", GGMLType.Q6_K, QK_K, 210,
-            (("ql", "u1", 128), ("qh", "u1", 64), ("scales", "i1", 16), ("d", "<f2", 1)),
-        ),
+        _block("Q6_K", (("ql", "u1", 128), ("qh", "u1", 64), ("scales", "i1", 16), ("d", "<f2", 1))),
         # y = d * KVALUES_IQ4NL[q]; q: element j in the low nibble of qs[j], element j+16 in the high one
-        BlockFormat("IQ4_NL", GGMLType.IQ4_NL, QK, 18, (("d", "<f2", 1), ("qs", "u1", 16))),
+        _block("IQ4_NL", (("d", "<f2", 1), ("qs", "u1", 16))),
         # 8 sub-blocks of 32, each with a 6-bit scale ls (low 4 bits in scales_l nibble j, high 2 bits in
         # bits 2j..2j+1 of scales_h); y = d * (ls - 32) * KVALUES_IQ4NL[q], qs as 8 IQ4_NL quant arrays
-        BlockFormat(
-            "IQ4_XS", GGMLType.IQ4_XS, QK_K, 136,
-            (("d", "<f2", 1), ("scales_h", "<u2", 1), ("scales_l", "u1", 4), ("qs", "u1", 128)),
-        ),
-        BlockFormat(
-            "Q8_K", GGMLType.Q8_K, QK_K, 292,
-            (("d", "<f4", 1), ("qs", "i1", 256), ("bsums", "<i2", 16)),
-            activations_only=True,
-        ),
+        _block("IQ4_XS", (("d", "<f2", 1), ("scales_h", "<u2", 1), ("scales_l", "u1", 4), ("qs", "u1", 128))),
+        _block("Q8_K", (("d", "<f4", 1), ("qs", "i1", 256), ("bsums", "<i2", 16)), activations_only=True),
     )
 }
 

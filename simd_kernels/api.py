@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib
 
 import numpy as np
+from gguf_io.constants import BLOCK_SIZES
 
 from .checks import KernelArgumentError
 from .simd import _X86
@@ -21,14 +22,10 @@ from .threads import use_threads_for
 F32, F16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 = 0, 1, 2, 3, 6, 7, 8
 Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS, BF16 = 10, 11, 12, 13, 14, 20, 23, 30
 
-# ggml type id -> (elements per block, bytes per block) for the weight formats the kernels read
+# ggml type id -> (elements per block, bytes per block) for the weight formats the kernels read: gguf_io's table
 BLOCKS: dict[int, tuple[int, int]] = {
-    F32: (1, 4), F16: (1, 2), BF16: (1, 2),
-    Q4_0: (32, 18), Q4_1: (32, 20), Q5_0: (32, 22), Q5_1: (32, 24), Q8_0: (32, 34),
-    Q2_K: (256, 84), Q3_K: (256, 110), Q4_K: (256, 144), Q5_K: (256, 176), Q6_K: (256, 210),
-    IQ4_NL: (32, 18), IQ4_XS: (256, 136),
+    t: BLOCK_SIZES[t] for t in (F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS)
 }
-
 
 
 class KernelTable(dict):
