@@ -19,18 +19,17 @@ from localrt import load_model
 from localrt.engine.backends.backend import BLAS_MIN_TOKENS, CPUBackend
 from localrt.engine.batch import PREFILL_ROWS_PER_STEP, Batcher
 from localrt.engine.events import Done, Token
-from test_kernels import ALL, random_weights
+from test_kernels import ALL_KERNELS, random_weights
 
 
 
 # -- kernels -----------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("t", ALL)
+@pytest.mark.parametrize("t", ALL_KERNELS)
 def test_fused_kernel_rows_equal_one_row_calls(t: int) -> None:
     rng = np.random.default_rng(7 + t)
-    w = random_weights(rng, t, 67, 512)
-    w.flags.writeable = False  # as the mmap'd weights are (the variant the engine compiles)
+    w = random_weights(rng, t, 67, 512)  # read-only, as the mmap'd weights are (the variant the engine compiles)
     for n in (2, 3, 4, 5, 8, 17, 64, 65, 130, BLAS_MIN_TOKENS - 1):
         x = rng.standard_normal((n, 512)).astype(np.float32)
         out = np.empty((n, 67), np.float32)
@@ -264,7 +263,8 @@ def test_short_prompts_that_arrive_together_start_in_one_step(smollm2_path):
         return {id(s) for s, events in out if any(isinstance(e, Token) for e in events)}
 
     assert step() == {id(s) for s in seqs[:3]}
-    assert [s.state for s in seqs[3:]] == ["prefill", "prefill"] and seqs[3]._pos == seqs[4]._pos == 0
+    assert [s.state for s in seqs[3:]] == ["prefill", "prefill"]
+    assert seqs[3].progress.computed == seqs[4].progress.computed == 0
     while batcher.sequences:
         step()
     assert [got[id(s)] for s in seqs] == refs

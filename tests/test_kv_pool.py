@@ -3,6 +3,8 @@ kernels that read through the block tables bit for bit as over a contiguous cach
 what happens when the pool runs dry (preemption: outputs unchanged)."""
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 import pytest
 
@@ -221,6 +223,27 @@ def test_a_lone_sequence_takes_over_a_block_shared_only_with_a_cached_prefix():
     assert entry.tokens == list(range(12)) and cache.pool.n_free == 0 and cache.pool.exclusive(cache.blocks_of(0)[3])
 
 
+def test_match_prefix_finds_the_longest_exact_prefix_of_cached_and_running_sequences():
+    """Prefix matching needs no weights: ids, BLAS pieces and blocks decide what a new prompt reuses."""
+    cache = _cache(n_blocks=8)
+    _write(cache, 0, 10, 1.0)
+    cached = cache.retire(0, list(range(10)), [])
+    _write(cache, 1, 7, 2.0)
+    running = cache.running_prefix(1, [0, 1, 2, 3, 90, 91, 92, 93], [])  # 7 of its 8 ids computed
+    assert running.tokens == [0, 1, 2, 3, 90, 91, 92] and running.entry is None
+    sources = cache.prefixes([running])
+    assert [s.entry for s in sources] == [cached, None]
+    target = list(range(8)) + [50]
+    assert cache.match_prefix(target, [], sources) == (8, sources[0])  # the cached prefix agrees on 8 ids
+    assert cache.match_prefix([0, 1, 2, 3, 90, 91, 5], [], sources) == (6, running)
+    assert cache.match_prefix(list(range(10)), [], sources)[0] == 9  # the last position is always evaluated
+    assert cache.match_prefix(target, [], sources, reuse_min=9) == (0, None)
+    # a prompt whose first 8 positions are one BLAS piece reuses them only from a cache that computed them so
+    assert cache.match_prefix(target, [(0, 8)], sources) == (0, None)
+    cache.take_prefix(2, sources[0], 8)
+    assert cache.lengths[2] == 8 and cache.blocks_of(2) == cached.blocks[:2]
+
+
 def test_the_budget_sets_the_pool():
     assert pool_blocks(4096, 4) == 4 * 64 and pool_blocks(4096, 4, 1000) == 64  # never below one context
     assert pool_blocks(4096, 4, 6400) == 100 and pool_blocks(100, 2) == 4
@@ -297,6 +320,29 @@ def test_a_shared_system_prompt_is_referenced_not_copied(tiny_path):
     assert got[-1].prompt_cached_count == 100 and got[-1].prompt_eval_count == len(b)
     batcher.close()
     assert model.cache.pool.n_in_use == 0 and model.cache.pool.n_cached > 0  # finished: cached, not freed
+
+
+def test_a_step_is_planned_without_running_the_model(tiny_path):
+    model = load_model(tiny_path, num_ctx=256, num_batch=64, n_slots=3)
+    batcher = Batcher(model)
+    gone = threading.Event()
+    a = batcher.add([60, 70, 71] * 5, {"num_predict": 4, "temperature": 0})
+    b = batcher.add([61, 70, 71] * 5, {"num_predict": 4, "temperature": 0}, cancelled=gone)
+    gone.set()
+
+    def no_forward(*args, **kwargs):
+        raise AssertionError("planning ran the model")
+
+    model.forward = no_forward
+    plan = batcher.plan()
+    del model.forward  # the method again
+    assert plan.cancelled == [b] and plan.prefill == [a] and plan.decode == [] and not plan.preempted
+    assert b.state == "cancelled" and batcher.free_slots == 2
+    out = batcher.execute(plan)
+    assert out[0] == (b, []) and out[1][0] is a and a.progress.pending == out[1][1][0].token
+    plan = batcher.plan()
+    assert [[row[0] for row in group] for group in plan.decode] == [[a]] and plan.prefill == []
+    batcher.close()
 
 
 def test_when_the_pool_runs_dry_the_newest_waits_and_every_output_is_unchanged(tiny_path):

@@ -378,7 +378,7 @@ def test_a_draft_the_grammar_forbids_ends_the_run(tiny):
     events = verify(seq, logits, 3, [x, x])
     assert [e.token for e in events] == [brace]
     assert (seq.draft.drafted_count, seq.draft.accepted_count) == (2, 0)
-    assert seq._pending == brace
+    assert seq.progress.pending == brace
 
 
 def test_cost_samples_expire():

@@ -1,10 +1,12 @@
 """Continuous batching: one step-driven generator of many sequences over one model, batch-invariant numerics.
 
 A `Batcher` is owned by one thread (the model's worker). `add` validates a request and gives it a free KV
-slot (the one whose cached tokens share the longest prefix with the prompt); `step` runs one forward over
-the next token of every decoding sequence, then the next prefill chunk of the oldest prompt still being evaluated
-(and of younger ones while the step's prompt rows stay within PREFILL_ROWS_PER_STEP), samples every sequence that
-got logits and returns each one's events. `generate()` is a Batcher
+slot (the one whose cached tokens share the longest prefix with the prompt: KVCache.match_prefix). `step` is
+`plan`, then `execute`: the plan (a StepPlan, decided without running the model, as vLLM's scheduler output)
+names the cancelled, resumed and preempted sequences, the decode rows with their drafts and the prompt chunks:
+the next prefill chunk of the oldest prompt still being evaluated (and of younger ones while the step's prompt
+rows stay within PREFILL_ROWS_PER_STEP); executing it runs one forward per decode group and the chunks' forwards,
+samples every sequence that got logits and returns each one's events. `generate()` is a Batcher
 of one sequence, so a request runs the same code alone or beside others. A decoding sequence may carry a
 prompt-lookup draft in the step's forward (localrt.engine.speculative: rows for its pending token and the
 drafted ones, sampled in order while the draws equal the draft, the cache trimmed after), several in one step,
@@ -27,13 +29,14 @@ from __future__ import annotations
 
 import threading
 import time
+from dataclasses import dataclass
 
 import numpy as np
 
 from ..api.options import Options, resolve
 from ..errors import ContextLengthExceeded, InvalidRequest
 from .arch.common import Batch, layer_devices
-from .backends.backend import blas_pieces, exact_reuse, prompt_pieces
+from .backends.backend import blas_pieces, prompt_pieces
 from . import preempt
 from .draft_model import attach, check_drafts, sync_prompt
 from .events import Done, Token
@@ -53,6 +56,17 @@ REUSE_MIN_TOKENS = 16
 # slots' prompts, instead of one prompt per step; a decode step still waits for at most this many prompt rows (or
 # one chunk of a longer prompt).
 PREFILL_ROWS_PER_STEP = 256
+
+
+@dataclass
+class Progress:
+    """How far a sequence's positions are computed: the one record the step, preemption and the draft model read
+    and move (positions are indices into the sequence's history)."""
+
+    computed: int = 0  # positions whose keys the cache holds: the next one evaluated (of the prompt; after a
+    # preemption, of the history)
+    known: int = 0  # evaluating ends here: the prompt, or after a preemption every token but the pending one
+    pending: int | None = None  # the sampled token whose forward the next step runs (history[-1]), or None
 
 
 class Sequence:
@@ -102,10 +116,8 @@ class Sequence:
         self._decoder = tok.stream_decoder() if tok is not None else None
         self._eog = tok.eog_ids if tok is not None else frozenset()
         self._limit = opts.num_predict if opts.num_predict >= 0 else None
-        self._pos = 0  # next position to evaluate (of the prompt; after a preemption, of the history)
-        self._fill = len(prompt)  # evaluating ends here: the prompt, or all but the pending token after a preemption
+        self.progress = Progress(known=len(prompt))
         self.preemptions = 0  # times the KV pool ran dry and this sequence gave its blocks back
-        self._pending: int | None = None  # sampled token whose forward pass the next step runs
         # Prompt-lookup drafting (localrt.engine.speculative); None when draft_num_predict is 0.
         self.draft = DraftState(opts.draft_num_predict) if opts.draft_num_predict > 0 else None
         self._logprobs = LogprobTracker(tok, logprobs) if logprobs is not None else None  # None: not asked for
@@ -147,7 +159,7 @@ class Sequence:
         if hit:
             events.append(self._finish("stop", True))
         elif self._more():  # only then is this token's forward pass needed
-            self._pending = token
+            self.progress.pending = token
         else:
             events.append(self._finish("length", False))
         return events
@@ -175,6 +187,17 @@ class Sequence:
             draft_accepted_count=self.draft.accepted_count if self.draft is not None else None,
             logprobs=lps,
         )
+
+
+@dataclass
+class StepPlan:
+    """What one step runs, decided before any forward (Batcher.plan); Batcher.execute runs it."""
+
+    cancelled: list[Sequence]  # dropped this step: their slots are free again, they get no events
+    resumed: list[Sequence]  # back from waiting: their next prompt chunks (or replay runs) are in `prefill`
+    preempted: list[Sequence]  # gave their blocks back to make room for this step's rows: waiting now
+    decode: list[list[tuple[Sequence, int, list[int]]]]  # one forward each: (sequence, match size, draft) rows
+    prefill: list[Sequence]  # whose next prompt chunk (or replay run) is evaluated, oldest first
 
 
 class Batcher:
@@ -228,34 +251,49 @@ class Batcher:
         seq.slot = slot
         if seq.draft is not None:
             seq.draft.shared = getattr(self.model, "draft_evidence", None)
-        seq._pos = self._reuse(slot, seq, seq.prompt)
+        seq.progress.computed = self._reuse(slot, seq, seq.prompt)
         if seq.draft is not None and seq.draft.source is not None:
             seq.draft.source.start(slot, seq.prompt, seq.num_batch)  # its own slot: reuse what the draft's cache holds of the prompt
-        seq.n_cached = seq._pos
+        seq.n_cached = seq.progress.computed
         self._held[slot] = seq
         return seq
 
     def step(self) -> list[tuple[Sequence, list[Token | Done]]]:
-        """One forward over every decoding sequence's next token, then the chunks `_prefilling` picks; then sampling.
+        """One step: `plan` what runs, then `execute` it.
 
         Returns (sequence, events) for every sequence that produced events or left: a cancelled one comes with
         no events (and its slot is free again); a finished one's events end with its Done."""
+        return self.execute(self.plan())
+
+    def plan(self) -> StepPlan:
+        """Decide this step without running the model: drop the cancelled sequences, put waiting ones back while
+        the pool has room (localrt.engine.preempt), plan the decode rows and drafts (Speculator.plan) and the
+        prompt chunks (`_prefilling`), preempting the newest sequences while the pool cannot hold those rows."""
         self._steps += 1
-        out: list[tuple[Sequence, list[Token | Done]]] = []
-        for seq in list(self._held.values()):
-            if seq.is_cancelled():
-                seq.state = CANCELLED
-                self._release(seq)
-                out.append((seq, []))
+        cancelled = [seq for seq in self._held.values() if seq.is_cancelled()]
+        for seq in cancelled:
+            seq.state = CANCELLED
+            self._release(seq)
+        waiting = [s for s in self._held.values() if s.state == WAITING]
         preempt.resume_waiting(self)
-        decoding = [s for s in self._held.values() if s._pending is not None]
+        resumed = [s for s in waiting if s.state != WAITING]
+        decoding = [s for s in self._held.values() if s.progress.pending is not None]
         groups = self._spec.plan(decoding, [draft_limit(s) for s in decoding])
+        running = [s for s in self._held.values() if s.state != WAITING]
         groups, prefilling = preempt.make_room(self, groups, self._prefilling())
+        preempted = [s for s in running if s.state == WAITING]
+        return StepPlan(cancelled, resumed, preempted, groups, prefilling)
+
+    def execute(self, plan: StepPlan) -> list[tuple[Sequence, list[Token | Done]]]:
+        """Run a plan: each decode group's forward and the prompt chunks' forwards, then sample every sequence that
+        got logits (accepting or rejecting its draft: draft_model.check_drafts) and trim the rows of rejected
+        draft tokens from the cache; a finished sequence's slot is freed."""
+        out: list[tuple[Sequence, list[Token | Done]]] = [(seq, []) for seq in plan.cancelled]
         # Sequences with the logits (rows, n_vocab) of their pending token and draft, the match size, the draft.
         fresh: list[tuple[Sequence, np.ndarray, int, list[int]]] = []
-        for group in groups:
+        for group in plan.decode:
             fresh.extend(self._decode(group))
-        for seq, logits in self._prefill(prefilling):
+        for seq, logits in self._prefill(plan.prefill):
             if logits is not None:
                 fresh.append((seq, logits[None], 0, []))
         for seq, logits, n, draft in fresh:
@@ -284,10 +322,10 @@ class Batcher:
         tokens, positions, slots = [], [], []
         for s, _, draft in group:
             start = len(s.history) - 1
-            tokens += [s._pending, *draft]
+            tokens += [s.progress.pending, *draft]
             positions += range(start, start + 1 + len(draft))
             slots += [s.slot] * (1 + len(draft))
-            s._pending = None
+            s.progress.pending = None
         batch = Batch(
             tokens=np.array(tokens, np.int64),  # (n_rows,)
             positions=np.array(positions, np.int64),  # (n_rows,)
@@ -307,7 +345,7 @@ class Batcher:
         for seq in self._held.values():
             if seq.state != PREFILL:
                 continue
-            n = preempt.chunk_end(seq, self.max_run) - seq._pos
+            n = preempt.chunk_end(seq, self.max_run) - seq.progress.computed
             if out and rows + n > min(PREFILL_ROWS_PER_STEP, seq.num_batch):
                 break  # first come, first served: a younger short prompt does not pass a longer one
             out.append(seq)
@@ -324,7 +362,8 @@ class Batcher:
         After a preemption the decoded tokens follow, replayed in runs of at most max_run rows (per-row numerics,
         as their decode steps computed them); then the sequence decodes its pending token again."""
         model = self.model
-        chunks = [(seq, seq._pos, preempt.chunk_end(seq, self.max_run)) for seq in seqs]  # (sequence, start, end)
+        # (sequence, start, end)
+        chunks = [(seq, seq.progress.computed, preempt.chunk_end(seq, self.max_run)) for seq in seqs]
         alone, shared = [], []
         for c in chunks:
             (alone if blas_pieces(np.arange(c[1], c[2]), np.zeros(c[2] - c[1], np.int64)) else shared).append(c)
@@ -343,14 +382,14 @@ class Batcher:
 
     def _chunk_done(self, seq: Sequence, end: int, logits: np.ndarray) -> np.ndarray | None:
         """seq's chunk up to `end` was evaluated (logits: its last row's): its logits if its prompt is complete."""
-        seq._pos = end
+        seq.progress.computed = end
         if not seq.prefilled:
             sync_prompt(seq)  # a draft model evaluates the same prompt positions in its own slot
-        if seq._pos < seq._fill:
+        if seq.progress.computed < seq.progress.known:
             return None
         seq.state = DECODE
         if seq.prefilled:  # a preempted sequence is back where it was: its pending token decodes next
-            seq._pending = seq.history[-1]
+            seq.progress.pending = seq.history[-1]
             return None
         seq.t_prefill = time.perf_counter_ns()
         return logits
@@ -362,62 +401,29 @@ class Batcher:
             self.model.cache.retire(seq.slot, seq.history, seq.pieces)
             self._last_used[seq.slot] = self._steps
 
-    def _sources(self, slot: int):
-        """What a sequence in slot may reuse: (ids, BLAS pieces, blocks, slot of its per-slot layers, entry or None)
-        of every cached prefix and every other running sequence."""
+    def _prefixes(self, slot: int):
+        """What a sequence in slot may reuse: every cached prefix and every other running sequence's positions."""
         cache = self.model.cache
-        out = [(e.tokens, e.pieces, e.blocks, e.slot, e) for e in cache.pool.entries]
-        for s, held in self._held.items():
-            if s != slot and held.state != WAITING:
-                out.append((held.history[: int(cache.lengths[s])], held.pieces, cache.blocks_of(s), s, None))
-        return out
-
-    def _keep(self, source, target: list[int], pieces) -> int:
-        """How many leading positions of target source provides exactly (at least one token is always evaluated)."""
-        tokens, cached, _, src, _ = source
-        common = _common_prefix(tokens, target, min(len(target) - 1, len(tokens)))
-        keep = exact_reuse(common, cached, pieces)
-        if keep < self.reuse_min or (src >= 0 and not self.model.cache.ring_keeps(len(tokens), keep)):
-            return 0
-        return keep
+        return cache.prefixes([cache.running_prefix(s, held.history, held.pieces) for s, held in self._held.items()
+                               if s != slot and held.state != WAITING])
 
     def _pick_slot(self, seq: Sequence) -> int:
         free = [s for s in range(self.n_slots) if s not in self._held]
         if not free:
             raise RuntimeError(f"all {self.n_slots} slots are busy")
+        cache = self.model.cache
         own = {}  # a slot-bound cache: the prefix each free slot's own arrays hold (no copy to reuse it)
-        for source in self._sources(-1):
-            if source[3] in free and source[4] is not None:
-                own[source[3]] = max(own.get(source[3], 0), self._keep(source, seq.prompt, seq.pieces))
+        for source in self._prefixes(-1):
+            if source.slot in free and source.entry is not None:
+                own[source.slot] = max(own.get(source.slot, 0),
+                                       cache.reusable(source, seq.prompt, seq.pieces, self.reuse_min))
         return max(free, key=lambda s: (own.get(s, 0), -self._last_used[s]))
 
     def _reuse(self, slot: int, seq: Sequence, target: list[int]) -> int:
         """Give slot the longest exactly reusable prefix of target (seq's prompt, or its history after a preemption)
-        from any cached prefix or running sequence: its full blocks by reference (a partly filled last block is
-        copied when first written: KVCache.prepare), per-slot layers copied from the slot holding them; the first
-        position left to evaluate."""
+        from any cached prefix or running sequence (KVCache.match_prefix, take_prefix); the first position left to
+        evaluate."""
         cache = self.model.cache
-        best, pick = 0, None
-        for source in self._sources(slot):
-            keep = self._keep(source, target, seq.pieces)
-            if keep > best or (keep == best and keep and source[3] == slot):  # the own slot: nothing to copy
-                best, pick = keep, source
-        cache.clear(slot)
-        if pick is not None:
-            _, _, blocks, src, entry = pick
-            cache.share(slot, blocks, best)
-            if src >= 0 and src != slot:
-                cache.copy_slotted(src, slot, best)
-            if entry is not None:
-                cache.pool.touch(entry)
-        cache.pool.drop_slot(slot)  # the slot's per-slot layers are about to be overwritten
+        best, pick = cache.match_prefix(target, seq.pieces, self._prefixes(slot), reuse_min=self.reuse_min, slot=slot)
+        cache.take_prefix(slot, pick, best)
         return best
-
-
-def _common_prefix(a: list[int], b: list[int], limit: int) -> int:
-    """Length of the common prefix of a and b, at most limit."""
-    n = min(len(a), len(b), limit)
-    if n <= 0:
-        return 0
-    diff = np.flatnonzero(np.asarray(a[:n], np.int64) != np.asarray(b[:n], np.int64))
-    return int(diff[0]) if len(diff) else n

@@ -208,7 +208,7 @@ def sync_prompt(seq) -> None:
         src = seq.draft.source
         src.settle(seq.slot, seq.prompt)
         have = src.cached[seq.slot]
-        upto = min(seq._pos, src.model.num_ctx)  # a prompt beyond the draft's context is never drafted from
+        upto = min(seq.progress.computed, src.model.num_ctx)  # a prompt beyond the draft's context is never drafted
         if len(have) < upto:
             src.evaluate(seq.slot, seq.prompt[len(have) : upto])
 

@@ -23,8 +23,11 @@ hold valid keys.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
+from .backends.backend import exact_reuse
 from .kv_pool import BlockPool, Entry
 
 KV_TYPES = ("f16", "f32")
@@ -33,6 +36,17 @@ KV_TYPES = ("f16", "f32")
 # block's keys of one head contiguous for 64 positions (8 KiB at head_dim 64 in f16) and divides the 256-position
 # BLAS pieces, so a piece's keys are whole blocks.
 KV_BLOCK = 64
+
+
+@dataclass(frozen=True, eq=False)
+class Prefix:
+    """Keys a new sequence may reuse: a cached prefix (`entry`) or a running sequence's computed positions."""
+
+    tokens: list[int]  # the ids whose keys it holds, in order
+    pieces: list[tuple[int, int]]  # the positions it computed on the BLAS path (backends.backend.prompt_pieces)
+    blocks: list[int]  # the pool blocks holding them
+    slot: int  # the slot whose per-slot layers hold them (-1: none; the cache is not slot-bound)
+    entry: Entry | None = None  # the cached prefix, or None for a running sequence
 
 
 def _committed(shape: tuple[int, ...], dtype) -> np.ndarray:
@@ -295,6 +309,48 @@ class KVCache:
         self.clear(slot)
         return entry
 
+    def running_prefix(self, slot: int, history: list[int], pieces: list[tuple[int, int]]) -> Prefix:
+        """What a running sequence in slot (its ids `history`, its BLAS `pieces`) holds for others to reuse."""
+        return Prefix(history[: int(self.lengths[slot])], pieces, self.blocks_of(slot), slot)
+
+    def prefixes(self, running: list[Prefix] = ()) -> list[Prefix]:
+        """Every cached prefix, then the `running` sequences' (running_prefix)."""
+        return [Prefix(e.tokens, e.pieces, e.blocks, e.slot, e) for e in self.pool.entries] + list(running)
+
+    def reusable(self, source: Prefix, target: list[int], pieces: list[tuple[int, int]], reuse_min: int = 1) -> int:
+        """How many leading positions of target (a prompt whose BLAS pieces are `pieces`) source gives with the
+        numerics a fresh evaluation has (backends.backend.exact_reuse); 0 below reuse_min. At least the last
+        position of target is always left to evaluate (its logits are needed)."""
+        common = _common_prefix(source.tokens, target, min(len(target) - 1, len(source.tokens)))
+        keep = exact_reuse(common, source.pieces, pieces)
+        if keep < reuse_min or (source.slot >= 0 and not self.ring_keeps(len(source.tokens), keep)):
+            return 0
+        return keep
+
+    def match_prefix(self, target: list[int], pieces: list[tuple[int, int]], sources: list[Prefix], *,
+                     reuse_min: int = 1, slot: int = -1) -> tuple[int, Prefix | None]:
+        """The longest exactly reusable prefix of target among sources: (its length, its source), (0, None) for
+        none. On a tie the source in `slot` itself wins (nothing to copy), else the first listed."""
+        best, pick = 0, None
+        for source in sources:
+            keep = self.reusable(source, target, pieces, reuse_min)
+            if keep > best or (keep == best and keep and source.slot == slot):
+                best, pick = keep, source
+        return best, pick
+
+    def take_prefix(self, slot: int, source: Prefix | None, n: int) -> None:
+        """Slot (emptied first) holds source's first n positions: its full blocks by reference (a partly filled
+        last block is copied when first written: `prepare`), its per-slot layers copied from the slot holding
+        them. Source None: the slot is just emptied."""
+        self.clear(slot)
+        if source is not None:
+            self.share(slot, source.blocks, n)
+            if source.slot >= 0 and source.slot != slot:
+                self.copy_slotted(source.slot, slot, n)
+            if source.entry is not None:
+                self.pool.touch(source.entry)
+        self.pool.drop_slot(slot)  # the slot's per-slot layers are about to be overwritten
+
     def _release(self, slot: int, keep: int) -> None:
         """Let go of slot's blocks from number keep on."""
         table = self.tables[slot]
@@ -309,3 +365,12 @@ def _slot_ids(slots: np.ndarray) -> list[int]:
     """The distinct slots of a batch, ascending: np.unique's answer without its cost on a few rows (in NumPy 2 its
     first call also imports numpy.ma, 10 ms of a fresh process's first token)."""
     return sorted(set(slots.tolist()))
+
+
+def _common_prefix(a: list[int], b: list[int], limit: int) -> int:
+    """Length of the common prefix of a and b, at most limit."""
+    n = min(len(a), len(b), limit)
+    if n <= 0:
+        return 0
+    diff = np.flatnonzero(np.asarray(a[:n], np.int64) != np.asarray(b[:n], np.int64))
+    return int(diff[0]) if len(diff) else n

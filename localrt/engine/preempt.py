@@ -26,9 +26,9 @@ def chunk_end(seq, max_run: int) -> int:
     """Where seq's next prefill (or replay) forward ends."""
     from .backends.backend import prefill_end
 
-    if seq._pos < len(seq.prompt):
-        return prefill_end(seq._pos, len(seq.prompt), seq.num_batch)
-    return min(seq._fill, seq._pos + max_run)
+    if seq.progress.computed < len(seq.prompt):
+        return prefill_end(seq.progress.computed, len(seq.prompt), seq.num_batch)
+    return min(seq.progress.known, seq.progress.computed + max_run)
 
 
 def make_room(batcher, groups, prefilling):
@@ -53,9 +53,9 @@ def make_room(batcher, groups, prefilling):
 def preempt(batcher, seq) -> None:
     """seq gives back its blocks (kept as a cached prefix) and waits; it keeps its slot and its sampler state."""
     cache = batcher.model.cache
-    if seq._pending is not None:
-        seq._pending = None  # it is history[-1]: decoded again after the replay
-        seq._fill = len(seq.history) - 1
+    if seq.progress.pending is not None:
+        seq.progress.pending = None  # it is history[-1]: decoded again after the replay
+        seq.progress.known = len(seq.history) - 1
     cache.retire(seq.slot, seq.history, seq.pieces)
     seq.state = WAITING
     seq.preemptions += 1
@@ -68,11 +68,11 @@ def resume_waiting(batcher) -> None:
         if seq.state != WAITING:
             continue
         running = sum(s.state in (PREFILL, DECODE) for s in batcher._held.values())
-        blocks = -(-max(seq._fill, 1) // cache.block_size)
+        blocks = -(-max(seq.progress.known, 1) // cache.block_size)
         if cache.pool.available() < blocks + running:
             return  # first come, first served: a younger waiting sequence does not go first
         target = seq.history if seq.prefilled else seq.prompt
-        seq._pos = batcher._reuse(seq.slot, seq, target)
+        seq.progress.computed = batcher._reuse(seq.slot, seq, target)
         seq.state = PREFILL
-        if seq._pos >= seq._fill:  # every position but the pending token's was still cached
-            seq.state, seq._pending = DECODE, seq.history[-1]
+        if seq.progress.computed >= seq.progress.known:  # every position but the pending token's was still cached
+            seq.state, seq.progress.pending = DECODE, seq.history[-1]
