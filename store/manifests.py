@@ -109,6 +109,8 @@ def parse(data: bytes, where: str = "") -> Manifest:
         obj = json.loads(data)
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
         raise InvalidManifest(where, f"not JSON ({e})") from None
+    except RecursionError:  # nested deeper than the parser's stack
+        raise InvalidManifest(where, "JSON nested too deeply") from None
     if not isinstance(obj, dict):
         raise InvalidManifest(where, "not a JSON object")
     if obj.get("schemaVersion") != 2:
@@ -168,7 +170,7 @@ def parse_config(data: bytes) -> dict:
     """The config blob as a dict; tolerant (older Ollama configs lack the model_* keys)."""
     try:
         obj = json.loads(data)
-    except (UnicodeDecodeError, json.JSONDecodeError):
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
         return {}
     return obj if isinstance(obj, dict) else {}
 

@@ -368,6 +368,8 @@ class Store:
             value = json.loads(self._layer_text(layer))
         except json.JSONDecodeError as e:
             raise CorruptBlob(layer.digest, f"a {layer.media_type} layer is not JSON ({e})") from None
+        except RecursionError:
+            raise CorruptBlob(layer.digest, f"a {layer.media_type} layer is JSON nested too deeply") from None
         if not isinstance(value, kind):
             raise CorruptBlob(layer.digest, f"a {layer.media_type} layer is not a JSON {kind.__name__}")
         return value

@@ -166,3 +166,27 @@ def test_unknown_create_fields_are_ignored_with_a_warning(daemon, caplog):
     assert r.status_code == 200, r.text
     warned = [rec.getMessage() for rec in caplog.records if rec.name == "localrt.catalog"]
     assert len(warned) == 1 and "parser, renderer" in warned[0]
+
+
+@pytest.mark.parametrize("tool, what", [
+    ({"type": "function", "function": {"parameters": {"type": "object"}}}, "tools[0].function.name"),
+    ({"type": "function", "function": {"name": ""}}, "tools[0].function.name"),
+    ({"type": "function", "function": {"name": "f", "parameters": "x"}}, "tools[0].function.parameters"),
+])
+def test_a_tool_without_a_name_is_a_400_naming_it(daemon, tool, what):
+    srv, _ = daemon
+    msgs = [{"role": "user", "content": "hi"}]
+    for path, body in (("/api/chat", {"model": MODEL, "stream": False, "messages": msgs, "tools": [tool]}),
+                       ("/v1/chat/completions", {"model": MODEL, "messages": msgs, "tools": [tool]})):
+        r = _post(srv, path, body)
+        assert r.status_code == 400 and what in r.text, (path, r.status_code, r.text)
+
+
+def test_tool_call_arguments_nested_past_the_parser_are_a_400(daemon):
+    srv, _ = daemon
+    deep = "[" * 100000 + "]" * 100000
+    msgs = [{"role": "user", "content": "hi"},
+            {"role": "assistant", "content": "", "tool_calls": [
+                {"id": "c1", "type": "function", "function": {"name": "f", "arguments": deep}}]}]
+    r = _post(srv, "/v1/chat/completions", {"model": MODEL, "messages": msgs})
+    assert r.status_code == 400 and "arguments" in r.text, r.text

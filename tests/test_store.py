@@ -324,6 +324,7 @@ def test_verify_reports_broken_manifest(tmp_path):
         (b'{"schemaVersion":2,"config":{"mediaType":"c","digest":"sha256:' + b"a" * 64 + b'","size":1},"layers":{}}', "layers"),
         (b'{"schemaVersion":2,"config":{"mediaType":"c","digest":"sha256:' + b"a" * 64 + b'","size":1},"layers":['
          + b",".join([b"{}"] * 5000) + b"]}", "layers"),
+        (b'{"schemaVersion":2,"x":' + b"[" * 100000 + b"]" * 100000 + b"}", "nested too deeply"),
     ],
 )
 def test_hostile_manifest_bytes(body, why):

@@ -312,13 +312,23 @@ class ChatRequest:
             raise InvalidRequest(f"too many messages ({len(msgs)}, at most {MAX_MESSAGES})")
         r.messages = [parse_message(m, i, f) for i, m in enumerate(msgs)]
         tools = f.list("tools") or []
-        for t in tools:
-            if not isinstance(t, dict) or not isinstance(t.get("function"), dict):
-                raise InvalidRequest("tools entries must be objects with a function")
-        r.tools = tools
+        r.tools = check_tools(tools)
         r.stream = f.bool("stream", True)
         _inference_fields(f, r)
         return r
+
+
+def check_tools(tools: list) -> list:
+    """tools as both APIs send them: objects with a `function` that has a name (and, if any, object parameters)."""
+    for i, t in enumerate(tools):
+        if not isinstance(t, dict) or not isinstance(t.get("function"), dict):
+            raise InvalidRequest("tools entries must be objects with a function")
+        name, params = t["function"].get("name"), t["function"].get("parameters")
+        if not isinstance(name, str) or not name:
+            raise InvalidRequest(f"tools[{i}].function.name must be a non-empty string")
+        if params is not None and not isinstance(params, dict):
+            raise InvalidRequest(f"tools[{i}].function.parameters must be an object")
+    return tools
 
 
 @dataclass

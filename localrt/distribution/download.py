@@ -72,7 +72,7 @@ def _load_state(path: Path, digest: str, size: int) -> list[_Part] | None:
         if obj.get("digest") != digest or obj.get("size") != size:
             return None
         parts = [_Part(int(a), int(b), int(c)) for a, b, c in obj["parts"]]
-    except (OSError, ValueError, KeyError, TypeError):
+    except (OSError, ValueError, KeyError, TypeError, RecursionError):
         return None
     pos = 0
     for p in parts:

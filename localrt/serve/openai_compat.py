@@ -20,6 +20,7 @@ from ..api.types import (
     Fields,
     GenerateRequest,
     Message,
+    check_tools,
     logprobs_fields,
     parse_message,
 )
@@ -147,7 +148,7 @@ def _tool_call(c: Any) -> dict:
     args = fn.get("arguments") or "{}"
     try:
         parsed = json.loads(args) if isinstance(args, str) else args
-    except ValueError:
+    except (ValueError, RecursionError):
         raise InvalidRequest("invalid tool call arguments") from None
     return {"id": c.get("id"), "function": {"name": fn.get("name"), "arguments": parsed}}
 
@@ -201,7 +202,7 @@ def _response_format(v: Any) -> str | dict | None:
 
 def _tools(f: Fields) -> tuple[list, str | None]:
     """(tools, forced): forced is "" for tool_choice "required", a function's name for a named choice, else None."""
-    tools = f.list("tools") or []
+    tools = check_tools(f.list("tools") or [])
     choice = f.any("tool_choice")
     forced = None
     if choice == "none":

@@ -148,7 +148,7 @@ class _Turns:
         raw = f.str("arguments", "") or ""
         try:
             args = json.loads(raw) if raw.strip() else {}
-        except ValueError:
+        except (ValueError, RecursionError):
             raise InvalidRequest(f"{where}.arguments is not valid JSON") from None
         if not isinstance(args, dict):
             raise InvalidRequest(f"{where}.arguments must be a JSON object")

@@ -209,7 +209,7 @@ def _parse_body(buf: str, at: int, tag: str):
         return False
     try:
         value = json.loads(buf[i:end])
-    except ValueError:
+    except (ValueError, RecursionError):
         return False
     items = value if isinstance(value, list) else [value]
     calls = [_call_of(v) for v in items]
@@ -236,7 +236,7 @@ def _parse_mistral_named(buf: str, i: int):
         return False
     try:
         args = json.loads(buf[k:end])
-    except ValueError:
+    except (ValueError, RecursionError):
         return False
     return ([(name, args)], end) if isinstance(args, dict) else False
 
@@ -277,7 +277,7 @@ def _call_of(value: Any) -> tuple[str, dict] | None:
     if isinstance(args, str):  # some models write the arguments as a JSON string
         try:
             args = json.loads(args)
-        except ValueError:
+        except (ValueError, RecursionError):
             return None
     if not isinstance(name, str) or not name or not isinstance(args, dict):
         return None
