@@ -130,3 +130,18 @@ def test_openai_client_chat_completions_embeddings_models(daemon):
     emb = c.embeddings.create(model=MODEL, input="hello")
     assert len(emb.data[0].embedding) == 576
     assert MODEL in [m.id for m in c.models.list().data]
+
+
+@pytest.mark.parametrize("path, body", [
+    ("/api/generate", {"prompt": "Tell me more. " * 500_000, "raw": True}),  # 7 MB, 2M tokens
+    ("/api/chat", {"messages": [{"role": "user", "content": "Tell me more. " * 500_000}]}),
+])
+def test_a_prompt_far_past_the_context_is_refused_without_tokenizing_it_all(daemon, path, body):
+    """Tokenizing stops once the count passes the context (Tokenizer.encode's limit): a 400 in about a second here,
+    not after the whole text (35 s for 8 MB before); the bound is loose for a loaded runner."""
+    httpx.post(daemon.url + "/api/generate", json={"model": MODEL, "prompt": "hi", "options": {"num_predict": 1}},
+               timeout=120)  # loaded first
+    r = httpx.post(daemon.url + path, json={"model": MODEL, "stream": False, "options": {"num_ctx": 2048}, **body},
+                   timeout=120)
+    assert r.status_code == 400 and "more than 2048 tokens" in r.json()["error"], r.text[:300]
+    assert r.elapsed.total_seconds() < 10  # a second or so here, however long the text

@@ -150,3 +150,21 @@ def test_gemma_load_and_encode_speed(gemma3_path):
     assert len(ids) > 1000
     assert load < 5.0, f"load took {load:.2f} s"
     assert encode < 0.25, f"encoding 10 kB took {encode * 1000:.0f} ms"
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_a_limit_gives_the_start_of_the_full_answer(tokenizers, name):
+    """encode(limit=n) stops once more than n ids are out: those ids are the full answer's first ones (whatever
+    special tokens, spaces and digit runs the text holds), and a text within the limit is tokenized whole."""
+    tok = tokenizers[name]
+    rnd = random.Random(3)
+    parts = ["Hello", " world", "  ", "\n\n", "12345678", "<|im_start|>", "<start_of_turn>", "é", "日本語", "x" * 40]
+    for _ in range(40):
+        text = "".join(rnd.choice(parts) for _ in range(rnd.randint(1, 300)))
+        full = tok.encode(text)
+        for limit in (0, 1, 7, len(full) // 2, len(full) - 1, len(full), len(full) + 5):
+            got = tok.encode(text, limit=limit)
+            if len(full) <= limit:
+                assert got == full, (text, limit)
+            else:
+                assert len(got) > limit and got == full[: len(got)], (text, limit)

@@ -151,9 +151,10 @@ class Model:
         """Mean-pooled final-normed hidden state (n_embd,) float32."""
         return self.hidden(ids).mean(axis=0, dtype=np.float64).astype(np.float32)
 
-    def tokenize(self, text: str, special: bool = True) -> list[int]:
-        """Token ids of text; BOS/EOS as the file says; special-token text parsed when `special`."""
-        return self._tok().encode(text, add_special=True, parse_special=special)
+    def tokenize(self, text: str, special: bool = True, limit: int | None = None) -> list[int]:
+        """Token ids of text; BOS/EOS as the file says; special-token text parsed when `special`. With `limit`, a
+        text of more than limit tokens gives only the first ones (more than limit): Tokenizer.encode."""
+        return self._tok().encode(text, add_special=True, parse_special=special, limit=limit)
 
     def detokenize(self, ids) -> str:
         return self._tok().decode(list(ids))

@@ -22,7 +22,7 @@ from ..api.options import Options, config_layer, parse_duration, resolve
 from ..api.types import PROMPT_CACHED_KEY, ChatRequest, EmbedRequest, GenerateRequest
 from ..engine.backends import heap
 from ..engine.events import Done, Token
-from ..errors import Cancelled, InvalidRequest, ModelLoadError, ModelNotFound
+from ..errors import Cancelled, ContextLengthExceeded, InvalidRequest, ModelLoadError, ModelNotFound
 from ..models import library
 from ..templates.toolcalls import ToolCallParser, tag_for_template
 from .batch_driver import BatchDriver
@@ -252,13 +252,13 @@ class Service:
             loaded.use_record(rec)
             model = loaded.model
             context_text = model.detokenize(req.context) if req.context else ""
+            n_ctx = min(opts.num_ctx, model.num_ctx)
             prompt = templates.generate_prompt(
                 None if req.template else loaded.template, req.prompt, system=req.system or "",
                 model_system=rec.system or "", model_messages=rec.messages, suffix=req.suffix, raw=req.raw,
                 template_override=req.template or "", context_text=context_text, has_context=req.context is not None,
-                num_ctx=min(opts.num_ctx, model.num_ctx), count_tokens=lambda t: len(model.tokenize(t)),
-                truncate=req.truncate)
-            ids = model.tokenize(prompt.text)
+                num_ctx=n_ctx, count_tokens=lambda t: len(model.tokenize(t, limit=n_ctx)), truncate=req.truncate)
+            ids = _prompt_ids(model, prompt.text, n_ctx)
             constraint = structured.compile_format(req.format, model.tokenizer) if req.format else None
             pending = Pending(req.logprobs)
             for ev in _run(loaded, ids, opts, cancelled, constraint, **_sampling(req)):
@@ -295,11 +295,12 @@ class Service:
             model = loaded.model
             if req.tools and not loaded.template.supports_tools:
                 raise InvalidRequest(f"{rec.name.full} does not support tools")
+            n_ctx = min(opts.num_ctx, model.num_ctx)  # the request's, not the load's
             prompt = templates.chat_prompt(
                 loaded.template, messages, model_system=rec.system or "", model_messages=rec.messages,
-                tools=req.tools or None, num_ctx=min(opts.num_ctx, model.num_ctx),  # the request's, not the load's
-                count_tokens=lambda t: len(model.tokenize(t)), truncate=req.truncate)
-            ids = model.tokenize(prompt.text)
+                tools=req.tools or None, num_ctx=n_ctx, count_tokens=lambda t: len(model.tokenize(t, limit=n_ctx)),
+                truncate=req.truncate)
+            ids = _prompt_ids(model, prompt.text, n_ctx)
             tag = tag_for_template(loaded.template)
             constraint = request_constraint(tag, req, model)
             parser = ToolCallParser(tag, req.tools) if req.tools else None
@@ -336,7 +337,8 @@ class Service:
             for text in req.inputs:
                 if cancelled.is_set():
                     return
-                ids = model.tokenize(text) if isinstance(text, str) else list(text)  # /v1 ids: embed checks the vocabulary
+                # /v1 ids: embed checks the vocabulary; a text is tokenized only as far as the context reaches
+                ids = model.tokenize(text, limit=limit) if isinstance(text, str) else list(text)
                 if len(ids) > limit:
                     if not req.truncate:
                         raise InvalidRequest("input exceeds maximum context length")
@@ -432,6 +434,15 @@ class Service:
 
         name, insecure = self.catalog.pull_args(body)
         return _push.push(self.store, name, insecure=insecure, token=self.config.registry_token)
+
+
+def _prompt_ids(model, text: str, n_ctx: int) -> list[int]:
+    """The prompt's token ids, refused as soon as tokenizing passes n_ctx (a text of megabytes is not tokenized
+    whole only to be refused)."""
+    ids = model.tokenize(text, limit=n_ctx)
+    if len(ids) > n_ctx:
+        raise ContextLengthExceeded(len(ids), n_ctx, counted_all=False)
+    return ids
 
 
 def _unloads(keep_alive, work) -> bool:

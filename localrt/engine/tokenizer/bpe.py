@@ -48,10 +48,10 @@ class BpeEncoder:
         self._ignore_merges = vocab.pretok.ignore_merges
         self._cache: dict[str, tuple[int, ...]] = {}
 
-    def encode(self, text: str, out: list[int]) -> None:
-        """Tokenize one raw-text fragment into `out`."""
+    def encode(self, text: str, out: list[int], limit: int | None = None) -> None:
+        """Tokenize one raw-text fragment into `out`; with `limit`, stop once `out` holds more than limit ids."""
         cache = self._cache
-        for frag in pretokenize.split(text, self._patterns):
+        for frag in pretokenize.iter_split(text, self._patterns):
             ids = cache.get(frag)
             if ids is None:
                 ids = self._word(byte_encode(frag))
@@ -59,6 +59,8 @@ class BpeEncoder:
                     cache.clear()
                 cache[frag] = ids
             out.extend(ids)
+            if limit is not None and len(out) > limit:
+                return
 
     def _word(self, word: str) -> tuple[int, ...]:
         if self._ignore_merges:

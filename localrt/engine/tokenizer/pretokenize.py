@@ -14,6 +14,8 @@ value is a load error, never a silent wrong split.
 """
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator
+
 import logging
 from dataclasses import dataclass
 
@@ -184,20 +186,28 @@ def compiled(kind: str) -> list[tuple[regex.Pattern, bool]]:
 
 def split(text: str, patterns: list[tuple[regex.Pattern, bool]]) -> list[str]:
     """Apply the regex chain; every match and every gap between matches becomes its own fragment."""
-    frags = [text]
+    return list(iter_split(text, patterns))
+
+
+def iter_split(text: str, patterns: list[tuple[regex.Pattern, bool]]) -> Iterator[str]:
+    """`split`'s fragments one at a time: each pattern's pass reads the previous one's fragments as they come, so
+    a caller that stops early (a prompt past the context) does not split the rest of a long text."""
+    frags: Iterable[str] = (text,)
     for pat, wide in patterns:
-        out: list[str] = []
-        for frag in frags:
-            pos = 0
-            subject = frag.translate(_WIDE_WS) if wide else frag  # same length: offsets stay valid
-            for m in pat.finditer(subject):
-                start, end = m.span()
-                if start > pos:
-                    out.append(frag[pos:start])
-                if end > start:
-                    out.append(frag[start:end])
-                pos = end  # an empty match still closes the gap before it
-            if pos < len(frag):
-                out.append(frag[pos:])
-        frags = out
-    return frags
+        frags = _split_one(frags, pat, wide)
+    return iter(frags)
+
+
+def _split_one(frags: Iterable[str], pat: regex.Pattern, wide: bool) -> Iterator[str]:
+    for frag in frags:
+        pos = 0
+        subject = frag.translate(_WIDE_WS) if wide else frag  # same length: offsets stay valid
+        for m in pat.finditer(subject):
+            start, end = m.span()
+            if start > pos:
+                yield frag[pos:start]
+            if end > start:
+                yield frag[start:end]
+            pos = end  # an empty match still closes the gap before it
+        if pos < len(frag):
+            yield frag[pos:]

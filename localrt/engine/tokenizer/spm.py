@@ -31,10 +31,12 @@ class SpmEncoder:
         self._cache: dict[str, tuple[int, ...]] = {}
         self._word_re = _word_splitter(vocab.tokens)
 
-    def encode(self, text: str, out: list[int]) -> None:
-        """Tokenize one raw-text fragment (already prefixed and space-escaped) into `out`."""
+    def encode(self, text: str, out: list[int], limit: int | None = None) -> None:
+        """Tokenize one raw-text fragment (already prefixed and space-escaped) into `out`; with `limit`, stop once
+        `out` holds more than limit ids."""
         cache = self._cache
-        for word in self._word_re.findall(text):
+        for m in self._word_re.finditer(text):
+            word = m.group()
             ids = cache.get(word)
             if ids is None:
                 ids = self._merge(word)
@@ -42,6 +44,8 @@ class SpmEncoder:
                     cache.clear()
                 cache[word] = ids
             out.extend(ids)
+            if limit is not None and len(out) > limit:
+                return
 
     def _merge(self, word: str) -> tuple[int, ...]:
         get, scores = self._get, self._scores

@@ -80,7 +80,11 @@ class Tokenizer:
         return self.vocab.token_to_id.get(text)
 
     # -- encode -----------------------------------------------------------------------------------------
-    def encode(self, text: str, add_special: bool = True, parse_special: bool = True) -> list[int]:
+    def encode(self, text: str, add_special: bool = True, parse_special: bool = True,
+               limit: int | None = None) -> list[int]:
+        """With `limit`, the work stops once more than limit ids are out: the ids so far are returned, the start
+        of the full answer (every fragment before the stop whole) and longer than limit, which is enough to refuse
+        a prompt longer than the context without tokenizing all of it."""
         if not isinstance(text, str):
             raise InvalidRequest(f"text to tokenize must be a str, got {type(text).__name__}")
         # Lone surrogates cannot be UTF-8; llama.cpp reads invalid UTF-8 as U+FFFD.
@@ -91,18 +95,22 @@ class Tokenizer:
             out.append(v.ids["bos"])
         frags = self._specials.partition(text, parse_special)
         if v.kind == SPM:
-            self._encode_spm(frags, out)
+            self._encode_spm(frags, out, limit)
         else:
             for frag in frags:
                 if isinstance(frag, int):
                     out.append(frag)
                 else:
-                    self._encoder.encode(frag, out)
+                    self._encoder.encode(frag, out, limit)
+                if limit is not None and len(out) > limit:
+                    return out
+        if limit is not None and len(out) > limit:
+            return out
         if add_special and v.add_eos:
             out.append(v.ids["eos"])
         return out
 
-    def _encode_spm(self, frags: list[str | int], out: list[int]) -> None:
+    def _encode_spm(self, frags: list[str | int], out: list[int], limit: int | None = None) -> None:
         prefix = self.vocab.add_space_prefix
         prev_special = True  # the first fragment gets the space prefix too
         for frag in frags:
@@ -112,8 +120,10 @@ class Tokenizer:
                 continue
             if prefix and prev_special:
                 frag = " " + frag
-            self._encoder.encode(frag.replace(" ", SPACE), out)
+            self._encoder.encode(frag.replace(" ", SPACE), out, limit)
             prev_special = False
+            if limit is not None and len(out) > limit:
+                return
 
     # -- decode -----------------------------------------------------------------------------------------
     def token_to_piece(self, token_id: int, special: bool = False) -> bytes:
