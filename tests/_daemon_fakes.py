@@ -127,13 +127,15 @@ class FakeModel:
         self.lab = lab
         self.num_ctx = num_ctx
 
-    def tokenize(self, text: str, special: bool = True) -> list[int]:
+    def tokenize(self, text: str, special: bool = True, limit: int | None = None) -> list[int]:
+        text = text if limit is None else text[: limit + 1]  # as Model.tokenize: stops once past the limit
         return [ord(c) for c in text]  # one id per character: the prompt text round-trips exactly
 
     def detokenize(self, ids) -> str:
         return "".join(chr(i) for i in ids)
 
-    def generate(self, ids, options: dict, cancelled: threading.Event | None = None, constraint=None) -> Iterator:
+    def generate(self, ids, options: dict, cancelled: threading.Event | None = None, constraint=None,
+                 cache_scope: str = "") -> Iterator:
         if constraint is not None:
             raise AssertionError("the fake model does not do structured outputs")
         return self.lab.generate(self, ids, options, cancelled)

@@ -42,13 +42,14 @@ class ScriptModel:
     def __init__(self, script: "Script", num_ctx: int):
         self.script, self.num_ctx = script, num_ctx
 
-    def tokenize(self, text: str, special: bool = True) -> list[int]:
+    def tokenize(self, text: str, special: bool = True, limit: int | None = None) -> list[int]:
+        text = text if limit is None else text[: limit + 1]  # as Model.tokenize: stops once past the limit
         return [ord(c) % 256 for c in text]
 
     def detokenize(self, ids) -> str:
         return "".join(chr(i) for i in ids)
 
-    def generate(self, ids, options, cancelled=None, constraint=None):
+    def generate(self, ids, options, cancelled=None, constraint=None, cache_scope=""):
         self.script.prompts.append(self.detokenize(ids))
         pieces = [self.script.answer[i : i + 5] for i in range(0, len(self.script.answer), 5)]
         for p in pieces:

@@ -168,3 +168,12 @@ def test_a_limit_gives_the_start_of_the_full_answer(tokenizers, name):
                 assert got == full, (text, limit)
             else:
                 assert len(got) > limit and got == full[: len(got)], (text, limit)
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_the_fragment_cache_keeps_no_long_text(tokenizers, name):
+    """The merge cache is bounded in entries and in each entry's text: a prompt's megabyte word is not kept."""
+    tok = tokenizers[name]
+    text = "ab" * 50_000 + " hello " + "Zq" * 40_000
+    assert tok.encode(text) == tok.encode(text)  # the second call is not served a different answer from cache
+    assert max(map(len, tok._encoder._cache)) <= 64

@@ -11,7 +11,8 @@ import heapq
 from . import pretokenize
 from .vocab import Vocab
 
-_CACHE_LIMIT = 1 << 16
+_CACHE_LIMIT = 1 << 16  # entries; with _CACHE_TEXT, a few MB at most
+_CACHE_TEXT = 64  # longer fragments are not cached: a hostile prompt's megabyte word would stay in memory
 
 
 def bytes_to_unicode() -> list[str]:
@@ -55,9 +56,10 @@ class BpeEncoder:
             ids = cache.get(frag)
             if ids is None:
                 ids = self._word(byte_encode(frag))
-                if len(cache) >= _CACHE_LIMIT:
-                    cache.clear()
-                cache[frag] = ids
+                if len(frag) <= _CACHE_TEXT:
+                    if len(cache) >= _CACHE_LIMIT:
+                        cache.clear()
+                    cache[frag] = ids
             out.extend(ids)
             if limit is not None and len(out) > limit:
                 return

@@ -20,7 +20,8 @@ from ...errors import InvalidRequest
 from .vocab import Vocab
 
 SPACE = "\u2581"
-_CACHE_LIMIT = 1 << 16
+_CACHE_LIMIT = 1 << 16  # entries; with _CACHE_TEXT, a few MB at most
+_CACHE_TEXT = 64  # longer fragments are not cached: a hostile prompt's megabyte word would stay in memory
 
 
 class SpmEncoder:
@@ -40,9 +41,10 @@ class SpmEncoder:
             ids = cache.get(word)
             if ids is None:
                 ids = self._merge(word)
-                if len(cache) >= _CACHE_LIMIT:
-                    cache.clear()
-                cache[word] = ids
+                if len(word) <= _CACHE_TEXT:
+                    if len(cache) >= _CACHE_LIMIT:
+                        cache.clear()
+                    cache[word] = ids
             out.extend(ids)
             if limit is not None and len(out) > limit:
                 return
