@@ -69,6 +69,9 @@ class Config:
     registry_public: bool = False  # serve the store's registry routes on a non-loopback bind without a token
     context_length: int = 4096
     num_threads: int = 0  # 0: all cores
+    # "client" (default): a request reuses the cached prompt prefixes of its own client only (the API key's holders
+    # where one is set, else the caller's address); "shared": of every client (a single-user machine)
+    prefix_cache: str = "client"
     kv_budget: int = 0  # positions of each loaded model's paged KV pool (LOCALRT_KV_BUDGET); 0: num_parallel * num_ctx
     kv_budget_bytes: int = 0  # or its size in bytes (LOCALRT_KV_BUDGET with a unit: "2GiB", "512MB")
 
@@ -97,6 +100,14 @@ def _bool(env: dict, key: str) -> bool:
     raise ValueError(f"{key} must be true or false, got {raw!r}")
 
 
+def _choice(env: dict, key: str, choices: tuple[str, ...]) -> str:
+    """One of choices (the first when unset)."""
+    raw = (env.get(key) or "").strip().lower() or choices[0]
+    if raw not in choices:
+        raise ValueError(f"{key} must be one of {', '.join(choices)}, got {raw!r}")
+    return raw
+
+
 def load(env: dict | None = None) -> Config:
     """Build the Config from the environment (or a given mapping, for tests)."""
     env = dict(os.environ if env is None else env)
@@ -123,6 +134,7 @@ def load(env: dict | None = None) -> Config:
         registry_public=_bool(env, "LOCALRT_REGISTRY_PUBLIC"),
         context_length=_int(env, "LOCALRT_CONTEXT_LENGTH", 4096),
         num_threads=_int(env, "LOCALRT_NUM_THREADS", 0),
+        prefix_cache=_choice(env, "LOCALRT_PREFIX_CACHE", ("client", "shared")),
         **_kv_budget(env.get("LOCALRT_KV_BUDGET")),
     )
 

@@ -179,6 +179,14 @@ def logprobs_fields(f: Fields, flag: str = "logprobs") -> tuple[bool, int]:
     return on, top
 
 
+def cache_salt(f: Fields) -> str:
+    """vLLM's cache_salt: requests reuse each other's cached prompt prefixes only under the same salt (and client)."""
+    salt = f.str("cache_salt", "") or ""
+    if len(salt) > 256:
+        raise InvalidRequest("cache_salt must be at most 256 characters")
+    return salt
+
+
 def _inference_fields(f: Fields, r: "GenerateRequest | ChatRequest") -> None:
     """The fields /api/generate and /api/chat share; then what was left unread is `r.ignored`."""
     r.format = _format(f.any("format"))
@@ -187,6 +195,7 @@ def _inference_fields(f: Fields, r: "GenerateRequest | ChatRequest") -> None:
     _think(f.any("think"))
     r.logprobs, r.top_logprobs = logprobs_fields(f)
     r.truncate = bool(f.bool("truncate", True))
+    r.cache_salt = cache_salt(f)
     if f.bool("shift"):
         # the engine stops at num_ctx with done_reason "length"; it never drops old tokens to go on
         raise InvalidRequest("shift (context shifting) is not supported: generation stops when the context is full")
@@ -259,6 +268,7 @@ class GenerateRequest:
     logprobs: bool = False
     top_logprobs: int = 0  # alternatives per token when logprobs is on
     logit_bias: dict[int, float] | None = None  # /v1 only: token id -> bias added before sampling
+    cache_salt: str = ""  # reuse of cached prefixes only among requests of one client with this salt
     ignored: list[str] = field(default_factory=list)  # request keys nobody knows (options: see api.options)
 
     @classmethod
@@ -299,6 +309,7 @@ class ChatRequest:
     logprobs: bool = False
     top_logprobs: int = 0
     logit_bias: dict[int, float] | None = None
+    cache_salt: str = ""
     ignored: list[str] = field(default_factory=list)
 
     @classmethod

@@ -118,6 +118,7 @@ class Sequence:
         self._limit = opts.num_predict if opts.num_predict >= 0 else None
         self.progress = Progress(known=len(prompt))
         self.preemptions = 0  # times the KV pool ran dry and this sequence gave its blocks back
+        self.cache_scope = ""  # whose cached prefixes it may reuse, and under which its own are cached (Batcher.add)
         # Prompt-lookup drafting (localrt.engine.speculative); None when draft_num_predict is 0.
         self.draft = DraftState(opts.draft_num_predict) if opts.draft_num_predict > 0 else None
         self._logprobs = LogprobTracker(tok, logprobs) if logprobs is not None else None  # None: not asked for
@@ -236,13 +237,17 @@ class Batcher:
 
     def add(self, ids, options: dict | Options | None = None, *, constraint=None,
             cancelled: threading.Event | None = None, slot: int | None = None, load_duration_ns: int = 0,
-            logprobs: int | None = None, logit_bias=None) -> Sequence:
+            logprobs: int | None = None, logit_bias=None, cache_scope: str = "") -> Sequence:
         """Validate a request and give it a free slot (`slot`, or the free one whose cache shares the longest
         prefix with the prompt). Raises as `generate` does (ContextLengthExceeded, InvalidRequest) and
         RuntimeError when no slot is free; its events come from the following steps. `logprobs`: None, or how many
-        top alternatives each Token's log-probability entry lists; `logit_bias`: {token id: bias} before sampling."""
+        top alternatives each Token's log-probability entry lists; `logit_bias`: {token id: bias} before sampling;
+        `cache_scope`: the sequence reuses cached or running prefixes of its own scope only (a client's: what one
+        client sent must not speed up, or show in cached_tokens to, another's guess at it), and its prefix is cached
+        under it."""
         seq = Sequence(self.model, ids, options, constraint, cancelled, load_duration_ns, logprobs=logprobs,
                        logit_bias=logit_bias)
+        seq.cache_scope = cache_scope
         if slot is None:
             slot = self._pick_slot(seq)
         elif not 0 <= slot < self.n_slots or slot in self._held:
@@ -398,14 +403,16 @@ class Batcher:
         """Free seq's slot; its blocks stay cached with the ids whose keys they hold (for a later prompt's reuse)."""
         if self._held.get(seq.slot) is seq:
             del self._held[seq.slot]
-            self.model.cache.retire(seq.slot, seq.history, seq.pieces)
+            self.model.cache.retire(seq.slot, seq.history, seq.pieces, seq.cache_scope)
             self._last_used[seq.slot] = self._steps
 
-    def _prefixes(self, slot: int):
-        """What a sequence in slot may reuse: every cached prefix and every other running sequence's positions."""
+    def _prefixes(self, slot: int, scope: str):
+        """What a sequence in slot may reuse: every cached prefix and every other running sequence's positions, of
+        its scope."""
         cache = self.model.cache
-        return cache.prefixes([cache.running_prefix(s, held.history, held.pieces) for s, held in self._held.items()
-                               if s != slot and held.state != WAITING])
+        running = [cache.running_prefix(s, held.history, held.pieces, held.cache_scope)
+                   for s, held in self._held.items() if s != slot and held.state != WAITING]
+        return cache.prefixes(running, scope)
 
     def _pick_slot(self, seq: Sequence) -> int:
         free = [s for s in range(self.n_slots) if s not in self._held]
@@ -413,7 +420,7 @@ class Batcher:
             raise RuntimeError(f"all {self.n_slots} slots are busy")
         cache = self.model.cache
         own = {}  # a slot-bound cache: the prefix each free slot's own arrays hold (no copy to reuse it)
-        for source in self._prefixes(-1):
+        for source in self._prefixes(-1, seq.cache_scope):
             if source.slot in free and source.entry is not None:
                 own[source.slot] = max(own.get(source.slot, 0),
                                        cache.reusable(source, seq.prompt, seq.pieces, self.reuse_min))
@@ -424,6 +431,7 @@ class Batcher:
         from any cached prefix or running sequence (KVCache.match_prefix, take_prefix); the first position left to
         evaluate."""
         cache = self.model.cache
-        best, pick = cache.match_prefix(target, seq.pieces, self._prefixes(slot), reuse_min=self.reuse_min, slot=slot)
+        sources = self._prefixes(slot, seq.cache_scope)
+        best, pick = cache.match_prefix(target, seq.pieces, sources, reuse_min=self.reuse_min, slot=slot)
         cache.take_prefix(slot, pick, best)
         return best

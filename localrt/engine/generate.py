@@ -15,7 +15,7 @@ from .events import Done, Token
 
 def generate(model, ids, options: dict | Options | None = None, *, slot: int = 0, load_duration_ns: int = 0,
              cancelled: threading.Event | None = None, constraint=None, logprobs: int | None = None,
-             logit_bias=None, draft=None) -> Iterator[Token | Done]:
+             logit_bias=None, draft=None, cache_scope: str = "") -> Iterator[Token | Done]:
     """Yield a Token per sampled token and a final Done.
 
     Stops on the model's end-of-generation tokens (done_reason "stop"), on a stop string (never partly
@@ -24,11 +24,12 @@ def generate(model, ids, options: dict | Options | None = None, *, slot: int = 0
     prefill chunks (raising Cancelled) and before each decode step (ending without Done). `constraint`
     (localrt.structured) limits each step to tokens that keep the output valid for a `format`. `logprobs` (None:
     off) and `logit_bias` as `Batcher.add` takes them; `draft`: a draft_model.ModelDrafter beside the model, for
-    requests whose draft_model option names it.
+    requests whose draft_model option names it; `cache_scope`: as `Batcher.add` takes it.
     """
     batcher = Batcher(model, reuse_min=1, drafter=draft)  # the caller chose the slot: reuse whatever prefix it holds
     seq = batcher.add(ids, options, slot=slot, cancelled=cancelled, constraint=constraint,
-                      load_duration_ns=load_duration_ns, logprobs=logprobs, logit_bias=logit_bias)
+                      load_duration_ns=load_duration_ns, logprobs=logprobs, logit_bias=logit_bias,
+                      cache_scope=cache_scope)
     try:
         while not seq.finished:
             for _, events in batcher.step():

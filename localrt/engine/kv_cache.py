@@ -47,6 +47,7 @@ class Prefix:
     blocks: list[int]  # the pool blocks holding them
     slot: int  # the slot whose per-slot layers hold them (-1: none; the cache is not slot-bound)
     entry: Entry | None = None  # the cached prefix, or None for a running sequence
+    scope: str = ""  # whose prompts may reuse it: only a sequence of the same scope does (Batcher.add)
 
 
 def _committed(shape: tuple[int, ...], dtype) -> np.ndarray:
@@ -297,25 +298,27 @@ class KVCache:
         self.share(dst, self.blocks_of(src), n)
         self.copy_slotted(src, dst, n)
 
-    def retire(self, slot: int, tokens: list[int], pieces: list[tuple[int, int]]) -> Entry | None:
+    def retire(self, slot: int, tokens: list[int], pieces: list[tuple[int, int]], scope: str = "") -> Entry | None:
         """A sequence leaves slot: its blocks stay cached as an Entry (the ids `tokens` whose keys they hold; None
         for no positions) and the slot's table is emptied. In a slot-bound cache the slot's rings still
         hold the entry's positions until the slot is given to another sequence: `ring_keeps` on the entry's length)."""
         n = int(self.lengths[slot])
         entry = None
         if n > 0:
-            entry = Entry(list(tokens[:n]), list(pieces), self.blocks_of(slot), slot if self.slot_bound else -1)
+            entry = Entry(list(tokens[:n]), list(pieces), self.blocks_of(slot), slot if self.slot_bound else -1,
+                          scope=scope)
             self.pool.add_entry(entry)
         self.clear(slot)
         return entry
 
-    def running_prefix(self, slot: int, history: list[int], pieces: list[tuple[int, int]]) -> Prefix:
+    def running_prefix(self, slot: int, history: list[int], pieces: list[tuple[int, int]], scope: str = "") -> Prefix:
         """What a running sequence in slot (its ids `history`, its BLAS `pieces`) holds for others to reuse."""
-        return Prefix(history[: int(self.lengths[slot])], pieces, self.blocks_of(slot), slot)
+        return Prefix(history[: int(self.lengths[slot])], pieces, self.blocks_of(slot), slot, None, scope)
 
-    def prefixes(self, running: list[Prefix] = ()) -> list[Prefix]:
-        """Every cached prefix, then the `running` sequences' (running_prefix)."""
-        return [Prefix(e.tokens, e.pieces, e.blocks, e.slot, e) for e in self.pool.entries] + list(running)
+    def prefixes(self, running: list[Prefix] = (), scope: str | None = None) -> list[Prefix]:
+        """Every cached prefix, then the `running` sequences' (running_prefix); only those of `scope` if given."""
+        out = [Prefix(e.tokens, e.pieces, e.blocks, e.slot, e, e.scope) for e in self.pool.entries] + list(running)
+        return out if scope is None else [p for p in out if p.scope == scope]
 
     def reusable(self, source: Prefix, target: list[int], pieces: list[tuple[int, int]], reuse_min: int = 1) -> int:
         """How many leading positions of target (a prompt whose BLAS pieces are `pieces`) source gives with the

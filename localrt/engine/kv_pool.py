@@ -31,6 +31,7 @@ class Entry:
     blocks: list[int]
     slot: int = -1
     stamp: int = field(default=0, compare=False)
+    scope: str = ""  # whose prompts may reuse it (Batcher.add's cache_scope)
 
     @property
     def length(self) -> int:
@@ -173,5 +174,5 @@ class BlockPool:
 
 def _covers(big: Entry, small: Entry) -> bool:
     """Whether big holds small's every block at the same place and at least its positions (so small is redundant)."""
-    return (big.slot == small.slot and big.length >= small.length
+    return (big.slot == small.slot and big.scope == small.scope and big.length >= small.length
             and big.blocks[: len(small.blocks)] == small.blocks)

@@ -56,7 +56,7 @@ def preempt(batcher, seq) -> None:
     if seq.progress.pending is not None:
         seq.progress.pending = None  # it is history[-1]: decoded again after the replay
         seq.progress.known = len(seq.history) - 1
-    cache.retire(seq.slot, seq.history, seq.pieces)
+    cache.retire(seq.slot, seq.history, seq.pieces, seq.cache_scope)
     seq.state = WAITING
     seq.preemptions += 1
 

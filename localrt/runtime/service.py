@@ -27,7 +27,7 @@ from ..models import library
 from ..templates.toolcalls import ToolCallParser, tag_for_template
 from .batch_driver import BatchDriver
 from .catalog import Catalog
-from .jobs import AUTO_PARALLEL, system_available_memory
+from .jobs import AUTO_PARALLEL, CLIENT, system_available_memory
 from .loading import estimate_memory, kv_counts, load_draft, with_draft_need
 from .scheduler import MemoryNeed, Request, Scheduler
 from .sampling_extras import Pending, request_constraint, sampling_kwargs as _sampling
@@ -238,12 +238,20 @@ class Service:
 
     # ---- inference ---------------------------------------------------------------------------------
 
+    def cache_scope(self, req: GenerateRequest | ChatRequest) -> str:
+        """Whose cached prompt prefixes the request may reuse (Batcher.add): its client's (the caller's address as
+        the fair queue groups it; every holder of the API key where one is set) unless LOCALRT_PREFIX_CACHE is
+        "shared", and of those only the ones sent with the same cache_salt."""
+        who = "" if self.config.prefix_cache == "shared" or self.config.api_key else CLIENT.get()
+        return f"{who}\0{req.cache_salt}" if req.cache_salt else who
+
     def generate(self, req: GenerateRequest) -> Events:
         rec = self.record(req.model, create_builtin=not _unloads(req.keep_alive, req.prompt or req.suffix))
         name = rec.name.display
         opts = self.options(rec, req.options)
         structured.check_format(req.format)  # a bad schema is a 400 before anything is scheduled
         base = lambda: {"model": req.model, "created_at": now_rfc3339()}  # noqa: E731
+        scope = self.cache_scope(req)
         if not req.prompt and not req.suffix:
             return self._load_or_unload(name, opts, req.keep_alive,
                                         lambda why: {**base(), "response": "", "done": True, "done_reason": why})
@@ -261,7 +269,7 @@ class Service:
             ids = _prompt_ids(model, prompt.text, n_ctx)
             constraint = structured.compile_format(req.format, model.tokenizer) if req.format else None
             pending = Pending(req.logprobs)
-            for ev in _run(loaded, ids, opts, cancelled, constraint, **_sampling(req)):
+            for ev in _run(loaded, ids, opts, cancelled, constraint, cache_scope=scope, **_sampling(req)):
                 pending.add(ev.logprobs)
                 if isinstance(ev, Done):
                     out = {**base(), "response": ev.text, **pending.take(), **_metrics(ev, loaded.take_load_ns())}
@@ -279,6 +287,7 @@ class Service:
         opts = self.options(rec, req.options)
         structured.check_format(req.format)
         base = lambda: {"model": req.model, "created_at": now_rfc3339()}  # noqa: E731
+        scope = self.cache_scope(req)
         if not req.messages:
             return self._load_or_unload(name, opts, req.keep_alive, lambda why: {
                 **base(), "message": {"role": "assistant", "content": ""}, "done": True, "done_reason": why})
@@ -305,7 +314,7 @@ class Service:
             constraint = request_constraint(tag, req, model)
             parser = ToolCallParser(tag, req.tools) if req.tools else None
             pending = Pending(req.logprobs)  # entries wait for a chunk that goes out
-            for ev in _run(loaded, ids, opts, cancelled, constraint, **_sampling(req)):
+            for ev in _run(loaded, ids, opts, cancelled, constraint, cache_scope=scope, **_sampling(req)):
                 pending.add(ev.logprobs)
                 got = parser.feed(ev.text) if parser else None
                 content, calls = (got.content, got.calls) if got else (ev.text, [])

@@ -20,6 +20,7 @@ from ..api.types import (
     Fields,
     GenerateRequest,
     Message,
+    cache_salt,
     check_tools,
     logprobs_fields,
     parse_message,
@@ -119,6 +120,7 @@ def _extras(f: Fields, req: ChatRequest | GenerateRequest, opts: Opts, chat: boo
     """n, logit_bias and logprobs onto the native request; the Opts the reply needs to know them."""
     n = f.int("n", 1, 1, N_MAX) or 1
     req.logit_bias = _logit_bias(f)
+    req.cache_salt = cache_salt(f)
     if chat:
         req.logprobs, req.top_logprobs = logprobs_fields(f)
     else:
