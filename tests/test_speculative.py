@@ -393,7 +393,7 @@ def test_cost_samples_expire():
 
 def test_final_reply_and_verbose_output_carry_the_draft_counts():
     from localrt.cli.cli_format import verbose_stats
-    from localrt.runtime.service import _metrics
+    from localrt.runtime.sampling_extras import metrics as _metrics
 
     on = _metrics(Done("stop", eval_count=30, eval_duration=10, draft_count=24, draft_accepted_count=18), 0)
     assert (on["draft_count"], on["draft_accepted_count"]) == (24, 18)

@@ -1,5 +1,6 @@
-"""What a request asks of the engine beside its options (logprobs, logit_bias), and the engine's log-probability
-entries as Ollama's `logprobs` field of a native reply chunk.
+"""What a request asks of the engine beside its options (logprobs, logit_bias, whose cached prefixes it may reuse, its
+prompt's ids up to the context), the final reply's counts, and the engine's log-probability entries as Ollama's
+`logprobs` field of a native reply chunk.
 
 Ollama's shape (`api/types.go`, `Logprob`): `[{"token", "logprob", "bytes", "top_logprobs": [{"token", "logprob",
 "bytes"}]}]`, one entry per generated token, carried by the chunk whose text the token is part of; `bytes` and
@@ -11,10 +12,45 @@ import logging
 from typing import Iterable
 
 from .. import structured
-from ..engine.events import Logprob, TokenLogprob
+from ..api.types import PROMPT_CACHED_KEY
+from ..engine.events import Done, Logprob, TokenLogprob
+from ..errors import ContextLengthExceeded
 from ..templates.toolcalls import forced_call_format, opened_call_format
 
 log = logging.getLogger("localrt.service")
+
+
+def cache_scope(req, config, client: str) -> str:
+    """Whose cached prompt prefixes the request may reuse (Batcher.add): its client's (the caller's address as the
+    fair queue groups it; every holder of the API key where one is set) unless LOCALRT_PREFIX_CACHE is "shared",
+    and of those only the ones sent with the same cache_salt."""
+    who = "" if config.prefix_cache == "shared" or config.api_key else client
+    return f"{who}\0{req.cache_salt}" if req.cache_salt else who
+
+
+def prompt_ids(model, text: str, n_ctx: int) -> list[int]:
+    """The prompt's token ids, refused as soon as tokenizing passes n_ctx (a text of megabytes is not tokenized
+    whole only to be refused)."""
+    ids = model.tokenize(text, limit=n_ctx)
+    if len(ids) > n_ctx:
+        raise ContextLengthExceeded(len(ids), n_ctx, counted_all=False)
+    return ids
+
+
+def metrics(ev: Done, load_ns: int) -> dict:
+    """The final reply's counts and durations."""
+    return {"done": True, "done_reason": ev.done_reason, "total_duration": ev.total_duration + load_ns,
+            "load_duration": ev.load_duration + load_ns, "prompt_eval_count": ev.prompt_eval_count,
+            "prompt_eval_duration": ev.prompt_eval_duration, "eval_count": ev.eval_count,
+            "eval_duration": ev.eval_duration, PROMPT_CACHED_KEY: getattr(ev, "prompt_cached_count", 0),
+            **_draft_counts(ev)}
+
+
+def _draft_counts(ev: Done) -> dict:
+    """Speculative decoding's counts as extra fields of the final reply (not Ollama's), when it was on."""
+    if getattr(ev, "draft_count", None) is None:
+        return {}
+    return {"draft_count": ev.draft_count, "draft_accepted_count": ev.draft_accepted_count}
 
 
 def request_constraint(tag: str, req, model):

@@ -19,10 +19,10 @@ import store as st
 
 from .. import structured, templates
 from ..api.options import Options, config_layer, parse_duration, resolve
-from ..api.types import PROMPT_CACHED_KEY, ChatRequest, EmbedRequest, GenerateRequest
+from ..api.types import ChatRequest, EmbedRequest, GenerateRequest
 from ..engine.backends import heap
 from ..engine.events import Done, Token
-from ..errors import Cancelled, ContextLengthExceeded, InvalidRequest, ModelLoadError, ModelNotFound
+from ..errors import Cancelled, InvalidRequest, ModelLoadError, ModelNotFound
 from ..models import library
 from ..templates.toolcalls import ToolCallParser, tag_for_template
 from .batch_driver import BatchDriver
@@ -30,7 +30,8 @@ from .catalog import Catalog
 from .jobs import AUTO_PARALLEL, CLIENT, system_available_memory
 from .loading import estimate_memory, kv_counts, load_draft, with_draft_need
 from .scheduler import MemoryNeed, Request, Scheduler
-from .sampling_extras import Pending, request_constraint, sampling_kwargs as _sampling
+from .sampling_extras import Pending, cache_scope, metrics, prompt_ids, request_constraint
+from .sampling_extras import sampling_kwargs as _sampling
 
 log = logging.getLogger("localrt.service")
 
@@ -238,20 +239,13 @@ class Service:
 
     # ---- inference ---------------------------------------------------------------------------------
 
-    def cache_scope(self, req: GenerateRequest | ChatRequest) -> str:
-        """Whose cached prompt prefixes the request may reuse (Batcher.add): its client's (the caller's address as
-        the fair queue groups it; every holder of the API key where one is set) unless LOCALRT_PREFIX_CACHE is
-        "shared", and of those only the ones sent with the same cache_salt."""
-        who = "" if self.config.prefix_cache == "shared" or self.config.api_key else CLIENT.get()
-        return f"{who}\0{req.cache_salt}" if req.cache_salt else who
-
     def generate(self, req: GenerateRequest) -> Events:
         rec = self.record(req.model, create_builtin=not _unloads(req.keep_alive, req.prompt or req.suffix))
         name = rec.name.display
         opts = self.options(rec, req.options)
         structured.check_format(req.format)  # a bad schema is a 400 before anything is scheduled
         base = lambda: {"model": req.model, "created_at": now_rfc3339()}  # noqa: E731
-        scope = self.cache_scope(req)
+        scope = cache_scope(req, self.config, CLIENT.get())
         if not req.prompt and not req.suffix:
             return self._load_or_unload(name, opts, req.keep_alive,
                                         lambda why: {**base(), "response": "", "done": True, "done_reason": why})
@@ -266,13 +260,13 @@ class Service:
                 model_system=rec.system or "", model_messages=rec.messages, suffix=req.suffix, raw=req.raw,
                 template_override=req.template or "", context_text=context_text, has_context=req.context is not None,
                 num_ctx=n_ctx, count_tokens=lambda t: len(model.tokenize(t, limit=n_ctx)), truncate=req.truncate)
-            ids = _prompt_ids(model, prompt.text, n_ctx)
+            ids = prompt_ids(model, prompt.text, n_ctx)
             constraint = structured.compile_format(req.format, model.tokenizer) if req.format else None
             pending = Pending(req.logprobs)
             for ev in _run(loaded, ids, opts, cancelled, constraint, cache_scope=scope, **_sampling(req)):
                 pending.add(ev.logprobs)
                 if isinstance(ev, Done):
-                    out = {**base(), "response": ev.text, **pending.take(), **_metrics(ev, loaded.take_load_ns())}
+                    out = {**base(), "response": ev.text, **pending.take(), **metrics(ev, loaded.take_load_ns())}
                     if not req.raw:
                         out["context"] = list(ev.context)
                     yield out
@@ -287,7 +281,7 @@ class Service:
         opts = self.options(rec, req.options)
         structured.check_format(req.format)
         base = lambda: {"model": req.model, "created_at": now_rfc3339()}  # noqa: E731
-        scope = self.cache_scope(req)
+        scope = cache_scope(req, self.config, CLIENT.get())
         if not req.messages:
             return self._load_or_unload(name, opts, req.keep_alive, lambda why: {
                 **base(), "message": {"role": "assistant", "content": ""}, "done": True, "done_reason": why})
@@ -309,7 +303,7 @@ class Service:
                 loaded.template, messages, model_system=rec.system or "", model_messages=rec.messages,
                 tools=req.tools or None, num_ctx=n_ctx, count_tokens=lambda t: len(model.tokenize(t, limit=n_ctx)),
                 truncate=req.truncate)
-            ids = _prompt_ids(model, prompt.text, n_ctx)
+            ids = prompt_ids(model, prompt.text, n_ctx)
             tag = tag_for_template(loaded.template)
             constraint = request_constraint(tag, req, model)
             parser = ToolCallParser(tag, req.tools) if req.tools else None
@@ -322,7 +316,7 @@ class Service:
                     if parser:
                         rest = parser.flush()
                         content, calls = content + rest.content, calls + rest.calls
-                    yield reply(content, calls, **pending.take(), **_metrics(ev, loaded.take_load_ns()))
+                    yield reply(content, calls, **pending.take(), **metrics(ev, loaded.take_load_ns()))
                 elif content or calls:
                     yield reply(content, calls, done=False, **pending.take())
 
@@ -445,15 +439,6 @@ class Service:
         return _push.push(self.store, name, insecure=insecure, token=self.config.registry_token)
 
 
-def _prompt_ids(model, text: str, n_ctx: int) -> list[int]:
-    """The prompt's token ids, refused as soon as tokenizing passes n_ctx (a text of megabytes is not tokenized
-    whole only to be refused)."""
-    ids = model.tokenize(text, limit=n_ctx)
-    if len(ids) > n_ctx:
-        raise ContextLengthExceeded(len(ids), n_ctx, counted_all=False)
-    return ids
-
-
 def _unloads(keep_alive, work) -> bool:
     """A request with nothing to do and keep_alive 0 only unloads: it never creates a built-in model."""
     return not work and keep_alive is not None and parse_duration(keep_alive) == 0
@@ -481,21 +466,6 @@ def parameter_count(path) -> int:
     from ..models.create import gguf_facts
 
     return int(gguf_facts(path)["parameter_count"])
-
-
-def _metrics(ev: Done, load_ns: int) -> dict:
-    return {"done": True, "done_reason": ev.done_reason, "total_duration": ev.total_duration + load_ns,
-            "load_duration": ev.load_duration + load_ns, "prompt_eval_count": ev.prompt_eval_count,
-            "prompt_eval_duration": ev.prompt_eval_duration, "eval_count": ev.eval_count,
-            "eval_duration": ev.eval_duration, PROMPT_CACHED_KEY: getattr(ev, "prompt_cached_count", 0),
-            **_draft_counts(ev)}
-
-
-def _draft_counts(ev: Done) -> dict:
-    """Speculative decoding's counts as extra fields of the final reply (not Ollama's), when it was on."""
-    if getattr(ev, "draft_count", None) is None:
-        return {}
-    return {"draft_count": ev.draft_count, "draft_accepted_count": ev.draft_accepted_count}
 
 
 def _normalize(v: np.ndarray, dims: int | None) -> list[float]:
