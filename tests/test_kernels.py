@@ -18,10 +18,11 @@ from _kernel_oracle import activation_error, emulated_dot, weights
 F32, F16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 = 0, 1, 2, 3, 6, 7, 8
 Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS, BF16 = 10, 11, 12, 13, 14, 20, 23, 30
 ALL = [Q8_0, Q4_1, Q4_K, Q5_0, Q6_K, F32, Q4_0, Q5_1, Q2_K, Q3_K, Q5_K, F16, BF16, IQ4_NL, IQ4_XS]
-# Q2_K's and Q3_K's per-row kernels take minutes each to compile cold (no built-in model holds them): their
-# kernel tests run with the slow ones
+# Q2_K's and Q3_K's per-row kernels take minutes each to compile cold (no built-in model holds them): their kernel
+# tests run with the slow ones, each format's on one worker (compiled once, not on two workers at the same time)
 SLOW_COMPILE = (Q2_K, Q3_K)
-ALL_KERNELS = [pytest.param(t, marks=pytest.mark.slow) if t in SLOW_COMPILE else t for t in ALL]
+ALL_KERNELS = [pytest.param(t, marks=[pytest.mark.slow, pytest.mark.xdist_group(f"compile-{t}")])
+               if t in SLOW_COMPILE else t for t in ALL]
 # byte offsets of the f16 scales inside each block: random bytes there could be inf/NaN
 SCALE_OFFSETS = {Q4_0: [0], Q4_1: [0, 2], Q5_0: [0], Q5_1: [0, 2], Q8_0: [0], Q2_K: [80, 82],
                  Q3_K: [108], Q4_K: [0, 2], Q5_K: [0, 2], Q6_K: [208], IQ4_NL: [0], IQ4_XS: [0]}

@@ -42,9 +42,9 @@ def test_every_block_format_kernel_is_generated() -> None:
 SLOW_COMPILE = (10, 11)  # Q2_K, Q3_K: minutes each to compile cold (tests/test_kernels.py)
 
 
-@pytest.mark.parametrize("types", [
-    sorted(set(GENERATED) - set(SLOW_COMPILE)), pytest.param(list(SLOW_COMPILE), marks=pytest.mark.slow)],
-    ids=["formats", "q2_k-q3_k"])
+@pytest.mark.parametrize("types", [sorted(set(GENERATED) - set(SLOW_COMPILE))] + [
+    pytest.param([t], marks=[pytest.mark.slow, pytest.mark.xdist_group(f"compile-{t}")]) for t in SLOW_COMPILE],
+    ids=["formats", "q2_k", "q3_k"])
 def test_generated_kernels_load_from_cache_in_a_new_process(types: list[int]) -> None:
     root = Path(sk.__file__).resolve().parents[1]
     if not os.access(Path(sk.__file__).parent, os.W_OK):
