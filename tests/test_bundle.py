@@ -210,7 +210,34 @@ def test_folder_source_refuses_fifo_and_wrong_size(src, tmp_path):
         list(pl.pull(st.Store(tmp_path / "d"), str(tmp_path / "b")))
     blob.unlink()
     blob.write_bytes(b"short")
-    with pytest.raises(BlobMismatch, match="has 5 bytes"):
+    with pytest.raises(BlobMismatch, match="does not have the") as e:
+        list(pl.pull(st.Store(tmp_path / "d"), str(tmp_path / "b")))
+    assert " 5 " not in str(e.value)  # the size of a file the caller did not send is not told
+
+
+def test_folder_source_follows_no_link_out_and_tells_no_size_or_hash(src, tmp_path):
+    """A daemon may read what its caller may not: a blob linked to another file (or a folder on the way linked
+    elsewhere) is refused, and no message carries the size or sha256 of a file the caller did not send."""
+    s, manifest = src
+    bd.export(s, "tiny:1", tmp_path / "b")
+    blob = tmp_path / "b" / "blobs" / st.digest.to_filename(manifest.layers[0].digest)
+    secret = tmp_path / "secret.txt"
+    secret.write_bytes(b"root-only secret " * 254 + b"end")  # 4321 bytes
+    digest = hashlib.sha256(secret.read_bytes()).hexdigest()
+    blob.unlink()
+    blob.symlink_to(secret)
+    with pytest.raises(Exception, match="is a link; refused") as e:
+        list(pl.pull(st.Store(tmp_path / "d"), str(tmp_path / "b")))
+    assert "4321" not in str(e.value) and digest not in str(e.value)
+    blob.unlink()
+    os.link(secret, blob)  # a hard link is a regular file of the folder: read, but its hash and size stay untold
+    with pytest.raises(Exception) as e:
+        list(pl.pull(st.Store(tmp_path / "d"), str(tmp_path / "b")))
+    assert "4321" not in str(e.value) and digest not in str(e.value), str(e.value)
+    blobs = tmp_path / "b" / "blobs"
+    blobs.rename(tmp_path / "elsewhere")
+    blobs.symlink_to(tmp_path / "elsewhere")  # the folder itself leads out
+    with pytest.raises(Exception, match="leads out of"):
         list(pl.pull(st.Store(tmp_path / "d"), str(tmp_path / "b")))
 
 

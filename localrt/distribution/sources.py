@@ -105,7 +105,7 @@ class Source:
         if listed is None:
             raise BundleError(f"{rel} is not listed in the bundle's {SUMS}")
         if listed != hex_digest:
-            raise BlobMismatch(f"{rel} does not match its {SUMS} entry (sha256 {hex_digest}, listed {listed})")
+            raise BlobMismatch(f"{rel} does not match its {SUMS} entry")  # no hash of a file the caller did not send
 
     def _blob_rel(self, digest: str) -> str:
         return f"blobs/{dg.to_filename(digest)}"
@@ -152,14 +152,22 @@ class DirSource(Source):
             self._listing = out
         return self._listing
 
-    @staticmethod
-    def _open_regular(path: Path) -> BinaryIO:
+    def _open_regular(self, path: Path) -> BinaryIO:
+        """A regular file inside the folder, opened without following a link: the daemon may read what the caller
+        may not (a blob linked to a root-only file), so a link, or a folder on the way that leads out, is refused."""
         # O_NONBLOCK: opening a FIFO planted in a shared folder must not hang; only regular files are read.
-        flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0)
+        flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0) | getattr(os, "O_NOFOLLOW", 0)
+        parent, root = os.path.realpath(path.parent), os.path.realpath(self.root)
+        if parent != root and not parent.startswith(root + os.sep):
+            raise MirrorError(f"{path.relative_to(self.root)} leads out of {self.root} through a link; refused")
         try:
             fd = os.open(path, flags)
         except FileNotFoundError:
             raise st.BlobNotFound(path.name) from None
+        except OSError as e:
+            if e.errno == errno.ELOOP:  # O_NOFOLLOW met a symbolic link
+                raise MirrorError(f"{path.relative_to(self.root)} is a link; refused") from None
+            raise
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             os.close(fd)
             raise MirrorError(f"{path} is not a regular file; refused")
@@ -188,7 +196,8 @@ class DirSource(Source):
         with f:
             have = os.fstat(f.fileno()).st_size
             if have != size:
-                raise BlobMismatch(f"{rel} in {self.where} has {have} bytes, the manifest says {size}")
+                # not how many it has: the caller did not send this file
+                raise BlobMismatch(f"{rel} in {self.where} does not have the {size} bytes the manifest says")
             yield f
 
 
@@ -350,8 +359,9 @@ def fetch_local(source, store: st.Store, digest: str, size: int, progress, stop:
     with source.open_blob(digest, size) as f:
         try:
             store.write_blob(_Bounded(f, size, stop), digest, size, progress)
-        except (st.DigestMismatch, st.SizeMismatch) as e:
-            raise BlobMismatch(f"{e}; nothing was stored for it") from None
+        except (st.DigestMismatch, st.SizeMismatch):
+            # not what was read instead: the caller did not send the file, and its hash or size would tell its content
+            raise BlobMismatch(f"{digest} does not match the file read for it; nothing was stored for it") from None
         except OSError as e:
             if e.errno in (errno.ENOSPC, errno.EDQUOT):
                 raise InsufficientSpace(f"disk full while importing {digest}; nothing was stored for it") from None
