@@ -47,9 +47,10 @@ class MissingTensor(InvalidModel):
 class ContextLengthExceeded(LocalrtError):
     def __init__(self, n_prompt: int, n_ctx: int, *, counted_all: bool = True):
         # counted_all False: tokenizing stopped once past the context, so n_prompt is only where it stopped
-        count = str(n_prompt) if counted_all else f"more than {n_ctx}"
-        super().__init__(f"the prompt has {count} tokens, more than the context length of {n_ctx} tokens"
-                         if counted_all else f"the prompt has {count} tokens, the context length")
+        if counted_all:
+            super().__init__(f"the prompt has {n_prompt} tokens, more than the context length of {n_ctx} tokens")
+        else:
+            super().__init__(f"the prompt has more than {n_ctx} tokens, the context length")
         self.n_prompt = n_prompt
         self.n_ctx = n_ctx
 

@@ -16,6 +16,7 @@ import pytest
 
 import simd_kernels as sk
 from simd_kernels import iquants, kquants, legacy
+from test_kernels import SLOW_COMPILE  # Q2_K, Q3_K: minutes each to compile cold
 
 GENERATED = {t: k for t, k in sk.MUL.items() if k.py_func.__code__.co_filename.endswith("simd.py")}
 
@@ -39,7 +40,6 @@ def test_every_block_format_kernel_is_generated() -> None:
     assert legacy.mul_q8_0 is sk.MUL[8] and kquants.mul_q6_k is sk.MUL[14] and iquants.mul_iq4_xs is sk.MUL[23]
 
 
-SLOW_COMPILE = (10, 11)  # Q2_K, Q3_K: minutes each to compile cold (tests/test_kernels.py)
 
 
 @pytest.mark.parametrize("types", [sorted(set(GENERATED) - set(SLOW_COMPILE))] + [

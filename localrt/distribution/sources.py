@@ -134,6 +134,7 @@ class DirSource(Source):
     def __init__(self, root: Path):
         super().__init__(str(root))
         self.root = root
+        self._real_root = os.path.realpath(root)  # what every file's folder must resolve inside (_open_regular)
         if not (root / "manifests").is_dir():
             raise BundleError(f"{root} holds no models (no manifests/ directory)")
         self._listing: list[str] | None = None
@@ -157,8 +158,8 @@ class DirSource(Source):
         may not (a blob linked to a root-only file), so a link, or a folder on the way that leads out, is refused."""
         # O_NONBLOCK: opening a FIFO planted in a shared folder must not hang; only regular files are read.
         flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0) | getattr(os, "O_NOFOLLOW", 0)
-        parent, root = os.path.realpath(path.parent), os.path.realpath(self.root)
-        if parent != root and not parent.startswith(root + os.sep):
+        parent = os.path.realpath(path.parent)
+        if parent != self._real_root and not parent.startswith(self._real_root + os.sep):
             raise MirrorError(f"{path.relative_to(self.root)} leads out of {self.root} through a link; refused")
         try:
             fd = os.open(path, flags)

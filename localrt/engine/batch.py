@@ -78,7 +78,7 @@ class Sequence:
     longest cached prefix when blocks free up: localrt.engine.preempt)."""
 
     def __init__(self, model, ids, options, constraint, cancelled, load_duration_ns: int, *,
-                 logprobs: int | None = None, logit_bias=None) -> None:
+                 logprobs: int | None = None, logit_bias=None, cache_scope: str = "") -> None:
         self.t_start = time.perf_counter_ns()
         opts = options if isinstance(options, Options) else resolve(options)
         prompt = [int(i) for i in ids]
@@ -118,7 +118,7 @@ class Sequence:
         self._limit = opts.num_predict if opts.num_predict >= 0 else None
         self.progress = Progress(known=len(prompt))
         self.preemptions = 0  # times the KV pool ran dry and this sequence gave its blocks back
-        self.cache_scope = ""  # whose cached prefixes it may reuse, and under which its own are cached (Batcher.add)
+        self.cache_scope = cache_scope  # whose cached prefixes it may reuse, and under which its own are cached
         # Prompt-lookup drafting (localrt.engine.speculative); None when draft_num_predict is 0.
         self.draft = DraftState(opts.draft_num_predict) if opts.draft_num_predict > 0 else None
         self._logprobs = LogprobTracker(tok, logprobs) if logprobs is not None else None  # None: not asked for
@@ -246,8 +246,7 @@ class Batcher:
         client sent must not speed up, or show in cached_tokens to, another's guess at it), and its prefix is cached
         under it."""
         seq = Sequence(self.model, ids, options, constraint, cancelled, load_duration_ns, logprobs=logprobs,
-                       logit_bias=logit_bias)
-        seq.cache_scope = cache_scope
+                       logit_bias=logit_bias, cache_scope=cache_scope)
         if slot is None:
             slot = self._pick_slot(seq)
         elif not 0 <= slot < self.n_slots or slot in self._held:
