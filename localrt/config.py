@@ -67,7 +67,7 @@ class Config:
     registry: str | None = None  # default mirror for short names in pull (http(s):// or file://)
     registry_token: str | None = None  # bearer token sent to mirrors that require one
     registry_public: bool = False  # serve the store's registry routes on a non-loopback bind without a token
-    context_length: int = 4096
+    context_length: int = 0  # LOCALRT_CONTEXT_LENGTH; 0: each model's trained length as memory allows (runtime.loading)
     num_threads: int = 0  # 0: all cores
     # "client" (default): a request reuses the cached prompt prefixes of its own client only (the API key's holders
     # where one is set, else the caller's address); "shared": of every client (a single-user machine)
@@ -89,6 +89,13 @@ def _int(env: dict, key: str, default: int) -> int:
         return int(raw)
     except ValueError:
         raise ValueError(f"{key} must be an integer, got {raw!r}") from None
+
+
+def _nonnegative(env: dict, key: str) -> int:
+    value = _int(env, key, 0)
+    if value < 0:
+        raise ValueError(f"{key} must be 0 (automatic) or a positive integer, got {value}")
+    return value
 
 
 def _bool(env: dict, key: str) -> bool:
@@ -132,7 +139,7 @@ def load(env: dict | None = None) -> Config:
         registry=env.get("LOCALRT_REGISTRY") or None,
         registry_token=env.get("LOCALRT_REGISTRY_TOKEN") or None,
         registry_public=_bool(env, "LOCALRT_REGISTRY_PUBLIC"),
-        context_length=_int(env, "LOCALRT_CONTEXT_LENGTH", 4096),
+        context_length=_nonnegative(env, "LOCALRT_CONTEXT_LENGTH"),
         num_threads=_int(env, "LOCALRT_NUM_THREADS", 0),
         prefix_cache=_choice(env, "LOCALRT_PREFIX_CACHE", ("client", "shared")),
         **_kv_budget(env.get("LOCALRT_KV_BUDGET")),

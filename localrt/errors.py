@@ -53,6 +53,13 @@ class ContextLengthExceeded(LocalrtError):
             super().__init__(f"the prompt has more than {n_ctx} tokens, the context length")
         self.n_prompt = n_prompt
         self.n_ctx = n_ctx
+        self.counted_all = counted_all
+
+    def openai_message(self) -> str:
+        """Words the clients match on besides the code (the openai SDK puts only the message in the exception's
+        text): litellm's context-window fallback looks for the first clause, langchain-openai's for the second."""
+        count = f"{self.n_prompt}" if self.counted_all else f"more than {self.n_ctx}"
+        return f"This model's maximum context length is {self.n_ctx} tokens; the prompt is too long: {count} tokens."
 
 
 class Busy(LocalrtError):

@@ -247,8 +247,9 @@ def _check_deprecated(key: str, raw: Any) -> None:
 
 
 def config_layer(config: Any) -> dict[str, Any]:
-    """The server-wide defaults layer taken from `localrt.config.Config` (LOCALRT_CONTEXT_LENGTH)."""
-    return {"num_ctx": config.context_length}
+    """The server-wide defaults layer taken from `localrt.config.Config` (LOCALRT_CONTEXT_LENGTH; 0: chosen per model,
+    see localrt.runtime.loading.auto_num_ctx)."""
+    return {"num_ctx": config.context_length} if config.context_length else {}
 
 
 # ---------------------------------------------------------------------------------------------------

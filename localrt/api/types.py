@@ -269,6 +269,7 @@ class GenerateRequest:
     top_logprobs: int = 0  # alternatives per token when logprobs is on
     logit_bias: dict[int, float] | None = None  # /v1 only: token id -> bias added before sampling
     cache_salt: str = ""  # reuse of cached prefixes only among requests of one client with this salt
+    prompt_tokens: list[int] | None = None  # /v1/completions only: the prompt as token ids, run as given (raw)
     ignored: list[str] = field(default_factory=list)  # request keys nobody knows (options: see api.options)
 
     @classmethod
@@ -332,8 +333,12 @@ class ChatRequest:
 def check_tools(tools: list) -> list:
     """tools as both APIs send them: objects with a `function` that has a name (and, if any, object parameters)."""
     for i, t in enumerate(tools):
-        if not isinstance(t, dict) or not isinstance(t.get("function"), dict):
-            raise InvalidRequest("tools entries must be objects with a function")
+        if not isinstance(t, dict):
+            raise InvalidRequest(f"tools[{i}] must be an object")
+        if t.get("type", "function") != "function":
+            raise InvalidRequest(f"tools[{i}].type {str(t.get('type'))[:40]!r} is not supported (function is)")
+        if not isinstance(t.get("function"), dict):
+            raise InvalidRequest(f"tools[{i}].function is required: an object with the function's name")
         name, params = t["function"].get("name"), t["function"].get("parameters")
         if not isinstance(name, str) or not name:
             raise InvalidRequest(f"tools[{i}].function.name must be a non-empty string")

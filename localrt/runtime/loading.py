@@ -1,4 +1,5 @@
-"""What a load needs and what it loads beside the model: the memory estimate, and the draft model (issue 15).
+"""What a load needs and what it loads beside the model: the memory estimate, the context a model gets when nobody
+chose one (issue 47), and the draft model (issue 15).
 
 A model whose load options name a `draft_model` (PARAMETER draft_model in its Modelfile, or the request's option)
 is loaded with that second model beside it, with as many KV slots, on the same worker: its memory counts in the
@@ -6,10 +7,23 @@ load's estimate, its tokenizer is checked against the model's (engine.draft_mode
 they differ), and it is closed with the model."""
 from __future__ import annotations
 
+import logging
+import os
+from typing import Callable
+
 import store as st
 
 from ..errors import InvalidRequest, ModelNotFound
-from .jobs import MemoryNeed
+from .jobs import AUTO_PARALLEL, MemoryNeed
+
+log = logging.getLogger("localrt.service")
+
+# The automatic context (LOCALRT_CONTEXT_LENGTH unset or 0): Ollama's ladder on the memory the KV cache lives in,
+# (total bytes at least, the ceiling in positions), and 8192 below it rather than Ollama's 4096 for small GPUs,
+# so a UI's first message with its tools attached (Open WebUI: about 6,300 tokens) fits a small model.
+CONTEXT_TIERS = ((47 << 30, 262144), (23 << 30, 32768), (0, 8192))
+CONTEXT_FLOOR = 4096  # halving for memory stops here (or at the trained length, when that is smaller)
+KV_SHARE = 0.5  # the KV cache, scratch and private weights of the automatic slots may take this share of free memory
 
 
 def draft_record(service, name: str) -> st.ModelRecord:
@@ -91,3 +105,57 @@ def kv_counts(cache) -> dict:
     return {"kv_cache_bytes": int(cache.nbytes), "kv_cache_used_bytes": int(cache.used_bytes),
             "kv_block_size": int(cache.block_size), "kv_blocks": int(pool.n_blocks),
             "kv_blocks_in_use": int(pool.n_in_use), "kv_blocks_cached": int(pool.n_cached)}
+
+
+def context_ceiling(total_memory: int) -> int:
+    return next(ctx for least, ctx in CONTEXT_TIERS if total_memory >= least)
+
+
+def auto_num_ctx(n_ctx_train: int, total_memory: int, available: int, need: Callable[[int], int]) -> int:
+    """The context a model gets when nobody chose one: its trained length, capped by the memory tier, then halved
+    while `need(n_ctx)` (private bytes of the load) exceeds KV_SHARE of the available memory, down to the floor."""
+    n = min(n_ctx_train, context_ceiling(total_memory))
+    floor = min(n, CONTEXT_FLOOR)
+    while n > floor and need(n) > available * KV_SHARE:
+        n = max(floor, n // 2)
+    return n
+
+
+def system_total_memory() -> int:
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+def automatic_context(name: str, path, num_batch: int, use_mmap, slots: int, available: int, total: int,
+                      **kv_budget) -> int:
+    """auto_num_ctx for the model at path, its load needing `slots` KV slots (0: automatic, as AUTO_PARALLEL). A file
+    whose config cannot be read gets the floor: its load then fails with the loader's own error."""
+    import gguf_io
+
+    from ..engine.model import config_from_metadata
+
+    try:
+        with gguf_io.open(path) as f:
+            trained = config_from_metadata(f.metadata, f.tensors).n_ctx_train
+    except Exception:  # noqa: BLE001 - the load reports what is wrong with the file
+        return CONTEXT_FLOOR
+    n = auto_num_ctx(trained, total, available, lambda ctx: estimate_memory(
+        path, ctx, num_batch, slots or AUTO_PARALLEL, use_mmap=use_mmap, **kv_budget).private)
+    log.info("%s: context %d chosen (trained %d, %.1f GiB memory, %.1f GiB available)",
+             name, n, trained, total / 2**30, available / 2**30)
+    return n
+
+
+def with_auto_context(service, rec: st.ModelRecord, opts, request_options):
+    """opts with the automatic num_ctx (automatic_context, once per weights file, batch and mmap choice) where
+    neither LOCALRT_CONTEXT_LENGTH, the model's params nor the request set one."""
+    import dataclasses
+
+    chosen = [layer.get("num_ctx") for layer in (rec.params or {}, request_options or {})]
+    if service.config.context_length or rec.model_path is None or any(v is not None for v in chosen):
+        return opts
+    key = (str(rec.model_path), opts.num_batch, opts.use_mmap)
+    if key not in service._auto_ctx:
+        service._auto_ctx[key] = automatic_context(rec.name.display, rec.model_path, opts.num_batch, opts.use_mmap,
+                                                   service._parallel, service._available(), service._total(),
+                                                   **service._kv_budget)
+    return dataclasses.replace(opts, num_ctx=service._auto_ctx[key])

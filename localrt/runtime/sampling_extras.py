@@ -14,7 +14,7 @@ from typing import Iterable
 from .. import structured
 from ..api.types import PROMPT_CACHED_KEY
 from ..engine.events import Done, Logprob, TokenLogprob
-from ..errors import ContextLengthExceeded
+from ..errors import ContextLengthExceeded, InvalidRequest
 from ..templates.toolcalls import forced_call_format, opened_call_format
 
 log = logging.getLogger("localrt.service")
@@ -28,12 +28,34 @@ def cache_scope(req, config, client: str) -> str:
     return f"{who}\0{req.cache_salt}" if req.cache_salt else who
 
 
-def prompt_ids(model, text: str, n_ctx: int) -> list[int]:
-    """The prompt's token ids, refused as soon as tokenizing passes n_ctx (a text of megabytes is not tokenized
-    whole only to be refused)."""
-    ids = model.tokenize(text, limit=n_ctx)
+COUNT_UPTO = 4  # a prompt too long for the context is counted whole up to this many contexts, for the error
+
+
+def count_tokens(model, text: str, n_ctx: int) -> int:
+    """The text's tokens, counted up to COUNT_UPTO contexts; past that a ContextLengthExceeded."""
+    n = len(model.tokenize(text, limit=COUNT_UPTO * n_ctx))
+    if n > COUNT_UPTO * n_ctx:
+        raise ContextLengthExceeded(n, n_ctx, counted_all=False)
+    return n
+
+
+def given_ids(model, req, n_ctx: int) -> list[int]:
+    """A prompt given as token ids (/v1/completions), checked against the vocabulary and the context."""
+    ids = list(req.prompt_tokens)
+    n_vocab = model.config.n_vocab
+    if any(not 0 <= t < n_vocab for t in ids):
+        raise InvalidRequest(f"prompt: token id out of range 0..{n_vocab - 1}")
     if len(ids) > n_ctx:
-        raise ContextLengthExceeded(len(ids), n_ctx, counted_all=False)
+        raise ContextLengthExceeded(len(ids), n_ctx)
+    return ids
+
+
+def prompt_ids(model, text: str, n_ctx: int) -> list[int]:
+    """The prompt's token ids. One longer than n_ctx is refused with its count, or, past COUNT_UPTO contexts, once
+    tokenizing passes that (a text of megabytes is not tokenized whole only to be refused)."""
+    ids = model.tokenize(text, limit=COUNT_UPTO * n_ctx)
+    if len(ids) > n_ctx:
+        raise ContextLengthExceeded(len(ids), n_ctx, counted_all=len(ids) <= COUNT_UPTO * n_ctx)
     return ids
 
 

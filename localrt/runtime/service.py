@@ -22,15 +22,15 @@ from ..api.options import Options, config_layer, parse_duration, resolve
 from ..api.types import ChatRequest, EmbedRequest, GenerateRequest
 from ..engine.backends import heap
 from ..engine.events import Done, Token
-from ..errors import Cancelled, InvalidRequest, ModelLoadError, ModelNotFound
+from ..errors import Cancelled, ContextLengthExceeded, InvalidRequest, ModelLoadError, ModelNotFound
 from ..models import library
 from ..templates.toolcalls import ToolCallParser, tag_for_template
 from .batch_driver import BatchDriver
 from .catalog import Catalog
 from .jobs import AUTO_PARALLEL, CLIENT, system_available_memory
-from .loading import estimate_memory, kv_counts, load_draft, with_draft_need
+from .loading import estimate_memory, kv_counts, load_draft, system_total_memory, with_auto_context, with_draft_need
 from .scheduler import MemoryNeed, Request, Scheduler
-from .sampling_extras import Pending, cache_scope, metrics, prompt_ids, request_constraint
+from .sampling_extras import COUNT_UPTO, Pending, cache_scope, count_tokens, given_ids, metrics, prompt_ids, request_constraint
 from .sampling_extras import sampling_kwargs as _sampling
 
 log = logging.getLogger("localrt.service")
@@ -114,7 +114,7 @@ def _once(item: dict) -> Events:
 
 class Service:
     def __init__(self, config, *, load_model: Callable | None = None, scheduler_kw: dict | None = None,
-                 gpu_probe: Callable | None = None):
+                 gpu_probe: Callable | None = None, total_memory_fn: Callable[[], int] | None = None):
         self.config = config
         self.store = st.Store(config.models_dir, config.readonly_models_dirs)
         self.catalog = Catalog(self.store)
@@ -126,9 +126,11 @@ class Service:
         self._weights_lock = threading.Lock()
         self._parallel = int(getattr(config, "num_parallel", 1))  # KV slots per loaded model; 0: automatic
         self._auto_slots: dict[tuple, int] = {}  # (weights, num_ctx, num_batch) -> slots chosen automatically
+        self._auto_ctx: dict[tuple, int] = {}  # (weights, num_batch, use_mmap) -> num_ctx chosen automatically
         # A model's KV pool: {"kv_budget": positions} or {"kv_budget_bytes": bytes} (LOCALRT_KV_BUDGET); {}: slots * num_ctx.
         self._kv_budget = {k: int(getattr(config, k, 0)) for k in ("kv_budget", "kv_budget_bytes") if getattr(config, k, 0)}
         self._available = (scheduler_kw or {}).get("available_fn") or system_available_memory
+        self._total = total_memory_fn or system_total_memory
         self.scheduler = Scheduler(self._load, config, estimate_fn=self._estimate,
                                    **{"on_unloaded": _release_memory, **(scheduler_kw or {})})
 
@@ -223,8 +225,10 @@ class Service:
 
     def options(self, rec: st.ModelRecord, request_options: dict) -> Options:
         """Defaults < server config < the model's params < the request. Unknown and deprecated keys are ignored
-        (Ollama's "invalid option provided"); the HTTP edge names the request's in its warning line."""
-        return resolve(config_layer(self.config), rec.params, request_options, ignore_unknown=True)
+        (Ollama's "invalid option provided"); the HTTP edge names the request's in its warning line. A num_ctx that
+        none of them sets is chosen for the model (loading.auto_num_ctx), once per weights file."""
+        opts = resolve(config_layer(self.config), rec.params, request_options, ignore_unknown=True)
+        return with_auto_context(self, rec, opts, request_options)
 
     def _submit(self, name: str, opts: Options, keep_alive, work, rec: st.ModelRecord | None = None) -> Events:
         self._unload_if_replaced(name, rec if rec is not None else self.record(name, create_builtin=False))
@@ -246,7 +250,7 @@ class Service:
         structured.check_format(req.format)  # a bad schema is a 400 before anything is scheduled
         base = lambda: {"model": req.model, "created_at": now_rfc3339()}  # noqa: E731
         scope = cache_scope(req, self.config, CLIENT.get())
-        if not req.prompt and not req.suffix:
+        if not req.prompt and not req.suffix and not req.prompt_tokens:
             return self._load_or_unload(name, opts, req.keep_alive,
                                         lambda why: {**base(), "response": "", "done": True, "done_reason": why})
 
@@ -260,7 +264,7 @@ class Service:
                 model_system=rec.system or "", model_messages=rec.messages, suffix=req.suffix, raw=req.raw,
                 template_override=req.template or "", context_text=context_text, has_context=req.context is not None,
                 num_ctx=n_ctx, count_tokens=lambda t: len(model.tokenize(t, limit=n_ctx)), truncate=req.truncate)
-            ids = prompt_ids(model, prompt.text, n_ctx)
+            ids = prompt_ids(model, prompt.text, n_ctx) if req.prompt_tokens is None else given_ids(model, req, n_ctx)
             constraint = structured.compile_format(req.format, model.tokenizer) if req.format else None
             pending = Pending(req.logprobs)
             for ev in _run(loaded, ids, opts, cancelled, constraint, cache_scope=scope, **_sampling(req)):
@@ -275,7 +279,8 @@ class Service:
 
         return self._submit(name, opts, req.keep_alive, work, rec)
 
-    def chat(self, req: ChatRequest) -> Events:
+    def chat(self, req: ChatRequest, *, count_only: bool = False) -> Events:
+        """The reply's events; with count_only one event, {"input_tokens": n}: the prompt as it would run."""
         rec = self.record(req.model, create_builtin=not _unloads(req.keep_alive, req.messages))
         name = rec.name.display
         opts = self.options(rec, req.options)
@@ -303,6 +308,12 @@ class Service:
                 loaded.template, messages, model_system=rec.system or "", model_messages=rec.messages,
                 tools=req.tools or None, num_ctx=n_ctx, count_tokens=lambda t: len(model.tokenize(t, limit=n_ctx)),
                 truncate=req.truncate)
+            if prompt.n_dropped:  # as Ollama: the oldest turns go, the system prompt, tools and last message stay
+                log.warning("%s: truncating input messages which exceed the context length: %d of %d dropped, "
+                            "%s tokens kept of %d", name, prompt.n_dropped, len(messages), prompt.n_tokens, n_ctx)
+            if count_only:  # counted as far as a context-length error would count it
+                yield {"input_tokens": count_tokens(model, prompt.text, n_ctx)}
+                return
             ids = prompt_ids(model, prompt.text, n_ctx)
             tag = tag_for_template(loaded.template)
             constraint = request_constraint(tag, req, model)
@@ -341,10 +352,10 @@ class Service:
                 if cancelled.is_set():
                     return
                 # /v1 ids: embed checks the vocabulary; a text is tokenized only as far as the context reaches
-                ids = model.tokenize(text, limit=limit) if isinstance(text, str) else list(text)
+                ids = model.tokenize(text, limit=COUNT_UPTO * limit) if isinstance(text, str) else list(text)
                 if len(ids) > limit:
-                    if not req.truncate:
-                        raise InvalidRequest("input exceeds maximum context length")
+                    if not req.truncate:  # /v1 (as OpenAI) and /api/embed with "truncate": false
+                        raise ContextLengthExceeded(len(ids), limit, counted_all=len(ids) <= COUNT_UPTO * limit)
                     ids = ids[:limit]
                 count += len(ids)
                 if loaded.driver is None:

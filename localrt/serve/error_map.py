@@ -43,6 +43,9 @@ def error_status(exc: BaseException) -> tuple[int, str, dict[str, str]]:
 
 def error_response(exc: BaseException, openai: bool = False) -> Response:
     status, msg, headers = error_status(exc)
+    if openai and isinstance(exc, errors.ContextLengthExceeded):  # OpenAI's code: clients' context fallbacks fire
+        body = openai_compat.error_body(status, exc.openai_message(), "context_length_exceeded")
+        return JSONResponse(body, status_code=status, headers=headers)
     if openai:
         return JSONResponse(openai_compat.error_body(status, msg), status_code=status, headers=headers)
     return JSONResponse({"error": msg}, status_code=status, headers=headers)

@@ -47,6 +47,23 @@ def run_choices(submit: Callable[[Any], Any], req: Any, n: int) -> Any:
     return Merged(streams)
 
 
+def run_prompts(submit: Callable[[Any], Any], reqs: list[Any], n: int) -> Any:
+    """Several prompts (/v1/completions): each one's n choices, numbered prompt by prompt (prompt p's choice j is
+    choice p * n + j, as OpenAI numbers them)."""
+    if len(reqs) == 1:
+        return run_choices(submit, reqs[0], n)
+    streams: list[Any] = []
+    try:
+        for req in reqs:
+            for r in choice_requests(req, n):
+                streams.append(submit(r))
+    except BaseException:
+        for s in streams:
+            _cancel(s)
+        raise
+    return Merged(streams)
+
+
 def _cancel(stream: Any) -> None:
     cancel = getattr(stream, "cancel", None)
     if cancel is not None:

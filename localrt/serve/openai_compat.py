@@ -39,13 +39,13 @@ class Opts:
     include_usage: bool = False
     n: int = 1  # choices; choice i samples with the request's seed + i
     logprobs: bool = False  # the reply carries each choice's logprobs
-    echo: str | None = None  # /v1/completions echo: the prompt text each choice's text starts with
+    echo: tuple[str, ...] | None = None  # /v1/completions echo: per prompt, the text its choices' texts start with
     best_of: int = 1  # candidates generated (>= n); the n with the highest mean token logprob are the choices
 
 
-def error_body(status: int, message: str) -> dict:
+def error_body(status: int, message: str, code: str | None = None) -> dict:
     kind = {400: "invalid_request_error", 404: "not_found_error", 401: "authentication_error"}.get(status, "api_error")
-    return {"error": {"message": message, "type": kind, "param": None, "code": None}}
+    return {"error": {"message": message, "type": kind, "param": None, "code": code}}
 
 
 def sse(obj: Any) -> bytes:
@@ -165,9 +165,12 @@ def _message(m: Any, i: int, parent: Fields) -> Message:
         raise InvalidRequest(f"messages[{i}] must be an object")
     f = parent.nested(m, "messages[].")
     role = f.any("role")
-    native: dict[str, Any] = {"role": "system" if role == "developer" else role}
+    native: dict[str, Any] = {"role": {"developer": "system", "function": "tool"}.get(role, role)}
     native["content"] = _content(f.any("content"), i)
     calls = [_tool_call(c) for c in f.list("tool_calls") or []]
+    legacy_call = f.obj("function_call")  # the deprecated single call of an assistant turn
+    if legacy_call is not None:
+        calls.append(_tool_call({"function": legacy_call}))
     if calls:
         native["tool_calls"] = calls
     call_id = f.str("tool_call_id")
@@ -202,10 +205,54 @@ def _response_format(v: Any) -> str | dict | None:
     raise InvalidRequest(f"response_format.type {kind!r} is not supported")
 
 
+def _legacy_functions(f: Fields) -> tuple[list | None, Any]:
+    """The deprecated `functions` / `function_call` as `tools` / `tool_choice` (vLLM's translation): each function
+    becomes a function tool, "none" / "auto" stay, {"name": X} forces X. None where neither is given."""
+    functions, call = f.list("functions"), f.any("function_call")
+    if functions is None and call is None:
+        return None, None
+    tools = [{"type": "function", "function": fn} for fn in functions or []]
+    if isinstance(call, dict):
+        call = {"type": "function", "function": {"name": call.get("name")}}
+    elif call not in (None, "none", "auto"):
+        raise InvalidRequest('function_call must be "none", "auto" or {"name": ...}')
+    return tools, call
+
+
+def allowed_tools(choice: dict, tools: list, flat: bool = False) -> tuple[list, str | None]:
+    """tool_choice {"type": "allowed_tools"}: the model sees only the listed tools (by name), and must call one of
+    them with mode "required". Chat's shape nests {"mode", "tools": [{"function": {"name"}}]} under "allowed_tools";
+    the Responses API's (`flat`) has "mode" and "tools": [{"name"}] beside "type"."""
+    spec = choice if flat else choice.get("allowed_tools")
+    if not isinstance(spec, dict) or not isinstance(spec.get("tools"), list) or not spec["tools"]:
+        raise InvalidRequest("tool_choice.allowed_tools needs a non-empty tools array")
+    mode = spec.get("mode", "auto")
+    if mode not in ("auto", "required"):
+        raise InvalidRequest(f"tool_choice: allowed_tools mode must be 'auto' or 'required', got {mode!r}")
+    names = set()
+    for t in spec["tools"]:
+        fn = t.get("function") if isinstance(t, dict) and isinstance(t.get("function"), dict) else t
+        name = fn.get("name") if isinstance(fn, dict) else None
+        if not isinstance(name, str) or not name:
+            raise InvalidRequest("tool_choice: each allowed tool needs a function name")
+        names.add(name)
+    kept = [t for t in tools if (t.get("function") or {}).get("name") in names]
+    missing = names - {(t.get("function") or {}).get("name") for t in kept}
+    if missing:
+        raise InvalidRequest(f"tool_choice: allowed tool {sorted(missing)[0]!r} is not among the tools")
+    return kept, "" if mode == "required" else None
+
+
 def _tools(f: Fields) -> tuple[list, str | None]:
     """(tools, forced): forced is "" for tool_choice "required", a function's name for a named choice, else None."""
-    tools = check_tools(f.list("tools") or [])
+    tools = f.list("tools")
     choice = f.any("tool_choice")
+    legacy_tools, legacy_choice = _legacy_functions(f)
+    if legacy_tools is not None or legacy_choice is not None:
+        if tools is not None or choice is not None:
+            raise InvalidRequest("functions / function_call cannot be combined with tools / tool_choice")
+        tools, choice = legacy_tools, legacy_choice
+    tools = check_tools(tools or [])
     forced = None
     if choice == "none":
         tools = []
@@ -215,14 +262,13 @@ def _tools(f: Fields) -> tuple[list, str | None]:
         forced = choice["function"].get("name")
         if not isinstance(forced, str) or not forced:
             raise InvalidRequest("tool_choice.function.name must be a non-empty string")
+    elif isinstance(choice, dict) and choice.get("type") == "allowed_tools":
+        tools, forced = allowed_tools(choice, tools)
     elif choice not in (None, "auto"):
-        raise InvalidRequest('tool_choice must be "none", "auto", "required" or {"type": "function", "function": '
-                             '{"name": ...}}')
+        raise InvalidRequest('tool_choice must be "none", "auto", "required", {"type": "function", "function": '
+                             '{"name": ...}} or {"type": "allowed_tools", ...}')
     check_forced(forced, tools)
     f.bool("parallel_tool_calls")  # several calls per reply are allowed either way; we never merge them
-    if f.any("functions") or f.any("function_call") not in (None, "none", "auto"):
-        raise InvalidRequest("functions and function_call (the deprecated function-calling fields) are not "
-                             "supported; send tools instead")
     return tools, forced
 
 
@@ -278,32 +324,52 @@ def chat_request(body: dict) -> tuple[ChatRequest, Opts]:
     return req, opts
 
 
-def completion_request(body: dict) -> tuple[GenerateRequest, Opts]:
+def _prompts(raw: Any) -> list[str | list[int]]:
+    """/v1/completions' prompt: a string, an array of strings, token ids, or an array of arrays of token ids."""
+    if isinstance(raw, str):
+        return [raw]
+    if isinstance(raw, list) and raw and all(isinstance(p, str) for p in raw):
+        return list(raw)
+    if isinstance(raw, list) and raw and all(_is_id(t) for t in raw):
+        return [list(raw)]
+    if isinstance(raw, list) and raw and all(isinstance(p, list) and p and all(_is_id(t) for t in p) for p in raw):
+        return [list(p) for p in raw]
+    raise InvalidRequest("prompt must be a string, an array of strings, an array of token ids or an array of "
+                         "non-empty arrays of token ids")
+
+
+def completion_request(body: dict) -> tuple[list[GenerateRequest], Opts]:
+    """One native request per prompt; choice i of the reply is prompt i // n's (i % n)th choice, as OpenAI numbers
+    them."""
     f = Fields(body)
     model = f.str("model", required=True, msg="model is required") or ""
-    prompt = f.any("prompt")
-    if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
-        prompt = prompt[0]  # the openai client's list form, with one prompt
-    if not isinstance(prompt, str):
-        raise InvalidRequest("prompt must be a string")
+    prompts = _prompts(f.any("prompt"))
     opts = _stream_opts(f)
     options = sampling_options(f)
     echo = bool(f.bool("echo", False))
     best_of = f.int("best_of", None, 1, N_MAX)
-    req = GenerateRequest(model=model, prompt=prompt, suffix=f.str("suffix", "") or "", stream=True,
+    req = GenerateRequest(model=model, suffix=f.str("suffix", "") or "", stream=True,
                           keep_alive=f.any("keep_alive"), options=options)
     opts = _extras(f, req, opts, chat=False)
     if echo and req.logprobs:
         raise InvalidRequest("echo with logprobs is not supported: the prompt tokens' logprobs are not computed")
+    if echo and any(not isinstance(p, str) for p in prompts):
+        raise InvalidRequest("echo is not supported with a prompt of token ids")
     if best_of is not None and best_of < opts.n:
         raise InvalidRequest(f"best_of must be at least n ({opts.n}), got {best_of}")
     if best_of is not None and best_of > 1 and opts.stream:
         raise InvalidRequest("best_of greater than 1 cannot be streamed")
     if best_of is not None and best_of > opts.n:
+        if len(prompts) > 1:
+            raise InvalidRequest("best_of greater than n is supported with one prompt only")
         req.logprobs = True  # the candidates are ranked by their tokens' logprobs; the reply shows them only if asked
-    opts = replace(opts, echo=prompt if echo else None, best_of=max(best_of or 1, opts.n))
+    if len(prompts) * max(best_of or 1, opts.n) > N_MAX:
+        raise InvalidRequest(f"prompts times choices must be at most {N_MAX}")
+    texts = tuple(p if isinstance(p, str) else "" for p in prompts)
+    opts = replace(opts, echo=texts if echo else None, best_of=max(best_of or 1, opts.n))
     req.ignored = f.finish()
-    return req, opts
+    reqs = [replace(req, prompt=p) if isinstance(p, str) else replace(req, raw=True, prompt_tokens=p) for p in prompts]
+    return reqs, opts
 
 
 def embeddings_request(body: dict) -> tuple[EmbedRequest, str]:
@@ -326,8 +392,9 @@ def embeddings_request(body: dict) -> tuple[EmbedRequest, str]:
         raise InvalidRequest(f"encoding_format must be 'float' or 'base64', got {encoding!r}")
     dims = f.int("dimensions", None, 1, 1 << 20)
     f.str("user")
+    # OpenAI refuses an input longer than the context (a 400 with context_length_exceeded); it never truncates
     req = EmbedRequest(model=model, inputs=inputs, dimensions=dims, keep_alive=f.any("keep_alive"),
-                       options=f.obj("options") or {})
+                       options=f.obj("options") or {}, truncate=False)
     req.ignored = f.finish()
     return req, encoding
 

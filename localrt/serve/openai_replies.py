@@ -19,13 +19,13 @@ from .openai_compat import Opts, sse
 CHOICE_KEY = "_choice"  # which choice a native item belongs to (absent: 0)
 
 
-def usage_of(dones: dict[int, dict]) -> dict:
-    """OpenAI's usage: the prompt once (choice 0's count; every choice has the same prompt) and how much of it came
-    from the prompt cache; the completion tokens of every choice."""
-    first = dones.get(0) or next(iter(dones.values()), {})
-    p = int(first.get("prompt_eval_count", 0))
+def usage_of(dones: dict[int, dict], n: int = 0) -> dict:
+    """OpenAI's usage: each prompt once (the count of its first choice, i % n == 0, with n choices per prompt; n 0:
+    one prompt) and how much of it came from the prompt cache; the completion tokens of every choice."""
+    firsts = [d for i, d in dones.items() if i % n == 0] if n else [dones.get(0) or next(iter(dones.values()), {})]
+    p = sum(int(d.get("prompt_eval_count", 0)) for d in firsts)
     c = sum(int(d.get("eval_count", 0)) for d in dones.values())
-    cached = int(first.get(PROMPT_CACHED_KEY, 0))
+    cached = sum(int(d.get(PROMPT_CACHED_KEY, 0)) for d in firsts)
     return {"prompt_tokens": p, "completion_tokens": c, "total_tokens": p + c,
             "prompt_tokens_details": {"cached_tokens": cached}}
 
@@ -47,7 +47,7 @@ def _tool_calls(calls: list[dict], start: int) -> list[dict]:
 
 def _tail(base: dict, opts: Opts, dones: dict[int, dict]) -> bytes:
     """The end of an SSE stream: the usage chunk when asked for (`choices: []`), then [DONE]."""
-    extra = sse({**base, "choices": [], "usage": usage_of(dones)}) if opts.include_usage else b""
+    extra = sse({**base, "choices": [], "usage": usage_of(dones, opts.n)}) if opts.include_usage else b""
     return extra + b"data: [DONE]\n\n"
 
 
@@ -173,7 +173,7 @@ class CompletionStream:
         if self.opts.echo is None or i in self.echoed:
             return text
         self.echoed.add(i)
-        return self.opts.echo + text
+        return self.opts.echo[i // self.opts.n] + text
 
     def chunk(self, item: dict) -> bytes:
         i = int(item.get(CHOICE_KEY, 0))
@@ -197,5 +197,5 @@ class CompletionStream:
                                         _finish_reason(done, False), entries))
         out = self._base()
         out["choices"] = choices
-        out["usage"] = usage_of(dones)
+        out["usage"] = usage_of(dones, self.opts.n)
         return out

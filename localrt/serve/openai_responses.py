@@ -17,7 +17,7 @@ from typing import Any
 
 from ..api.types import MAX_MESSAGES, TOP_LOGPROBS_MAX, ChatRequest, Fields, parse_message
 from ..errors import InvalidRequest
-from .openai_compat import check_forced, reasoning, sampling_options
+from .openai_compat import allowed_tools, check_forced, reasoning, sampling_options
 
 # `include` values OpenAI documents. Only logprobs adds anything here; the others ask for data of hosted tools,
 # images or encrypted reasoning, none of which a reply from this runtime ever has, so there is nothing to add.
@@ -28,7 +28,7 @@ _INCLUDE = frozenset({LOGPROBS_INCLUDE, "reasoning.encrypted_content", "code_int
 # Fields that need state this runtime does not keep (stored responses, conversations, prompt templates, a job
 # queue) or a limit it cannot honour: any value but the neutral one is a 400 that names the field.
 _REFUSED = {"previous_response_id": (None, ""), "conversation": (None, ""), "background": (None, False),
-            "prompt": (None,), "max_tool_calls": (None,)}
+            "prompt": (None,)}
 
 
 @dataclass
@@ -48,6 +48,7 @@ class ResponsesOpts:
     truncation: str = "disabled"
     metadata: dict = field(default_factory=dict)
     logprobs: bool = False
+    max_tool_calls: int | None = None  # function calls past this many are left out of the response (0: no tools)
 
 
 def _text(part: Any, where: str) -> str:
@@ -199,8 +200,11 @@ def _tool_choice(choice: Any, chat_tools: list) -> tuple[list, str | None]:
         forced = choice.get("name")
         if not isinstance(forced, str) or not forced:
             raise InvalidRequest("tool_choice.name must be a non-empty string")
+    elif isinstance(choice, dict) and choice.get("type") == "allowed_tools":
+        chat_tools, forced = allowed_tools(choice, chat_tools, flat=True)
     elif isinstance(choice, dict):
-        raise InvalidRequest(f"tool_choice type {choice.get('type')!r} is not supported (function is)")
+        raise InvalidRequest(f"tool_choice type {choice.get('type')!r} is not supported (function and "
+                             "allowed_tools are)")
     elif choice not in (None, "auto"):
         raise InvalidRequest('tool_choice must be "none", "auto", "required" or {"type": "function", "name": ...}')
     check_forced(forced, chat_tools)
@@ -242,7 +246,7 @@ def responses_request(body: dict) -> tuple[ChatRequest, ResponsesOpts]:
     for key, neutral in _REFUSED.items():
         if f.any(key) not in neutral:
             raise InvalidRequest(f"{key} is not supported: this server keeps no responses, conversations or "
-                                 "prompt templates" if key != "max_tool_calls" else "max_tool_calls is not supported")
+                                 "prompt templates")
     turns = _Turns(f)
     instructions = f.str("instructions")
     if instructions:
@@ -268,6 +272,11 @@ def responses_request(body: dict) -> tuple[ChatRequest, ResponsesOpts]:
     opts.tools, chat_tools = _tools(f)
     opts.tool_choice = f.any("tool_choice") or "auto"
     tools, forced = _tool_choice(opts.tool_choice, chat_tools)
+    opts.max_tool_calls = f.int("max_tool_calls", None, 0, 1 << 20)
+    if opts.max_tool_calls == 0:
+        if forced is not None:
+            raise InvalidRequest("max_tool_calls 0 cannot be combined with a tool_choice that forces a call")
+        tools = []
     opts.parallel_tool_calls = bool(f.bool("parallel_tool_calls", True))  # several calls are allowed either way
     opts.text_format, fmt = _text_format(f)
     if forced is not None and fmt is not None:

@@ -94,6 +94,9 @@ class ResponsesStream:
                 + self._event("response.output_item.done", output_index=at, item=item))
 
     def _call(self, call: dict) -> bytes:
+        limit = self.opts.max_tool_calls
+        if limit is not None and sum(o["type"] == "function_call" for o in self.output) >= limit:
+            return b""  # as OpenAI: calls past max_tool_calls are ignored
         out = self._close_message("completed")
         self.blank, self.blank_lps = "", []  # blanks between text and a call belong to neither
         fn = call.get("function") or {}
@@ -171,7 +174,8 @@ class ResponsesStream:
             "id": self.id, "object": "response", "created_at": self.created,
             "completed_at": int(time.time()) if finished else None, "status": self.status,
             "error": error, "incomplete_details": {"reason": "max_output_tokens"} if self.status == "incomplete" else None,
-            "instructions": o.instructions, "max_output_tokens": o.max_output_tokens, "max_tool_calls": None,
+            "instructions": o.instructions, "max_output_tokens": o.max_output_tokens,
+            "max_tool_calls": o.max_tool_calls,
             "model": self.model, "output": [dict(x) for x in self.output] if finished or error else [],
             "parallel_tool_calls": o.parallel_tool_calls, "previous_response_id": None,
             "reasoning": {"effort": None, "summary": None}, "store": False, "background": False,

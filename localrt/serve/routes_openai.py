@@ -10,7 +10,7 @@ from starlette.responses import JSONResponse, Response
 
 from .. import errors
 from . import openai_compat, openai_replies, openai_responses
-from .openai_choices import BestOf, run_choices
+from .openai_choices import BestOf, run_choices, run_prompts
 from .openai_responses_reply import ResponsesStream
 from .request_meta import warn_ignored
 from .streaming import cancellable, json_body, openai_streamed
@@ -28,9 +28,10 @@ async def chat_completions(request: Request) -> Response:
 
 
 async def completions(request: Request) -> Response:
-    req, opts = openai_compat.completion_request(await json_body(request))
+    reqs, opts = openai_compat.completion_request(await json_body(request))
+    req = reqs[0]
     warn_ignored(request, req)
-    events = await run_in_threadpool(run_choices, _service(request).generate, req, opts.best_of)
+    events = await run_in_threadpool(run_prompts, _service(request).generate, reqs, opts.best_of)
     fmt: Any = openai_replies.CompletionStream(req.model, opts)
     if opts.best_of > opts.n:  # never streamed (a 400 in completion_request)
         fmt = BestOf(fmt, opts.n)
@@ -43,6 +44,23 @@ async def responses(request: Request) -> Response:
     warn_ignored(request, req)
     events = await run_in_threadpool(_service(request).chat, req)
     return await openai_streamed(request, events, opts, ResponsesStream(req.model, opts))
+
+
+async def responses_input_tokens(request: Request) -> Response:
+    """The prompt /v1/responses would run for this body, counted in the model's tokens (nothing is generated)."""
+    req, _opts = openai_responses.responses_request(await json_body(request))
+    warn_ignored(request, req)
+    events = await run_in_threadpool(_service(request).chat, req, count_only=True)
+    counted = await cancellable(request, _drain, events)
+    return JSONResponse({"object": "response.input_tokens", "input_tokens": counted[-1]["input_tokens"]})
+
+
+def _drain(events, cancel) -> list:
+    cancel.add_hook(events.cancel)  # a client gone withdraws the request, queued or loading
+    out = list(events)
+    if not out:
+        raise errors.Cancelled()
+    return out
 
 
 async def embeddings(request: Request) -> Response:

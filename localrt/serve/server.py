@@ -57,6 +57,7 @@ ROUTES = [
     ("/v1/chat/completions", v1.chat_completions, ["POST"], _v1),
     ("/v1/completions", v1.completions, ["POST"], _v1),
     ("/v1/responses", v1.responses, ["POST"], _v1),
+    ("/v1/responses/input_tokens", v1.responses_input_tokens, ["POST"], _v1),
     ("/v1/embeddings", v1.embeddings, ["POST"], _v1),
     ("/v1/models", v1.models, ["GET"], _v1),
     ("/v1/models/{model}", v1.model, ["GET"], _v1),
