@@ -52,3 +52,34 @@ def _first_text(nodes: list[Node]) -> str | None:
         elif isinstance(n, Action):
             return None
     return None
+
+
+def thinking_tags(t: GoTemplate) -> tuple[str, str] | None:
+    """The tags around a message's reasoning, inferred as Ollama infers them: the block that prints `.Thinking`
+    inside `{{ range .Messages }}`; its first and last literal texts, stripped, are the opening and closing tags.
+    None when there is no such block (the model does not think)."""
+    found = _thinking_block(t.nodes, in_messages=False)
+    if found is None:
+        return None
+    texts = [n.text.strip() for n in found if isinstance(n, Text) and n.text.strip()]
+    return (texts[0], texts[-1]) if len(texts) >= 2 else None
+
+
+def _thinking_block(nodes: list[Node], in_messages: bool) -> list[Node] | None:
+    for n in nodes:
+        if isinstance(n, Action) and in_messages and _prints_thinking(n):
+            return nodes
+        if isinstance(n, Branch):
+            inside = in_messages or (n.kind == "range" and _mentions(n, "Messages"))
+            found = _thinking_block(n.body, inside) or _thinking_block(n.else_body or [], inside)
+            if found is not None:
+                return found
+    return None
+
+
+def _prints_thinking(action: Action) -> bool:
+    return any(isinstance(a, Field) and a.path[:1] == ("Thinking",) for cmd in action.pipe.cmds for a in cmd.args)
+
+
+def _mentions(branch: Branch, name: str) -> bool:
+    return any(getattr(a, "path", ())[:1] == (name,) for cmd in branch.pipe.cmds for a in cmd.args)
