@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import subprocess
 import sys
@@ -162,19 +161,27 @@ def run(
     format: Optional[str] = typer.Option(None, "--format", help="Response format (json)"),
     keepalive: Optional[str] = typer.Option(None, "--keepalive", help="How long to keep the model loaded"),
     nowordwrap: bool = typer.Option(False, "--nowordwrap", help="Don't wrap words to the next line"),
+    think: Optional[str] = typer.Option(None, "--think",
+                                        help="Let a thinking model think: --think, --think=low|medium|high, "
+                                             "--think=false"),
+    hidethinking: bool = typer.Option(False, "--hidethinking", help="Don't show the reasoning of a thinking model"),
 ) -> None:
     """Run a model: one answer for a prompt (or stdin), else an interactive chat."""
+    from localrt.cli.run_once import ensure_model, stream_generate
+
     client = _client()
     ensure_daemon(client)
-    _ensure_model(client, model)  # a clear "not found" (or the pull that fixes it) before anything streams
+    ensure_model(client, model)  # a clear "not found" (or the pull that fixes it) before anything streams
     if format not in (None, "json"):
         _fail('invalid format: only "json" is supported')
+    think_value = _think_value(think)
     text = " ".join(prompt or [])
     if not sys.stdin.isatty():
         piped = sys.stdin.read()
         text = f"{piped}\n{text}".strip() if text else piped
     if text:
-        done = _stream_generate(client, model, text, format, keepalive, wordwrap=not nowordwrap)
+        done = stream_generate(client, model, text, format, keepalive, wordwrap=not nowordwrap, think=think_value,
+                                hide=hidethinking)
         if verbose and done:
             from localrt.cli.cli_format import verbose_stats
 
@@ -182,51 +189,18 @@ def run(
         return
     from localrt.cli.repl import Repl
 
-    Repl(client, model, verbose=verbose, format=format, keepalive=keepalive, wordwrap=not nowordwrap).loop()
+    Repl(client, model, verbose=verbose, format=format, keepalive=keepalive, wordwrap=not nowordwrap,
+         think=think_value, hidethinking=hidethinking).loop()
 
 
-def _ensure_model(client, model: str) -> None:
-    """As `ollama run` does, a model that is not in the store is pulled first, but only from where that works
-    offline: a built-in model is created from its installed package, and other names are pulled only when they
-    name their registry or LOCALRT_REGISTRY names a mirror. Otherwise "not found" stands: an air-gapped PC has no
-    default registry to try."""
-    from localrt import config
-    from localrt.cli.client import ApiError
-    from localrt.cli.progress import render_progress
-    from localrt.models.library import is_builtin
-
-    try:
-        client.show(model)
-        return
-    except ApiError as e:
-        if e.status != 404:
-            raise
-        first, _, rest = model.partition("/")
-        if not (is_builtin(model) or config.load().registry or ("." in first or ":" in first) and rest):
-            raise
-    render_progress(client.pull(model))
-
-
-def _stream_generate(client, model: str, text: str, format, keepalive, wordwrap: bool = True) -> dict | None:
-    import shutil
-
-    from localrt.cli.repl import WordWrap, _Plain
-    from localrt.cli.spinner import Spinner
-
-    # wrapping moves the cursor with escape codes: only on a terminal, never into a pipe or file
-    wrap = wordwrap and sys.stdout.isatty()
-    out = WordWrap(sys.stdout, shutil.get_terminal_size((80, 20)).columns) if wrap else _Plain(sys.stdout)
-    done = None
-    with Spinner() as spinner:  # until the first token
-        for ev in client.generate(model, text, format=format, keep_alive=keepalive):
-            piece = ev.get("response", "")
-            if piece or ev.get("done"):
-                spinner.stop()
-            out.write(piece)
-            if ev.get("done"):
-                done = ev
-    sys.stdout.write("\n")
-    return done
+def _think_value(raw: str | None) -> bool | str | None:
+    """--think's value as the API's `think`: true, false or a level; None when not given."""
+    if raw is None:
+        return None
+    value = {"true": True, "false": False}.get(raw.lower(), raw.lower())
+    if value not in (True, False, "low", "medium", "high"):
+        _fail(f"invalid value for --think: {raw!r} (true, false, low, medium or high)")
+    return value
 
 
 @app.command("list")
@@ -493,5 +467,15 @@ def prune(grace: float = typer.Option(600.0, help="Keep temp and unreferenced fi
     _print_report(r, "removed")
 
 
+def _bare_think(args: list[str]) -> list[str]:
+    """`--think` alone is `--think=true`, as in ollama (an option whose value is optional, which typer lacks)."""
+    return ["--think=true" if a == "--think" else a for a in args]
+
+
+def entry() -> None:
+    """The `localrt` command."""
+    app(args=_bare_think(sys.argv[1:]), prog_name="localrt")
+
+
 if __name__ == "__main__":
-    app()
+    entry()

@@ -1,4 +1,4 @@
 """`python -m localrt` is the `localrt` command."""
-from cli import app
+from cli import entry
 
-app(prog_name="localrt")
+entry()

@@ -73,7 +73,7 @@ def test_replayed_items_become_the_chat_history():
     ({"input": [{"type": "item_reference", "id": "msg_1"}]}, "item_reference"),
     ({"truncation": "middle"}, "truncation"),
     ({"include": ["nonsense"]}, "include"),
-    ({"reasoning": {"effort": "high"}}, "thinking"),
+    ({"reasoning": {"effort": "huge"}}, "reasoning.effort"),
 ])
 def test_what_cannot_be_honoured_is_a_400_naming_it(body, named):
     with pytest.raises(InvalidRequest, match=named):

@@ -2,8 +2,8 @@
 
 Only validated requests reach the service. Ollama's rule for keys: one we do not know is ignored, and every
 request lists what it ignored in `ignored` (the HTTP edge logs them in one warning line); a key we know is
-checked, and one we know but do not implement (`think: true`, `images`, ...) is refused with a 400 that names
-it. Neutral values of such keys (`tools: []`, `format: ""`, `think: false`, ...) are accepted as the no-op
+checked, and one we know but do not implement (`images`, ...) is refused with a 400 that names
+it. Neutral values of such keys (`tools: []`, `format: ""`, ...) are accepted as the no-op
 they are.
 """
 from __future__ import annotations
@@ -158,12 +158,14 @@ def _no_images(v: list | None, where: str) -> None:
         raise InvalidRequest(f"{where}: images are not supported: no loaded model here has vision capability")
 
 
-def _think(v: Any) -> bool | None:
-    if v is None or v is False:
-        return None
-    if v is True or v in ("low", "medium", "high"):
-        raise InvalidRequest("think is not supported: this runtime has no thinking-capable model support yet")
-    raise InvalidRequest(f"invalid think value: {v!r}")
+THINK_LEVELS = ("low", "medium", "high")
+
+
+def _think(v: Any) -> bool | str | None:
+    """Ollama's think: true, false, "low", "medium" or "high"; None when not sent (a thinking model thinks)."""
+    if v is None or isinstance(v, bool) or v in THINK_LEVELS:
+        return v
+    raise InvalidRequest(f"invalid think value: {str(v)[:40]!r} (true, false, \"low\", \"medium\" or \"high\")")
 
 
 TOP_LOGPROBS_MAX = 20  # Ollama's and OpenAI's bound
@@ -192,7 +194,7 @@ def _inference_fields(f: Fields, r: "GenerateRequest | ChatRequest") -> None:
     r.format = _format(f.any("format"))
     r.keep_alive = _keep_alive(f.any("keep_alive"))
     r.options = f.obj("options") or {}
-    _think(f.any("think"))
+    r.think = _think(f.any("think"))
     r.logprobs, r.top_logprobs = logprobs_fields(f)
     r.truncate = bool(f.bool("truncate", True))
     r.cache_salt = cache_salt(f)
@@ -270,6 +272,8 @@ class GenerateRequest:
     logit_bias: dict[int, float] | None = None  # /v1 only: token id -> bias added before sampling
     cache_salt: str = ""  # reuse of cached prefixes only among requests of one client with this salt
     prompt_tokens: list[int] | None = None  # /v1/completions only: the prompt as token ids, run as given (raw)
+    think: bool | str | None = None  # None: a thinking model thinks; False: it does not where it can; a level
+    think_field: str = "think"  # how the request asked (/v1: "reasoning_effort 'high'"), for the error that refuses it
     ignored: list[str] = field(default_factory=list)  # request keys nobody knows (options: see api.options)
 
     @classmethod
@@ -311,6 +315,8 @@ class ChatRequest:
     top_logprobs: int = 0
     logit_bias: dict[int, float] | None = None
     cache_salt: str = ""
+    think: bool | str | None = None  # as GenerateRequest.think
+    think_field: str = "think"
     ignored: list[str] = field(default_factory=list)
 
     @classmethod

@@ -9,6 +9,7 @@ import sys
 from ..api.options import resolve
 from ..errors import InvalidRequest
 from .cli_format import verbose_stats
+from .thinking_view import ThinkingView
 from .client import ApiError
 from .spinner import Spinner
 
@@ -32,6 +33,8 @@ SET_HELP = """Available Commands:
   /set quiet             Disable LLM stats
   /set wordwrap          Enable wordwrap
   /set nowordwrap        Disable wordwrap
+  /set think             Enable thinking
+  /set nothink           Disable thinking
 
 Use \"\"\" to begin a multi-line system message."""
 
@@ -110,9 +113,11 @@ def _line_editing() -> None:
 
 
 class Repl:
-    def __init__(self, client, model: str, *, verbose=False, format=None, keepalive=None, wordwrap=True):
+    def __init__(self, client, model: str, *, verbose=False, format=None, keepalive=None, wordwrap=True, think=None,
+                 hidethinking=False):
         self.client, self.model = client, model
         self.verbose, self.format, self.keepalive, self.wordwrap = verbose, format, keepalive, wordwrap
+        self.think, self.hidethinking = think, hidethinking
         self.options: dict = {}
         self.system: str | None = None
         self.messages: list[dict] = []
@@ -242,6 +247,13 @@ class Repl:
         elif what in ("verbose", "quiet"):
             self.verbose = what == "verbose"
             print("Set 'verbose' mode." if self.verbose else "Set 'quiet' mode.")
+        elif what in ("think", "nothink"):
+            level = args[1].lower() if what == "think" and len(args) > 1 else None
+            if level not in (None, "low", "medium", "high"):
+                print(f"Invalid think level '{args[1]}': use low, medium or high")
+                return
+            self.think = (level or True) if what == "think" else False
+            print(f"Set 'think' mode{f' to {level}' if level else ''}." if what == "think" else "Set 'nothink' mode.")
         elif what in ("wordwrap", "nowordwrap"):
             self.wordwrap = what == "wordwrap"
             print("Set 'wordwrap' mode." if self.wordwrap else "Set 'nowordwrap' mode.")
@@ -298,20 +310,25 @@ class Repl:
         msgs = ([{"role": "system", "content": self.system}] if self.system else []) + self.messages
         msgs.append({"role": "user", "content": text})
         # wrapping moves the cursor with escape codes: only on a terminal, never into a pipe or file
-        wrap = self.wordwrap and sys.stdout.isatty()
+        tty = sys.stdout.isatty()
+        wrap = self.wordwrap and tty
         out = WordWrap(sys.stdout, shutil.get_terminal_size((80, 20)).columns) if wrap else _Plain(sys.stdout)
-        reply, done = [], None
+        view = ThinkingView(out, sys.stdout, hide=self.hidethinking, tty=tty)
+        reply, reasoning, done = [], [], None
         try:
             with Spinner() as spinner:  # until the first token
                 for ev in self.client.chat(self.model, msgs, options=self.options or None, format=self.format,
-                                           keep_alive=self.keepalive):
+                                           keep_alive=self.keepalive, think=self.think):
                     piece = (ev.get("message") or {}).get("content", "")
-                    if piece or ev.get("done"):
+                    thinking = (ev.get("message") or {}).get("thinking", "")
+                    if piece or thinking or ev.get("done"):
                         spinner.stop()
                     reply.append(piece)
-                    out.write(piece)
+                    reasoning.append(thinking)
+                    view.write(thinking, piece)
                     if ev.get("done"):
                         done = ev
+            view.end()
         except KeyboardInterrupt:
             print()
             return
@@ -320,7 +337,10 @@ class Repl:
             print(f"\nError: {e.message}")
             return
         print("\n")
-        self.messages += [{"role": "user", "content": text}, {"role": "assistant", "content": "".join(reply)}]
+        answer = {"role": "assistant", "content": "".join(reply)}
+        if "".join(reasoning):
+            answer["thinking"] = "".join(reasoning)  # replayed as the template expects
+        self.messages += [{"role": "user", "content": text}, answer]
         if self.verbose and done:
             print(verbose_stats(done), file=sys.stderr)
 

@@ -118,6 +118,8 @@ class Catalog:
                 caps.append("tools")
             if getattr(tmpl, "supports_insert", False):
                 caps.append("insert")
+            if templates.thinking_tags(tmpl) is not None:
+                caps.append("thinking")
         out: dict[str, Any] = {
             "license": "\n".join(rec.licenses),
             "modelfile": mfile.format(mf, show_name=rec.name.display),

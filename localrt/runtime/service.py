@@ -30,8 +30,9 @@ from .catalog import Catalog
 from .jobs import AUTO_PARALLEL, CLIENT, system_available_memory
 from .loading import estimate_memory, kv_counts, load_draft, system_total_memory, with_auto_context, with_draft_need
 from .scheduler import MemoryNeed, Request, Scheduler
-from .sampling_extras import COUNT_UPTO, Pending, cache_scope, count_tokens, given_ids, metrics, prompt_ids, request_constraint
+from .sampling_extras import COUNT_UPTO, Pending, cache_scope, count_tokens, given_ids, prompt_ids, request_constraint
 from .sampling_extras import sampling_kwargs as _sampling
+from .reasoning import Split, after_reasoning, chat_items, generate_items, tags_for
 
 log = logging.getLogger("localrt.service")
 
@@ -259,23 +260,19 @@ class Service:
             model = loaded.model
             context_text = model.detokenize(req.context) if req.context else ""
             n_ctx = min(opts.num_ctx, model.num_ctx)
+            tags = None if req.raw else tags_for(loaded.template, req, rec.name.full)
             prompt = templates.generate_prompt(
                 None if req.template else loaded.template, req.prompt, system=req.system or "",
                 model_system=rec.system or "", model_messages=rec.messages, suffix=req.suffix, raw=req.raw,
                 template_override=req.template or "", context_text=context_text, has_context=req.context is not None,
-                num_ctx=n_ctx, count_tokens=lambda t: len(model.tokenize(t, limit=n_ctx)), truncate=req.truncate)
+                num_ctx=n_ctx, count_tokens=lambda t: len(model.tokenize(t, limit=n_ctx)), truncate=req.truncate,
+                think=req.think)
             ids = prompt_ids(model, prompt.text, n_ctx) if req.prompt_tokens is None else given_ids(model, req, n_ctx)
             constraint = structured.compile_format(req.format, model.tokenizer) if req.format else None
-            pending = Pending(req.logprobs)
-            for ev in _run(loaded, ids, opts, cancelled, constraint, cache_scope=scope, **_sampling(req)):
-                pending.add(ev.logprobs)
-                if isinstance(ev, Done):
-                    out = {**base(), "response": ev.text, **pending.take(), **metrics(ev, loaded.take_load_ns())}
-                    if not req.raw:
-                        out["context"] = list(ev.context)
-                    yield out
-                else:
-                    yield {**base(), "response": ev.text, "done": False, **pending.take()}
+            constraint = after_reasoning(constraint, tags, prompt.text, req.think)
+            events = _run(loaded, ids, opts, cancelled, constraint, cache_scope=scope, **_sampling(req))
+            yield from generate_items(events, Split(tags, prompt.text, req.think), Pending(req.logprobs), base,
+                                      req.raw, loaded.take_load_ns)
 
         return self._submit(name, opts, req.keep_alive, work, rec)
 
@@ -292,8 +289,10 @@ class Service:
                 **base(), "message": {"role": "assistant", "content": ""}, "done": True, "done_reason": why})
         messages = [m.to_dict() for m in req.messages]
 
-        def reply(content: str, calls: list, **extra) -> dict:
+        def reply(content: str, calls: list, thinking: str = "", **extra) -> dict:
             msg: dict = {"role": "assistant", "content": content}
+            if thinking:
+                msg["thinking"] = thinking
             if calls:
                 msg["tool_calls"] = [c.native() for c in calls]
             return {**base(), "message": msg, **extra}
@@ -304,10 +303,11 @@ class Service:
             if req.tools and not loaded.template.supports_tools:
                 raise InvalidRequest(f"{rec.name.full} does not support tools")
             n_ctx = min(opts.num_ctx, model.num_ctx)  # the request's, not the load's
+            tags = tags_for(loaded.template, req, rec.name.full)
             prompt = templates.chat_prompt(
                 loaded.template, messages, model_system=rec.system or "", model_messages=rec.messages,
                 tools=req.tools or None, num_ctx=n_ctx, count_tokens=lambda t: len(model.tokenize(t, limit=n_ctx)),
-                truncate=req.truncate)
+                truncate=req.truncate, think=req.think)
             if prompt.n_dropped:  # as Ollama: the oldest turns go, the system prompt, tools and last message stay
                 log.warning("%s: truncating input messages which exceed the context length: %d of %d dropped, "
                             "%s tokens kept of %d", name, prompt.n_dropped, len(messages), prompt.n_tokens, n_ctx)
@@ -316,20 +316,11 @@ class Service:
                 return
             ids = prompt_ids(model, prompt.text, n_ctx)
             tag = tag_for_template(loaded.template)
-            constraint = request_constraint(tag, req, model)
+            constraint = after_reasoning(request_constraint(tag, req, model), tags, prompt.text, req.think)
             parser = ToolCallParser(tag, req.tools) if req.tools else None
-            pending = Pending(req.logprobs)  # entries wait for a chunk that goes out
-            for ev in _run(loaded, ids, opts, cancelled, constraint, cache_scope=scope, **_sampling(req)):
-                pending.add(ev.logprobs)
-                got = parser.feed(ev.text) if parser else None
-                content, calls = (got.content, got.calls) if got else (ev.text, [])
-                if isinstance(ev, Done):
-                    if parser:
-                        rest = parser.flush()
-                        content, calls = content + rest.content, calls + rest.calls
-                    yield reply(content, calls, **pending.take(), **metrics(ev, loaded.take_load_ns()))
-                elif content or calls:
-                    yield reply(content, calls, done=False, **pending.take())
+            events = _run(loaded, ids, opts, cancelled, constraint, cache_scope=scope, **_sampling(req))
+            yield from chat_items(events, Split(tags, prompt.text, req.think), parser, Pending(req.logprobs), reply,
+                                  loaded.take_load_ns)
 
         return self._submit(name, opts, req.keep_alive, work, rec)
 

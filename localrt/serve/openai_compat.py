@@ -283,16 +283,26 @@ def check_forced(forced: str | None, tools: list) -> None:
         raise InvalidRequest(f"tool_choice names {forced!r}, which is not among the tools")
 
 
-def reasoning(f: Fields, model: str) -> None:
-    """Ollama maps reasoning_effort to `think`; no model here thinks, so only "none" (or nothing) is served."""
-    effort = f.any("reasoning_effort")
+# reasoning_effort -> Ollama's think, as Ollama's middleware maps it ("none" switches thinking off); OpenAI's
+# "minimal" and "xhigh" go to the nearest level a template knows.
+_EFFORTS = {"none": False, "minimal": "low", "low": "low", "medium": "medium", "high": "high", "xhigh": "high"}
+
+
+def reasoning(f: Fields, req) -> None:
+    """reasoning_effort (chat) or reasoning.effort (both APIs) onto the request's `think`; a model that cannot think
+    refuses any effort but "none" (a 400 naming the field, from the service)."""
+    effort, name = f.any("reasoning_effort"), "reasoning_effort"
     nested = f.any("reasoning")
     if isinstance(nested, dict):
-        effort = nested.get("effort", effort)
+        if nested.get("effort") is not None:
+            effort, name = nested["effort"], "reasoning.effort"
     elif nested is not None:
         raise InvalidRequest("reasoning must be an object")
-    if effort not in (None, "none"):
-        raise InvalidRequest(f"reasoning_effort {effort!r}: {model} does not support thinking")
+    if effort is None:
+        return
+    if not isinstance(effort, str) or effort not in _EFFORTS:
+        raise InvalidRequest(f"{name} must be one of {', '.join(_EFFORTS)}, got {str(effort)[:40]!r}")
+    req.think, req.think_field = _EFFORTS[effort], f"{name} {effort!r}"
 
 
 # OpenAI fields that change what the reply is, and that we cannot do; any value but the neutral one is a 400.
@@ -311,12 +321,12 @@ def chat_request(body: dict) -> tuple[ChatRequest, Opts]:
     fmt = _response_format(f.any("response_format"))
     if forced is not None and fmt is not None:
         raise InvalidRequest("tool_choice that forces a call cannot be combined with response_format")
-    reasoning(f, model)
     for key, neutral in _REFUSED.items():
         if f.any(key) not in neutral:
             raise InvalidRequest(f"{key} is not supported")
     req = ChatRequest(model=model, messages=[_message(m, i, f) for i, m in enumerate(msgs)], tools=tools,
                       tool_choice=forced, stream=True, format=fmt, keep_alive=f.any("keep_alive"), options=options)
+    reasoning(f, req)
     opts = _extras(f, req, opts, chat=True)
     # Unread (store, metadata, service_tier, prompt_cache_key, safety_identifier, verbosity, prediction, ...):
     # none changes what a local model answers, so they are ignored, as Ollama does, and logged by name.

@@ -103,7 +103,9 @@ class ChatStream:
         if i not in self.sent_role:
             delta["role"] = "assistant"
             self.sent_role.add(i)
-        if msg.get("content") or not item.get("done"):
+        if msg.get("thinking"):  # llama-server's and vLLM's field, and Ollama's
+            delta["reasoning_content"] = delta["reasoning"] = msg["thinking"]
+        if msg.get("content") or not (item.get("done") or msg.get("thinking")):
             delta["content"] = msg.get("content", "")
         if msg.get("tool_calls"):
             delta["tool_calls"] = _tool_calls(msg["tool_calls"], self.n_tools.get(i, 0))
@@ -124,6 +126,9 @@ class ChatStream:
             content = "".join((m.get("message") or {}).get("content", "") for m in mine)
             calls = [c for m in mine for c in (m.get("message") or {}).get("tool_calls", [])]
             message: dict[str, Any] = {"role": "assistant", "content": content}
+            thinking = "".join((m.get("message") or {}).get("thinking", "") for m in mine)
+            if thinking:
+                message["reasoning_content"] = message["reasoning"] = thinking
             if calls:
                 message["tool_calls"] = _tool_calls(calls, 0)
             choice: dict[str, Any] = {"index": i, "message": message, "finish_reason": _finish_reason(done, bool(calls))}

@@ -51,6 +51,10 @@ class ResponsesOpts:
     max_tool_calls: int | None = None  # function calls past this many are left out of the response (0: no tools)
 
 
+def _texts(parts: list) -> str:
+    return "".join(p["text"] for p in parts if isinstance(p, dict) and isinstance(p.get("text"), str))
+
+
 def _text(part: Any, where: str) -> str:
     """A content part's text: input_text (a user/system turn), output_text or refusal (a replayed assistant turn)."""
     if not isinstance(part, dict):
@@ -116,11 +120,10 @@ class _Turns:
                 msg["tool_name"] = self.call_names[call_id]
             self.msgs.append(msg)
         elif kind == "reasoning":
-            summary = f.list("summary") or []
-            text = "".join(s.get("text", "") for s in summary if isinstance(s, dict) and isinstance(s.get("text"), str))
-            self.thinking = text or (f.str("encrypted_content") or "")  # Ollama sends its thinking there as text
-            f.any("encrypted_content")
-            f.any("content")
+            full, summary = _texts(f.list("content") or []), _texts(f.list("summary") or [])
+            # the full text (as this server sends it), else the summary, else Ollama's way: the text in
+            # encrypted_content
+            self.thinking = full or summary or (f.str("encrypted_content") or "")
         elif kind is None:
             raise InvalidRequest(f"{where}: an input item needs a type (or a role)")
         else:
@@ -281,7 +284,6 @@ def responses_request(body: dict) -> tuple[ChatRequest, ResponsesOpts]:
     opts.text_format, fmt = _text_format(f)
     if forced is not None and fmt is not None:
         raise InvalidRequest("tool_choice that forces a call cannot be combined with text.format")
-    reasoning(f, model)
     opts.truncation = f.str("truncation", "disabled") or "disabled"
     if opts.truncation not in ("disabled", "auto"):
         raise InvalidRequest(f"truncation must be 'disabled' or 'auto', got {opts.truncation!r}")
@@ -291,6 +293,7 @@ def responses_request(body: dict) -> tuple[ChatRequest, ResponsesOpts]:
     req = ChatRequest(model=model, messages=messages, tools=tools, tool_choice=forced, stream=True, format=fmt,
                       keep_alive=f.any("keep_alive"), options=options, truncate=opts.truncation == "auto",
                       logprobs=opts.logprobs or opts.top_logprobs > 0, top_logprobs=opts.top_logprobs)
+    reasoning(f, req)
     opts.logprobs = req.logprobs
     # Unread (store, service_tier, user, safety_identifier, prompt_cache_key, ...): none changes what a local
     # model answers, so they are ignored, as Ollama does, and logged by name.

@@ -41,6 +41,8 @@ class ResponsesStream:
         self.started = False
         self.output: list[dict] = []  # finished output items, in output_index order
         self.msg: dict | None = None  # the open message item
+        self.reasoning: dict | None = None  # the open reasoning item (a thinking model's reasoning, before the answer)
+        self.reasoning_text = ""
         self.text = ""  # the open message's text so far
         self.lps: list[dict] = []  # its logprobs so far
         self.blank = ""  # whitespace that waits for text (dropped if a call or the end comes first)
@@ -93,6 +95,29 @@ class ResponsesStream:
                               part=part)
                 + self._event("response.output_item.done", output_index=at, item=item))
 
+    def _reason(self, text: str) -> bytes:
+        """A reasoning delta, in a reasoning item of its own (opened on the first one)."""
+        out = b""
+        if self.reasoning is None:
+            self.reasoning = {"id": "rs_" + secrets.token_hex(12), "type": "reasoning", "summary": [], "content": [],
+                              "status": "in_progress"}
+            self.reasoning_text = ""
+            out = self._event("response.output_item.added", output_index=len(self.output), item=self.reasoning)
+        self.reasoning_text += text
+        return out + self._event("response.reasoning_text.delta", item_id=self.reasoning["id"],
+                                 output_index=len(self.output), content_index=0, delta=text)
+
+    def _close_reasoning(self) -> bytes:
+        item, at = self.reasoning, len(self.output)
+        if item is None:
+            return b""
+        self.reasoning = None
+        done = {**item, "status": "completed", "content": [{"type": "reasoning_text", "text": self.reasoning_text}]}
+        self.output.append(done)
+        return (self._event("response.reasoning_text.done", item_id=item["id"], output_index=at, content_index=0,
+                            text=self.reasoning_text)
+                + self._event("response.output_item.done", output_index=at, item=done))
+
     def _call(self, call: dict) -> bytes:
         limit = self.opts.max_tool_calls
         if limit is not None and sum(o["type"] == "function_call" for o in self.output) >= limit:
@@ -124,7 +149,11 @@ class ResponsesStream:
         out = self._start()
         msg = item.get("message") or {}
         lps = _logprobs(item.get("logprobs") or [])
-        if msg.get("content") or lps:
+        if msg.get("thinking"):
+            out += self._reason(msg["thinking"])
+        if msg.get("content") or msg.get("tool_calls") or item.get("done"):
+            out += self._close_reasoning()  # the answer begins: the reasoning item is complete
+        if msg.get("content") or (lps and not msg.get("thinking")):
             out += self._text(msg.get("content", ""), lps)
         for call in msg.get("tool_calls") or ():
             out += self._call(call)

@@ -171,6 +171,9 @@ def fold_generate(items: list[dict]) -> dict:
         return {}
     out = dict(items[-1])
     out["response"] = "".join(i.get("response", "") for i in items)
+    thinking = "".join(i.get("thinking", "") for i in items)
+    if thinking:
+        out["thinking"] = thinking
     _fold_logprobs(out, items)
     return out
 
@@ -188,6 +191,9 @@ def fold_chat(items: list[dict]) -> dict:
     out = dict(items[-1])
     msg = dict(out.get("message") or {"role": "assistant"})
     msg["content"] = "".join((i.get("message") or {}).get("content", "") for i in items)
+    thinking = "".join((i.get("message") or {}).get("thinking", "") for i in items)
+    if thinking:
+        msg["thinking"] = thinking
     calls = [c for i in items for c in (i.get("message") or {}).get("tool_calls", [])]
     if calls:
         msg["tool_calls"] = calls

@@ -13,9 +13,11 @@ from .gotemplate import GoTemplate, Limits
 from .jinja import JinjaLimits, JinjaTemplate
 from .prompt import (ChatTemplate, GoChatTemplate, JinjaChatTemplate, Prompt, chat_messages, chat_prompt,
                      fit_messages, generate_prompt, load_template, render_prompt)
+from .thinking import ThinkingParser, opens_reasoning, thinking_tags
 
 __all__ = [
     "FAMILIES", "ChatTemplate", "GoChatTemplate", "GoTemplate", "JinjaChatTemplate", "JinjaLimits", "JinjaTemplate",
     "Limits", "Prompt", "TemplateChoice", "TemplateError", "capabilities", "chat_messages", "chat_prompt",
     "choose_template", "fit_messages", "generate_prompt", "load_template", "render_prompt", "tool_call_tag",
+    "ThinkingParser", "opens_reasoning", "thinking_tags",
 ]

@@ -1,0 +1,97 @@
+"""A thinking model's reasoning beside its answer (issue 44), for the service's generate and chat.
+
+Which models think: those whose template puts tags around a message's reasoning (templates.thinking_tags). As in
+Ollama, such a model thinks when the request sends no `think`, and its reasoning goes to its own field
+(`thinking`, `message.thinking`), never into the answer; `think: false` renders the template without reasoning
+(qwen3's `enable_thinking`, an empty block) and drops any reasoning the model still writes; a level ("low",
+"medium", "high") thinks. Asking a model without tags to think is a 400.
+
+A request's constraint (`format`, a forced or an opened tool call) holds only after the reasoning
+(structured.AfterReasoning), and tool calls are parsed out of the answer only.
+"""
+from __future__ import annotations
+
+from typing import Iterator
+
+from ..engine.events import Done
+from ..errors import InvalidRequest
+from ..structured.after import AfterReasoning
+from ..templates.thinking import ThinkingParser, opens_reasoning, thinking_tags
+from .sampling_extras import metrics
+
+
+def tags_for(template, req, model_name: str) -> tuple[str, str] | None:
+    """The template's reasoning tags; a 400 naming how the request asked when it asks a model without them to
+    think."""
+    tags = thinking_tags(template)
+    if tags is None and req.think not in (None, False):
+        field = req.think_field if req.think_field != "think" else f"think {req.think!r}"
+        raise InvalidRequest(f"{field}: {model_name} does not support thinking")
+    return tags
+
+
+class Split:
+    """One request's output as (reasoning, answer) pieces; the reasoning is dropped under think false."""
+
+    def __init__(self, tags: tuple[str, str] | None, prompt: str, think) -> None:
+        self.parser = ThinkingParser(*tags, opened=opens_reasoning(prompt, tags)) if tags else None
+        self.show = think is not False
+
+    def feed(self, text: str) -> tuple[str, str]:
+        if self.parser is None:
+            return "", text
+        reasoning, answer = self.parser.feed(text)
+        return (reasoning if self.show else ""), answer
+
+    def flush(self) -> tuple[str, str]:
+        if self.parser is None:
+            return "", ""
+        reasoning, answer = self.parser.flush()
+        return (reasoning if self.show else ""), answer
+
+
+def after_reasoning(constraint, tags: tuple[str, str] | None, prompt: str, think):
+    """The request's constraint, held off until the reasoning is over where the model may reason first."""
+    if constraint is None or tags is None or not hasattr(constraint, "grammar"):
+        return constraint
+    if think is False and not opens_reasoning(prompt, tags):  # the template could switch it off
+        return constraint
+    return AfterReasoning(constraint, tags[1].encode(), tags[0].encode(), opened=opens_reasoning(prompt, tags))
+
+
+def chat_items(events, split: Split, parser, pending, reply, load_ns) -> Iterator[dict]:
+    """The native /api/chat items of a run's events: reasoning, answer text and the tool calls parsed out of the
+    answer; `reply(content, calls, thinking, **extra)` shapes one, `load_ns()` the load time the last one reports."""
+    for ev in events:
+        pending.add(ev.logprobs)
+        thinking, text = split.feed(ev.text)
+        done = isinstance(ev, Done)
+        if done:
+            more, rest = split.flush()
+            thinking, text = thinking + more, text + rest
+        got = parser.feed(text) if parser else None
+        content, calls = (got.content, got.calls) if got else (text, [])
+        if done:
+            if parser:
+                rest_call = parser.flush()
+                content, calls = content + rest_call.content, calls + rest_call.calls
+            yield reply(content, calls, thinking, **pending.take(), **metrics(ev, load_ns()))
+        elif content or calls or thinking:
+            yield reply(content, calls, thinking, done=False, **pending.take())
+
+
+def generate_items(events, split: Split, pending, base, raw: bool, load_ns) -> Iterator[dict]:
+    """The native /api/generate items of a run's events: `response`, and `thinking` where the model reasons."""
+    for ev in events:
+        pending.add(ev.logprobs)
+        thinking, text = split.feed(ev.text)
+        said = {"thinking": thinking} if thinking else {}
+        if isinstance(ev, Done):
+            more, rest = split.flush()
+            said = {"thinking": thinking + more} if thinking + more else {}
+            out = {**base(), "response": text + rest, **said, **pending.take(), **metrics(ev, load_ns())}
+            if not raw:
+                out["context"] = list(ev.context)
+            yield out
+        elif text or thinking or split.parser is None:
+            yield {**base(), "response": text, **said, "done": False, **pending.take()}
