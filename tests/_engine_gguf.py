@@ -112,12 +112,15 @@ def add_hparams(wr: gguf.GGUFWriter, spec) -> None:
         wr.add_sliding_window(spec.window)
 
 
-def write_model(path: Path, spec: Spec, *, drop: str | None = None) -> dict[str, np.ndarray]:
-    """Write the model to path (leaving out tensor `drop`, for error tests); returns its weights."""
+def write_model(path: Path, spec: Spec, *, drop: str | None = None, extra: dict | None = None) -> dict[str, np.ndarray]:
+    """Write the model to path (leaving out tensor `drop`, for error tests; `extra`: more uint32 metadata);
+    returns its weights."""
     weights = make_weights(spec)
     a = spec.arch
     wr = gguf.GGUFWriter(str(path), a)
     add_hparams(wr, spec)
+    for key, value in (extra or {}).items():
+        wr.add_uint32(key, value)
     if spec.softcap:
         wr.add_float32(f"{a}.final_logit_softcapping", spec.softcap)
     wr.add_tokenizer_model("gpt2")

@@ -148,8 +148,10 @@ class Model:
         return self.project(self.output_device.put(self.hidden(ids)))
 
     def embed(self, ids) -> np.ndarray:
-        """Mean-pooled final-normed hidden state (n_embd,) float32."""
-        return self.hidden(ids).mean(axis=0, dtype=np.float64).astype(np.float32)
+        """The final-normed hidden states (n_embd,) float32, pooled as the file says (engine.pooling)."""
+        from .pooling import pool, pooling_type
+
+        return pool(self.hidden(ids), pooling_type(self.metadata, self.config.arch))
 
     def tokenize(self, text: str, special: bool = True, limit: int | None = None) -> list[int]:
         """Token ids of text; BOS/EOS as the file says; special-token text parsed when `special`. With `limit`, a

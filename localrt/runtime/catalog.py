@@ -16,6 +16,7 @@ from .. import templates
 from ..errors import InvalidRequest, ModelNotFound
 from ..models import library
 from ..models.create import create as create_model
+from .sampling_extras import embedding_only
 from .jobs import LOCAL_CALLER
 
 log = logging.getLogger("localrt.catalog")
@@ -111,8 +112,9 @@ class Catalog:
         mf = mfile.build([str(rec.model_path or "")], adapters=[str(p) for p in rec.adapter_paths], strict=False,
                          template=rec.template, system=rec.system, parameters=params, licenses=list(rec.licenses),
                          messages=rec.messages)
-        caps = ["completion"]
-        if choice is not None:
+        arch = str(meta.get("general.architecture", "")) if meta else ""
+        caps = ["embedding"] if arch and embedding_only(meta, arch) else ["completion"]
+        if choice is not None and caps == ["completion"]:
             tmpl = choice.load()
             if getattr(tmpl, "supports_tools", False):
                 caps.append("tools")

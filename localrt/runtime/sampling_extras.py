@@ -39,6 +39,18 @@ def count_tokens(model, text: str, n_ctx: int) -> int:
     return n
 
 
+def embedding_only(metadata, arch: str) -> bool:
+    """A file that names its pooling type is an embedding model (Ollama: the `embedding` capability, no `completion`)."""
+    return f"{arch}.pooling_type" in metadata
+
+
+def refuse_embedding_only(model, name: str, what: str) -> None:
+    meta = getattr(model, "metadata", None) or {}
+    arch = str(meta.get("general.architecture", ""))
+    if arch and embedding_only(meta, arch):
+        raise InvalidRequest(f"{name} does not support {what}: it is an embedding model (use /api/embed)")
+
+
 def given_ids(model, req, n_ctx: int) -> list[int]:
     """A prompt given as token ids (/v1/completions), checked against the vocabulary and the context."""
     ids = list(req.prompt_tokens)

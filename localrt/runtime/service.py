@@ -30,7 +30,8 @@ from .catalog import Catalog
 from .jobs import AUTO_PARALLEL, CLIENT, system_available_memory
 from .loading import estimate_memory, kv_counts, load_draft, system_total_memory, with_auto_context, with_draft_need
 from .scheduler import MemoryNeed, Request, Scheduler
-from .sampling_extras import COUNT_UPTO, Pending, cache_scope, count_tokens, given_ids, prompt_ids, request_constraint
+from .sampling_extras import (COUNT_UPTO, Pending, cache_scope, count_tokens, given_ids, prompt_ids,
+                             refuse_embedding_only, request_constraint)
 from .sampling_extras import sampling_kwargs as _sampling
 from .reasoning import Split, after_reasoning, chat_items, generate_items, tags_for
 
@@ -259,6 +260,7 @@ class Service:
             loaded.use_record(rec)
             model = loaded.model
             context_text = model.detokenize(req.context) if req.context else ""
+            refuse_embedding_only(model, rec.name.full, "generate")
             n_ctx = min(opts.num_ctx, model.num_ctx)
             tags = None if req.raw else tags_for(loaded.template, req, rec.name.full)
             prompt = templates.generate_prompt(
@@ -300,6 +302,7 @@ class Service:
         def work(loaded: Loaded, _req, cancelled: threading.Event) -> Iterator[dict]:
             loaded.use_record(rec)
             model = loaded.model
+            refuse_embedding_only(model, rec.name.full, "chat")
             if req.tools and not loaded.template.supports_tools:
                 raise InvalidRequest(f"{rec.name.full} does not support tools")
             n_ctx = min(opts.num_ctx, model.num_ctx)  # the request's, not the load's

@@ -1,0 +1,53 @@
+"""Embeddings pooled as the file says (`{arch}.pooling_type`, issue 45): mean, cls (first token), last (last token:
+qwen3-embedding); a file without it is mean-pooled; a reranker's or an unknown type is refused; a file that names a
+pooling type is an embedding model (`embedding` capability, chat refused)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from _tiny_gguf import write_tiny_gguf
+
+from localrt.engine.loader import load_model
+from localrt.engine.pooling import pool, pooling_type
+from localrt.errors import InvalidRequest, ModelLoadError
+
+IDS = [1, 5, 2, 7]
+
+
+@pytest.mark.parametrize("value, pick", [(None, "mean"), (1, "mean"), (2, "cls"), (3, "last"), (0, "mean")])
+def test_pooling_follows_the_file(tmp_path, value, pick):
+    extra = {} if value is None else {"llama.pooling_type": value}
+    path = write_tiny_gguf(tmp_path / "m.gguf", extra=extra)
+    model = load_model(path, num_ctx=64, tokenizer=False)
+    try:
+        hidden = model.hidden(IDS)
+        want = {"mean": hidden.mean(axis=0), "cls": hidden[0], "last": hidden[-1]}[pick]
+        np.testing.assert_allclose(model.embed(IDS), want, rtol=1e-5, atol=1e-6)
+    finally:
+        model.close()
+
+
+def test_rank_and_unknown_types_are_refused():
+    with pytest.raises(InvalidRequest, match="reranker"):
+        pool(np.ones((2, 4), np.float32), pooling_type({"llama.pooling_type": 4}, "llama"))
+    with pytest.raises(ModelLoadError, match="llama.pooling_type"):
+        pooling_type({"llama.pooling_type": 9}, "llama")
+
+
+def test_a_model_that_names_its_pooling_embeds_and_refuses_chat(tmp_path):
+    import httpx
+    import ollama
+    from _daemon_fakes import real_daemon
+
+    from _engine_gguf import Spec, write_model
+
+    path = tmp_path / "emb.gguf"
+    write_model(path, Spec(), extra={"llama.pooling_type": 3})
+    with real_daemon(tmp_path / "models") as srv:
+        client = ollama.Client(host=srv.url)
+        client.create(model="emb", files={"emb.gguf": client.create_blob(path)})
+        assert client.show("emb").capabilities == ["embedding"]
+        assert len(client.embed(model="emb", input="the the").embeddings[0]) == Spec().n_embd
+        r = httpx.post(srv.url + "/api/chat", json={"model": "emb", "stream": False,
+                                                    "messages": [{"role": "user", "content": "hi"}]}, timeout=60)
+        assert r.status_code == 400 and "does not support chat" in r.json()["error"], r.text
