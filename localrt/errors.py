@@ -44,6 +44,22 @@ class MissingTensor(InvalidModel):
         self.tensor = name
 
 
+class NonFiniteOutput(LocalrtError):
+    """The forward produced NaN or infinite logits (or an embedding): the model's weights hold non-finite values,
+    or values whose products overflow float32. Nothing the request can change: a 500 at the HTTP edge, naming the
+    model (runtime.jobs sets `model`, the name the request used) and the cause, never a bare internal error."""
+
+    def __init__(self, what: str, model: str = ""):
+        super().__init__(what)
+        self.what = what
+        self.model = model
+
+    def __str__(self) -> str:
+        who = f"model {self.model!r}" if self.model else "the model"
+        return (f"{who} produced {self.what}: its weights are corrupt (NaN or infinite values, or values that "
+                f"overflow float32); create it again from a good GGUF file")
+
+
 class ContextLengthExceeded(LocalrtError):
     def __init__(self, n_prompt: int, n_ctx: int, *, counted_all: bool = True):
         # counted_all False: tokenizing stopped once past the context, so n_prompt is only where it stopped

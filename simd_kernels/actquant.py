@@ -74,10 +74,13 @@ def quantize_row_q8_k(x, q, d, bsums):
             i = 0
             while bits[o + i] & np.int32(0x7FFFFFFF) != top:
                 i += 1
-            iscale = np.float32(-127.0) / x[o + i]
+            largest = x[o + i]
+            iscale = np.float32(-127.0) / largest
             for i in range(QK_K):
                 q[o + i] = min(np.float32(127.0), np.rint(iscale * x[o + i]))
-            d[b] = np.float32(1.0) / iscale
+            # An infinite |x| (a corrupt weight's overflow) makes iscale -+0, where ggml's 1/iscale is -+inf, i.e.
+            # -largest; Numba's checked division would raise ZeroDivisionError (the engine reports the NaN logits).
+            d[b] = np.float32(1.0) / iscale if iscale != 0 else -largest
         for g in range(QK_K // KGROUP):
             total = np.int32(0)
             for i in range(KGROUP):

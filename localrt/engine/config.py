@@ -132,7 +132,7 @@ def config_from_metadata(md: dict, tensors: Mapping | None = None) -> ModelConfi
         # gemma2 always caps (llama.cpp's defaults 50 and 30); others only where the file says so.
         final_logit_softcap=k.float("final_logit_softcapping", 30.0 if arch == "gemma2" else 0.0, positive=arch == "gemma2"),
         attn_softcap=k.float("attn_logit_softcapping", 50.0) if arch == "gemma2" else 0.0,
-        rope_attn_factor=k.float("rope.scaling.attn_factor", 1.0, hi=validate.MAX_ROPE_FACTOR),
+        rope_attn_factor=k.float("rope.scaling.attn_factor", 1.0, hi=validate.MAX_ROPE_ATTN_FACTOR),
         rope_orig_ctx=k.int("rope.scaling.original_context_length", n_ctx_train, hi=validate.MAX_CONTEXT),
         n_expert=n_expert,
         n_expert_used=n_expert_used,

@@ -8,7 +8,7 @@ import numpy as np
 
 from simd_kernels import ops, threads
 
-from ..errors import ContextLengthExceeded, InvalidRequest, ModelLoadError
+from ..errors import ContextLengthExceeded, InvalidRequest, ModelLoadError, NonFiniteOutput
 from . import arch as archs
 from .arch.common import Batch, layer_devices
 from .backends.backend import prefill_end
@@ -96,7 +96,7 @@ class Model:
         logits = dev.to_host(dev.linear(self.weights.output, h))
         if self.config.final_logit_softcap > 0:
             ops.softcap(logits, np.float32(self.config.final_logit_softcap))
-        return logits
+        return check_finite_output(logits, "logits")
 
     def hidden(self, ids, slot: int = 0) -> np.ndarray:
         """Final-normed hidden states (len(ids), n_embd) of ids from an empty slot, in num_batch chunks."""
@@ -151,7 +151,7 @@ class Model:
         """The final-normed hidden states (n_embd,) float32, pooled as the file says (engine.pooling)."""
         from .pooling import pool, pooling_type
 
-        return pool(self.hidden(ids), pooling_type(self.metadata, self.config.arch))
+        return check_finite_output(pool(self.hidden(ids), pooling_type(self.metadata, self.config.arch)), "embedding values")
 
     def tokenize(self, text: str, special: bool = True, limit: int | None = None) -> list[int]:
         """Token ids of text; BOS/EOS as the file says; special-token text parsed when `special`. With `limit`, a
@@ -171,6 +171,16 @@ class Model:
         if self.tokenizer is None:
             raise ModelLoadError("this model has no usable tokenizer")
         return self.tokenizer
+
+
+def check_finite_output(values: np.ndarray, what: str) -> np.ndarray:
+    """values, or NonFiniteOutput when they hold NaN or inf: NaN logits would be sampled as garbage (or refused by the
+    sampler as a bare ValueError) and NaN embeddings fail as JSON, on every request. ~40 us for Gemma 3's 262k logits."""
+    finite = np.isfinite(values)
+    if not finite.all():
+        bad = values[~finite]
+        raise NonFiniteOutput(f"non-finite {what} ({bad.size} of {values.size} values NaN or infinite, the first {bad[0]})")
+    return values
 
 
 class _Prefixes:

@@ -27,6 +27,14 @@ MAX_WIDTH = 1 << 20  # embedding / feed-forward / per-head widths
 MAX_HEADS = 1 << 12
 MAX_EXPERTS = 1 << 10
 MAX_ROPE_FACTOR = 1e6  # rope.scaling.factor (linear); real ones are 1..64
+# rope_freqs / rope_factors_long / _short divide each rotation frequency: real ones are about 0.8..100 (Llama 3's
+# 1..32, Phi-3's long factors up to ~60). Within 1e-6..1e6 every angle stays finite in float32 up to MAX_CONTEXT;
+# zero, a denormal (theta / 1e-40 = inf, then cos(inf) = NaN) or NaN is refused.
+ROPE_FACTOR_RANGE = (1.0 / MAX_ROPE_FACTOR, MAX_ROPE_FACTOR)
+# rope.scaling.attn_factor multiplies q and k (the scores by its square). Converters write longrope's
+# sqrt(1 + ln s / ln n_orig) and YaRN's 0.1 ln s + 1, both under 3 for any context scaling s up to 1e6; llama.cpp reads
+# it unchecked, and 1e6 overflows the f16 KV cache (65504) and the scores.
+MAX_ROPE_ATTN_FACTOR = 10.0
 MAX_ATTN_SCALE = 1e4  # attention.scale; real ones are 1/sqrt(head size), so <= 1: larger ones overflow scores
 FLOAT_MIN, FLOAT_MAX = 1e-30, 1e30  # positive float hyperparameters stay well inside float32
 FINITE_SCAN_BYTES = 1 << 20  # float tensors up to this size are scanned for NaN/inf; bigger ones are not read
@@ -185,10 +193,23 @@ def check_tensors(keys: Keys, cfg, tensors: Mapping, global_table: dict, block_t
         for name, spec in block_table.items():
             _check_tensor(tensors, f"blk.{il}.{name}", spec, dims, labels)
     for name in ROPE_FACTOR_TENSORS:
-        factors = tensors.get(name)
-        values = None if factors is None else _float_values(factors)
-        if values is not None and not (values > 0).all():
-            raise InvalidModel(f"tensor {name!r} has values that are not greater than 0 (rope divides by them)")
+        if name in tensors:
+            check_rope_factors(name, tensors[name])
+
+
+def check_rope_factors(name: str, t) -> None:
+    """A rope factor tensor holds floats in ROPE_FACTOR_RANGE (its length is the tensor tables' n_rot / 2)."""
+    if t.ggml_type not in (F32, F16, BF16):
+        raise InvalidModel(f"tensor {name!r} has ggml type {t.ggml_type}; rope factors must be F32, F16 or BF16")
+    values = _float_values(t, limit=None)
+    if values is None:  # no data to read (a header-only check)
+        return
+    lo, hi = ROPE_FACTOR_RANGE
+    bad = np.flatnonzero(~((values >= lo) & (values <= hi)))  # NaN fails both comparisons
+    if len(bad):
+        i = int(bad[0])
+        raise InvalidModel(f"tensor {name!r} holds {float(values[i]):.7g} at index {i}: rope divides its frequencies by "
+                           f"these factors, so each must be a finite number greater than 0, from {lo:g} to {hi:g}")
 
 
 def _check_tensor(tensors: Mapping, name: str, spec: tuple, dims: dict, labels: dict) -> None:
@@ -212,10 +233,11 @@ def _check_tensor(tensors: Mapping, name: str, spec: tuple, dims: dict, labels: 
         raise InvalidModel(f"tensor {name!r} holds NaN or infinite values")
 
 
-def _float_values(t) -> np.ndarray | None:
-    """A float view of a small F32/F16/BF16 tensor's data; None for big, quantized or data-less ones."""
+def _float_values(t, limit: int | None = FINITE_SCAN_BYTES) -> np.ndarray | None:
+    """A float view of an F32/F16/BF16 tensor's data of at most `limit` bytes; None for bigger, quantized or
+    data-less ones."""
     data = getattr(t, "data", None)
-    if not isinstance(data, np.ndarray) or data.dtype != np.uint8 or data.nbytes > FINITE_SCAN_BYTES:
+    if not isinstance(data, np.ndarray) or data.dtype != np.uint8 or (limit is not None and data.nbytes > limit):
         return None
     flat = data.reshape(-1)
     if t.ggml_type == F32:

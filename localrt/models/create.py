@@ -167,7 +167,7 @@ def _import_gguf(b: _Build, path: Path, media_type: str, check: Callable[[dict, 
     info = yield from _with_progress(lambda cb: b.store.import_file(path, cb), f"copying file {path.name}", total)
     blob = b.store.blob_path(info.digest)
     try:
-        facts = gguf_facts(blob)  # the file may have changed while it was copied; the blob is what counts
+        facts = gguf_facts(blob, scan=True)  # the file may have changed while it was copied; the blob is what counts
         check(facts, repr(path.name))
     except (gguf_io.InvalidGGUF, CreateError, InvalidModel):
         if info.created:
@@ -180,7 +180,7 @@ def _import_gguf(b: _Build, path: Path, media_type: str, check: Callable[[dict, 
 def _use_blob(b: _Build, digest: str, media_type: str, check: Callable[[dict, str], None]) -> Iterator[dict]:
     yield status("parsing GGUF")
     path = b.store.blob_path(digest)
-    facts = gguf_facts(path)
+    facts = gguf_facts(path, scan=True)
     check(facts, digest)
     yield b.add_blob(media_type, st.BlobInfo(digest, path.stat().st_size, created=False))
     return facts
@@ -278,7 +278,7 @@ def _quantize(b: _Build, level: str, quantize_model: Callable) -> Iterator[dict]
         except ValueError as e:  # quant.QuantError: unsupported level or source tensor types
             raise CreateError(f"cannot quantize: {e}") from None
         yield status("verifying conversion")
-        facts = gguf_facts(tmp)
+        facts = gguf_facts(tmp, scan=True)
         _check_model_gguf(facts, "the quantized model")
         info = b.store.adopt_file(tmp)
     finally:

@@ -11,6 +11,7 @@ from datetime import datetime
 from typing import Any, Callable, Iterable, Iterator, Mapping
 
 from ..api.options import LOAD_TIME, Options, resolve
+from ..errors import NonFiniteOutput
 
 _UNSET = object()  # a request that did not say keep_alive
 # Who sent the request being handled: set by the HTTP edge (serve/security.py) for the task of each request and
@@ -171,6 +172,8 @@ class Stream:
             return value
         self._finished = True
         if kind == _ERROR:
+            if isinstance(value, NonFiniteOutput) and not value.model:
+                value.model = self._job.model  # the engine knows its file, not the name the request used
             raise value
         raise StopIteration
 
