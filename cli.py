@@ -3,15 +3,30 @@ from __future__ import annotations
 
 import hashlib
 import os
-import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import List, Optional
 
 import typer
+import typer.core
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, help="Run large language models locally.")
+
+class _Group(typer.core.TyperGroup):
+    """Errors any command can meet (a mistyped LOCALRT_ variable, a daemon command that failed), mapped to one
+    `Error:` line here, once, rather than in every command."""
+
+    def invoke(self, ctx):
+        from localrt.cli.daemon_cmd import CommandFailed
+        from localrt.config import ConfigError
+
+        try:
+            return super().invoke(ctx)
+        except (ConfigError, CommandFailed) as e:
+            typer.echo(f"Error: {e}", err=True)
+            raise typer.Exit(1) from None
+
+
+app = typer.Typer(cls=_Group, add_completion=False, no_args_is_help=True, help="Run large language models locally.")
 
 
 def _client():
@@ -32,13 +47,16 @@ def _guard(fn):
     @functools.wraps(fn)
     def wrapper(*a, **kw):
         from localrt.cli.client import ApiError, DaemonGone, DaemonUnreachable
+        from localrt.cli.daemon_cmd import live_log
 
         try:
             return fn(*a, **kw)
         except ApiError as e:
             _fail(e.message)
         except DaemonGone as e:
-            _fail(f"{e}; see the daemon's log: {_log_path()}")
+            from localrt import config
+
+            _fail(f"{e}; see the daemon's log: {live_log(config.load())}")
         except DaemonUnreachable as e:
             _fail(f"{e}\nIs the daemon running? Start it with: localrt serve")
         except KeyboardInterrupt:
@@ -46,61 +64,24 @@ def _guard(fn):
     return wrapper
 
 
-def _log_path() -> Path:
-    from localrt import config
-
-    return config.load().data_dir / "logs" / "server.log"
-
-
 def _rotate_log(path: Path) -> None:
-    """A fresh server.log per daemon start; the previous one is kept as server-1.log."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    if path.exists():
-        os.replace(path, path.with_name("server-1.log"))
+    from localrt.cli.daemon_cmd import rotate_log
 
-
-def _log_tail(path: Path, n: int = 12) -> str:
-    try:
-        lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
-    except OSError:
-        return "(no log)"
-    return "\n".join("  " + ln for ln in lines[-n:]) or "  (the log is empty)"
+    rotate_log(path)
 
 
 def _serve_command() -> list[str]:
-    """`localrt serve`, through the console script of this same install (so ps shows `localrt serve`)."""
-    import shutil
+    from localrt.cli.daemon_cmd import serve_command
 
-    exe = shutil.which("localrt", path=str(Path(sys.executable).parent)) or shutil.which("localrt")
-    return [exe, "serve"] if exe else [sys.executable, "-m", "localrt", "serve"]
+    return serve_command()
 
 
 def ensure_daemon(client) -> None:
-    """Start a daemon in the background when none answers, as `ollama run` expects one to be there.
+    """Start a daemon in the background when none answers, as `ollama run` expects one to be there."""
+    from localrt import config
+    from localrt.cli.daemon_cmd import ensure_daemon as _ensure
 
-    A spinner shows while it starts; if the child exits first, the last lines of its log say why at once."""
-    if client.is_running():
-        return
-    from localrt.cli.spinner import Spinner
-
-    log_path = _log_path()
-    _rotate_log(log_path)
-    typer.echo(f"localrt: starting the daemon on {client.base_url} (log: {log_path}; "
-               "stop it with: pkill -f 'localrt serve')", err=True)
-    with open(log_path, "ab") as log:
-        child = subprocess.Popen(_serve_command(), stdout=log, stderr=log, stdin=subprocess.DEVNULL,
-                                 start_new_session=True)
-    deadline = time.monotonic() + 120
-    with Spinner():
-        while not client.is_running():
-            if child.poll() is not None:
-                if client.is_running():  # another `run` started one at the same moment, and ours lost the bind
-                    return
-                _fail(f"the daemon exited (status {child.returncode}) while starting. The end of {log_path}:\n"
-                      f"{_log_tail(log_path)}")
-            if time.monotonic() > deadline:
-                _fail(f"the daemon did not answer within 120 s; see {log_path}")
-            time.sleep(0.1)
+    _ensure(client, config.load())
 
 
 def _version_callback(value: bool) -> None:
@@ -120,36 +101,24 @@ def main(
 
 
 @app.command()
-def serve() -> None:
-    """Start the daemon (LOCALRT_HOST, default 127.0.0.1:11434)."""
-    import logging
-
+def serve(
+    status: bool = typer.Option(False, "--status", help="Tell whether this data directory's daemon runs: its pid, "
+                                                        "address, log and version (exit status 1 when it does not)"),
+    stop_daemon: bool = typer.Option(False, "--stop", help="Stop this data directory's daemon on LOCALRT_HOST's port "
+                                                          "(running replies end with an error)"),
+) -> None:
+    """Start the daemon (LOCALRT_HOST, default 127.0.0.1:11434); one per port and data directory."""
     from localrt import config
-    from localrt.serve.daemon import BindError, bind, serve_forever
-    from localrt.serve.malloc import limit_arenas
+    from localrt.cli import daemon_cmd
 
-    limit_arenas()  # before the daemon starts its threads (localrt.serve.malloc)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    try:
-        cfg = config.load()
-        sock = bind(cfg)
-    except (BindError, ValueError) as e:
-        _fail(str(e))
-    from localrt.runtime.service import Service
-
-    try:
-        service = Service(cfg)
-    except Exception as e:  # noqa: BLE001 - a start-up failure is one line for the user
-        sock.close()
-        _fail(f"could not start: {e}")
-    from localrt.engine.loader import warm_up
-
-    warm_up()  # Numba's start-up on a background thread while the daemon waits for its first request
-    typer.echo(f"localrt listening on {cfg.base_url} (pid {os.getpid()})", err=True)
-    try:
-        serve_forever(service, cfg, sock)
-    finally:
-        service.close()
+    if status and stop_daemon:
+        _fail("--status and --stop cannot be used together")
+    cfg = config.load()
+    if status:
+        raise typer.Exit(daemon_cmd.status(cfg))
+    if stop_daemon:
+        return daemon_cmd.stop(cfg)
+    daemon_cmd.serve(cfg)
 
 
 @app.command()

@@ -1,4 +1,8 @@
-"""The one place that reads LOCALRT_* environment variables. Everything else takes values from here."""
+"""The one place that reads LOCALRT_* environment variables. Everything else takes values from here.
+
+Where a LOCALRT_ variable has no value, its Ollama twin (OLLAMA_HOST, OLLAMA_MODELS, ...) is read instead, so a
+user moving from Ollama keeps the settings they have. Every mistake is a ConfigError naming the variable it came
+from; the CLI prints it as one line."""
 from __future__ import annotations
 
 import ipaddress
@@ -12,12 +16,20 @@ DEFAULT_HOST = "127.0.0.1"
 LOOPBACK_NAMES = ("localhost", "ip6-localhost")
 DEFAULT_PORT = 11434
 
+# LOCALRT_<X> read from OLLAMA_<X> when unset: the variables Ollama documents that mean the same thing here
+OLLAMA_TWINS = ("HOST", "MODELS", "KEEP_ALIVE", "NUM_PARALLEL", "MAX_LOADED_MODELS", "MAX_QUEUE", "ORIGINS",
+                "CONTEXT_LENGTH")
+
+
+class ConfigError(ValueError):
+    """A configuration variable's value is wrong; the message starts with the variable's name."""
+
 
 def _data_dir() -> Path:
     return Path(platformdirs.user_data_dir("localrt", appauthor=False))
 
 
-def parse_host(value: str | None) -> tuple[str, int, str]:
+def parse_host(value: str | None, name: str = "LOCALRT_HOST") -> tuple[str, int, str]:
     """`LOCALRT_HOST` read the way Ollama reads `OLLAMA_HOST`.
 
     Forms: "", "host", ":port", "host:port", "[v6]:port", "http://host" (port 80), "https://host" (443).
@@ -36,7 +48,7 @@ def parse_host(value: str | None) -> tuple[str, int, str]:
         host, port_text = v.split(":")
     if port_text:
         if not port_text.isdigit() or not 0 < int(port_text) < 65536:
-            raise ValueError(f"LOCALRT_HOST has an invalid port: {value!r}")
+            raise ConfigError(f"{name} has an invalid port: {value!r}")
         port = int(port_text)
     return host or DEFAULT_HOST, port, scheme
 
@@ -81,21 +93,35 @@ class Config:
         return f"{self.scheme}://{h}:{self.port}"
 
 
-def _int(env: dict, key: str, default: int) -> int:
-    raw = env.get(key)
+def _get(env: dict, key: str) -> tuple[str, str | None]:
+    """(the variable actually read, its value): `key` when it has a value, else its OLLAMA_ twin when it has one.
+    An empty value counts as unset, as Ollama reads its own variables."""
+    suffix = key.removeprefix("LOCALRT_")
+    twin = f"OLLAMA_{suffix}"
+    if suffix in OLLAMA_TWINS and not (env.get(key) or "").strip() and (env.get(twin) or "").strip():
+        return twin, env[twin]
+    return key, env.get(key)
+
+
+def _text(env: dict, key: str, default: str = "") -> str:
+    return (_get(env, key)[1] or "").strip() or default
+
+
+def _int(env: dict, key: str, default: int, lowest: int | None = None, what: str = "") -> int:
+    name, raw = _get(env, key)
     if raw is None or raw.strip() == "":
         return default
     try:
-        return int(raw)
+        value = int(raw)
     except ValueError:
-        raise ValueError(f"{key} must be an integer, got {raw!r}") from None
+        raise ConfigError(f"{name} must be an integer, got {raw!r}") from None
+    if lowest is not None and value < lowest:
+        raise ConfigError(f"{name} must be {what or f'at least {lowest}'}, got {value}")
+    return value
 
 
 def _nonnegative(env: dict, key: str) -> int:
-    value = _int(env, key, 0)
-    if value < 0:
-        raise ValueError(f"{key} must be 0 (automatic) or a positive integer, got {value}")
-    return value
+    return _int(env, key, 0, lowest=0, what="0 (automatic) or a positive integer")
 
 
 def _bool(env: dict, key: str) -> bool:
@@ -104,25 +130,45 @@ def _bool(env: dict, key: str) -> bool:
         return False
     if raw in ("1", "true", "yes", "on"):
         return True
-    raise ValueError(f"{key} must be true or false, got {raw!r}")
+    raise ConfigError(f"{key} must be true or false, got {raw!r}")
 
 
 def _choice(env: dict, key: str, choices: tuple[str, ...]) -> str:
     """One of choices (the first when unset)."""
     raw = (env.get(key) or "").strip().lower() or choices[0]
     if raw not in choices:
-        raise ValueError(f"{key} must be one of {', '.join(choices)}, got {raw!r}")
+        raise ConfigError(f"{key} must be one of {', '.join(choices)}, got {raw!r}")
     return raw
 
 
+def _keep_alive(env: dict) -> str:
+    """Checked here, so that a typo is an error of every command and not only of the daemon's start."""
+    from .api.options import parse_duration  # a leaf of localrt (errors only): no cycle
+    from .errors import InvalidRequest
+
+    name, _ = _get(env, "LOCALRT_KEEP_ALIVE")
+    value = _text(env, "LOCALRT_KEEP_ALIVE", "5m")
+    try:
+        parse_duration(value, bare_seconds=True)
+    except InvalidRequest as e:
+        raise ConfigError(f"{name}: {e}") from None
+    return value
+
+
+def _path(env: dict, key: str) -> Path | None:
+    raw = _get(env, key)[1]
+    return Path(raw) if raw and raw.strip() else None
+
+
 def load(env: dict | None = None) -> Config:
-    """Build the Config from the environment (or a given mapping, for tests)."""
+    """Build the Config from the environment (or a given mapping, for tests). Raises ConfigError."""
     env = dict(os.environ if env is None else env)
-    host, port, scheme = parse_host(env.get("LOCALRT_HOST"))
-    data_dir = Path(env["LOCALRT_DATA"]) if env.get("LOCALRT_DATA") else _data_dir()
-    models = Path(env["LOCALRT_MODELS"]) if env.get("LOCALRT_MODELS") else data_dir / "models"
+    host_var, host_text = _get(env, "LOCALRT_HOST")
+    host, port, scheme = parse_host(host_text, host_var)
+    data_dir = _path(env, "LOCALRT_DATA") or _data_dir()
+    models = _path(env, "LOCALRT_MODELS") or data_dir / "models"
     ro = tuple(Path(p) for p in env.get("LOCALRT_MODELS_READONLY", "").split(os.pathsep) if p.strip())
-    origins = tuple(o.strip() for o in env.get("LOCALRT_ORIGINS", "").split(",") if o.strip())
+    origins = tuple(o.strip() for o in _text(env, "LOCALRT_ORIGINS").split(",") if o.strip())
     return Config(
         host=host,
         port=port,
@@ -130,17 +176,17 @@ def load(env: dict | None = None) -> Config:
         models_dir=models,
         readonly_models_dirs=ro,
         data_dir=data_dir,
-        keep_alive=env.get("LOCALRT_KEEP_ALIVE", "5m").strip() or "5m",
-        num_parallel=_int(env, "LOCALRT_NUM_PARALLEL", 0),
-        max_loaded_models=_int(env, "LOCALRT_MAX_LOADED_MODELS", 3),
-        max_queue=_int(env, "LOCALRT_MAX_QUEUE", 512),
+        keep_alive=_keep_alive(env),
+        num_parallel=_nonnegative(env, "LOCALRT_NUM_PARALLEL"),
+        max_loaded_models=_int(env, "LOCALRT_MAX_LOADED_MODELS", 3, lowest=0, what="0 (automatic) or more"),
+        max_queue=_int(env, "LOCALRT_MAX_QUEUE", 512, lowest=1),
         origins=origins,
         api_key=env.get("LOCALRT_API_KEY") or None,
         registry=env.get("LOCALRT_REGISTRY") or None,
         registry_token=env.get("LOCALRT_REGISTRY_TOKEN") or None,
         registry_public=_bool(env, "LOCALRT_REGISTRY_PUBLIC"),
         context_length=_nonnegative(env, "LOCALRT_CONTEXT_LENGTH"),
-        num_threads=_int(env, "LOCALRT_NUM_THREADS", 0),
+        num_threads=_nonnegative(env, "LOCALRT_NUM_THREADS"),
         prefix_cache=_choice(env, "LOCALRT_PREFIX_CACHE", ("client", "shared")),
         **_kv_budget(env.get("LOCALRT_KV_BUDGET")),
     )
@@ -162,5 +208,5 @@ def _kv_budget(raw: str | None) -> dict:
     except ValueError:
         value = -1
     if value < 0 or (unit and unit not in _UNITS) or value != value or value > 1 << 60:
-        raise ValueError(f"LOCALRT_KV_BUDGET must be a number of positions (16384) or a size (2GiB), got {raw!r}")
+        raise ConfigError(f"LOCALRT_KV_BUDGET must be a number of positions (16384) or a size (2GiB), got {raw!r}")
     return {"kv_budget_bytes": int(value * _UNITS[unit])} if unit else {"kv_budget": int(value)}

@@ -14,6 +14,11 @@ settings.register_profile("ci", derandomize=True, print_blob=True)
 if os.environ.get("CI"):
     settings.load_profile("ci")
 
+# A developer's own Ollama settings (OLLAMA_HOST, OLLAMA_MODELS, ...) are read where no LOCALRT_ twin is set:
+# they must not reach the daemons and commands the tests start.
+for _name in [k for k in os.environ if k.startswith("OLLAMA_")]:
+    del os.environ[_name]
+
 from localrt.models import builtin_models
 
 REFERENCE_DIR = Path(__file__).parent / "data"

@@ -223,7 +223,7 @@ def test_run_starts_a_daemon_when_none_answers(tmp_path):
     try:
         r = subprocess.run([sys.executable, "-m", "cli", "run", "no-such-model", "hi"], cwd=REPO, env=env,
                            capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
-        assert "starting the daemon" in r.stderr and "pkill -f 'localrt serve'" in r.stderr, r.stderr
+        assert "starting the daemon" in r.stderr and "localrt serve --stop" in r.stderr, r.stderr
         assert r.returncode == 1 and "not found" in r.stderr  # it reached the new daemon, which said so
         assert httpx.get(f"http://127.0.0.1:{port}/", timeout=5).text == "Ollama is running"
         daemons = _pids_with_env(str(data))

@@ -1,10 +1,13 @@
 """Running the ASGI app on a real socket with uvicorn: in the foreground (`localrt serve`) or in a thread (tests)."""
 from __future__ import annotations
 
+import contextlib
 import errno
+import signal
 import socket
 import threading
 import time
+from collections.abc import Callable
 
 import h11
 import uvicorn
@@ -12,6 +15,7 @@ from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from ..config import is_loopback
 from .server import make_app
+from .stopping import StopReplies
 
 
 class BindError(RuntimeError):
@@ -27,7 +31,7 @@ def check_bind(config) -> None:
     if not is_loopback(config.host) and not config.api_key:
         raise InsecureBind(
             f"refusing to listen on {config.host}: set LOCALRT_API_KEY to require a bearer token on a non-loopback "
-            "address"
+            "address (clients send it as Authorization: Bearer <key>)"
         )
 
 
@@ -38,6 +42,10 @@ WATCH_TICK_S = 0.5  # how often each connection's deadlines are looked at
 LIMIT_CONCURRENCY = 256  # requests being served (uvicorn's 503 "Exceeded concurrency limit")
 MAX_CONNECTIONS = 512  # open sockets of all kinds; beyond this the slowest waiting ones are closed
 SHED_MIN_AGE_S = 0.5  # a connection this young is never shed: it has not had the time to send anything
+# On a stop, replies still running this long after it (a generation, a pull) are cut, each ending with an error
+# that says why (stopping.StopReplies): a stop must end soon, whatever a client is doing. Ollama cuts at once;
+# a few seconds let a reply that is about to end, end.
+STOP_GRACE_S = 5.0
 
 
 class _DeadlineH11(H11Protocol):
@@ -127,11 +135,46 @@ def _waiting(c) -> bool:
     return isinstance(c, _DeadlineH11) and c.conn.their_state in (h11.IDLE, h11.SEND_BODY)
 
 
-def _uvicorn_config(app, config, sock_host: str, port: int) -> uvicorn.Config:
+def _uvicorn_config(app, config) -> uvicorn.Config:
     return uvicorn.Config(
-        app, host=sock_host, port=port, log_level="warning", access_log=False, http=_DeadlineH11,
+        app, host=config.host, port=config.port, log_level="warning", access_log=False, http=_DeadlineH11,
         timeout_keep_alive=5, limit_concurrency=LIMIT_CONCURRENCY, lifespan="off",
+        timeout_graceful_shutdown=STOP_GRACE_S,
     )
+
+
+class StoppableServer(uvicorn.Server):
+    """uvicorn's server whose stop (SIGTERM from `localrt serve --stop`, Ctrl-C) also stops the service at once:
+    waiting requests fail with 503 "the server is shutting down", running ones get STOP_GRACE_S, then end with
+    that error (stopping.StopReplies). uvicorn alone would wait for every open reply, so one long generation
+    could hold the stop for minutes. `on_stop` runs once, on its own thread, as soon as the stop is asked for.
+
+    A stop is a clean exit: uvicorn re-raises the signal it stopped on once it is done, which would kill the
+    process before `localrt serve` removes its record and releases the models; here it is dropped instead."""
+
+    def __init__(self, app, config, on_stop: Callable[[], None] | None = None):
+        self.replies = StopReplies(app)
+        super().__init__(_uvicorn_config(self.replies, config))
+        self._on_stop = on_stop
+        self._stopping = threading.Lock()
+
+    def handle_exit(self, sig, frame) -> None:
+        self.replies.stopping = True  # before uvicorn's shutdown can cut anything
+        super().handle_exit(sig, frame)
+        if self._on_stop is not None and self._stopping.acquire(blocking=False):
+            threading.Thread(target=self._on_stop, name="localrt-stop", daemon=True).start()
+
+    def stop(self) -> None:
+        """Stop as a SIGTERM would (for callers on another thread: tests, embedding)."""
+        self.handle_exit(signal.SIGTERM, None)
+
+    @contextlib.contextmanager
+    def capture_signals(self):
+        with super().capture_signals():
+            try:
+                yield
+            finally:
+                getattr(self, "_captured_signals", []).clear()  # uvicorn >= 0.29 keeps them to re-raise
 
 
 def bind(config) -> socket.socket:
@@ -154,8 +197,8 @@ def bind(config) -> socket.socket:
 
 
 def serve_forever(service, config, sock: socket.socket) -> None:
-    """Serve on `sock` (from bind()) until interrupted."""
-    uvicorn.Server(_uvicorn_config(make_app(service, config), config, config.host, config.port)).run(sockets=[sock])
+    """Serve on `sock` (from bind()) until stopped (SIGTERM, Ctrl-C); the service is stopped with it."""
+    StoppableServer(make_app(service, config), config, on_stop=service.close).run(sockets=[sock])
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -167,10 +210,10 @@ def free_port(host: str = "127.0.0.1") -> int:
 class BackgroundServer:
     """A real daemon on a real socket, in a thread. Used by tests and benchmarks."""
 
-    def __init__(self, service, config):
+    def __init__(self, service, config, on_stop: Callable[[], None] | None = None):
         check_bind(config)
         self.config = config
-        self.server = uvicorn.Server(_uvicorn_config(make_app(service, config), config, config.host, config.port))
+        self.server = StoppableServer(make_app(service, config), config, on_stop=on_stop)
         self.thread = threading.Thread(target=self.server.run, name="localrt-daemon", daemon=True)
 
     def __enter__(self) -> "BackgroundServer":

@@ -19,6 +19,9 @@ DEFAULT_ORIGINS = (
     "http://[::1]", "https://[::1]", "http://[::1]:*", "https://[::1]:*",
     "http://0.0.0.0", "https://0.0.0.0", "http://0.0.0.0:*", "https://0.0.0.0:*",
 )
+# Names the variable, so a user who meets this knows what to set: the localrt command sends its own LOCALRT_API_KEY
+UNAUTHORIZED = ("unauthorized: a valid bearer token is required (set LOCALRT_API_KEY to the daemon's key; other "
+                "clients send it as Authorization: Bearer <key>)")
 CORS_HEADERS = "Authorization, Content-Type, User-Agent, Accept, X-Requested-With, OpenAI-Beta, x-stainless-*"
 
 
@@ -149,7 +152,7 @@ class Guard:
             auth = headers.get("authorization", "")
             token = auth[7:].strip() if auth.lower().startswith("bearer ") else ""
             if not hmac.compare_digest(token.encode(), self.api_key.encode()):
-                return await _reply(send, 401, _error(path, 401, "unauthorized: a valid bearer token is required"), cors)
+                return await _reply(send, 401, _error(path, 401, UNAUTHORIZED), cors)
         limit = None if path.startswith(self.unlimited) else self.max_body
         if limit is not None:
             length = headers.get("content-length")
