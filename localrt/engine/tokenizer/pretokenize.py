@@ -172,6 +172,32 @@ def pre_tokenizer(pre: str) -> PreTokenizer:
     return PreTokenizer(pre, kind, ignore_merges, clean_spaces, pre in _ADD_BOS)
 
 
+class _DigitGroups:
+    """superbpe's `(?=(\\d{3})+(?!\\d))` (ASCII digits) without the regex: an empty match where the rest of the digit
+    run is a whole number of groups of three. The regex tries a lookahead to the run's end at every position, which
+    is quadratic in the run's length; this finds each run once and steps back from its end by three."""
+
+    _RUNS = regex.compile(r"[0-9]+")
+
+    def finditer(self, text: str) -> Iterator["_Empty"]:
+        for run in self._RUNS.finditer(text):
+            start, end = run.span()
+            first = start + (end - start) % 3  # the leftmost cut at or after start
+            for at in range(first, end - 2, 3):
+                yield _Empty(at)
+
+
+@dataclass(frozen=True)
+class _Empty:
+    at: int
+
+    def span(self) -> tuple[int, int]:
+        return self.at, self.at
+
+
+_LINEAR = {r"(?=(\d{3})+(?!\d))": _DigitGroups}  # regexes whose direct form is superlinear, by a linear splitter
+
+
 def compiled(kind: str) -> list[tuple[regex.Pattern, bool]]:
     """The regex chain of a pre-tokenizer kind, each with whether it runs on the whitespace-substituted text."""
     pats = _compiled.get(kind)
@@ -179,7 +205,8 @@ def compiled(kind: str) -> list[tuple[regex.Pattern, bool]]:
         pats = []
         for entry in REGEXES[kind]:
             pattern, flags = entry if isinstance(entry, tuple) else (entry, 0)
-            pats.append((regex.compile(pattern, flags | regex.V0), "\\p{" not in pattern))
+            linear = _LINEAR.get(pattern)
+            pats.append((linear() if linear else regex.compile(pattern, flags | regex.V0), "\\p{" not in pattern))
         _compiled[kind] = pats
     return pats
 
