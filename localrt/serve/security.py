@@ -10,8 +10,11 @@ import json
 import re
 import socket
 
+from starlette.concurrency import run_in_threadpool
+
 from ..config import is_loopback
 from ..runtime.jobs import CLIENT, LOCAL_CALLER
+from .malloc import BIG_BODY, release_after_big_body
 
 DEFAULT_ORIGINS = (
     "http://localhost", "https://localhost", "http://localhost:*", "https://localhost:*",
@@ -154,11 +157,12 @@ class Guard:
             if not hmac.compare_digest(token.encode(), self.api_key.encode()):
                 return await _reply(send, 401, _error(path, 401, UNAUTHORIZED), cors)
         limit = None if path.startswith(self.unlimited) else self.max_body
+        size = _Size()
         if limit is not None:
             length = headers.get("content-length")
             if length is not None and (not length.isdigit() or int(length) > limit):
                 return await _reply(send, 413, _error(path, 413, f"request body too large (limit {limit} bytes)"), cors)
-            receive = _capped(receive, limit)
+            receive = _capped(receive, limit, size)
 
         async def send_with_cors(message):
             if cors and message["type"] == "http.response.start":
@@ -173,6 +177,8 @@ class Guard:
         finally:
             LOCAL_CALLER.reset(local)
             CLIENT.reset(token)
+            if size.seen >= BIG_BODY:  # the reply is sent and the body's copies are freed: hand the pages back
+                await run_in_threadpool(release_after_big_body)
 
 
 def _error(path: str, status: int, message: str) -> dict:
@@ -187,15 +193,16 @@ class BodyTooLarge(Exception):
     pass
 
 
-def _capped(receive, limit: int):
-    seen = 0
+class _Size:
+    seen = 0  # body bytes received so far
 
+
+def _capped(receive, limit: int, size: _Size):
     async def wrapped():
-        nonlocal seen
         message = await receive()
         if message["type"] == "http.request":
-            seen += len(message.get("body", b""))
-            if seen > limit:
+            size.seen += len(message.get("body", b""))
+            if size.seen > limit:
                 raise BodyTooLarge(f"request body too large (limit {limit} bytes)")
         return message
 
