@@ -26,7 +26,8 @@ class _Group(typer.core.TyperGroup):
             raise typer.Exit(1) from None
 
 
-app = typer.Typer(cls=_Group, add_completion=False, no_args_is_help=True, help="Run large language models locally.")
+app = typer.Typer(cls=_Group, add_completion=False, no_args_is_help=True, help="Run large language models locally.",
+                  context_settings={"help_option_names": ["-h", "--help"]})
 
 
 def _client():
@@ -100,6 +101,19 @@ def main(
     """Run large language models locally."""
 
 
+@app.command("help")
+def help_command(ctx: typer.Context, command: Optional[str] = typer.Argument(None)) -> None:
+    """Show help: the commands, or one command's options."""
+    root = ctx.find_root()
+    group = root.command
+    sub = group.get_command(root, command) if command else None
+    if command and sub is None:
+        _fail(f"unknown command {command!r}")
+    target = sub or group
+    with typer.Context(target, info_name=command or root.info_name, parent=root if sub else None) as sub_ctx:
+        typer.echo(target.get_help(sub_ctx))
+
+
 @app.command()
 def serve(
     status: bool = typer.Option(False, "--status", help="Tell whether this data directory's daemon runs: its pid, "
@@ -107,7 +121,13 @@ def serve(
     stop_daemon: bool = typer.Option(False, "--stop", help="Stop this data directory's daemon on LOCALRT_HOST's port "
                                                           "(running replies end with an error)"),
 ) -> None:
-    """Start the daemon (LOCALRT_HOST, default 127.0.0.1:11434); one per port and data directory."""
+    """Start the daemon (LOCALRT_HOST, default 127.0.0.1:11434); one per port and data directory.
+
+    Environment (each read from its OLLAMA_ twin where unset, but for the last six): LOCALRT_HOST, LOCALRT_MODELS,
+    LOCALRT_KEEP_ALIVE (5m), LOCALRT_NUM_PARALLEL (0: automatic), LOCALRT_MAX_LOADED_MODELS (3),
+    LOCALRT_MAX_QUEUE (512), LOCALRT_ORIGINS, LOCALRT_CONTEXT_LENGTH (0: per model), LOCALRT_DATA,
+    LOCALRT_MODELS_READONLY, LOCALRT_API_KEY, LOCALRT_KV_BUDGET, LOCALRT_PREFIX_CACHE (client), LOCALRT_NUM_THREADS.
+    """
     from localrt import config
     from localrt.cli import daemon_cmd
 

@@ -239,3 +239,11 @@ def test_run_starts_a_daemon_when_none_answers(tmp_path):
     assert not _pids_with_env(str(data)), "the started daemon is still running"
     with pytest.raises(httpx.ConnectError):
         httpx.get(f"http://127.0.0.1:{port}/", timeout=2)
+
+
+def test_h_and_help_show_the_help():
+    for args in (["-h"], ["help"], ["help", "serve"]):
+        r = CliRunner().invoke(app, args)
+        assert r.exit_code == 0 and "Usage:" in r.stdout and "serve" in r.stdout, (args, r.output)
+    assert "LOCALRT_API_KEY" in CliRunner().invoke(app, ["serve", "--help"]).stdout
+    assert CliRunner().invoke(app, ["help", "nope"]).exit_code == 1

@@ -238,3 +238,10 @@ def test_parse_with_a_pydantic_text_format_and_logprobs(client):
     part = r.output[0].content[0]
     assert "".join(lp.token for lp in part.logprobs) == part.text
     assert all(len(lp.top_logprobs) == 2 and lp.logprob <= 0 for lp in part.logprobs)
+
+
+def test_cache_salt_reaches_the_chat_request():
+    req, _ = responses_request({"model": MODEL, "input": "hi", "cache_salt": "team-a"})
+    assert req.cache_salt == "team-a" and "cache_salt" not in req.ignored
+    with pytest.raises(InvalidRequest, match="cache_salt"):
+        responses_request({"model": MODEL, "input": "hi", "cache_salt": "x" * 300})

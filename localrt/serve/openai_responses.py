@@ -15,7 +15,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..api.types import MAX_MESSAGES, TOP_LOGPROBS_MAX, ChatRequest, Fields, parse_message
+from ..api.types import MAX_MESSAGES, TOP_LOGPROBS_MAX, ChatRequest, Fields, cache_salt, parse_message
 from ..errors import InvalidRequest
 from .openai_compat import allowed_tools, check_forced, reasoning, sampling_options
 
@@ -294,6 +294,7 @@ def responses_request(body: dict) -> tuple[ChatRequest, ResponsesOpts]:
                       keep_alive=f.any("keep_alive"), options=options, truncate=opts.truncation == "auto",
                       logprobs=opts.logprobs or opts.top_logprobs > 0, top_logprobs=opts.top_logprobs)
     reasoning(f, req)
+    req.cache_salt = cache_salt(f)  # vLLM's field, as on /v1/chat/completions
     opts.logprobs = req.logprobs
     # Unread (store, service_tier, user, safety_identifier, prompt_cache_key, ...): none changes what a local
     # model answers, so they are ignored, as Ollama does, and logged by name.
