@@ -247,3 +247,19 @@ def test_h_and_help_show_the_help():
         assert r.exit_code == 0 and "Usage:" in r.stdout and "serve" in r.stdout, (args, r.output)
     assert "LOCALRT_API_KEY" in CliRunner().invoke(app, ["serve", "--help"]).stdout
     assert CliRunner().invoke(app, ["help", "nope"]).exit_code == 1
+
+
+def test_another_web_server_on_the_port_is_one_line_not_its_html():
+    import http.server
+    import threading
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), http.server.SimpleHTTPRequestHandler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        env = {"LOCALRT_HOST": f"127.0.0.1:{server.server_address[1]}", "LOCALRT_API_KEY": ""}
+        r = CliRunner().invoke(app, ["list"], env=env)
+        ours = [line for line in r.stderr.splitlines() if "127.0.0.1 - -" not in line]  # the server's own log lines
+        assert r.exit_code == 1 and len(ours) == 1 and "<html" not in r.stderr.lower(), r.stderr
+        assert ours[0].startswith("Error:") and "not localrt" in ours[0] and "LOCALRT_HOST" in ours[0]
+    finally:
+        server.shutdown()

@@ -30,13 +30,22 @@ def _gone(e: httpx.TransportError) -> DaemonGone:
 
 
 def _message(resp: httpx.Response) -> str:
+    """One line for an error reply: localrt's own message, else what answered (another web server on the port
+    answers HTML, which is never printed)."""
     try:
         body = resp.json()
         if isinstance(body, dict) and isinstance(body.get("error"), str):
             return body["error"]
     except ValueError:
         pass
-    return resp.text or resp.reason_phrase
+    if not resp.content:
+        return {499: "request canceled"}.get(resp.status_code) or resp.reason_phrase or f"HTTP {resp.status_code}"
+    kind = resp.headers.get("content-type", "").split(";")[0].strip() or "no content type"
+    if "json" not in kind and not kind.startswith("text/plain"):
+        url = resp.request.url
+        return (f"{url.scheme}://{url.host}:{url.port} answered HTTP {resp.status_code} with {kind}: it is not "
+                "localrt (another server holds this address?); set LOCALRT_HOST to localrt's address")
+    return resp.text.strip().splitlines()[0][:300]
 
 
 class Client:
