@@ -1,6 +1,8 @@
 """The per-row attention kernel (simd_kernels.attend: decode and draft rows) by head shape, keys and rows, JSON out.
 
-    python3 bench/attention.py [--against REV] [--threads 1 2] [--out bench/results/attention.json]
+    python3 bench/attention.py [--against REV] [--threads 1 2] [--out FILE.jsonl]
+
+Appends one record per run to bench/results/attention.jsonl (bench/results_log.py; --out: another JSONL file).
 
 Shapes: the real models' heads (SmolLM2: 9 query heads on 3 KV heads of 64 dims; Gemma 3 270M: 4 on 1 of 256) over
 an F16 cache: a paged pool of 256-position blocks (SmolLM2, Gemma 3's global layers) and Gemma 3's 512-position
@@ -30,6 +32,7 @@ import numba  # noqa: E402
 import numpy as np  # noqa: E402
 
 from simd_kernels import attend  # noqa: E402
+from results_log import append_record  # noqa: E402
 
 # name -> (n_head, n_kv, head_dim, block rows, window): the pool's blocks, or (window > 0) one ring of that many rows
 SHAPES = {"smollm2_paged": (9, 3, 64, 256, 0), "gemma3_paged": (4, 1, 256, 256, 0), "gemma3_ring": (4, 1, 256, 512, 512)}
@@ -80,8 +83,9 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--against", default=None, metavar="REV", help="also time attend.py as it was at this revision")
     ap.add_argument("--threads", nargs="*", type=int, default=[1, 2])
-    ap.add_argument("--out", default=str(ROOT / "bench/results/attention.json"))
+    ap.add_argument("--out", default=None, help="append the record to this JSONL file, not bench/results/attention.jsonl")
     args = ap.parse_args()
+    load_at_start = os.getloadavg()[0]
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout
     other = load_at(args.against) if args.against else None
     result = {"setup": {"commit": commit.strip(), "against": args.against, "machine": platform.machine(),
@@ -105,7 +109,7 @@ def main() -> None:
                         row |= {"against_us": round(theirs * 1e6, 1), "speedup": round(theirs / ours, 2)}
                     result["cases"].append(row)
                     print(json.dumps(row), flush=True)
-    Path(args.out).write_text(json.dumps(result, indent=1) + "\n")
+    append_record("attention", result, threads=sorted(set(args.threads)), load_at_start=load_at_start, out=args.out)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,8 @@
 """Continuous batching (localrt.engine.batch) on the real models, JSON out.
 
-    python3 bench/batch.py [--models smollm2 gemma3] [--out bench/results/batch.json] [--no-prefix] [--repeats N]
+    python3 bench/batch.py [--models smollm2 gemma3] [--out FILE.jsonl] [--no-prefix] [--repeats N]
+
+Appends one record per run to bench/results/batch.jsonl (bench/results_log.py; --out: another JSONL file).
 
 Per model, 2 threads: aggregate decode tok/s with 1, 4 and 8 sequences decoding together (each its own
 64-token prompt, then DECODE_STEPS greedy steps, end-of-generation ignored as llama-batched-bench does; best
@@ -29,6 +31,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 import numpy as np  # noqa: E402
+from results_log import append_record, split_native  # noqa: E402
 
 THREADS = 2
 N_PROMPT, DECODE_STEPS, REPEATS, N_CTX = 64, 48, 3, 1024
@@ -179,7 +182,7 @@ def main() -> None:
     global REPEATS
     ap = argparse.ArgumentParser()
     ap.add_argument("--models", nargs="+", default=["smollm2", "gemma3"])
-    ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "batch.json"))
+    ap.add_argument("--out", default=None, help="append the record to this JSONL file, not bench/results/batch.jsonl")
     ap.add_argument("--no-prefix", action="store_true")
     ap.add_argument("--repeats", type=int, default=REPEATS, help="best of this many runs per figure (a shared machine)")
     args = ap.parse_args()
@@ -191,8 +194,10 @@ def main() -> None:
     for name in args.models:
         results["models"][name] = bench(name, not args.no_prefix)
     results["setup"]["loadavg_1m_at_end"] = round(os.getloadavg()[0], 2)
-    Path(args.out).write_text(json.dumps(results, indent=2) + "\n")
     print(json.dumps(results, indent=2))
+    native = split_native(results, ("models", "*", "llamacpp_decode_tok_s"))
+    append_record("batch", results, native=native, threads=THREADS,
+                  load_at_start=results["setup"]["loadavg_1m_at_start"], out=args.out)
 
 
 if __name__ == "__main__":

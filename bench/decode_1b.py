@@ -1,6 +1,8 @@
 """Decode (tg64) and prefill (pp128) speed on 1B-class random-weight files, ours vs native llama-bench, with MBU.
 
-    python3 bench/decode_1b.py FILE.gguf ... [--out bench/results/decode_1b.json] [--quiet]
+    python3 bench/decode_1b.py FILE.gguf ... [--out FILE.jsonl] [--quiet]
+
+Appends one record per run to bench/results/decode.jsonl (bench/results_log.py; --out: another JSONL file).
 
 FILEs come from `bench/make_model.py` (every arch's 1b shape, and qwen3moe's a3b MoE shape). Per file, ours then native, each in its own process (2 threads:
 NUMBA_NUM_THREADS=2 / `llama-bench -t 2`): ours loads with `localrt.engine.loader.load_model` (use_mmap unset: the
@@ -26,6 +28,8 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+
+from results_log import append_record, latest_record, split_native
 
 ROOT = Path(__file__).resolve().parent.parent
 LLAMA_BENCH = Path(os.environ.get("LLAMA_BENCH", "/work/llama/llama_cpp_python-0.3.36/vendor/llama.cpp/build/bin/llama-bench"))
@@ -184,50 +188,56 @@ def mbu(tok_s: float | None, per_token: int, bw: float) -> float | None:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("files", nargs="*")
-    ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "decode_1b.json"))
+    ap.add_argument("--out", default=None, help="append the record to this JSONL file, not bench/results/decode.jsonl")
     ap.add_argument("--quiet", action="store_true", help="run each timed process under /tmp/prof/quiet.sh")
     ap.add_argument("--worker", nargs=2, metavar=("MODE", "ARG"))
     ap.add_argument("--repeats", type=int, default=REPEATS, help="best of how many runs, both engines")
     ap.add_argument("--depth", type=int, default=0, help="also time 32 steps after a context of this many tokens")
-    ap.add_argument("--no-bandwidth", action="store_true", help="keep the bandwidth already in --out")
+    ap.add_argument("--no-bandwidth", action="store_true",
+                    help="keep the bandwidth of the latest decode record (in --out if given)")
     args = ap.parse_args()
     if args.worker:
         mode, arg = args.worker
         print(json.dumps(bandwidth() if mode == "bandwidth" else run_ours(arg, args.repeats, args.depth)))
         return
-    out_path = Path(args.out)
-    results = json.loads(out_path.read_text()) if out_path.exists() else {"files": {}}
-    results["setup"] = {
+    load_at_start = os.getloadavg()[0]
+    results = {"files": {}, "setup": {
         "threads": THREADS, "n_gen": N_GEN, "n_pp": N_PP, "ours_prompt_tokens": N_PROMPT,
         "machine": platform.machine(), "cpus": os.cpu_count(), "python": platform.python_version(),
-        "quiet": args.quiet, "loadavg_1m_at_start": round(os.getloadavg()[0], 2),
+        "quiet": args.quiet, "loadavg_1m_at_start": round(load_at_start, 2),
         "note": "random weights from bench/make_model.py, SmolLM2's 49152-token vocabulary; tok/s is the best "
                 "of best_of (per file) for both engines (native's mean is *_avg_tok_s); shared 2-core machine, others paused "
                 "when quiet",
-    }
-    if args.no_bandwidth and "bandwidth" in results:
-        bw = results["bandwidth"]
+    }}
+    earlier = latest_record("decode", args.out, where=lambda r: "bandwidth" in r["results"]) if args.no_bandwidth else None
+    if earlier is not None:
+        results["bandwidth"] = bw = earlier["results"]["bandwidth"]
+        results["setup"]["bandwidth_from"] = f"the decode record of {earlier['date']} at {earlier['commit']}"
     else:
         results["bandwidth"] = bw = spawn("bandwidth", "-", args.quiet)
     print("bandwidth", bw, flush=True)
-    for path in args.files:
-        sizes = weight_bytes(path)
-        ours = spawn("ours", path, args.quiet, args.repeats, args.depth)
-        native = run_native(path, args.quiet, args.repeats, args.depth)
-        per, gbs = sizes["bytes_per_token"], bw.get("read_GB_s")
-        entry = {**sizes, "best_of": args.repeats, "ours": ours, "native": native}
-        if gbs:
-            entry["mbu_ours"] = mbu(ours.get("tg64_tok_s"), per, gbs)
-            entry["mbu_native"] = mbu(native.get("tg64_tok_s"), per, gbs)
-        for key in ("tg64_tok_s", "pp128_tok_s", f"tg{N_DEPTH_GEN}_d{args.depth}_tok_s"):
-            if ours.get(key) and native.get(key):
-                entry[f"ratio_{key.removesuffix('_tok_s')}"] = round(ours[key] / native[key], 3)
-        results["files"][Path(path).name] = entry
-        print(Path(path).name, json.dumps(entry), flush=True)
-        out_path.parent.mkdir(parents=True, exist_ok=True)
-        out_path.write_text(json.dumps(results, indent=2) + "\n")  # after each file: a partial run keeps its figures
-    results["setup"]["loadavg_1m_at_end"] = round(os.getloadavg()[0], 2)
-    out_path.write_text(json.dumps(results, indent=2) + "\n")
+    try:
+        for path in args.files:
+            sizes = weight_bytes(path)
+            ours = spawn("ours", path, args.quiet, args.repeats, args.depth)
+            native = run_native(path, args.quiet, args.repeats, args.depth)
+            per, gbs = sizes["bytes_per_token"], bw.get("read_GB_s")
+            entry = {**sizes, "best_of": args.repeats, "ours": ours, "native": native}
+            if gbs:
+                entry["mbu_ours"] = mbu(ours.get("tg64_tok_s"), per, gbs)
+                entry["mbu_native"] = mbu(native.get("tg64_tok_s"), per, gbs)
+            for key in ("tg64_tok_s", "pp128_tok_s", f"tg{N_DEPTH_GEN}_d{args.depth}_tok_s"):
+                if ours.get(key) and native.get(key):
+                    entry[f"ratio_{key.removesuffix('_tok_s')}"] = round(ours[key] / native[key], 3)
+            results["files"][Path(path).name] = entry
+            print(Path(path).name, json.dumps(entry), flush=True)
+    finally:  # an interrupted run still records the files it finished
+        if len(results["files"]) < len(args.files):
+            results["setup"]["partial"] = True
+        results["setup"]["loadavg_1m_at_end"] = round(os.getloadavg()[0], 2)
+        if results["files"]:
+            native = split_native(results, ("files", "*", "native"))
+            append_record("decode", results, native=native, threads=THREADS, load_at_start=load_at_start, out=args.out)
 
 
 if __name__ == "__main__":

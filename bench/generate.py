@@ -1,6 +1,8 @@
 """Generation speed and memory on the real models, ours and llama.cpp's side by side, JSON out.
 
-    python3 bench/generate.py [--models smollm2 gemma3] [--paths FILE.gguf ...] [--out bench/results/generate.json]
+    python3 bench/generate.py [--models smollm2 gemma3] [--paths FILE.gguf ...] [--out FILE.jsonl]
+
+Appends one record per run to bench/results/generate.jsonl (bench/results_log.py; --out: another JSONL file).
 
 `--paths`: other GGUF files (e.g. bench/make_model.py's 1B shapes), benched the same way under their file names.
 
@@ -36,6 +38,8 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+
+from results_log import append_record, split_native
 
 ROOT = Path(__file__).resolve().parent.parent
 N_PROMPT, N_DECODE, N_CTX, THREADS = 512, 128, 2048, 2
@@ -227,7 +231,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--models", nargs="*", default=["smollm2", "gemma3"])
     ap.add_argument("--paths", nargs="*", default=[], help="other GGUF files, benched under their file names")
-    ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "generate.json"))
+    ap.add_argument("--out", default=None, help="append the record to this JSONL file, not bench/results/generate.jsonl")
     ap.add_argument("--worker", choices=["ours", "ours_warm", "llamacpp"])
     ap.add_argument("--repeats", type=int, default=REPEATS, help="best of N prefill/decode runs (memory needs 1)")
     args = ap.parse_args()
@@ -279,8 +283,9 @@ def main() -> None:
         results["models"][model] = entry
         print(model, json.dumps(entry), flush=True)
     results["setup"]["loadavg_1m_at_end"] = round(os.getloadavg()[0], 2)
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(results, indent=2) + "\n")
+    native = split_native(results, ("models", "*", "llamacpp"))
+    append_record("generate", results, native=native, threads=THREADS,
+                  load_at_start=results["setup"]["loadavg_1m_at_start"], out=args.out)
 
 
 if __name__ == "__main__":

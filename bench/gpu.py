@@ -1,6 +1,8 @@
 """GPU layer offload speed: prefill/decode tok/s with 0, half and all layers on the GPU, llama.cpp's CPU beside.
 
-    python3 bench/gpu.py [--models smollm2 gemma3] [--out bench/results/gpu.json] [--threads N]
+    python3 bench/gpu.py [--models smollm2 gemma3] [--out FILE.jsonl] [--threads N]
+
+Appends one record per run to bench/results/gpu.jsonl (bench/results_log.py; --out: another JSONL file).
 
 Each (model, placement) runs in a fresh process: a 512-token prompt (logits of the last token only) then
 128 greedy single-token decode steps, as bench/generate.py measures. "all" is n_layer + 1 (the output layer
@@ -21,6 +23,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
+
+from results_log import append_record, split_native  # noqa: E402
 
 N_PROMPT, N_DECODE, N_CTX = 512, 128, 2048
 
@@ -106,13 +110,14 @@ def n_layer_of(model: str) -> int:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--models", nargs="+", default=["smollm2", "gemma3"])
-    ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "gpu.json"))
+    ap.add_argument("--out", default=None, help="append the record to this JSONL file, not bench/results/gpu.jsonl")
     ap.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--worker", nargs=3, metavar=("ENGINE", "MODEL", "NUM_GPU"))
     args = ap.parse_args()
     if args.worker:
         engine, model, num_gpu = args.worker
         return worker(engine, model, int(num_gpu), args.threads)
+    load_at_start = os.getloadavg()[0]
 
     from localrt.engine.backends import devices
 
@@ -139,8 +144,8 @@ def main() -> None:
                                      else {"error": "llama-cpp-python is not importable"})
             results["models"][model] = entry
             print(model, json.dumps(entry), flush=True)
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(results, indent=2) + "\n")
+    native = split_native(results, ("models", "*", "llamacpp_cpu"))
+    append_record("gpu", results, native=native, threads=args.threads, load_at_start=load_at_start, out=args.out)
 
 
 if __name__ == "__main__":

@@ -13,7 +13,8 @@
 #   2. prints the GPU CuPy sees (nvidia-smi and localrt.engine.backends.devices.probe);
 #   3. runs tests/test_gpu_backend.py (per-format kernels, layer ops, whole-model logits with 0/half/all
 #      layers on the GPU vs all-CPU, greedy decode) and the always-on CPU seam tests -> $OUT/pytest_gpu.txt;
-#   4. runs bench/gpu.py (prefill/decode tok/s at 0, half, all layers; llama.cpp CPU beside) -> $OUT/gpu.json.
+#   4. runs bench/gpu.py (prefill/decode tok/s at 0, half, all layers; llama.cpp CPU beside) -> $OUT/gpu.jsonl
+#      (one record, as bench/results/gpu.jsonl holds them: append it there to keep it).
 # Exit status: that of the GPU tests (the bench's failure is recorded in its own log, not fatal).
 set -u
 cd "$(dirname "$0")/.."
@@ -32,7 +33,7 @@ if ! python3 -c "import cupy" 2>/dev/null; then
     fi
 fi
 python3 - <<'EOF'
-from localrt import devices
+from localrt.engine.backends import devices
 r = devices.probe(0)
 print("probe:", r.gpu if r.gpu is not None else "no GPU: " + r.reason)
 EOF
@@ -42,7 +43,7 @@ python3 -m pytest -q -rs tests/test_gpu_backend.py tests/test_backend_seam.py te
     tests/test_devices.py tests/test_cuda_source.py tests/test_cuda_glue.py 2>&1 | tee "$OUT/pytest_gpu.txt" | tail -40
 status=${PIPESTATUS[0]}
 
-timeout 300 python3 bench/gpu.py --out "$OUT/gpu.json" > "$OUT/bench_gpu.log" 2>&1 || echo "bench/gpu.py failed: see bench_gpu.log"
+timeout 300 python3 bench/gpu.py --out "$OUT/gpu.jsonl" > "$OUT/bench_gpu.log" 2>&1 || echo "bench/gpu.py failed: see bench_gpu.log"
 tail -5 "$OUT/bench_gpu.log"
 echo "== pytest exit status $status"
 exit "$status"

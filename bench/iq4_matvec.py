@@ -1,6 +1,6 @@
 """Decode matvec of the IQ4 kernels against Q4_K and Q4_0 on random 2048x2048 blocks, timed in alternation.
 
-    python3 bench/iq4_matvec.py [--budget SECONDS]   (writes bench/results/iq4_matvec.json and prints it)
+    python3 bench/iq4_matvec.py [--budget SECONDS]   (appends a record to bench/results/iq4_matvec.jsonl, prints it)
 
 Per format: best and median microseconds per call, weight bytes read per second, and the time relative to
 Q4_K; with one thread and with all of Numba's threads. The formats are timed in alternation (kernels.py's
@@ -26,10 +26,10 @@ from simd_kernels import threads  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from kernels import timed_together  # noqa: E402
+from results_log import append_record  # noqa: E402
 
 FORMATS = {"Q4_K": 12, "Q4_0": 2, "IQ4_NL": 20, "IQ4_XS": 23}
 SCALE_OFFSETS = {12: [0, 2], 2: [0], 20: [0], 23: [0]}  # f16 fields set to small finite values
-RESULTS = Path(__file__).resolve().parent / "results" / "iq4_matvec.json"
 N = 2048
 
 
@@ -48,12 +48,14 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--budget", type=float, default=4.0, help="seconds of timing per thread count")
     args = ap.parse_args()
+    load_at_start = os.getloadavg()[0]
     rng = np.random.default_rng(0)
     x = rng.standard_normal(N).astype(np.float32)
     weights = {name: random_blocks(rng, t) for name, t in FORMATS.items()}
     out = {name: np.empty(N, np.float32) for name in FORMATS}
     results = {}
-    for n_threads in sorted({1, numba.config.NUMBA_NUM_THREADS}):
+    thread_counts = sorted({1, numba.config.NUMBA_NUM_THREADS})
+    for n_threads in thread_counts:
         def call(name):
             def run():
                 threads.force(n_threads)
@@ -71,8 +73,8 @@ def main() -> None:
                        "loadavg_at_start": list(os.getloadavg())},
            "note": "random 2048x2048 blocks, one token (decode matvec); 2 shared cores: compare the ratios",
            "matrix": [N, N], "results": results}
-    RESULTS.write_text(json.dumps(doc, indent=1) + "\n")
     print(json.dumps(doc, indent=1))
+    append_record("iq4_matvec", doc, threads=thread_counts, load_at_start=load_at_start)
 
 
 if __name__ == "__main__":

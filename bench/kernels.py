@@ -1,6 +1,6 @@
 """Benchmark simd_kernels: decode matvec bandwidth and prefill matmul throughput, JSON out.
 
-Run: python3 bench/kernels.py [--quick]   (writes bench/results/kernels.json and prints the same JSON)
+Run: python3 bench/kernels.py [--quick]   (appends a record to bench/results/kernels.jsonl, prints the JSON)
 
 - matvec: bytes of raw weights read per second, on the real models' matrices (read in place from the
   installed GGUF files) and on random 4096x4096 blocks, against the machine's read bandwidth as NumPy's
@@ -37,9 +37,11 @@ import simd_kernels as sk  # noqa: E402
 from simd_kernels import threads  # noqa: E402
 from localrt.models import builtin_models  # noqa: E402
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from results_log import append_record  # noqa: E402
+
 NAMES = {8: "Q8_0", 3: "Q4_1", 12: "Q4_K", 6: "Q5_0", 14: "Q6_K"}
 SCALE_OFFSETS = {8: [0], 3: [0, 2], 12: [0, 2], 6: [0], 14: [208]}
-RESULTS = Path(__file__).resolve().parent / "results" / "kernels.json"
 
 
 def timed(fn, budget_s: float, min_reps: int = 3, max_reps: int = 200) -> dict:
@@ -190,6 +192,7 @@ def bench_matmul(rng, budget_s: float, quick: bool) -> list[dict]:
 
 def main() -> None:
     quick = "--quick" in sys.argv
+    load_at_start = os.getloadavg()[0]
     budget = 0.3 if quick else 1.0
     rng = np.random.default_rng(0)
     bw = read_bandwidth(budget)
@@ -218,10 +221,8 @@ def main() -> None:
             "matmul_min_ratio_by_n_tok": {n: min(m["ratio"] for m in matmul if m["n_tok"] == n) for n in (64, 512)},
         },
     }
-    text = json.dumps(report, indent=1)
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(text + "\n")
-    print(text)
+    print(json.dumps(report, indent=1))
+    append_record("kernels", report, threads=sorted({1, numba.config.NUMBA_NUM_THREADS}), load_at_start=load_at_start)
 
 
 if __name__ == "__main__":

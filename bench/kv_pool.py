@@ -1,10 +1,14 @@
 """The paged KV pool (localrt.engine.kv_cache / kv_pool): decode step time, and the attention kernel over blocks.
 
-    python3 bench/kv_pool.py [--out bench/results/kv_pool.json] [--label paged] [--repeats N]
+    python3 bench/kv_pool.py [--out FILE.jsonl] [--label paged] [--repeats N]
+
+Appends one record per run to bench/results/kv_pool.jsonl (bench/results_log.py; --out: another JSONL file);
+--label names the run (e.g. the tree it measured), `python3 bench/latest.py kv_pool` shows the latest.
 
 On SmolLM2 (num_ctx 1024, 8 slots, 2 threads): the best and median time of one Batcher step with 1 and with 8
 sequences decoding (200-token prompts, prompt-lookup drafting off), best of REPEATS rounds of STEPS steps. Run
-the same file from a checkout before the pool (copy it in, `--label contiguous`) for the comparison. Where
+the same file from a checkout before the pool (copy it and bench/results_log.py in, `--label contiguous --out
+<this checkout>/bench/results/kv_pool.jsonl`: the record carries that checkout's commit) for the comparison. Where
 simd_kernels.paged exists, also the per-row attention kernel alone over the same keys, contiguous per slot vs in
 shuffled 64-position blocks (SmolLM2's 9 query / 3 KV heads of 64, 600 keys, f16, one thread, best of 7 x 200).
 """
@@ -23,6 +27,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 import numpy as np  # noqa: E402
+from results_log import append_record  # noqa: E402
 
 STEPS, REPEATS = 30, 3
 TEXT = "The history of the printing press begins in the fifteenth century, when movable metal type made books cheaper. "
@@ -92,10 +97,11 @@ def kernel_ab() -> dict | None:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "kv_pool.json"))
+    ap.add_argument("--out", default=None, help="append the record to this JSONL file, not bench/results/kv_pool.jsonl")
     ap.add_argument("--label", default="paged")
     ap.add_argument("--repeats", type=int, default=REPEATS)
     args = ap.parse_args()
+    load_at_start = os.getloadavg()[0]
     from localrt import load_model
     from localrt.models.builtin_models import smollm2_path
 
@@ -103,11 +109,9 @@ def main() -> None:
     result = {"label": args.label, "machine": platform.processor() or platform.machine(),
               "decode_step": {f"{n}_seq": decode_steps(model, n, args.repeats) for n in (1, 8)},
               "attention_kernel": kernel_ab()}
-    path = Path(args.out)
-    runs = json.loads(path.read_text()) if path.exists() else {}
-    runs[args.label] = result
-    path.write_text(json.dumps(runs, indent=2) + "\n")
     print(json.dumps(result, indent=2))
+    append_record("kv_pool", result, threads=int(os.environ["NUMBA_NUM_THREADS"]), load_at_start=load_at_start,
+                  out=args.out)
 
 
 if __name__ == "__main__":

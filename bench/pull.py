@@ -3,7 +3,8 @@
 A mirror (the registry routes over a store, served by uvicorn on 127.0.0.1 as the daemon serves them) holds one
 model with a blob of --mb megabytes; each run pulls it into a fresh store (download in parallel ranges, sha256
 verify, rename) and is compared with `shutil.copyfile` of the blob file to the same disk. The best of --runs is
-reported for both, as bytes per second, with the ratio. Writes JSON to bench/results/pull.json.
+reported for both, as bytes per second, with the ratio. Appends one record per run to bench/results/pull.jsonl
+(bench/results_log.py; --out: another JSONL file).
 
     python bench/pull.py [--mb 256] [--runs 3] [--streams 4]
 """
@@ -29,10 +30,13 @@ from starlette.applications import Starlette  # noqa: E402
 
 import store as st  # noqa: E402
 from localrt import config as cfg  # noqa: E402
+from localrt.distribution import download as dl  # noqa: E402
 from localrt.distribution import pull as pl  # noqa: E402
+from localrt.distribution import transport as tr  # noqa: E402
 from localrt.serve.daemon import free_port  # noqa: E402
 from localrt.distribution.registry import registry_routes  # noqa: E402
 from store import manifests as mf  # noqa: E402
+from results_log import append_record  # noqa: E402
 
 
 def make_mirror_store(root: Path, n_bytes: int) -> tuple[st.Store, str]:
@@ -85,17 +89,18 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--mb", type=int, default=256)
     ap.add_argument("--runs", type=int, default=3)
-    ap.add_argument("--streams", type=int, default=pl.STREAMS)
-    ap.add_argument("--part-mb", type=int, default=pl.PART_MIN >> 20)
-    ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "pull.json"))
+    ap.add_argument("--streams", type=int, default=dl.STREAMS)
+    ap.add_argument("--part-mb", type=int, default=dl.PART_MIN >> 20)
+    ap.add_argument("--out", default=None, help="append the record to this JSONL file, not bench/results/pull.jsonl")
     ap.add_argument("--serve", help=argparse.SUPPRESS)
     ap.add_argument("--port", type=int, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.serve:
         serve_forever(args.serve, args.port)
         return
-    pl.STREAMS = args.streams
-    pl.PART_MIN = args.part_mb << 20
+    load_at_start = os.getloadavg()[0]
+    dl.STREAMS = tr.STREAMS = args.streams  # download's streams per blob, transport's connection pool
+    dl.PART_MIN = args.part_mb << 20
     n = args.mb << 20
     with tempfile.TemporaryDirectory(prefix="pullbench-") as tmp:
         tmp = Path(tmp)
@@ -131,7 +136,7 @@ def main() -> None:
         "bytes": n,
         "runs": args.runs,
         "streams": args.streams,
-        "part_bytes": pl.PART_MIN,
+        "part_bytes": dl.PART_MIN,
         "copy_seconds": [round(x, 4) for x in copy_s],
         "pull_seconds": [round(x, 4) for x in pull_s],
         "copy_MBps": round(copy_bps / 1e6, 1),
@@ -146,9 +151,8 @@ def main() -> None:
                  "adds the hash a verified copy needs. Both read from the page cache. The mirror process, the "
                  "client and the hash share the machine's cores.",
     }
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(result, indent=1) + "\n")
     print(json.dumps(result, indent=1))
+    append_record("pull", result, load_at_start=load_at_start, out=args.out)
 
 
 if __name__ == "__main__":

@@ -6,7 +6,8 @@ against the engine called directly, same model, prompt and options; and requests
 
 The daemon is a real `python -m cli serve` subprocess on a free loopback port with a temporary store. Direct and
 API runs alternate, each repetition with its own prompt (so neither side gets the other's prefix cache), and the
-medians are compared. JSON goes to stdout and bench/results/serve.json.
+medians are compared. JSON goes to stdout, and one record per run is appended to bench/results/serve.jsonl
+(bench/results_log.py; --out: another JSONL file).
 """
 from __future__ import annotations
 
@@ -23,6 +24,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
+
+from results_log import append_record  # noqa: E402
 
 MODEL = "smollm2:135m"
 NUM_CTX = 2048
@@ -159,7 +162,8 @@ def main() -> None:
     ap.add_argument("--tokens", type=int, default=32)
     ap.add_argument("--clients", type=int, default=8)
     ap.add_argument("--requests", type=int, default=32)
-    ap.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "serve.json")
+    ap.add_argument("--out", type=Path, default=None,
+                    help="append the record to this JSONL file, not bench/results/serve.jsonl")
     args = ap.parse_args()
 
     import ollama
@@ -222,10 +226,8 @@ def main() -> None:
                             "share the noise"},
         "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
-    text = json.dumps(result, indent=1)
-    print(text)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(text + "\n")
+    print(json.dumps(result, indent=1))
+    append_record("serve", result, load_at_start=load_before[0], out=args.out)
 
 
 if __name__ == "__main__":

@@ -9,8 +9,9 @@ Each client sends `--requests` streaming /v1/chat/completions requests one after
 met the SLO: TTFT <= 2 s and TPOT <= 100 ms). Both servers run with 2 threads and one slot per client, one after
 the other on the same machine, with the same KV budget: llama-server `-c 1024N` (1024 positions per slot),
 localrt `LOCALRT_KV_BUDGET=1024N` positions of its paged pool, shared by its N slots of the default num_ctx.
-Peak RSS (VmHWM) of each server beside its KV allocation and the weights. JSON to stdout and
-bench/results/serve_load.json.
+Peak RSS (VmHWM) of each server beside its KV allocation and the weights. JSON to stdout, and one record per run
+appended to bench/results/serve_load.jsonl (bench/results_log.py), llama-server's figures as the record's
+`native`.
 """
 from __future__ import annotations
 
@@ -29,6 +30,8 @@ import httpx
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
+
+from results_log import append_record, split_native  # noqa: E402
 
 SLO_TTFT_S, SLO_TPOT_S = 2.0, 0.100
 CTX_PER_SLOT = 1024  # llama-server -c CTX_PER_SLOT * N; localrt's KV budget, the same positions
@@ -198,8 +201,10 @@ def main() -> None:
                 runs[str(n)] = row
                 print(json.dumps({label: {n: row}}), flush=True)
     out["setup"]["loadavg_1m_at_end"] = os.getloadavg()[0]
-    (REPO / "bench" / "results" / "serve_load.json").write_text(json.dumps(out, indent=2) + "\n")
     print(json.dumps(out, indent=2))
+    native = split_native(out, ("models", "*", "*", "llama_server"))
+    append_record("serve_load", out, native=native, threads=out["setup"]["threads"],
+                  load_at_start=out["setup"]["loadavg_1m_at_start"])
 
 
 if __name__ == "__main__":

@@ -1,8 +1,11 @@
 """Speculative decoding (localrt.engine.speculative, draft_model) on the real models, JSON out.
 
-    python3 bench/spec.py [--models smollm2 gemma3] [--tokens 96] [--repeats 2] [--out bench/results/spec.json]
-    python3 bench/spec.py --models --pairs gemma3 smollm2 [--tokens 64] [--out bench/results/spec_draft.json]
+    python3 bench/spec.py [--models smollm2 gemma3] [--tokens 96] [--repeats 2] [--out FILE.jsonl]
+    python3 bench/spec.py --models --pairs gemma3 smollm2 [--tokens 64] [--out FILE.jsonl]
     ... [--llama-server PATH/llama-server]  (llama.cpp's own speculative decoding beside ours, same run)
+
+Appends one record per run to bench/results/spec.jsonl, or spec_draft.jsonl for a run of --pairs only
+(bench/results_log.py; --out: another JSONL file).
 
 Per model and task, greedy (temperature 0), 2 threads: decode tok/s (eval_count / eval_duration) with
 speculation on (the default planner, its costs measured as it runs) and off (draft_num_predict 0), best of
@@ -26,7 +29,7 @@ what drafting on every step costs, and the acceptance rate a draft of these weig
 
 `--llama-server PATH`: llama.cpp's own speculative decoding on the same files, prompt ids and max tokens, after
 ours in the same run (bench/spec_llama.py: its n-gram types, and its draft model for --pairs), under
-"llama_server" in the same JSON.
+"llama_server" in the same JSON (the record's `native`).
 """
 from __future__ import annotations
 
@@ -45,6 +48,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 import numpy as np  # noqa: E402
+from results_log import append_record, split_native  # noqa: E402
 
 PARAGRAPH = ("The committee met on Tuesday to review the annual budget. After a long discussion, the members agreed "
              "to increase funding for the public library by ten percent, to repair the roof of the community "
@@ -322,11 +326,11 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--llama-server", default=None, metavar="PATH",
                     help="also run llama.cpp's llama-server (bench/spec_llama.py) on the same files and prompts")
-    ap.add_argument("--out", default=None, help="default: bench/results/spec.json (spec_draft.json with only --pairs)")
+    ap.add_argument("--out", default=None, help="append the record to this JSONL file, not bench/results/spec.jsonl "
+                                                "(spec_draft.jsonl with only --pairs)")
     args = ap.parse_args()
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # unwind, so that llama-servers started are stopped
-    out_name = "spec_draft.json" if args.pairs and not args.models else "spec.json"
-    args.out = args.out or str(ROOT / "bench" / "results" / out_name)
+    benchmark = "spec_draft" if args.pairs and not args.models else "spec"
     setup = {"threads": 2, "num_predict": args.tokens, "best_of": args.repeats, "temperature": 0,
              "machine": platform.machine(), "python": platform.python_version(),
              "loadavg_1m_at_start": round(os.getloadavg()[0], 2),
@@ -356,8 +360,10 @@ def main() -> None:
                          "all_identical": all(tasks[t]["identical_text"] for t in TASKS)}
     body = {"setup": setup, "summary": summary, "models": results, **({"pairs": pairs} if pairs else {}),
             **({"llama_server": llama} if llama else {})}
-    Path(args.out).write_text(json.dumps(body, indent=2) + "\n")
     print(json.dumps(summary, indent=2))
+    native = split_native(body, ("llama_server",))
+    append_record(benchmark, body, native=native, threads=setup["threads"], load_at_start=setup["loadavg_1m_at_start"],
+                  out=args.out)
 
 
 if __name__ == "__main__":

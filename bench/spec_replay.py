@@ -1,13 +1,15 @@
 """The draft planner replayed on recorded greedy replies at fixed forward costs: modelled speedups, JSON out.
 
-    python3 bench/spec_replay.py [--models smollm2 gemma3] [--costs bench/results/spec.json]
-                                 [--out bench/results/spec_replay.json]
+    python3 bench/spec_replay.py [--models smollm2 gemma3] [--costs bench/results/spec.jsonl] [--out FILE.jsonl]
+
+Appends one record per run to bench/results/spec_replay.jsonl (bench/results_log.py; --out: another JSONL file).
 
 Greedy decoding does not depend on drafting, so a reply recorded once (speculation off, bench/spec.py's tasks
 and prompts, 96 tokens) tells what every draft would have had accepted: the planner (localrt.engine.speculative,
 as the engine runs it: its n-gram index, match classes, evidence and draft-length cap) is replayed step by step
 against it, each forward priced at the cost of its row count that bench/spec.py calibrated on this machine
-(`calibrated_forward_ms_by_rows` in --costs; beyond its largest count, linear). Figures, per model and task:
+(`calibrated_forward_ms_by_rows` of the latest record in --costs that has them for every model, or of a .json
+file holding one run as bench/spec.py builds it; beyond its largest count, linear). Figures, per model and task:
 `modelled_speedup` (one-row forwards of the plain decode / the replayed forwards' cost), its forwards and drafted
 / accepted tokens, and `oracle_speedup`: drafting from the same index exactly the tokens that will be accepted
 where that step pays on its own (a reference for planners on this index; step by step, so not a strict bound).
@@ -30,6 +32,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from localrt.api.options import DRAFT_DEFAULT  # noqa: E402
 from localrt.engine import speculative as S  # noqa: E402
+from results_log import append_record, latest_record, merged  # noqa: E402
 
 N_TOKENS = 96
 
@@ -117,11 +120,11 @@ def replies(name: str) -> dict[str, tuple[list[int], list[int]]]:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--models", nargs="*", default=["smollm2", "gemma3"])
-    ap.add_argument("--costs", default=str(ROOT / "bench/results/spec.json"))
-    ap.add_argument("--out", default=str(ROOT / "bench/results/spec_replay.json"))
+    ap.add_argument("--costs", default=str(ROOT / "bench/results/spec.jsonl"))
+    ap.add_argument("--out", default=None, help="append the record to this JSONL file, not bench/results/spec_replay.jsonl")
     args = ap.parse_args()
-    calibrated = json.loads(Path(args.costs).read_text())["models"]
-    result = {"setup": {"costs_from": os.path.relpath(args.costs, ROOT), "tokens": N_TOKENS, "long_agree": S.LONG_AGREE,
+    calibrated, costs_from = load_costs(args.costs, args.models)
+    result = {"setup": {"costs_from": costs_from, "tokens": N_TOKENS, "long_agree": S.LONG_AGREE,
                         "prior_by_class": [round(float(p / (p + S.PRIOR_REJECT)), 3) for p in S.PRIOR]},
               "models": {}}
     for name in args.models:
@@ -136,7 +139,22 @@ def main() -> None:
             print(name, task, got["fixed_prior"]["modelled_speedup"], got["shared_second"]["modelled_speedup"],
                   got["oracle_speedup"], flush=True)
         result["models"][name] = per
-    Path(args.out).write_text(json.dumps(result, indent=1) + "\n")
+    append_record("spec_replay", result, out=args.out)
+
+
+def load_costs(path: str, models: list[str]) -> tuple[dict, str]:
+    """model -> its bench/spec.py figures, from the latest spec record that calibrated all of `models` (a .jsonl
+    file of records) or from a .json file holding one run; and where they came from."""
+    def has_costs(run: dict) -> bool:
+        return all("calibrated_forward_ms_by_rows" in run.get("models", {}).get(m, {}) for m in models)
+
+    where = os.path.relpath(path, ROOT)
+    if not path.endswith(".jsonl"):
+        return json.loads(Path(path).read_text())["models"], where
+    record = latest_record(path=path, where=lambda r: has_costs(merged(r)))
+    if record is None:
+        raise SystemExit(f"{where}: no record with calibrated_forward_ms_by_rows for {', '.join(models)}")
+    return merged(record)["models"], f"{where}: the record of {record['date']} at {record['commit']}"
 
 
 if __name__ == "__main__":

@@ -7,7 +7,9 @@ interleaved and the best of `--reps` is kept (the machine is shared); `ratio_fro
 constrained token choice (mask + sampler, `pick_ms_per_token`) next to the unconstrained forward step. Also
 times engine.generate unconstrained as a cross-check and the constraint's own cost per token.
 
-    python3 bench/structured.py [--tokens 40] [--reps 3] [--out bench/results/structured.json]
+    python3 bench/structured.py [--tokens 40] [--reps 3] [--out FILE.jsonl]
+
+Appends one record per run to bench/results/structured.jsonl (bench/results_log.py; --out: another JSONL file).
 """
 from __future__ import annotations
 
@@ -28,6 +30,9 @@ from localrt.models import builtin_models  # noqa: E402
 from localrt.api.options import resolve  # noqa: E402
 from localrt.engine.sampler import make_sampler  # noqa: E402
 from localrt.structured import ConstrainedSampler, compile_format, token_index  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from results_log import append_record  # noqa: E402
 
 SCHEMA = {"type": "object", "properties": {
     "name": {"type": "string", "maxLength": 40},
@@ -116,7 +121,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--tokens", type=int, default=40)
     ap.add_argument("--reps", type=int, default=3)
-    ap.add_argument("--out", default=str(Path(__file__).parent / "results" / "structured.json"))
+    ap.add_argument("--out", default=None, help="append the record to this JSONL file, not bench/results/structured.jsonl")
     args = ap.parse_args()
     results = {"machine": {"cpus": os.cpu_count(), "platform": platform.platform(),
                            "loadavg_at_start": os.getloadavg()},
@@ -126,7 +131,7 @@ def main() -> None:
         results["models"][name] = bench_model(name, path, args.tokens, args.reps)
         print(name, json.dumps({k: v for k, v in results["models"][name].items()}, default=str)[:600], flush=True)
     results["machine"]["loadavg_at_end"] = os.getloadavg()
-    Path(args.out).write_text(json.dumps(results, indent=2, default=str) + "\n")
+    append_record("structured", results, load_at_start=results["machine"]["loadavg_at_start"][0], out=args.out)
 
 
 if __name__ == "__main__":

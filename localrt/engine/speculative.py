@@ -54,7 +54,7 @@ SCAN = 16  # the most recent occurrences of the matching n-gram whose context is
 CONTEXT = 16  # tokens of context compared (the n-gram's own included)
 PRIOR_ACCEPT, PRIOR_REJECT = 3.0, 1.0  # pseudo-counts: a new n-gram match is trusted at 0.75 per token
 # ... and a LONG match at 0.9 (the acceptance measured above). The planner, replayed on those greedy replies at the
-# forward costs spec.json measured (SmolLM2: 4 rows cost 1.9 one-row forwards), drafts 5-8 tokens there where it
+# forward costs bench/results/spec.jsonl measured (SmolLM2: 4 rows cost 1.9 one-row forwards), drafts 5-8 tokens there where it
 # drafted 3, for a modelled speedup of (before the LONG class -> with it): SmolLM2 quote 1.56 -> 1.89x, edit
 # 1.85 -> 1.82x, rename 1.21 -> 1.23x; Gemma 3 edit 2.41 -> 2.59x, quote 2.68 -> 2.73x, rename 1.49 -> 1.53x;
 # free writing 0.95 -> 0.95x and 2.29 -> 2.23x.
