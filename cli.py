@@ -101,6 +101,27 @@ def main(
     """Run large language models locally."""
 
 
+@app.command()
+def kit(
+    dest: Path = typer.Argument(..., help="Folder to fill (created)"),
+    platform: Optional[str] = typer.Option(None, "--platform", help="pip platform tag of the offline PC, e.g. "
+                                           "win_amd64 or manylinux2014_x86_64 (default: this machine's)"),
+    python_version: Optional[str] = typer.Option(None, "--python-version", help="its Python, e.g. 3.11"),
+) -> None:
+    """Make an offline kit on a connected machine: wheels for localrt, its dependencies and the built-in models,
+    and install scripts, for an air-gapped PC (sh DEST/install.sh, or DEST\\install.bat on Windows)."""
+    from localrt.distribution.kit import KitError, make_kit
+
+    typer.echo(f"building the kit in {dest} (pip resolves and downloads; a few minutes) ...", err=True)
+    try:
+        wheel = make_kit(dest, platform=platform, python_version=python_version)
+    except KitError as e:
+        _fail(str(e))
+    size = sum(p.stat().st_size for p in (dest / "wheels").iterdir()) / 1e6
+    typer.echo(f"kit ready: {dest} ({wheel.name} and {len(list((dest / 'wheels').iterdir())) - 1} more wheels, "
+               f"{size:.0f} MB); install offline with: sh {dest / 'install.sh'}")
+
+
 @app.command("help")
 def help_command(ctx: typer.Context, command: Optional[str] = typer.Argument(None)) -> None:
     """Show help: the commands, or one command's options."""
