@@ -64,17 +64,10 @@ class RunnerInfo:
 
 
 def system_available_memory() -> int:
-    """MemAvailable from /proc/meminfo (already counts reclaimable page cache); physical memory elsewhere."""
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    import os
+    """MemAvailable (counts reclaimable page cache), or the platform's free physical memory (engine.backends.sysmem)."""
+    from ..engine.backends.sysmem import available_memory
 
-    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    return available_memory()
 
 
 class Cancel(threading.Event):

@@ -8,7 +8,6 @@ they differ), and it is closed with the model."""
 from __future__ import annotations
 
 import logging
-import os
 from typing import Callable
 
 import store as st
@@ -122,7 +121,9 @@ def auto_num_ctx(n_ctx_train: int, total_memory: int, available: int, need: Call
 
 
 def system_total_memory() -> int:
-    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    from ..engine.backends.sysmem import physical_memory
+
+    return physical_memory()
 
 
 def automatic_context(name: str, path, num_batch: int, use_mmap, slots: int, available: int, total: int,

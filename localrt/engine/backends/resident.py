@@ -47,8 +47,10 @@ COPY_WORKERS = min(4, os.cpu_count() or 1)  # threads that copy: page faults in 
 
 
 def physical_memory() -> int:
-    """Bytes of RAM (the machine's, not what is free now)."""
-    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    """Bytes of RAM (the machine's, not what is free now; engine.backends.sysmem)."""
+    from .sysmem import physical_memory as total
+
+    return total()
 
 
 def private_weights(use_mmap: bool | None, weight_bytes: int, ram: int | None = None, gpu: bool | None = None) -> bool:
