@@ -312,6 +312,17 @@ class Batcher:
             out.append((seq, events))
         return out
 
+    def park(self, seq: Sequence) -> None:
+        """seq leaves its slot for another sequence (localrt.engine.preempt.park); it resumes, unchanged, after
+        `unpark`. Only a sequence that preempt.parkable allows."""
+        if not preempt.parkable(seq) or self._held.get(seq.slot) is not seq:
+            raise RuntimeError("only a running sequence without a draft model can be parked")
+        preempt.park(self, seq)
+
+    def unpark(self, seq: Sequence) -> None:
+        """A parked seq takes a free slot again (RuntimeError when none is free) and resumes where it stopped."""
+        preempt.unpark(self, seq)
+
     def close(self) -> None:
         """Drop every sequence (as if cancelled, no Done), keeping what each slot's cache validly holds."""
         for seq in list(self._held.values()):

@@ -12,6 +12,12 @@ its whole history plus one block of growth per running sequence: it reuses its l
 evaluates the rest of its prompt in the same chunks as before and replays its decoded tokens in runs of at most
 `max_run` rows, the per-row numerics its decode steps had (localrt.engine.batch: batch invariance), so its keys,
 and the tokens it goes on to produce, are bit for bit those of a run that was never preempted.
+
+`park` does the same for fairness (localrt.runtime.fairness: a client over its share of the slots while another
+waits) and frees the slot as well; `unpark` gives the sequence a free slot again, still waiting, and
+`resume_waiting` puts it back as above (its prefix reused from the pool, the rest replayed): a slot's number never
+changes a sequence's numerics. A sequence drafting with a draft model is not parked: that model's cache of its
+positions is bound to its slot.
 """
 from __future__ import annotations
 
@@ -76,3 +82,23 @@ def resume_waiting(batcher) -> None:
         seq.state = PREFILL
         if seq.progress.computed >= seq.progress.known:  # every position but the pending token's was still cached
             seq.state, seq.progress.pending = DECODE, seq.history[-1]
+
+
+def parkable(seq) -> bool:
+    """Whether seq may leave its slot (`park`): not one whose draft model holds its positions in that slot."""
+    return not seq.finished and (seq.draft is None or seq.draft.source is None)
+
+
+def park(batcher, seq) -> None:
+    """seq gives back its blocks (as `preempt`) and its slot; it keeps its sampler state, emits nothing, and is
+    out of the batcher until `unpark`."""
+    if seq.state != WAITING:
+        preempt(batcher, seq)
+    batcher._release(seq)  # the slot is free for another sequence; its blocks are already a cached prefix
+    seq.slot = -1
+
+
+def unpark(batcher, seq) -> None:
+    """A parked seq takes a free slot again, waiting: `resume_waiting` puts it back when the pool has room."""
+    seq.slot = batcher._pick_slot(seq)
+    batcher._held[seq.slot] = seq

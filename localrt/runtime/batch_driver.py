@@ -5,19 +5,46 @@ the model (up to LOCALRT_NUM_PARALLEL of them) are stepped together (continuous 
 admits queued sequences while the Batcher has a free slot, steps, and routes each sequence's events to its
 queue. `exclusive()` runs work that uses slot 0 on its own (embeddings): it waits until no sequence holds a
 slot, and nothing is admitted while it runs. The Batcher keeps each sequence's numerics the same alone or
-batched, so a request's greedy output does not depend on what runs beside it."""
+batched, so a request's greedy output does not depend on what runs beside it.
+
+Slots are shared by client (the scheduler's job thread sets CLIENT): a free slot goes to the waiting request of the
+client holding the fewest, and while a client holds more than its share and another waits below its own, the
+first one's newest request is paused (localrt.runtime.fairness): parked out of its slot, preempted as when the KV
+pool runs dry, and back in line to resume with the tokens it would have given anyway (localrt.engine.preempt)."""
 from __future__ import annotations
 
 import collections
 import contextlib
+import itertools
+import logging
 import queue
 import threading
+from dataclasses import dataclass
 from typing import Any, Iterator
 
 from ..engine.batch import Batcher
+from ..engine.preempt import parkable
 from ..errors import Cancelled
+from . import fairness
+from .jobs import CLIENT
 
 _EVENTS, _END, _ERROR = "events", "end", "error"
+log = logging.getLogger("localrt.service")
+MAX_CLIENTS = 4096  # clients whose last admission is remembered for the order of the waiting ones
+
+
+@dataclass(eq=False)
+class _Ticket:
+    """One request in the driver: who sent it, when it came, where its events go; its sequence once admitted."""
+
+    client: str
+    arrival: int
+    out: queue.SimpleQueue
+    call: tuple  # (args, kwargs) of Batcher.add
+    seq: Any = None  # its Sequence once admitted; kept while it is parked for fairness
+
+    def cancelled(self) -> bool:
+        return self.seq.is_cancelled() if self.seq is not None else self.call[1]["cancelled"].is_set()
 
 
 class _Either:
@@ -32,12 +59,16 @@ class _Either:
 
 
 class BatchDriver:
+    pauses = True  # a client over its share of the slots gives one back (fairness.pausable)
+
     def __init__(self, model: Any, n_slots: int, drafter: Any = None) -> None:
         self.model = model
         self._batcher = Batcher(model, n_slots, drafter=drafter)  # drafter: the draft model loaded beside it
         self._cv = threading.Condition()
-        self._pending: collections.deque = collections.deque()  # (args, kwargs, out queue)
-        self._routes: dict[int, queue.SimpleQueue] = {}  # id(sequence) -> its consumer's queue
+        self._pending: list[_Ticket] = []  # waiting for a slot: new requests, and admitted ones parked for fairness
+        self._routes: dict[int, _Ticket] = {}  # id(sequence) -> its ticket, while it is admitted (running or parked)
+        self._arrivals = itertools.count()
+        self._served: collections.OrderedDict[str, int] = collections.OrderedDict()  # client -> its last admission
         self._held = 0  # sequences holding a slot (after the last admission or step)
         self._exclusive = 0  # exclusive() callers waiting or running: nothing is admitted meanwhile
         self._closed = False
@@ -62,8 +93,9 @@ class BatchDriver:
         with self._cv:
             if self._closed:
                 raise Cancelled("the model is being unloaded")
-            self._pending.append(((ids, options), dict(constraint=constraint, cancelled=flag,
-                                                         load_duration_ns=load_duration_ns, **sampling), out))
+            call = ((ids, options), dict(constraint=constraint, cancelled=flag, load_duration_ns=load_duration_ns,
+                                         **sampling))
+            self._pending.append(_Ticket(CLIENT.get(), next(self._arrivals), out, call))
             self._cv.notify_all()
         return self._events(out, flag)
 
@@ -116,20 +148,63 @@ class BatchDriver:
     # ---- the driver thread ------------------------------------------------------------------------
 
     def _admit(self) -> None:
-        """Under the lock: queued sequences into free slots (errors go to their consumer)."""
+        """Under the lock: end the cancelled waiters, then fill the free slots in fair order, parking a client's
+        newest running sequence while another client below its share waits (fairness.victim)."""
+        for t in [t for t in self._pending if t.cancelled()]:
+            self._pending.remove(t)
+            self._drop(t)
+        while not self._exclusive:
+            while self._pending and self._batcher.free_slots > 0:
+                self._start(self._next())
+            if not self._pending or not self._park_one():
+                break
+        self._held = len(self._batcher.sequences)
+
+    def _next(self) -> _Ticket:
+        """The waiting ticket the next free slot goes to, taken off the line."""
+        holders = [self._routes[id(s)].client for s in self._batcher.sequences]
+        t = fairness.first(self._pending, holders, lambda t: t.client, lambda t: t.arrival,
+                           lambda c: self._served.get(c, -1))
+        self._pending.remove(t)
+        self._served[t.client] = next(self._arrivals)
+        self._served.move_to_end(t.client)
+        while len(self._served) > MAX_CLIENTS:
+            self._served.popitem(last=False)  # forgotten clients count as never served, as in the scheduler
+        return t
+
+    def _start(self, t: _Ticket) -> None:
+        """t takes a free slot: a new request is added (its error goes to its consumer), a parked one unparked."""
+        if t.seq is not None:
+            self._batcher.unpark(t.seq)  # it resumes from its cached prefix (preempt.resume_waiting)
+            return
+        args, kwargs = t.call
+        try:
+            t.seq = self._batcher.add(*args, **kwargs)
+        except Exception as exc:  # noqa: BLE001 - the request's own error (context length, bad ids)
+            t.out.put((_ERROR, exc))
+            return
+        self._routes[id(t.seq)] = t
+
+    def _park_one(self) -> bool:
+        """Park one running sequence for a waiting client's request, if fairness.victim names one."""
         b = self._batcher
-        while self._pending and b.free_slots > 0 and not self._exclusive:
-            args, kwargs, out = self._pending.popleft()
-            if kwargs["cancelled"].is_set():
-                out.put((_END, True))
-                continue
-            try:
-                seq = b.add(*args, **kwargs)
-            except Exception as exc:  # noqa: BLE001 - the request's own error (context length, bad ids)
-                out.put((_ERROR, exc))
-                continue
-            self._routes[id(seq)] = out
-        self._held = len(b.sequences)
+        holders = [(self._routes[id(s)].client, self._routes[id(s)].arrival, s) for s in b.sequences]
+        seq = fairness.victim(holders, [t.client for t in self._pending], b.n_slots, parkable)
+        if seq is None:
+            return False
+        t = self._routes[id(seq)]
+        log.info("a request of client %r paused after %d tokens: %d clients share %d slots", t.client, seq.n_gen,
+                 len({c for c, _, _ in holders} | {w.client for w in self._pending}), b.n_slots)
+        b.park(seq)
+        self._pending.append(t)
+        return True
+
+    def _drop(self, t: _Ticket) -> None:
+        """A cancelled waiter ends: Cancelled for one whose prompt was never evaluated (as a dropped sequence)."""
+        if t.seq is not None:
+            del self._routes[id(t.seq)]
+            t.seq.state = "cancelled"
+        t.out.put((_END, t.seq is None or not t.seq.prefilled))
 
     def _loop(self) -> None:
         b = self._batcher
@@ -140,8 +215,8 @@ class BatchDriver:
                     if self._held:
                         break
                     if self._closed:
-                        for _, _, out in self._pending:
-                            out.put((_ERROR, Cancelled("the model is being unloaded")))
+                        for t in self._pending:
+                            t.out.put((_ERROR, Cancelled("the model is being unloaded")))
                         self._pending.clear()
                         return
                     self._cv.wait()
@@ -149,10 +224,11 @@ class BatchDriver:
                 results = b.step()
             except BaseException as exc:  # noqa: BLE001 - every sequence in the batch fails with it
                 b.close()
-                for out in self._routes.values():
-                    out.put((_ERROR, exc))
+                for t in self._routes.values():  # the parked ones too: their batch failed under them
+                    t.out.put((_ERROR, exc))
                 self._routes.clear()
                 with self._cv:
+                    self._pending = [t for t in self._pending if t.seq is None]
                     self._held = len(b.sequences)
                     self._cv.notify_all()
                 continue
@@ -161,7 +237,7 @@ class BatchDriver:
                 if not self._held:
                     self._cv.notify_all()  # exclusive() waits for this
             for seq, events in results:
-                out = self._routes[id(seq)]
+                out = self._routes[id(seq)].out
                 if events:
                     out.put((_EVENTS, events))
                 if seq.finished:

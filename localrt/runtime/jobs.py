@@ -15,7 +15,8 @@ from ..errors import NonFiniteOutput
 
 _UNSET = object()  # a request that did not say keep_alive
 # Who sent the request being handled: set by the HTTP edge (serve/security.py) for the task of each request and
-# carried into the worker threads it calls the service from; "" outside HTTP (one client: arrival order).
+# carried into the worker threads it calls the service from, and by the scheduler in each job's thread (the model's
+# BatchDriver shares its slots by it); "" outside HTTP (one client: arrival order).
 CLIENT: contextvars.ContextVar[str] = contextvars.ContextVar("localrt_client", default="")
 # Whether the request comes from this machine itself (a loopback peer, not forwarding for someone else): only
 # such a caller may name paths on the server (pull from a folder). True outside HTTP (the CLI, tests).

@@ -19,6 +19,8 @@ keep their arrival order). When the queue is full, a request from a client that 
 the client of some waiting request (or, never served either, that has fewer requests waiting) takes that
 request's place: the newest request of the client served most recently gets Busy instead. So under overload
 every client progresses, whatever the others send, and 503 is only ever answered with the queue at its bound.
+A running request holds its slot to its end, except where a client holds more than its share of a model's slots
+while another client waits: the model's driver then pauses that client's newest request (localrt.runtime.fairness).
 
 Memory: `estimate_fn(model, load_options)` says what a load needs as `MemoryNeed(private, mapped)`. It reads
 the model file, so it never runs under the scheduler's lock: `submit` runs it in the caller's thread when no
@@ -39,24 +41,9 @@ from typing import Any, Callable
 
 from ..api.options import parse_duration
 from ..errors import Busy, Cancelled, InvalidRequest, ModelLoadError
-from .jobs import (
-    _END,
-    _ERROR,
-    _EVENT,
-    _UNSET,
-    AUTO_PARALLEL,
-    CLIENT,
-    DEFAULT_MAX_LOADED,
-    MemoryNeed,
-    Request,
-    RunnerInfo,
-    Stream,
-    _gib,
-    _Job,
-    _load_options,
-    _Runner,
-    system_available_memory,
-)
+from . import fairness
+from .jobs import (_END, _ERROR, _EVENT, _UNSET, AUTO_PARALLEL, CLIENT, DEFAULT_MAX_LOADED, MemoryNeed, Request,
+                   RunnerInfo, Stream, _gib, _Job, _load_options, _Runner, system_available_memory)
 
 MAX_CLIENTS = 4096  # clients whose last service is remembered for fairness
 
@@ -215,9 +202,12 @@ class Scheduler:
                 r.queue.remove(job)
                 return
 
-    def _next_job(self, r: _Runner) -> _Job:
-        """Round robin across clients: the waiting job whose client was served least recently (then the oldest)."""
-        job = min(r.queue, key=lambda j: (self._last_served(j.client), j.seq))
+    def _next_job(self, r: _Runner) -> _Job | None:
+        """The job r starts now, taken off its queue (fairness.next_job: round robin across clients, and past
+        num_parallel for a client below its share of the slots while another holds more); None: wait."""
+        job = fairness.next_job(r, self.num_parallel, self._last_served)
+        if job is None:
+            return None
         r.queue.remove(job)
         self._served[job.client] = next(self._serve_seq)
         self._served.move_to_end(job.client)
@@ -423,12 +413,11 @@ class Scheduler:
             self._dispatch()
         while True:
             with self._cv:
-                while r.state == "ready" and (not r.queue or len(r.active) >= self.num_parallel):
+                while r.state == "ready" and (job := self._next_job(r)) is None:
                     self._cv.wait()
-                if not r.queue or r.state != "ready":
+                if r.state != "ready":
                     self._cv.wait_for(lambda: not r.active)
                     break  # retired
-                job = self._next_job(r)
                 r.active.add(job)
             threading.Thread(target=self._job_thread, args=(r, job), name=f"localrt-job-{r.key}", daemon=True).start()
         try:
@@ -443,6 +432,7 @@ class Scheduler:
         self._on_unloaded()
 
     def _job_thread(self, r: _Runner, job: _Job) -> None:
+        CLIENT.set(job.client)  # whose the work is, for the model's driver: it shares its slots by client
         last = self._run(r, job)
         with self._cv:
             r.active.discard(job)
