@@ -190,7 +190,9 @@ def test_prefix_cached_at_a_chunk_boundary_is_exact(smollm2_path):
 
 
 @pytest.mark.parametrize("name", ["smollm2", "gemma3"])
-@pytest.mark.parametrize("words", [0, 270, 330])
+# 270 (a BLAS piece and a per-row tail) in the README's run; the short and the two-piece prompt with the slow tests
+# (20-30 s each on two cores)
+@pytest.mark.parametrize("words", [pytest.param(0, marks=pytest.mark.slow), 270, pytest.param(330, marks=pytest.mark.slow)])
 def test_a_follow_up_that_reuses_the_earlier_turn_is_exact(request, name, words):
     """The cache holds the last turn (prompt chunks + decoded tokens); the follow-up reuses what was computed on
     the path a fresh evaluation of it takes: short prompts are per-row throughout (everything but the new text

@@ -74,6 +74,7 @@ def daemon(tmp_path_factory):
         yield srv
 
 
+@pytest.mark.slow  # 7-17 s of a real flood on two cores; CI's slow pass runs it
 def test_a_newcomer_gets_a_slot_from_a_flooding_client_whose_paused_request_is_unchanged(daemon, caplog):
     httpx.post(daemon.url + "/api/pull", json={"model": MODEL}, timeout=120).raise_for_status()
     alone = _call(daemon.url, ALONE, PROMPTS[1], LONG)  # loads the model; the reference for the one paused below
