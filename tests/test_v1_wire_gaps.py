@@ -55,6 +55,8 @@ def test_completions_take_token_ids_as_given(oai, llamacpp_reference):
         oai.completions.create(model=MODEL, prompt=[1, 2, 10**9], **GREEDY)
     with pytest.raises(openai.BadRequestError, match="echo"):
         oai.completions.create(model=MODEL, prompt=[1, 2, 3], echo=True, **GREEDY)
+    with pytest.raises(openai.BadRequestError, match="suffix"):
+        oai.completions.create(model=MODEL, prompt=[1, 2, 3], suffix="end", **GREEDY)
 
 
 def test_allowed_tools_limits_what_the_model_may_call(oai):

@@ -363,8 +363,8 @@ def completion_request(body: dict) -> tuple[list[GenerateRequest], Opts]:
     opts = _extras(f, req, opts, chat=False)
     if echo and req.logprobs:
         raise InvalidRequest("echo with logprobs is not supported: the prompt tokens' logprobs are not computed")
-    if echo and any(not isinstance(p, str) for p in prompts):
-        raise InvalidRequest("echo is not supported with a prompt of token ids")
+    if (echo or req.suffix) and any(not isinstance(p, str) for p in prompts):
+        raise InvalidRequest(f"{'echo' if echo else 'suffix'} is not supported with a prompt of token ids")
     if best_of is not None and best_of < opts.n:
         raise InvalidRequest(f"best_of must be at least n ({opts.n}), got {best_of}")
     if best_of is not None and best_of > 1 and opts.stream:
