@@ -227,3 +227,4 @@ def test_repl_set_think_and_nothink(capsys):
     assert repl.think is True
     repl._set(["think", "max"])
     assert repl.think is True and "Invalid think level" in capsys.readouterr().out
+

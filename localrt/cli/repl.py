@@ -1,10 +1,13 @@
 """`localrt run MODEL` without a prompt: an interactive chat with Ollama's slash commands."""
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
 import signal
 import sys
+from pathlib import Path
+from typing import Callable
 
 from ..api.options import resolve
 from ..errors import InvalidRequest
@@ -104,12 +107,28 @@ def _interruptible() -> None:
         signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
-def _line_editing() -> None:
-    """Arrow keys, line editing and history for input(), where the platform has GNU readline or libedit."""
+HISTORY_LINES = 1000
+
+
+def _line_editing(history: Path | None = None) -> Callable[[], None]:
+    """Arrow keys, line editing and history for input(), where the platform has GNU readline or libedit; the history
+    is read from `history` (the data directory's, as `ollama run` keeps ~/.ollama/history) and the returned function
+    writes it back. Nothing where there is no readline or the file cannot be read or written."""
     try:
-        import readline  # noqa: F401 - importing it is what hooks it into input()
+        import readline  # importing it is what hooks it into input()
     except ImportError:
-        pass
+        return lambda: None
+    if history is None:
+        return lambda: None
+    with contextlib.suppress(OSError):
+        readline.read_history_file(history)
+    readline.set_history_length(HISTORY_LINES)
+
+    def save() -> None:
+        with contextlib.suppress(OSError):
+            history.parent.mkdir(parents=True, exist_ok=True)
+            readline.write_history_file(history)
+    return save
 
 
 class Repl:
@@ -148,7 +167,15 @@ class Repl:
             lines.append(more)
 
     def loop(self) -> None:
-        _line_editing()
+        from localrt import config
+
+        save_history = _line_editing(Path(config.load().data_dir) / "history")
+        try:
+            self._loop()
+        finally:
+            save_history()
+
+    def _loop(self) -> None:
         _interruptible()
         list(self.client.generate(self.model, "", stream=False, keep_alive=self.keepalive))  # preload
         while True:
