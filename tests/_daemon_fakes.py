@@ -149,7 +149,9 @@ def make_config(models_dir: Path, **overrides) -> cfg.Config:
     base = dataclasses.replace(cfg.load({}), host="127.0.0.1", port=free_port(), models_dir=Path(models_dir),
                                readonly_models_dirs=())
     # One request at a time per model unless a test asks for more: the fakes' queue/503/cancel tests count on it.
-    return dataclasses.replace(base, **{"num_parallel": 1, **overrides})
+    # A fixed context: the fake models allocate nothing, and the automatic choice would read the real file's header
+    # before the first request is queued (tests that time a disconnect to half a second count on it being quick).
+    return dataclasses.replace(base, **{"num_parallel": 1, "context_length": 4096, **overrides})
 
 
 @contextlib.contextmanager

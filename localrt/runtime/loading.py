@@ -73,15 +73,26 @@ def estimate_memory(path, num_ctx: int, num_batch: int, n_slots: int = 1, kv_bud
 
     The numbers are the validated config's (InvalidModel for a file the loader would refuse), capped as the
     loader caps them, so a model with layers never counts a zero-size cache."""
+    cfg, mapped = read_config(path)
+    return memory_need(cfg, mapped, num_ctx, num_batch, n_slots, kv_budget, kv_budget_bytes, use_mmap)
+
+
+def read_config(path):
+    """(the validated ModelConfig, bytes of its tensors) of the GGUF at path."""
     import gguf_io
 
-    from ..engine.backends.resident import private_weights
-    from ..engine.kv_cache import KV_BLOCK, budget_positions, pool_blocks, pool_position_bytes
     from ..engine.model import config_from_metadata
 
     with gguf_io.open(path) as f:
-        cfg = config_from_metadata(f.metadata, f.tensors)
-        mapped = sum(t.nbytes for t in f.tensors.values())
+        return config_from_metadata(f.metadata, f.tensors), sum(t.nbytes for t in f.tensors.values())
+
+
+def memory_need(cfg, mapped: int, num_ctx: int, num_batch: int, n_slots: int = 1, kv_budget: int = 0,
+                kv_budget_bytes: int = 0, use_mmap: bool | None = None) -> MemoryNeed:
+    """estimate_memory's arithmetic on a config already read."""
+    from ..engine.backends.resident import private_weights
+    from ..engine.kv_cache import KV_BLOCK, budget_positions, pool_blocks, pool_position_bytes
+
     n_ctx = min(num_ctx, cfg.n_ctx_train)  # as load_model
     n_batch = min(num_batch, num_ctx)
     per_pos = cfg.n_head_kv * (cfg.head_dim + cfg.head_dim_v) * 2  # K (n_head_kv, head_dim) + V f16, one layer
@@ -130,17 +141,13 @@ def automatic_context(name: str, path, num_batch: int, use_mmap, slots: int, ava
                       **kv_budget) -> int:
     """auto_num_ctx for the model at path, its load needing `slots` KV slots (0: automatic, as AUTO_PARALLEL). A file
     whose config cannot be read gets the floor: its load then fails with the loader's own error."""
-    import gguf_io
-
-    from ..engine.model import config_from_metadata
-
     try:
-        with gguf_io.open(path) as f:
-            trained = config_from_metadata(f.metadata, f.tensors).n_ctx_train
+        cfg, mapped = read_config(path)  # once: the halving below only redoes the arithmetic
     except Exception:  # noqa: BLE001 - the load reports what is wrong with the file
         return CONTEXT_FLOOR
-    n = auto_num_ctx(trained, total, available, lambda ctx: estimate_memory(
-        path, ctx, num_batch, slots or AUTO_PARALLEL, use_mmap=use_mmap, **kv_budget).private)
+    trained = cfg.n_ctx_train
+    n = auto_num_ctx(trained, total, available, lambda ctx: memory_need(
+        cfg, mapped, ctx, num_batch, slots or AUTO_PARALLEL, use_mmap=use_mmap, **kv_budget).private)
     log.info("%s: context %d chosen (trained %d, %.1f GiB memory, %.1f GiB available)",
              name, n, trained, total / 2**30, available / 2**30)
     return n
