@@ -34,24 +34,14 @@ def choice_requests(req: Any, n: int) -> list[Any]:
 
 def run_choices(submit: Callable[[Any], Any], req: Any, n: int) -> Any:
     """The native events of the request (n == 1: as they are), or of its n choices merged."""
-    if n == 1:
-        return submit(req)
-    streams: list[Any] = []
-    try:
-        for r in choice_requests(req, n):
-            streams.append(submit(r))
-    except BaseException:
-        for s in streams:
-            _cancel(s)
-        raise
-    return Merged(streams)
+    return run_prompts(submit, [req], n)
 
 
 def run_prompts(submit: Callable[[Any], Any], reqs: list[Any], n: int) -> Any:
-    """Several prompts (/v1/completions): each one's n choices, numbered prompt by prompt (prompt p's choice j is
-    choice p * n + j, as OpenAI numbers them)."""
-    if len(reqs) == 1:
-        return run_choices(submit, reqs[0], n)
+    """The native events of each request's n choices, merged and numbered request by request (request p's choice j
+    is choice p * n + j, as OpenAI numbers a list of prompts); one request with one choice: its events as they are."""
+    if len(reqs) == 1 and n == 1:
+        return submit(reqs[0])
     streams: list[Any] = []
     try:
         for req in reqs:
