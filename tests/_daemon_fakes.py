@@ -224,3 +224,43 @@ def wait_until(pred, timeout: float, what: str, interval: float = 0.01) -> None:
             return
         time.sleep(interval)
     raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+
+
+class ScriptModel:
+    """Answers every prompt with `script.answer`, split into pieces of `script.piece` characters; records the prompts
+    it saw (the text of a tool call or a reasoning block, as a test writes it)."""
+
+    metadata: dict = {}
+
+    def __init__(self, script: "Script", num_ctx: int):
+        self.script, self.num_ctx = script, num_ctx
+
+    def tokenize(self, text: str, special: bool = True, limit: int | None = None) -> list[int]:
+        text = text if limit is None else text[: limit + 1]  # as Model.tokenize: stops once past the limit
+        return [ord(c) % 256 for c in text]
+
+    def detokenize(self, ids) -> str:
+        return "".join(chr(i) for i in ids)
+
+    def generate(self, ids, options, cancelled=None, constraint=None, cache_scope=""):
+        self.script.prompts.append(self.detokenize(ids))
+        step = self.script.piece
+        pieces = [self.script.answer[i : i + step] for i in range(0, len(self.script.answer), step)]
+        for p in pieces:
+            yield Token(token=1, text=p)
+        yield Done(done_reason="stop", prompt_eval_count=len(ids), eval_count=len(pieces))
+
+    def close(self) -> None:
+        pass
+
+
+@dataclasses.dataclass
+class Script:
+    """A Service's `load_model` whose models all answer `answer`."""
+
+    answer: str = ""
+    piece: int = 5
+    prompts: list = dataclasses.field(default_factory=list)
+
+    def load(self, path, num_ctx: int = 4096, num_batch: int = 512, **_device) -> ScriptModel:
+        return ScriptModel(self, num_ctx)

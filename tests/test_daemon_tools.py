@@ -18,8 +18,8 @@ import pytest
 
 from localrt import config as cfg
 from localrt.serve.daemon import BackgroundServer, free_port
-from localrt.engine.events import Done, Token
 from localrt.runtime.service import Service
+from _daemon_fakes import Script
 
 HERMES = (
     "{{- if .Tools }}<|im_start|>system\nTools:\n{{- range .Tools }}\n{{ json .Function }}{{ end }}<|im_end|>\n{{ end }}"
@@ -34,44 +34,9 @@ TOOLS = [{"type": "function", "function": {
 CALL = 'Let me check.<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>'
 
 
-class ScriptModel:
-    """Answers every prompt with `script.answer`, split into small pieces; records the prompts it saw."""
-
-    metadata: dict = {}
-
-    def __init__(self, script: "Script", num_ctx: int):
-        self.script, self.num_ctx = script, num_ctx
-
-    def tokenize(self, text: str, special: bool = True, limit: int | None = None) -> list[int]:
-        text = text if limit is None else text[: limit + 1]  # as Model.tokenize: stops once past the limit
-        return [ord(c) % 256 for c in text]
-
-    def detokenize(self, ids) -> str:
-        return "".join(chr(i) for i in ids)
-
-    def generate(self, ids, options, cancelled=None, constraint=None, cache_scope=""):
-        self.script.prompts.append(self.detokenize(ids))
-        pieces = [self.script.answer[i : i + 5] for i in range(0, len(self.script.answer), 5)]
-        for p in pieces:
-            yield Token(token=1, text=p)
-        yield Done(done_reason="stop", prompt_eval_count=len(ids), eval_count=len(pieces))
-
-    def close(self) -> None:
-        pass
-
-
-@dataclasses.dataclass
-class Script:
-    answer: str = CALL
-    prompts: list = dataclasses.field(default_factory=list)
-
-    def load(self, path, num_ctx: int = 4096, num_batch: int = 512, **_device) -> ScriptModel:
-        return ScriptModel(self, num_ctx)
-
-
 @pytest.fixture(scope="module")
 def scripted(tmp_path_factory):
-    script = Script()
+    script = Script(answer=CALL)
     conf = dataclasses.replace(cfg.load({}), port=free_port(), models_dir=Path(tmp_path_factory.mktemp("m")))
     service = Service(conf, load_model=script.load)
     with BackgroundServer(service, conf) as srv:
