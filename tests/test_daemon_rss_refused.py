@@ -1,7 +1,8 @@
 """Refused prompts leave no memory behind (issue 48, class 4): a daemon that answered once, then refused 100 prompts
 of 8 MB (each past the context, refused in about a second without being tokenized whole), is within 10% of its
 resident size before them. The body and its parsed copies are freed into the C heap, which the edge hands back
-after each big-body request (serve/malloc.release_after_big_body); the tokenizer's caches skip long fragments."""
+after each big-body request, once the cycles that hold them are collected (serve/malloc.release_after_big_body);
+the tokenizer's caches skip long fragments."""
 from __future__ import annotations
 
 import os
