@@ -50,6 +50,8 @@ class ModelConfig:
     n_expert_used: int = 0  # experts each token is routed to (top-k of the router's softmax)
     n_ff_exp: int = 0  # each expert's feed-forward width
     expert_weights_norm: bool = False  # renormalise the top-k router probabilities to sum to 1
+    norm_eps: float = 0.0  # encoders (bert): the LayerNorms' epsilon (attention.layer_norm_epsilon)
+    n_token_types: int = 0  # encoders: rows of token_types (tokenizer.ggml.token_type_count)
 
     @property
     def n_embd_k(self) -> int:
@@ -138,6 +140,7 @@ def config_from_metadata(md: dict, tensors: Mapping | None = None) -> ModelConfi
         n_expert_used=n_expert_used,
         n_ff_exp=n_ff_exp,
         expert_weights_norm=arch in MOE,  # qwen3moe's graph always renormalises (no key read, as llama.cpp)
+        **(_encoder(k, md, module.NORM_EPS_KEY) if getattr(module, "ENCODER", False) else {}),
     )
     validate.check_heads(k, cfg, partial_rotary=arch in PARTIAL_ROTARY)
     validate.check_vocab(k, n_vocab)
@@ -146,6 +149,16 @@ def config_from_metadata(md: dict, tensors: Mapping | None = None) -> ModelConfi
         if hasattr(module, "check_tensors"):
             module.check_tensors(cfg, tensors)
     return cfg
+
+
+def _encoder(k: validate.Keys, md: Mapping, eps_key: str) -> dict:
+    """An encoder's LayerNorm epsilon (required, as llama.cpp) and token type count (llama.cpp refuses 0)."""
+    types = md.get("tokenizer.ggml.token_type_count")
+    if not validate.is_int(types) or not 1 <= int(types) <= validate.MAX_TOKEN_TYPES:
+        raise InvalidModel(f"tokenizer.ggml.token_type_count is {str(types)[:40]}: an encoder needs a count of token "
+                           f"types from 1 to {validate.MAX_TOKEN_TYPES}")
+    k.raw(eps_key, required=True)
+    return {"norm_eps": k.float(eps_key, 0.0, hi=1.0), "n_token_types": int(types)}
 
 
 def _rope_freq_scale(k: validate.Keys, tensors: Mapping | None) -> float:

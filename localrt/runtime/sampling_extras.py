@@ -40,8 +40,11 @@ def count_tokens(model, text: str, n_ctx: int) -> int:
 
 
 def embedding_only(metadata, arch: str) -> bool:
-    """A file that names its pooling type is an embedding model (Ollama: the `embedding` capability, no `completion`)."""
-    return f"{arch}.pooling_type" in metadata
+    """A file that names its pooling type, or an encoder's, is an embedding model (Ollama: the `embedding`
+    capability, no `completion`)."""
+    from ..engine.arch import ARCHITECTURES
+
+    return f"{arch}.pooling_type" in metadata or getattr(ARCHITECTURES.get(arch), "ENCODER", False)
 
 
 def refuse_embedding_only(model, name: str, what: str) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 from types import ModuleType
 
 from ...errors import UnsupportedArchitecture
-from . import gemma2, gemma3, llama, phi3, qwen2, qwen3, qwen3moe
+from . import bert, gemma2, gemma3, llama, phi3, qwen2, qwen3, qwen3moe
 
 ARCHITECTURES: dict[str, ModuleType] = {
     "llama": llama,  # also Mistral 7B-type files and SmolLM2, which carry arch "llama"
@@ -14,6 +14,7 @@ ARCHITECTURES: dict[str, ModuleType] = {
     "phi3": phi3,
     "gemma2": gemma2,
     "gemma3": gemma3,
+    "bert": bert,  # an encoder (ENCODER): embeddings only, run by engine.encoder
 }
 
 

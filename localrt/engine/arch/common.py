@@ -192,6 +192,8 @@ def dims(cfg) -> dict[str, int]:
         "n_ff2": 2 * cfg.n_ff,
         "n_expert": cfg.n_expert,
         "n_ff_exp": cfg.n_ff_exp,
+        "n_ctx_train": cfg.n_ctx_train,
+        "n_token_types": cfg.n_token_types,
     }
 
 

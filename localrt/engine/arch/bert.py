@@ -1,0 +1,169 @@
+"""bert (all-minilm, bge, mxbai-embed-large, snowflake-arctic-embed): an encoder. Learned absolute positions and
+token-type row 0 are added to the token embedding, LayerNorm (with bias) after the embedding and after each
+sub-block (post-norm), attention over the whole input (not causal, no KV cache), a GELU feed-forward with biases.
+
+As llama.cpp's `src/models/bert.cpp`: token types are all 0 ("sentence A"), GELU is the tanh form looked up at
+float16 input precision (ggml's GELU table), keys and values are attended at float16 (its flash-attention path).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from simd_kernels import ops
+
+from ..backends.backend import QTensor
+from .common import TensorSource, TensorTable, dims
+
+ROPE_MODE = ops.ROPE_NORMAL  # unused: positions are learned
+ENCODER = True
+NORM_EPS_KEY = "attention.layer_norm_epsilon"
+QUERY_CHUNK = 256  # query rows per attention step: scores are (n_head, QUERY_CHUNK, n_tok) float32
+
+GLOBALS: TensorTable = {
+    "token_embd.weight": (("n_vocab", "n_embd"), True),
+    "token_types.weight": (("n_token_types", "n_embd"), False),
+    "position_embd.weight": (("n_ctx_train", "n_embd"), True),
+    "token_embd_norm.weight": (("n_embd",), True),
+    "token_embd_norm.bias": (("n_embd",), True),
+}
+
+BLOCK: TensorTable = {
+    "attn_q.weight": (("n_q", "n_embd"), True),
+    "attn_k.weight": (("n_k", "n_embd"), True),
+    "attn_v.weight": (("n_v", "n_embd"), True),
+    "attn_q.bias": (("n_q",), False),
+    "attn_k.bias": (("n_k",), False),
+    "attn_v.bias": (("n_v",), False),
+    "attn_output.weight": (("n_embd", "n_o"), True),
+    "attn_output.bias": (("n_embd",), False),
+    "attn_output_norm.weight": (("n_embd",), True),
+    "attn_output_norm.bias": (("n_embd",), True),
+    "ffn_up.weight": (("n_ff", "n_embd"), True),
+    "ffn_up.bias": (("n_ff",), False),
+    "ffn_down.weight": (("n_embd", "n_ff"), True),
+    "ffn_down.bias": (("n_embd",), False),
+    "layer_output_norm.weight": (("n_embd",), True),
+    "layer_output_norm.bias": (("n_embd",), True),
+}
+
+
+@dataclass
+class EncoderLayer:
+    """One block, GGUF names minus `blk.N.`; vectors (biases, norms) float32, absent biases None."""
+
+    attn_q: QTensor
+    attn_k: QTensor
+    attn_v: QTensor
+    attn_output: QTensor
+    ffn_up: QTensor
+    ffn_down: QTensor
+    attn_output_norm: tuple[np.ndarray, np.ndarray]  # (weight, bias), each (n_embd,)
+    layer_output_norm: tuple[np.ndarray, np.ndarray]
+    biases: dict[str, np.ndarray | None]  # "attn_q" ... "ffn_down" -> (rows,) or None
+
+
+@dataclass
+class EncoderWeights:
+    token_embd: QTensor
+    position_embd: QTensor
+    type_row: np.ndarray | None  # (n_embd,) token type 0's embedding, or None
+    embd_norm: tuple[np.ndarray, np.ndarray]
+    layers: list[EncoderLayer]
+
+
+MATRICES = ("attn_q", "attn_k", "attn_v", "attn_output", "ffn_up", "ffn_down")
+
+
+def load(cfg, src: TensorSource) -> EncoderWeights:
+    d = dims(cfg)
+
+    def fetch(name: str, spec):
+        shape = tuple(d[k] for k in spec[0])
+        if len(shape) == 2:
+            return src.matrix(name, *shape) if spec[1] or src.has(name) else None
+        return src.vector(name, shape[0], required=spec[1])
+
+    g = {name: fetch(name, spec) for name, spec in GLOBALS.items()}
+    types = g["token_types.weight"]
+    layers = []
+    for il in range(cfg.n_layer):
+        t = {name: fetch(f"blk.{il}.{name}", spec) for name, spec in BLOCK.items()}
+        layers.append(EncoderLayer(
+            **{m: t[f"{m}.weight"] for m in MATRICES},
+            attn_output_norm=(t["attn_output_norm.weight"], t["attn_output_norm.bias"]),
+            layer_output_norm=(t["layer_output_norm.weight"], t["layer_output_norm.bias"]),
+            biases={m: t.get(f"{m}.bias") for m in MATRICES},
+        ))
+    return EncoderWeights(
+        token_embd=g["token_embd.weight"],
+        position_embd=g["position_embd.weight"],
+        type_row=None if types is None else src.backend.embed(types, np.zeros(1, np.int64))[0],
+        embd_norm=(g["token_embd_norm.weight"], g["token_embd_norm.bias"]),
+        layers=layers,
+    )
+
+
+def encode(be, cfg, w: EncoderWeights, tokens: np.ndarray) -> np.ndarray:
+    """Hidden states (n_tok, n_embd) float32 of one sequence, every token attending to every other."""
+    positions = np.arange(len(tokens), dtype=np.int64)
+    x = be.embed(w.token_embd, tokens) + be.embed(w.position_embd, positions)  # (n_tok, n_embd)
+    if w.type_row is not None:
+        x += w.type_row
+    x = layer_norm(x, *w.embd_norm, cfg.norm_eps)
+    for L in w.layers:
+        a = _linear(be, L, "attn_output", _attention(be, cfg, L, x))
+        x = layer_norm(x + a, *L.attn_output_norm, cfg.norm_eps)
+        f = _linear(be, L, "ffn_down", gelu(_linear(be, L, "ffn_up", x)))
+        x = layer_norm(x + f, *L.layer_output_norm, cfg.norm_eps)
+    return x
+
+
+def _linear(be, L: EncoderLayer, name: str, x: np.ndarray) -> np.ndarray:
+    y = be.linear(getattr(L, name), np.ascontiguousarray(x))  # (n_tok, rows)
+    b = L.biases[name]
+    if b is not None:
+        y += b
+    return y
+
+
+def _attention(be, cfg, L: EncoderLayer, x: np.ndarray) -> np.ndarray:
+    """Softmax(q k^T / sqrt(head_dim)) v over all tokens, per head; (n_tok, n_head * head_dim_v)."""
+    n, nh, nkv = len(x), cfg.n_head, cfg.n_head_kv
+    q = _linear(be, L, "attn_q", x).reshape(n, nh, cfg.head_dim).transpose(1, 0, 2)  # (n_head, n_tok, head_dim)
+    # keys and values at float16, as llama.cpp attends them
+    k = _linear(be, L, "attn_k", x).astype(np.float16).astype(np.float32).reshape(n, nkv, cfg.head_dim).transpose(1, 2, 0)
+    v = _linear(be, L, "attn_v", x).astype(np.float16).astype(np.float32).reshape(n, nkv, cfg.head_dim_v).transpose(1, 0, 2)
+    if nkv != nh:  # grouped heads: each kv head serves n_head / n_head_kv query heads
+        k, v = np.repeat(k, nh // nkv, axis=0), np.repeat(v, nh // nkv, axis=0)
+    out = np.empty((nh, n, cfg.head_dim_v), np.float32)  # (n_head, n_tok, head_dim_v)
+    scale = np.float32(1.0 / np.sqrt(cfg.head_dim))
+    for lo in range(0, n, QUERY_CHUNK):
+        s = np.matmul(q[:, lo : lo + QUERY_CHUNK], k) * scale  # (n_head, chunk, n_tok)
+        s -= s.max(axis=-1, keepdims=True)
+        np.exp(s, out=s)
+        s /= s.sum(axis=-1, keepdims=True)
+        out[:, lo : lo + QUERY_CHUNK] = np.matmul(s, v)
+    return out.transpose(1, 0, 2).reshape(n, nh * cfg.head_dim_v)
+
+
+def layer_norm(x: np.ndarray, weight: np.ndarray, bias: np.ndarray, eps: float) -> np.ndarray:
+    """(x - mean) / sqrt(var + eps) * weight + bias over the last axis, sums in float64 as ggml_norm."""
+    mean = x.mean(axis=-1, keepdims=True, dtype=np.float64)
+    c = (x - mean).astype(np.float32)
+    var = np.mean(np.square(c, dtype=np.float64), axis=-1, keepdims=True)
+    return (c * (1.0 / np.sqrt(var + eps)).astype(np.float32)) * weight + bias
+
+
+_GELU_C = np.float32(np.sqrt(2.0 / np.pi))
+
+
+def gelu(x: np.ndarray) -> np.ndarray:
+    """ggml's GELU: the tanh form of the float16-rounded input, rounded to float16 (its lookup table); identity from
+    10 up and 0 from -10 down."""
+    h = x.astype(np.float16).astype(np.float32)
+    y = (0.5 * h * (1.0 + np.tanh(_GELU_C * h * (1.0 + np.float32(0.044715) * h * h)))).astype(np.float16).astype(np.float32)
+    y[x >= 10.0] = x[x >= 10.0]
+    y[x <= -10.0] = 0.0
+    return y

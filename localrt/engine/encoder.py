@@ -1,0 +1,76 @@
+"""Encoder: a loaded encoder-only model (bert): config, weights, tokenizer and `embed`. No KV cache and no
+generation: every input runs one forward over all of its tokens, each attending to all the others. The runtime
+sees the same face as a Model's for embeddings (tokenize, embed, num_ctx, metadata, close) and no `cache`, so no
+batch driver is built for it."""
+from __future__ import annotations
+
+import numpy as np
+
+from simd_kernels import threads
+
+from ..errors import ContextLengthExceeded, InvalidRequest, ModelLoadError
+from . import arch as archs
+from .config import ModelConfig
+from .pooling import pool, pooling_type
+
+
+class Encoder:
+    def __init__(self, config: ModelConfig, metadata: dict, weights, backend, tokenizer, *, num_ctx: int,
+                 num_batch: int = 512, source=None, num_thread: int = 0) -> None:
+        self.config = config
+        self.metadata = metadata
+        self.weights = weights
+        self.backend = backend
+        self.tokenizer = tokenizer
+        self.num_ctx = num_ctx  # at most the trained context: positions are learned rows
+        self.num_batch = num_batch
+        self.num_thread = num_thread
+        self.arch = archs.get(config.arch)
+        self.pooling = pooling_type(metadata, config.arch)
+        self.load_duration_ns = 0
+        self.after_first_forward = None
+        self._source = source
+
+    def close(self) -> None:
+        if self._source is not None:
+            self._source.close()
+            self._source = None
+
+    def finish_loading(self, wait: bool = True) -> None:
+        """Nothing runs in the background after an encoder's load."""
+
+    def hidden(self, ids) -> np.ndarray:
+        """Final hidden states (len(ids), n_embd) float32 of one input."""
+        ids = self._check_ids(ids)
+        with threads.capped(self.num_thread):
+            return self.arch.encode(self.backend, self.config, self.weights, ids)
+
+    def embed(self, ids) -> np.ndarray:
+        """The input's embedding (n_embd,) float32, pooled as the file says (engine.pooling)."""
+        from .model import check_finite_output
+
+        return check_finite_output(pool(self.hidden(ids), self.pooling), "embedding values")
+
+    def tokenize(self, text: str, special: bool = True, limit: int | None = None) -> list[int]:
+        return self._tok().encode(text, add_special=True, parse_special=special, limit=limit)
+
+    def detokenize(self, ids) -> str:
+        return self._tok().decode(list(ids))
+
+    def generate(self, *args, **kwargs):
+        raise InvalidRequest(f"{self.config.arch} is an encoder: it embeds, it does not generate text")
+
+    def _check_ids(self, ids) -> np.ndarray:
+        arr = np.asarray(ids, np.int64).reshape(-1)
+        if len(arr) == 0:
+            raise InvalidRequest("no tokens to evaluate")
+        if arr.min() < 0 or arr.max() >= self.config.n_vocab:
+            raise InvalidRequest(f"token id out of range 0..{self.config.n_vocab - 1}")
+        if len(arr) > self.num_ctx:
+            raise ContextLengthExceeded(len(arr), self.num_ctx)
+        return arr
+
+    def _tok(self):
+        if self.tokenizer is None:
+            raise ModelLoadError("this model has no usable tokenizer")
+        return self.tokenizer
