@@ -128,3 +128,16 @@ def test_all_minilm_converted_file_reads_as_llamacpp_writes_it(minilm):
     tokens = md["tokenizer.ggml.tokens"]
     assert tokens[101] == "[CLS]" and tokens[7592] == "\u2581hello" and tokens[2015] == "s"  # "##s"
     assert minilm.config.n_embd == 384 and minilm.config.n_layer == 6 and minilm.num_ctx == 512
+
+
+def test_inputs_embedded_together_equal_each_alone(tmp_path):
+    """embed_many runs several inputs in one forward (their own positions, attention within each): the same vectors
+    as one at a time, whatever shares the batch."""
+    model = load_model(bertgen.write(tmp_path / "m.gguf"), tokenizer=False, num_batch=24)
+    try:
+        inputs = [[2, 5, 3], [2, 17, 44, 5, 99, 63, 3], [2] + list(range(5, 35)) + [3], [2, 9, 3]]
+        together = model.embed_many(inputs)
+        for ids, got in zip(inputs, together):
+            np.testing.assert_allclose(got, model.embed(ids), rtol=1e-5, atol=1e-5)
+    finally:
+        model.close()

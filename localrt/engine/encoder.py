@@ -45,6 +45,26 @@ class Encoder:
         with threads.capped(self.num_thread):
             return self.arch.encode(self.backend, self.config, self.weights, ids)
 
+    def embed_many(self, inputs: list) -> list[np.ndarray]:
+        """The embedding of each input, several inputs to a forward: as many as fit num_batch tokens together (an
+        input longer than that runs alone), in order."""
+        from .model import check_finite_output
+
+        checked = [self._check_ids(ids) for ids in inputs]
+        out: list[np.ndarray] = []
+        group: list[np.ndarray] = []
+        for ids in checked + [None]:
+            if group and (ids is None or sum(map(len, group)) + len(ids) > self.num_batch):
+                lengths = [len(g) for g in group]
+                with threads.capped(self.num_thread):
+                    hidden = self.arch.encode(self.backend, self.config, self.weights, np.concatenate(group), lengths)
+                for h in np.split(hidden, np.cumsum(lengths)[:-1]):
+                    out.append(check_finite_output(pool(h, self.pooling), "embedding values"))
+                group = []
+            if ids is not None:
+                group.append(ids)
+        return out
+
     def embed(self, ids) -> np.ndarray:
         """The input's embedding (n_embd,) float32, pooled as the file says (engine.pooling)."""
         from .model import check_finite_output

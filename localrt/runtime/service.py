@@ -341,7 +341,7 @@ class Service:
         def work(loaded: Loaded, _req, cancelled: threading.Event) -> Iterator[dict]:
             model = loaded.model
             limit = min(opts.num_ctx, model.num_ctx)  # the request's context, whatever the model was loaded with
-            vectors, count = [], 0
+            vectors, count, batched = [], 0, []
             for text in req.inputs:
                 if cancelled.is_set():
                     return
@@ -352,11 +352,15 @@ class Service:
                         raise ContextLengthExceeded(len(ids), limit, counted_all=len(ids) <= COUNT_UPTO * limit)
                     ids = ids[:limit]
                 count += len(ids)
-                if loaded.driver is None:
+                if hasattr(model, "embed_many"):  # an encoder: the inputs share forwards, after this loop
+                    batched.append(ids)
+                elif loaded.driver is None:
                     vectors.append(np.asarray(model.embed(ids), dtype=np.float64))
                 else:
                     with loaded.driver.exclusive():  # embed uses slot 0: never beside running sequences
                         vectors.append(np.asarray(model.embed(ids), dtype=np.float64))
+            if batched:
+                vectors = [np.asarray(v, dtype=np.float64) for v in model.embed_many(batched)]
             yield {"vectors": vectors, "count": count, "load": loaded.take_load_ns()}
 
         events = self._submit(name, opts, req.keep_alive, work)

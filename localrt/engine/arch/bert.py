@@ -105,15 +105,20 @@ def load(cfg, src: TensorSource) -> EncoderWeights:
     )
 
 
-def encode(be, cfg, w: EncoderWeights, tokens: np.ndarray) -> np.ndarray:
-    """Hidden states (n_tok, n_embd) float32 of one sequence, every token attending to every other."""
-    positions = np.arange(len(tokens), dtype=np.int64)
+def encode(be, cfg, w: EncoderWeights, tokens: np.ndarray, lengths: list[int] | None = None) -> np.ndarray:
+    """Hidden states (n_tok, n_embd) float32 of one or more sequences laid end to end (`lengths`, default one):
+    the matrices run on all their tokens at once, and each token attends to every token of its own sequence."""
+    lengths = [len(tokens)] if lengths is None else lengths
+    positions = np.concatenate([np.arange(n, dtype=np.int64) for n in lengths])  # (n_tok,) from 0 in each
     x = be.embed(w.token_embd, tokens) + be.embed(w.position_embd, positions)  # (n_tok, n_embd)
     if w.type_row is not None:
         x += w.type_row
     x = layer_norm(x, *w.embd_norm, cfg.norm_eps)
+    starts = np.cumsum([0] + lengths)
     for L in w.layers:
-        a = _linear(be, L, "attn_output", _attention(be, cfg, L, x))
+        att = np.concatenate([_attention(cfg, q, k, v) for q, k, v in
+                              zip(*(np.split(_linear(be, L, m, x), starts[1:-1]) for m in ("attn_q", "attn_k", "attn_v")))])
+        a = _linear(be, L, "attn_output", att)
         x = layer_norm(x + a, *L.attn_output_norm, cfg.norm_eps)
         f = _linear(be, L, "ffn_down", gelu(_linear(be, L, "ffn_up", x)))
         x = layer_norm(x + f, *L.layer_output_norm, cfg.norm_eps)
@@ -128,13 +133,13 @@ def _linear(be, L: EncoderLayer, name: str, x: np.ndarray) -> np.ndarray:
     return y
 
 
-def _attention(be, cfg, L: EncoderLayer, x: np.ndarray) -> np.ndarray:
-    """Softmax(q k^T / sqrt(head_dim)) v over all tokens, per head; (n_tok, n_head * head_dim_v)."""
-    n, nh, nkv = len(x), cfg.n_head, cfg.n_head_kv
-    q = _linear(be, L, "attn_q", x).reshape(n, nh, cfg.head_dim).transpose(1, 0, 2)  # (n_head, n_tok, head_dim)
+def _attention(cfg, q: np.ndarray, k: np.ndarray, v: np.ndarray) -> np.ndarray:
+    """Softmax(q k^T / sqrt(head_dim)) v over all tokens of one sequence, per head; (n_tok, n_head * head_dim_v)."""
+    n, nh, nkv = len(q), cfg.n_head, cfg.n_head_kv
+    q = q.reshape(n, nh, cfg.head_dim).transpose(1, 0, 2)  # (n_head, n_tok, head_dim)
     # keys and values at float16, as llama.cpp attends them
-    k = _linear(be, L, "attn_k", x).astype(np.float16).astype(np.float32).reshape(n, nkv, cfg.head_dim).transpose(1, 2, 0)
-    v = _linear(be, L, "attn_v", x).astype(np.float16).astype(np.float32).reshape(n, nkv, cfg.head_dim_v).transpose(1, 0, 2)
+    k = k.astype(np.float16).astype(np.float32).reshape(n, nkv, cfg.head_dim).transpose(1, 2, 0)  # (n_kv, hd, n_tok)
+    v = v.astype(np.float16).astype(np.float32).reshape(n, nkv, cfg.head_dim_v).transpose(1, 0, 2)  # (n_kv, n_tok, hd_v)
     if nkv != nh:  # grouped heads: each kv head serves n_head / n_head_kv query heads
         k, v = np.repeat(k, nh // nkv, axis=0), np.repeat(v, nh // nkv, axis=0)
     out = np.empty((nh, n, cfg.head_dim_v), np.float32)  # (n_head, n_tok, head_dim_v)
