@@ -175,13 +175,16 @@ def run(
                                         help="Let a thinking model think: --think, --think=low|medium|high, "
                                              "--think=false"),
     hidethinking: bool = typer.Option(False, "--hidethinking", help="Don't show the reasoning of a thinking model"),
+    truncate: Optional[bool] = typer.Option(None, "--truncate/--no-truncate", help="Embedding models: cut input to fit"),
+    dimensions: int = typer.Option(0, "--dimensions", help="Embedding models: truncate the embedding to this size"),
 ) -> None:
-    """Run a model: one answer for a prompt (or stdin), else an interactive chat."""
-    from localrt.cli.run_once import ensure_model, stream_generate
+    """Run a model: one answer for a prompt (or stdin), else an interactive chat; an embedding model prints the
+    embedding of the text."""
+    from localrt.cli.run_once import ensure_model, is_embedding_model, print_embedding, stream_generate
 
     client = _client()
     ensure_daemon(client)
-    ensure_model(client, model)  # a clear "not found" (or the pull that fixes it) before anything streams
+    info = ensure_model(client, model)  # a clear "not found" (or the pull that fixes it) before anything streams
     if format not in (None, "json"):
         _fail('invalid format: only "json" is supported')
     think_value = _think_value(think)
@@ -189,6 +192,8 @@ def run(
     if not sys.stdin.isatty():
         piped = sys.stdin.read()
         text = f"{piped}\n{text}".strip() if text else piped
+    if is_embedding_model(info):
+        return print_embedding(client, model, text, keepalive, truncate, dimensions)
     if text:
         done = stream_generate(client, model, text, format, keepalive, wordwrap=not nowordwrap, think=think_value,
                                 hide=hidethinking)

@@ -122,6 +122,9 @@ class Client:
     def show(self, model: str, verbose: bool = False) -> dict:
         return self._request("POST", "/api/show", json={"model": model, "verbose": verbose}).json()
 
+    def embed(self, body: dict) -> dict:
+        return self._request("POST", "/api/embed", json=body).json()
+
     def delete(self, model: str) -> None:
         self._request("DELETE", "/api/delete", json={"model": model})
 

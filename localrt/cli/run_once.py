@@ -6,7 +6,7 @@ import sys
 from .client import ApiError
 
 
-def ensure_model(client, model: str) -> None:
+def ensure_model(client, model: str) -> dict:
     """As `ollama run` does, a model that is not in the store is pulled first, but only from where that works
     offline: a built-in model is created from its installed package, and other names are pulled only when they
     name their registry or LOCALRT_REGISTRY names a mirror. Otherwise "not found" stands: an air-gapped PC has no
@@ -16,8 +16,7 @@ def ensure_model(client, model: str) -> None:
     from localrt.models.library import is_builtin
 
     try:
-        client.show(model)
-        return
+        return client.show(model)
     except ApiError as e:
         if e.status != 404:
             raise
@@ -25,6 +24,26 @@ def ensure_model(client, model: str) -> None:
         if not (is_builtin(model) or config.load().registry or ("." in first or ":" in first) and rest):
             raise
     render_progress(client.pull(model))
+    return client.show(model)
+
+
+def is_embedding_model(info: dict) -> bool:
+    caps = info.get("capabilities") or []
+    return "embedding" in caps and "completion" not in caps
+
+
+def print_embedding(client, model: str, text: str, keepalive, truncate: bool | None, dimensions: int) -> None:
+    """`ollama run` on an embedding model: the text's embedding as one JSON array on stdout."""
+    import json
+
+    if not text:
+        raise ApiError(400, f'embedding models require input text. Usage: localrt run {model} "your text here"')
+    body = {"model": model, "input": text, **({"keep_alive": keepalive} if keepalive is not None else {}),
+            **({"truncate": truncate} if truncate is not None else {}), **({"dimensions": dimensions} if dimensions else {})}
+    reply = client.embed(body)
+    if not reply.get("embeddings"):
+        raise ApiError(500, "no embeddings returned")
+    print(json.dumps(reply["embeddings"][0], separators=(",", ":")))  # as Go marshals it
 
 
 def stream_generate(client, model: str, text: str, format, keepalive, wordwrap: bool = True, think=None,

@@ -50,7 +50,8 @@ class ModelConfig:
     n_expert_used: int = 0  # experts each token is routed to (top-k of the router's softmax)
     n_ff_exp: int = 0  # each expert's feed-forward width
     expert_weights_norm: bool = False  # renormalise the top-k router probabilities to sum to 1
-    norm_eps: float = 0.0  # encoders (bert): the LayerNorms' epsilon (attention.layer_norm_epsilon)
+    encoder: bool = False  # an encoder-only family (bert): whole-input attention, no KV cache (engine.encoder)
+    norm_eps: float = 0.0  # encoders: the LayerNorms' epsilon (attention.layer_norm_epsilon)
     n_token_types: int = 0  # encoders: rows of token_types (tokenizer.ggml.token_type_count)
 
     @property
@@ -158,7 +159,7 @@ def _encoder(k: validate.Keys, md: Mapping, eps_key: str) -> dict:
         raise InvalidModel(f"tokenizer.ggml.token_type_count is {str(types)[:40]}: an encoder needs a count of token "
                            f"types from 1 to {validate.MAX_TOKEN_TYPES}")
     k.raw(eps_key, required=True)
-    return {"norm_eps": k.float(eps_key, 0.0, hi=1.0), "n_token_types": int(types)}
+    return {"encoder": True, "norm_eps": k.float(eps_key, 0.0, hi=1.0), "n_token_types": int(types)}
 
 
 def _rope_freq_scale(k: validate.Keys, tensors: Mapping | None) -> float:

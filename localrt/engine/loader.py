@@ -59,7 +59,7 @@ def load_model(path: str | os.PathLike, num_ctx: int = DEFAULT_NUM_CTX, *, num_b
         weights = archs.get(cfg.arch).load(cfg, TensorSource(tensors, backend))
         n_ctx = min(num_ctx, cfg.n_ctx_train)
         tok = _tokenizer(f.metadata) if tokenizer else None
-        if getattr(archs.get(cfg.arch), "ENCODER", False):  # no KV cache, no GPU layers: one forward per input
+        if cfg.encoder:  # no KV cache, no GPU layers: one forward per input
             model = Encoder(cfg, f.metadata, weights, backend, tok, num_ctx=n_ctx, num_batch=min(num_batch, num_ctx),
                             source=f, num_thread=num_thread)
             model.load_duration_ns = time.perf_counter_ns() - t0

@@ -100,6 +100,8 @@ def memory_need(cfg, mapped: int, num_ctx: int, num_batch: int, n_slots: int = 1
     kv_budget = budget_positions(kv_budget, kv_budget_bytes, pool_pos)  # as the Model sizes its pool
     pooled = pool_blocks(n_ctx, n_slots, kv_budget) * KV_BLOCK if n_slots > 0 else 0  # positions of the shared pool
     kv = sum(pooled if w <= 0 else min(n_ctx, w + n_batch) * n_slots for w in cfg.windows) * per_pos
+    if cfg.encoder:  # an encoder (engine.encoder) keeps no KV cache; its scores are (n_head, 256, n_tok) f32
+        kv = cfg.n_head * 256 * n_ctx * 4
     scratch = (n_batch * 8 * max(cfg.n_embd, cfg.n_ff) + 2 * cfg.n_vocab) * 4  # activations of one prefill chunk + a logits row
     scratch += n_batch * (cfg.n_expert + cfg.n_expert_used * cfg.n_embd) * 4  # MoE: router probs, per-rank expert outputs
     private = kv + scratch + (32 << 20)
