@@ -9,7 +9,10 @@ import pytest
 import gguf_io
 from localrt.engine.tokenizer import Tokenizer
 
-llama_cpp = pytest.importorskip("llama_cpp")
+try:
+    import llama_cpp
+except (ImportError, OSError) as e:  # not installed, or installed without its shared library (FileNotFoundError)
+    pytest.skip(f"llama-cpp-python is not usable here: {e}", allow_module_level=True)
 
 POOLS = [
     "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ", "0123456789", " ", "  ", "\t", "\n", "\r\n",

@@ -1,4 +1,4 @@
-"""Tokenizers built from GGUF metadata alone, token-for-token identical to llama.cpp (SPM and byte-level BPE)."""
+"""Tokenizers built from GGUF metadata alone, token-for-token identical to llama.cpp (SPM, byte-level BPE, WPM)."""
 from __future__ import annotations
 
 from .stream import StreamDecoder

@@ -1,4 +1,4 @@
-"""The public tokenizer: llama.cpp's `llama_tokenize` / `llama_detokenize` built from GGUF metadata alone."""
+"""The public tokenizer: llama.cpp's `llama_tokenize` / `llama_detokenize` from GGUF metadata alone (SPM, BPE, WPM)."""
 from __future__ import annotations
 
 from typing import Iterable
@@ -16,9 +16,11 @@ from .vocab import (
     ATTR_USER_DEFINED,
     BPE,
     SPM,
+    WPM,
     Vocab,
     load_vocab,
 )
+from .wpm import WpmEncoder
 
 _HIDDEN = ATTR_CONTROL | ATTR_UNKNOWN  # rendered only when special=True
 
@@ -33,9 +35,9 @@ class Tokenizer:
     def __init__(self, vocab: Vocab):
         self.vocab = vocab
         self._specials = SpecialMatcher(vocab)
-        self._encoder = SpmEncoder(vocab) if vocab.kind == SPM else BpeEncoder(vocab)
+        self._encoder = {SPM: SpmEncoder, BPE: BpeEncoder, WPM: WpmEncoder}[vocab.kind](vocab)
         self._pieces: dict[int, bytes] = {}
-        self.clean_spaces = vocab.kind == BPE and vocab.pretok.clean_spaces
+        self.clean_spaces = vocab.kind == WPM or (vocab.kind == BPE and vocab.pretok.clean_spaces)
 
     @classmethod
     def from_gguf(cls, metadata: dict) -> "Tokenizer":
@@ -90,8 +92,11 @@ class Tokenizer:
         # Lone surrogates cannot be UTF-8; llama.cpp reads invalid UTF-8 as U+FFFD.
         text = text.encode("utf-8", "surrogatepass").decode("utf-8", "replace") if _has_surrogate(text) else text
         v = self.vocab
+        wpm = v.kind == WPM
+        if add_special and wpm:
+            _check_wpm_specials(v)
         out: list[int] = []
-        if add_special and v.add_bos:
+        if add_special and (v.add_bos or wpm):  # WPM: [CLS] whatever the flag says
             out.append(v.ids["bos"])
         frags = self._specials.partition(text, parse_special)
         if v.kind == SPM:
@@ -106,7 +111,9 @@ class Tokenizer:
                     return out
         if limit is not None and len(out) > limit:
             return out
-        if add_special and v.add_eos:
+        if add_special and wpm:
+            out.append(v.ids["sep"])  # WPM: [SEP], not EOS, and whatever add_eos says
+        elif add_special and v.add_eos:
             out.append(v.ids["eos"])
         return out
 
@@ -141,7 +148,7 @@ class Tokenizer:
         if attr & (_HIDDEN | ATTR_USER_DEFINED):
             return text.encode("utf-8")
         if attr & ATTR_NORMAL:
-            if self.vocab.kind == SPM:
+            if self.vocab.kind != BPE:  # SPM and WPM: the U+2581 word marker is a space
                 return text.replace(SPACE, " ").encode("utf-8")
             return _gpt2_decode(text)
         if attr & ATTR_BYTE:
@@ -179,6 +186,13 @@ class Tokenizer:
         return token_id
 
 
+def _check_wpm_specials(v: Vocab) -> None:
+    # llama.cpp asserts (aborts) here; a request that needs the missing token is refused instead.
+    for name, text in (("bos", "[CLS]"), ("sep", "[SEP]")):
+        if v.ids[name] is None:
+            raise InvalidRequest(f"this WordPiece vocabulary has no {name} ({text}) token to add")
+
+
 def _has_surrogate(text: str) -> bool:
     try:
         text.encode("utf-8")
@@ -201,6 +215,8 @@ def _gpt2_decode(text: str) -> bytes:
 
 def _byte_of(text: str, kind: str) -> int:
     # BYTE tokens are "<0xHH>" in SPM vocabularies; llama.cpp reads the two hex digits at offset 3.
+    if kind == WPM:
+        raise InvalidRequest(f"byte token {text!r} in a WordPiece vocabulary (llama.cpp aborts on these)")
     try:
         return int(text[3:5], 16)
     except ValueError:

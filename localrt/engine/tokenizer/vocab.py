@@ -35,8 +35,8 @@ _TYPE_TO_ATTR = np.array(
     dtype=np.int32,
 )
 
-SPM, BPE = "spm", "bpe"
-_MODEL_KIND = {"llama": SPM, "gpt2": BPE}
+SPM, BPE, WPM = "spm", "bpe", "wpm"
+_MODEL_KIND = {"llama": SPM, "gpt2": BPE, "bert": WPM}
 
 _EOT_TEXTS = ("<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>", "<|end_of_text|>",
               "<EOT>", "_<EOT>", "[EOT]", "<\uff5cend\u2581of\u2581sentence\uff5c>", "<end_of_utterance>")
@@ -70,12 +70,13 @@ _SPECIAL_KEYS = (
 _DEFAULT_IDS = {
     SPM: {"bos": 1, "eos": 2, "unk": 0},
     BPE: {"bos": 11, "eos": 11},
+    WPM: {"bos": 101, "unk": 100, "sep": 102, "pad": 0, "mask": 103},  # bert-base: [CLS] [UNK] [SEP] [PAD] [MASK]
 }
 
 
 @dataclass
 class Vocab:
-    kind: str                      # SPM or BPE
+    kind: str                      # SPM, BPE or WPM
     model: str                     # tokenizer.ggml.model
     pre: str                       # tokenizer.ggml.pre ("" when absent)
     tokens: Sequence[str]          # (n_vocab,) token texts: a list, or a StringArray over the mapped file
@@ -87,8 +88,10 @@ class Vocab:
     ids: dict[str, int | None] = field(default_factory=dict)  # bos/eos/eot/eom/unk/sep/pad/mask/fim_*
     add_bos: bool = False
     add_eos: bool = False
-    add_sep: bool = False          # read for llama.cpp's load-time check only: SPM/BPE never append SEP
+    add_sep: bool = False          # read as llama.cpp reads it; no tokenizer consults it (WPM appends SEP anyway)
     add_space_prefix: bool = False
+    lowercase: bool = True         # WPM normalizer options (tokenizer.ggml.normalizer.*)
+    strip_accents: bool = True
     eog_ids: frozenset[int] = frozenset()
     special_ids: list[int] = field(default_factory=list)  # CONTROL|USER_DEFINED|UNKNOWN, longest text first
 
@@ -253,7 +256,7 @@ def load_vocab(md: dict) -> Vocab:
         raise ModelLoadError("model file has no tokenizer (tokenizer.ggml.model)")
     kind = _MODEL_KIND.get(model)
     if kind is None:
-        raise ModelLoadError(f"unsupported tokenizer model {model!r} (supported: llama/SPM, gpt2/BPE)")
+        raise ModelLoadError(f"unsupported tokenizer model {model!r} (supported: llama/SPM, gpt2/BPE, bert/WPM)")
     pre = str(_get(md, "pre", "") or "")
     tokens, token_to_id = _token_texts(md)
     n = len(tokens)
@@ -271,11 +274,15 @@ def load_vocab(md: dict) -> Vocab:
         v.pretok = pre_tokenizer(pre)
     v.ids = _special_ids(md, kind, pre, n)
     v.add_space_prefix = _bool(md, "add_space_prefix", kind == SPM)
-    v.add_bos = _bool(md, "add_bos_token", kind == SPM or (v.pretok is not None and v.pretok.add_bos_default))
+    # WPM ignores add_bos/add_eos when tokenizing (add_special always gives [CLS] ... [SEP]); they are kept as read.
+    v.add_bos = _bool(md, "add_bos_token", kind in (SPM, WPM) or (v.pretok is not None and v.pretok.add_bos_default))
     v.add_eos = _bool(md, "add_eos_token", False)
-    v.add_sep = _bool(md, "add_sep_token", False)
+    v.add_sep = _bool(md, "add_sep_token", kind == WPM)
+    v.lowercase = _bool(md, "normalizer.lowercase", True)
+    v.strip_accents = _bool(md, "normalizer.strip_accents", v.lowercase)  # BertNormalizer: follows lowercase
+    # WPM does not read the flags when tokenizing; its missing [CLS]/[SEP] is refused by encode(add_special=True).
     for flag, name in ((v.add_bos, "bos"), (v.add_eos, "eos"), (v.add_sep, "sep")):
-        if flag and v.ids[name] is None:
+        if flag and v.ids[name] is None and kind != WPM:
             raise ModelLoadError(f"tokenizer.ggml.add_{name}_token is true but the model has no {name} token")
     _detect_by_text(v, attrs)
     v.eog_ids = _eog(v, attrs)
