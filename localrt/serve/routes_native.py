@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
-from starlette.responses import JSONResponse, PlainTextResponse, Response
+from starlette.responses import JSONResponse, Response
 
 from .. import errors
 from ..api import types as api_types
@@ -23,10 +23,6 @@ API_VERSION = "0.13.0"  # the Ollama wire format we speak; clients gate features
 
 def _service(request: Request):
     return request.app.state.service
-
-
-async def root(request: Request) -> Response:
-    return PlainTextResponse("Ollama is running")
 
 
 async def version(request: Request) -> Response:

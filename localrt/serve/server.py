@@ -3,7 +3,7 @@ it all. The routes themselves live in routes_native (Ollama's /api) and routes_o
 """
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 from starlette.applications import Starlette
 from starlette.requests import ClientDisconnect, Request
@@ -14,6 +14,7 @@ from .. import errors
 from ..config import is_loopback
 from . import routes_native as native
 from . import routes_openai as v1
+from . import ui_routes as ui
 from .access_log import AccessLog
 from .error_map import error_response, error_status  # noqa: F401 - error_status: the mapping, for callers
 from .routes_native import API_VERSION  # noqa: F401
@@ -38,7 +39,10 @@ def _v1(handler: Callable) -> Callable:
 
 
 ROUTES = [
-    ("/", native.root, ["GET", "HEAD"], None),
+    ("/", ui.root, ["GET", "HEAD"], None),
+    ("/ui", ui.to_page, ["GET", "HEAD"], None),
+    ("/ui/", ui.page, ["GET", "HEAD"], None),
+    ("/ui/{name}", ui.page, ["GET", "HEAD"], None),
     ("/api/version", native.version, ["GET", "HEAD"], guarded),
     ("/api/generate", native.generate, ["POST"], guarded),
     ("/api/chat", native.chat, ["POST"], guarded),
@@ -74,6 +78,6 @@ def make_app(service, config):
         routes += registry_routes(lambda: service.store, config)
     app = Starlette(routes=routes)
     app.state.service = service
-    public = ("/v2/",) if getattr(config, "registry_public", False) else ()
+    public = ("/ui/",) + (("/v2/",) if getattr(config, "registry_public", False) else ())  # the page asks for the key
     return AccessLog(Guard(app, loopback_bind=is_loopback(config.host), origins=config.origins,
                            api_key=config.api_key, public_read_prefixes=public))

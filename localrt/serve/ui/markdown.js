@@ -1,0 +1,121 @@
+// Markdown to DOM nodes, never through HTML: every piece of model text reaches the page as a text node, so a reply
+// holding <img onerror=...> or <script> shows as those characters. Links are made only for http(s) URLs.
+// Covers what chat replies use: paragraphs, headings, lists, quotes, fenced code (with a copy button), inline
+// code, bold, italic, links. Math stays as written.
+"use strict";
+
+const Markdown = (() => {
+  function el(tag, cls, text) {
+    const e = document.createElement(tag);
+    if (cls) e.className = cls;
+    if (text !== undefined) e.textContent = text;
+    return e;
+  }
+
+  function safeUrl(url) {
+    try {
+      const u = new URL(url, "http://invalid.invalid/");
+      return (u.protocol === "http:" || u.protocol === "https:") && /^https?:\/\//i.test(url) ? u.href : null;
+    } catch (_) {
+      return null;
+    }
+  }
+
+  // Inline spans of one line of text: `code`, **bold**, *italic* / _italic_, [text](url).
+  const INLINE = /(`+)([^`]|[^`][\s\S]*?[^`])\1|\*\*([^*]+)\*\*|\*([^*\s][^*]*)\*|\b_([^_]+)_\b|\[([^\]]+)\]\(([^)\s]+)\)/g;
+
+  function inline(parent, text) {
+    let last = 0;
+    for (const m of text.matchAll(INLINE)) {
+      if (m.index > last) parent.append(document.createTextNode(text.slice(last, m.index)));
+      if (m[2] !== undefined) parent.append(el("code", null, m[2]));
+      else if (m[3] !== undefined) inline(parent.appendChild(el("strong")), m[3]);
+      else if (m[4] !== undefined) inline(parent.appendChild(el("em")), m[4]);
+      else if (m[5] !== undefined) inline(parent.appendChild(el("em")), m[5]);
+      else {
+        const href = safeUrl(m[7]);
+        if (href) {
+          const a = el("a", null, m[6]);
+          a.href = href;
+          a.rel = "noopener noreferrer nofollow";
+          a.target = "_blank";
+          parent.append(a);
+        } else {
+          parent.append(document.createTextNode(m[0]));
+        }
+      }
+      last = m.index + m[0].length;
+    }
+    if (last < text.length) parent.append(document.createTextNode(text.slice(last)));
+  }
+
+  function codeBlock(lang, lines) {
+    const pre = el("pre");
+    const code = el("code", lang ? "lang-" + lang.replace(/[^\w-]/g, "") : null, lines.join("\n"));
+    const copy = el("button", "copy", "Copy");
+    copy.type = "button";
+    copy.addEventListener("click", () => {
+      const done = () => { copy.textContent = "Copied"; setTimeout(() => { copy.textContent = "Copy"; }, 1200); };
+      if (navigator.clipboard) navigator.clipboard.writeText(code.textContent).then(done, () => {});
+    });
+    pre.append(copy, code);
+    return pre;
+  }
+
+  // A fragment for a whole Markdown text (an unclosed fence, as while streaming, runs to the end).
+  function render(text) {
+    const out = document.createDocumentFragment();
+    const lines = String(text).replace(/\r\n?/g, "\n").split("\n");
+    let para = [];
+    let list = null;
+    const flush = () => {
+      if (para.length) {
+        const p = el("p");
+        para.forEach((line, i) => { if (i) p.append(el("br")); inline(p, line); });
+        out.append(p);
+        para = [];
+      }
+    };
+    for (let i = 0; i < lines.length; i++) {
+      const line = lines[i];
+      const fence = line.match(/^\s*(```|~~~)\s*([\w+-]*)/);
+      if (fence) {
+        flush();
+        list = null;
+        const body = [];
+        for (i++; i < lines.length && !lines[i].trimStart().startsWith(fence[1]); i++) body.push(lines[i]);
+        out.append(codeBlock(fence[2], body));
+        continue;
+      }
+      const heading = line.match(/^(#{1,6})\s+(.*)$/);
+      const item = line.match(/^\s*([-*+]|\d+[.)])\s+(.*)$/);
+      const quote = line.match(/^>\s?(.*)$/);
+      if (heading) {
+        flush();
+        list = null;
+        inline(out.appendChild(el("h" + Math.min(heading[1].length + 2, 6))), heading[2]);
+      } else if (item) {
+        flush();
+        const ordered = /\d/.test(item[1]);
+        if (!list || list.ordered !== ordered) {
+          list = { ordered, node: out.appendChild(el(ordered ? "ol" : "ul")) };
+        }
+        inline(list.node.appendChild(el("li")), item[2]);
+      } else if (quote) {
+        flush();
+        list = null;
+        inline(out.appendChild(el("blockquote")), quote[1]);
+      } else if (!line.trim()) {
+        flush();
+        list = null;
+      } else {
+        list = null;
+        para.push(line);
+      }
+    }
+    flush();
+    return out;
+  }
+
+  return { render, safeUrl };
+})();
