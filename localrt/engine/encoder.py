@@ -11,7 +11,7 @@ from simd_kernels import threads
 from ..errors import ContextLengthExceeded, InvalidRequest, ModelLoadError
 from . import arch as archs
 from .config import ModelConfig
-from .pooling import pool, pooling_type
+from .pooling import classifier_pooling, pool, pooling_type
 
 
 class Encoder:
@@ -27,6 +27,8 @@ class Encoder:
         self.num_thread = num_thread
         self.arch = archs.get(config.arch)
         self.pooling = pooling_type(metadata, config.arch)
+        # a reranker's head reads the [CLS] state, or the tokens' mean (classifier.pooling_type)
+        self.rank_pooling = classifier_pooling(metadata, config.arch) if self.pooling == "rank" else None
         self.load_duration_ns = 0
         self.after_first_forward = None
         self._source = source
@@ -50,20 +52,44 @@ class Encoder:
         input longer than that runs alone), in order."""
         from .model import check_finite_output
 
-        checked = [self._check_ids(ids) for ids in inputs]
         out: list[np.ndarray] = []
+        for hidden, lengths in self._forwards(inputs):
+            for h in np.split(hidden, np.cumsum(lengths)[:-1]):
+                out.append(check_finite_output(pool(h, self.pooling), "embedding values"))
+        return out
+
+    def rank_many(self, inputs: list, cancelled=None) -> list[float]:
+        """A reranker's score of each input (a query and document's ids, runtime.rerank), batched as embed_many: the
+        first output of the classification head (arch `rank`), raw, as llama-server's relevance_score. With
+        `cancelled` (a threading.Event) set, it stops between forwards and returns the scores so far."""
+        from .model import check_finite_output
+
+        if self.pooling != "rank" or not hasattr(self.arch, "rank"):
+            raise InvalidRequest(f"this model is not a reranker (its pooling type is {self.pooling}, not rank)")
+        out: list[float] = []
+        for hidden, lengths in self._forwards(inputs, cancelled):
+            with threads.capped(self.num_thread):
+                scores = self.arch.rank(self.backend, self.config, self.weights, hidden, lengths,
+                                        mean=self.rank_pooling == "mean")  # (n_seq, n_cls_out)
+            out.extend(float(x) for x in check_finite_output(scores[:, 0], "rerank scores"))
+        return out
+
+    def _forwards(self, inputs: list, cancelled=None):
+        """(hidden (n_tok, n_embd), lengths) per forward over the inputs in order, as many to a forward as fit
+        num_batch tokens together (a longer input runs alone); every input is checked before the first forward."""
+        checked = [self._check_ids(ids) for ids in inputs]
         group: list[np.ndarray] = []
         for ids in checked + [None]:
             if group and (ids is None or sum(map(len, group)) + len(ids) > self.num_batch):
+                if cancelled is not None and cancelled.is_set():
+                    return
                 lengths = [len(g) for g in group]
                 with threads.capped(self.num_thread):
                     hidden = self.arch.encode(self.backend, self.config, self.weights, np.concatenate(group), lengths)
-                for h in np.split(hidden, np.cumsum(lengths)[:-1]):
-                    out.append(check_finite_output(pool(h, self.pooling), "embedding values"))
+                yield hidden, lengths
                 group = []
             if ids is not None:
                 group.append(ids)
-        return out
 
     def embed(self, ids) -> np.ndarray:
         """The input's embedding (n_embd,) float32, pooled as the file says (engine.pooling)."""

@@ -28,10 +28,23 @@ def pooling_type(metadata: Mapping, arch: str) -> str:
 def pool(hidden: np.ndarray, kind: str) -> np.ndarray:
     """hidden (n_tok, n_embd) float32 -> (n_embd,) float32 by `kind`."""
     if kind == "rank":
-        raise InvalidRequest("this model is a reranker (pooling type rank): it scores pairs, it does not embed")
+        raise InvalidRequest("this model is a reranker (pooling type rank): it scores pairs with /v1/rerank, it does "
+                             "not embed")
     if kind == "cls":
         return hidden[0].astype(np.float32, copy=True)
     if kind == "last":
         return hidden[-1].astype(np.float32, copy=True)
     # mean, and none: a vector per token is not what an embedding endpoint returns, so their mean is
     return hidden.mean(axis=0, dtype=np.float64).astype(np.float32)
+
+
+def classifier_pooling(metadata: Mapping, arch: str) -> str:
+    """What a reranker's classification head reads (`{arch}.classifier.pooling_type`, as llama.cpp): "mean" of the
+    tokens for 1 (mean), else "cls", the first token ([CLS]); llama.cpp treats every other value as cls."""
+    key = f"{arch}.classifier.pooling_type"
+    raw = metadata.get(key)
+    if raw is None:
+        return "cls"
+    if isinstance(raw, bool) or not isinstance(raw, (int, np.integer)) or int(raw) not in KINDS:
+        raise ModelLoadError(f"{key} is {str(raw)[:40]}, not a pooling type (0 none, 1 mean, 2 cls, 3 last, 4 rank)")
+    return "mean" if int(raw) == 1 else "cls"

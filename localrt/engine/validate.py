@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Sequence
 from typing import Mapping
 
 import numpy as np
@@ -174,7 +175,23 @@ def dim_labels(keys: Keys, vocab_label: str) -> dict[str, str]:
         "n_qkv": f"{head} x {kl} + 2 x {kv} x {kl}", "n_ff2": f"2 x {k('feed_forward_length')}",
         "n_expert": k("expert_count"), "n_ff_exp": k("expert_feed_forward_length"),
         "n_ctx_train": k("context_length"), "n_token_types": "tokenizer.ggml.token_type_count",
+        "n_cls_out": f"the count of {k('classifier.output_labels')} (1 without it)",
     }
+
+
+def classifier_outputs(keys: Keys) -> int:
+    """A classifier's output count, as llama.cpp: the number of classifier.output_labels (strings), 1 without them."""
+    key = keys.name("classifier.output_labels")
+    labels = keys.raw("classifier.output_labels")
+    if labels is None:
+        return 1
+    if isinstance(labels, (str, bytes)) or not isinstance(labels, Sequence):  # a list, or gguf_io's StringArray
+        raise InvalidModel(f"{key} must be an array of strings")
+    if not 1 <= len(labels) <= MAX_WIDTH:
+        raise InvalidModel(f"{key} has {len(labels)} labels; a classifier needs 1 to {MAX_WIDTH}")
+    if not all(isinstance(x, str) for x in labels):
+        raise InvalidModel(f"{key} must be an array of strings")
+    return len(labels)
 
 
 def check_vocab(keys: Keys, n_vocab: int) -> None:

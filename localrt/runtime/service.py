@@ -25,6 +25,7 @@ from ..engine.events import Done, Token
 from ..errors import Cancelled, ContextLengthExceeded, InvalidRequest, ModelLoadError, ModelNotFound
 from ..models import library
 from ..templates.toolcalls import ToolCallParser, tag_for_template
+from . import rerank
 from .batch_driver import BatchDriver
 from .catalog import Catalog
 from .jobs import AUTO_PARALLEL, CLIENT, system_available_memory
@@ -381,6 +382,10 @@ class Service:
         embeddings = [_normalize(v, req.dimensions) for v in result["vectors"]]
         return {"model": req.model, "embeddings": embeddings, "total_duration": time.perf_counter_ns() - t0,
                 "load_duration": result["load"], "prompt_eval_count": result["count"]}
+
+    def rerank(self, req, cancel=None) -> dict:
+        """llama-server's /v1/rerank on a reranker model, scheduled as embed is (runtime.rerank)."""
+        return rerank.run(self, req, cancel)
 
     # ---- models ------------------------------------------------------------------------------------
 

@@ -9,7 +9,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from .. import errors
-from . import openai_compat, openai_replies, openai_responses
+from . import openai_compat, openai_replies, openai_responses, rerank_compat
 from .openai_choices import BestOf, run_choices, run_prompts
 from .openai_responses_reply import ResponsesStream
 from .request_meta import warn_ignored
@@ -68,6 +68,14 @@ async def embeddings(request: Request) -> Response:
     warn_ignored(request, req)
     native_reply = await cancellable(request, _service(request).embed, req)
     return JSONResponse(openai_compat.embeddings_reply(req.model, native_reply, encoding))
+
+
+async def rerank(request: Request) -> Response:
+    """llama-server's rerank endpoint (serve.rerank_compat), on a reranker model."""
+    req = rerank_compat.rerank_request(await json_body(request))
+    warn_ignored(request, req)
+    native_reply = await cancellable(request, _service(request).rerank, req)
+    return JSONResponse(rerank_compat.rerank_reply(req, native_reply))
 
 
 async def models(request: Request) -> Response:

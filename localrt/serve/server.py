@@ -63,6 +63,10 @@ ROUTES = [
     ("/v1/responses", v1.responses, ["POST"], _v1),
     ("/v1/responses/input_tokens", v1.responses_input_tokens, ["POST"], _v1),
     ("/v1/embeddings", v1.embeddings, ["POST"], _v1),
+    ("/v1/rerank", v1.rerank, ["POST"], _v1),  # llama-server's four names for it
+    ("/rerank", v1.rerank, ["POST"], _v1),
+    ("/v1/reranking", v1.rerank, ["POST"], _v1),
+    ("/reranking", v1.rerank, ["POST"], _v1),
     ("/v1/models", v1.models, ["GET"], _v1),
     ("/v1/models/{model}", v1.model, ["GET"], _v1),
 ]

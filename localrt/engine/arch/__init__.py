@@ -4,7 +4,7 @@ from __future__ import annotations
 from types import ModuleType
 
 from ...errors import UnsupportedArchitecture
-from . import bert, gemma2, gemma3, llama, phi3, qwen2, qwen3, qwen3moe
+from . import bert, gemma2, gemma3, llama, nomic_bert, phi3, qwen2, qwen3, qwen3moe
 
 ARCHITECTURES: dict[str, ModuleType] = {
     "llama": llama,  # also Mistral 7B-type files and SmolLM2, which carry arch "llama"
@@ -15,6 +15,7 @@ ARCHITECTURES: dict[str, ModuleType] = {
     "gemma2": gemma2,
     "gemma3": gemma3,
     "bert": bert,  # an encoder (ENCODER): embeddings only, run by engine.encoder
+    "nomic-bert": nomic_bert,  # an encoder too: nomic-embed-text v1 / v1.5 (rope, SwiGLU)
 }
 
 

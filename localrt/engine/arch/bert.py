@@ -4,15 +4,19 @@ sub-block (post-norm), attention over the whole input (not causal, no KV cache),
 
 As llama.cpp's `src/models/bert.cpp`: token types are all 0 ("sentence A"), GELU is the tanh form looked up at
 float16 input precision (ggml's GELU table), keys and values are attended at float16 (its flash-attention path).
+A reranker (pooling_type 4, rank) adds a classification head over the [CLS] state (`rank`); its query and document
+are then token type 0 too, as llama.cpp runs them (Hugging Face gives the document type 1).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from itertools import pairwise
 
 import numpy as np
 
 from simd_kernels import ops
 
+from ...errors import InvalidModel
 from ..backends.backend import QTensor
 from .common import TensorSource, TensorTable, dims
 
@@ -27,7 +31,14 @@ GLOBALS: TensorTable = {
     "position_embd.weight": (("n_ctx_train", "n_embd"), True),
     "token_embd_norm.weight": (("n_embd",), True),
     "token_embd_norm.bias": (("n_embd",), True),
+    # A reranker's classification head (pooling_type 4, rank), as llama.cpp's converter names it: a dense layer and
+    # tanh (cls), then the projection to the scores (cls.output); a reranker has one or both (check_tensors).
+    "cls.weight": (("n_embd", "n_embd"), False),
+    "cls.bias": (("n_embd",), False),
+    "cls.output.weight": (("n_cls_out", "n_embd"), False),
+    "cls.output.bias": (("n_cls_out",), False),
 }
+HEAD = ("cls.weight", "cls.bias", "cls.output.weight", "cls.output.bias")
 
 BLOCK: TensorTable = {
     "attn_q.weight": (("n_q", "n_embd"), True),
@@ -71,6 +82,15 @@ class EncoderWeights:
     type_row: np.ndarray | None  # (n_embd,) token type 0's embedding, or None
     embd_norm: tuple[np.ndarray, np.ndarray]
     layers: list[EncoderLayer]
+    head: dict[str, QTensor | np.ndarray | None] = field(default_factory=dict)  # HEAD name -> tensor, or None
+
+
+def check_tensors(cfg, tensors) -> None:
+    """A reranker (pooling_type rank) must have a classification head: without one llama.cpp would score by the
+    first value of the [CLS] token's hidden state, which no reranker is trained to give."""
+    if cfg.rank and "cls.weight" not in tensors and "cls.output.weight" not in tensors:
+        raise InvalidModel(f"{cfg.arch}.pooling_type is 4 (rank) but the file has neither tensor 'cls.weight' nor "
+                           "'cls.output.weight': a reranker needs its classification head")
 
 
 MATRICES = ("attn_q", "attn_k", "attn_v", "attn_output", "ffn_up", "ffn_down")
@@ -102,6 +122,7 @@ def load(cfg, src: TensorSource) -> EncoderWeights:
         type_row=None if types is None else src.backend.embed(types, np.zeros(1, np.int64))[0],
         embd_norm=(g["token_embd_norm.weight"], g["token_embd_norm.bias"]),
         layers=layers,
+        head={name: g[name] for name in HEAD},
     )
 
 
@@ -123,6 +144,30 @@ def encode(be, cfg, w: EncoderWeights, tokens: np.ndarray, lengths: list[int] | 
         f = _linear(be, L, "ffn_down", gelu(_linear(be, L, "ffn_up", x)))
         x = layer_norm(x + f, *L.layer_output_norm, cfg.norm_eps)
     return x
+
+
+def rank(be, cfg, w: EncoderWeights, hidden: np.ndarray, lengths: list[int], mean: bool = False) -> np.ndarray:
+    """The classification head's outputs (n_seq, n_cls_out) float32 for sequences laid end to end in hidden
+    (n_tok, n_embd), as llama.cpp's rank pooling: each sequence's first token ([CLS]), or the mean of its tokens
+    when `mean` (classifier.pooling_type 1); then tanh(cls x + cls.bias) if the file has cls, then
+    cls.output x + cls.output.bias if it has cls.output. Raw scores: no sigmoid, as llama-server returns them."""
+    starts = np.cumsum([0] + list(lengths))  # (n_seq + 1,)
+    if mean:
+        x = np.stack([hidden[a:b].mean(axis=0, dtype=np.float64) for a, b in pairwise(starts)])
+        x = x.astype(np.float32)  # (n_seq, n_embd)
+    else:
+        x = np.ascontiguousarray(hidden[starts[:-1]])  # (n_seq, n_embd)
+    h = w.head
+    if h.get("cls.weight") is not None:
+        x = be.linear(h["cls.weight"], x)  # (n_seq, n_embd)
+        if h["cls.bias"] is not None:
+            x += h["cls.bias"]
+        x = np.tanh(x)
+    if h.get("cls.output.weight") is not None:
+        x = be.linear(h["cls.output.weight"], np.ascontiguousarray(x))  # (n_seq, n_cls_out)
+        if h["cls.output.bias"] is not None:
+            x += h["cls.output.bias"]
+    return x[:, : cfg.n_cls_out]  # without cls.output, llama.cpp reads the first n_cls_out values
 
 
 def _linear(be, L: EncoderLayer, name: str, x: np.ndarray) -> np.ndarray:

@@ -194,6 +194,7 @@ def dims(cfg) -> dict[str, int]:
         "n_ff_exp": cfg.n_ff_exp,
         "n_ctx_train": cfg.n_ctx_train,
         "n_token_types": cfg.n_token_types,
+        "n_cls_out": cfg.n_cls_out,
     }
 
 

@@ -72,6 +72,14 @@ class Tokenizer:
     def add_eos(self) -> bool:
         return self.vocab.add_eos
 
+    @property
+    def sep_id(self) -> int | None:
+        return self.vocab.ids["sep"]
+
+    @property
+    def add_sep(self) -> bool:
+        return self.vocab.add_sep
+
     def is_control(self, token_id: int) -> bool:
         return bool(self.vocab.attrs[self._check(token_id)] & ATTR_CONTROL)
 

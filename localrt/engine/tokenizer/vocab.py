@@ -88,7 +88,7 @@ class Vocab:
     ids: dict[str, int | None] = field(default_factory=dict)  # bos/eos/eot/eom/unk/sep/pad/mask/fim_*
     add_bos: bool = False
     add_eos: bool = False
-    add_sep: bool = False          # read as llama.cpp reads it; no tokenizer consults it (WPM appends SEP anyway)
+    add_sep: bool = False          # read as llama.cpp reads it; only a rerank prompt uses it (runtime.rerank)
     add_space_prefix: bool = False
     lowercase: bool = True         # WPM normalizer options (tokenizer.ggml.normalizer.*)
     strip_accents: bool = True
