@@ -144,7 +144,8 @@ def test_embeddings_take_token_ids(client, token_id):
 
 
 @pytest.mark.parametrize("inp, word", [([49152], "out of range"), ([[1], []], "invalid input"), ([1, "a"], "invalid input"),
-                                       ([True], "invalid input"), ([[-1]], "invalid input")])
+                                       ([True], "invalid input"), ([[-1]], "invalid input"),
+                                       ("", "empty string"), (["a", ""], "input[1] is an empty string")])
 def test_bad_token_id_embedding_input_is_a_400(daemon, inp, word):
     r = httpx.post(daemon.url + "/v1/embeddings", timeout=600, json={"model": MODEL, "input": inp})
     assert r.status_code == 400, r.text

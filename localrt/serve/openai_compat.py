@@ -397,6 +397,10 @@ def embeddings_request(body: dict) -> tuple[EmbedRequest, str]:
     else:
         raise InvalidRequest("invalid input: a string, an array of strings, an array of token ids or an array of "
                              "non-empty arrays of token ids is required")
+    empty = [i for i, x in enumerate(inputs) if x == ""]
+    if empty:  # as OpenAI: an empty string has nothing to embed
+        raise InvalidRequest(f"invalid input: input[{empty[0]}] is an empty string" if isinstance(raw, list)
+                             else "invalid input: the input is an empty string")
     encoding = f.str("encoding_format", "float") or "float"
     if encoding not in ("float", "base64"):
         raise InvalidRequest(f"encoding_format must be 'float' or 'base64', got {encoding!r}")
