@@ -163,8 +163,9 @@ def weights(case: Case) -> dict[str, np.ndarray]:
     return w
 
 
-def write(path: Path, case: Case, wtype: int = F32) -> Path:
-    """Write the case's GGUF (matrices in wtype, vectors F32) to path; deterministic for a given case."""
+def write(path: Path, case: Case, wtype: int = F32, more: dict[str, np.ndarray] | None = None) -> Path:
+    """Write the case's GGUF (matrices in wtype, vectors F32) to path; deterministic for a given case. `more`: tensors
+    the engine does not use, written in their own dtype after the case's (a vision tower inside the text model's file)."""
     a = case.arch
     wr = gguf.GGUFWriter(str(path), a)
     wr.add_name(f"archgen case {case.seed}")  # not the case name: llama.cpp keys Phi-3 token attributes on "phi3" in it
@@ -204,6 +205,8 @@ def write(path: Path, case: Case, wtype: int = F32) -> Path:
             wr.add_tensor(name, raw, raw_shape=raw.shape, raw_dtype=gguf.GGMLQuantizationType(wtype))
         else:
             wr.add_tensor(name, arr)
+    for name, arr in (more or {}).items():
+        wr.add_tensor(name, arr)
     wr.write_header_to_file()
     wr.write_kv_data_to_file()
     wr.write_tensors_to_file()

@@ -15,6 +15,7 @@ from .backends.backend import CPUBackend, QTensor
 from .backends.heap import retain_freed_memory
 from .backends.offload import offload
 from .backends.resident import PrivateWeights, private_size, private_weights
+from .compat import text_model_tensors
 from .kv_cache import KV_TYPES
 from .encoder import Encoder
 from .model import Model, config_from_metadata
@@ -46,9 +47,10 @@ def load_model(path: str | os.PathLike, num_ctx: int = DEFAULT_NUM_CTX, *, num_b
     retain_freed_memory()  # a forward's per-op buffers are reused from the heap, not faulted in anew (backends.heap)
     f = _open_gguf(Path(path))
     try:
-        cfg = config_from_metadata(f.metadata, f.tensors)  # validated against the file before anything is allocated
+        file_tensors = text_model_tensors(f.metadata, f.tensors)  # without an embedded vision tower (engine.compat)
+        cfg = config_from_metadata(f.metadata, file_tensors)  # validated against the file before anything is allocated
         backend = CPUBackend()
-        tensors = {name: QTensor(name, t.ggml_type, tuple(int(d) for d in t.shape), t.data) for name, t in f.tensors.items()}
+        tensors = {name: QTensor(name, t.ggml_type, tuple(int(d) for d in t.shape), t.data) for name, t in file_tensors.items()}
         huge_pages = None  # the start of the thread moving a private copy onto huge pages
         datas = [t.data for t in tensors.values()]  # uint8 views into the file's mmap
         if private_weights(use_mmap, sum(d.nbytes for d in datas)):
