@@ -11,7 +11,7 @@ from math import prod
 
 import numpy as np
 
-from quant.formats import FORMATS, KVALUES_IQ4NL, GGMLType, QuantError, get_format, row_bytes
+from quant.formats import FORMATS, KVALUES_IQ4NL, KVALUES_MXFP4, GGMLType, QuantError, get_format, row_bytes
 
 _CHUNK_BLOCKS = 1 << 16  # blocks dequantized per step; bounds temporaries for huge tensors
 
@@ -173,6 +173,23 @@ def _iq4_xs(b: np.ndarray) -> np.ndarray:
     return (dl[:, :, None] * q.astype(np.float32)).reshape(n, 256)
 
 
+_KVALUES_MXFP4 = np.array(KVALUES_MXFP4, dtype=np.int8)  # (16,) code -> doubled E2M1 value
+
+
+def e8m0_half(e: np.ndarray) -> np.ndarray:
+    """E8M0 exponent bytes (n,) -> float32 (n,) 2^(e - 128), half the scale 2^(e - 127) they encode, as ggml's
+    GGML_E8M0_TO_FP32_HALF: e = 0 and 1 give the subnormals 2^-128 and 2^-127, 255 gives 2^127 (ggml reads no NaN)."""
+    e = e.astype(np.uint32)
+    subnormal = np.uint32(0x00200000) << np.minimum(e, np.uint32(1))  # mantissa bit 21 (2^-128) or 22 (2^-127)
+    normal = (np.maximum(e, np.uint32(1)) - np.uint32(1)) << np.uint32(23)  # biased exponent e - 1
+    return np.where(e < 2, subnormal, normal).astype(np.uint32).view(np.float32)
+
+
+def _mxfp4(b: np.ndarray) -> np.ndarray:
+    q = _KVALUES_MXFP4[_nibbles_split(b["qs"])]  # (n, 32) doubled values in -12..12
+    return q.astype(np.float32) * e8m0_half(b["e"])[:, None]
+
+
 DEQUANTIZERS: dict[int, Callable[[np.ndarray], np.ndarray]] = {
     GGMLType.F32: _f32_plain,
     GGMLType.F16: _f32_plain,
@@ -190,6 +207,7 @@ DEQUANTIZERS: dict[int, Callable[[np.ndarray], np.ndarray]] = {
     GGMLType.Q6_K: _q6_k,
     GGMLType.IQ4_NL: _iq4_nl,
     GGMLType.IQ4_XS: _iq4_xs,
+    GGMLType.MXFP4: _mxfp4,
     GGMLType.Q8_K: _q8,
 }
 assert DEQUANTIZERS.keys() == FORMATS.keys()

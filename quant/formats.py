@@ -18,6 +18,10 @@ QK_K = 256  # elements per super-block of the K-quants
 # KVALUES_IQ4NL[q] (ggml's kvalues_iq4nl), denser near zero where weights crowd.
 KVALUES_IQ4NL = (-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113)
 
+# MXFP4's 16 E2M1 values, doubled so that they are integers (ggml's kvalues_mxfp4): code q stands for
+# KVALUES_MXFP4[q] / 2 times the block's power-of-two scale; bit 3 is the sign (codes 0 and 8 are both zero).
+KVALUES_MXFP4 = (0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12)
+
 
 class QuantError(ValueError):
     """Bad input to quant: unknown type, shape/size mismatch, non-finite values to quantize."""
@@ -74,6 +78,9 @@ FORMATS: dict[int, BlockFormat] = {
         # 8 sub-blocks of 32, each with a 6-bit scale ls (low 4 bits in scales_l nibble j, high 2 bits in
         # bits 2j..2j+1 of scales_h); y = d * (ls - 32) * KVALUES_IQ4NL[q], qs as 8 IQ4_NL quant arrays
         _block("IQ4_XS", (("d", "<f2", 1), ("scales_h", "<u2", 1), ("scales_l", "u1", 4), ("qs", "u1", 128))),
+        # y = 2^(e - 128) * KVALUES_MXFP4[q] (half the E8M0 scale 2^(e - 127): the table is doubled); e is a biased
+        # exponent byte, no sign or mantissa; q: element j in the low nibble of qs[j], element j+16 in the high one
+        _block("MXFP4", (("e", "u1", 1), ("qs", "u1", 16))),
         _block("Q8_K", (("d", "<f4", 1), ("qs", "i1", 256), ("bsums", "<i2", 16)), activations_only=True),
     )
 }
@@ -95,6 +102,7 @@ VEC_DOT_TYPE: dict[int, int] = {
     GGMLType.Q6_K: GGMLType.Q8_K,
     GGMLType.IQ4_NL: GGMLType.Q8_0,
     GGMLType.IQ4_XS: GGMLType.Q8_K,
+    GGMLType.MXFP4: GGMLType.Q8_0,
 }
 
 

@@ -5,7 +5,7 @@ from math import prod
 
 import numpy as np
 
-from quant import activations, iquants, kquants, legacy
+from quant import activations, iquants, kquants, legacy, mxfp4
 from quant._numeric import F32, require_finite
 from quant.formats import GGMLType, QuantError, get_format, row_bytes
 
@@ -34,6 +34,7 @@ _BLOCK_QUANTIZERS = {
     GGMLType.Q8_K: activations.quantize_q8_k,
     **kquants.K_QUANTIZERS,
     **iquants.I_QUANTIZERS,
+    GGMLType.MXFP4: mxfp4.quantize_mxfp4,
 }
 
 
@@ -64,7 +65,8 @@ def quantize(array: np.ndarray, ggml_type: int) -> np.ndarray:
 
     Block types use ggml's reference quantizers (`quantize_row_*_ref`, no importance matrix): byte-exact
     with ggml for Q4_0/Q4_1/Q5_0/Q5_1/Q8_0/Q8_1/Q8_K, and the same algorithm for the K-quants. IQ4_NL and
-    IQ4_XS follow `quantize_iq4_nl` / `quantize_iq4_xs` (the scale search llama-quantize runs).
+    IQ4_XS follow `quantize_iq4_nl` / `quantize_iq4_xs` (the scale search llama-quantize runs); MXFP4 is
+    byte-exact with `quantize_row_mxfp4_ref`.
     """
     fmt = get_format(ggml_type)
     x = _as_rows(array)

@@ -3,6 +3,11 @@
 Pure: `plan(tensors, metadata, ftype)` maps each tensor to the ggml type it gets. Without an importance
 matrix, as `llama-quantize` runs by default. Of the IQ* types only IQ4_NL and IQ4_XS are offered (the others
 need an importance matrix or have no kernels here); TQ*, Q2_K_S and MXFP4 are not.
+
+MXFP4 (gpt-oss's expert weights) is read, never chosen: llama-quantize's MXFP4_MOE writes it only for the stacked
+expert tensors (the rest Q8_0), so as a target it is refused by name. A tensor that already is MXFP4 keeps its
+blocks whatever the target (llama-quantize would refuse it without --allow-requantize, or dequantize it to the
+target type): it is 4.25 bits per weight already, and the precision gpt-oss's experts were trained in.
 """
 from __future__ import annotations
 
@@ -69,8 +74,20 @@ _KEEP_NAMES = ("position_embd.weight", "token_types.weight")
 _LAYER = re.compile(r"blk\.(\d+)\.")
 
 
+# file types llama-quantize has that are refused by name, with why
+_REFUSED = {
+    "mxfp4_moe": "llama-quantize's MXFP4_MOE writes MXFP4 for mixture-of-experts tensors only (the rest Q8_0), "
+                 "and MXFP4 weights are read here but not written",
+    "mxfp4": "MXFP4 is a block format for mixture-of-experts tensors only (llama-quantize's MXFP4_MOE), "
+             "and MXFP4 weights are read here but not written",
+}
+
+
 def get_file_type(name: str) -> FileType:
     ft = FILE_TYPES.get(name.lower())
+    if ft is None and name.lower() in _REFUSED:
+        raise QuantError(f"unsupported quantization type {name!r}: {_REFUSED[name.lower()]}; choose one of "
+                         + ", ".join(f.name for f in FILE_TYPES.values()))
     if ft is None:
         raise QuantError(f"unsupported quantization type {name!r}; choose one of "
                          + ", ".join(f.name for f in FILE_TYPES.values()))
@@ -226,7 +243,8 @@ def _first(value) -> int:
 def plan(tensors: list[tuple[str, tuple[int, ...], int]], metadata: dict, ftype: str) -> dict[str, int]:
     """(name, shape in NumPy order, current ggml type) per tensor -> {name: target ggml type}.
 
-    Visits tensors in llama-quantize's order (see `llama_order`), which the layer counters depend on.
+    Visits tensors in llama-quantize's order (see `llama_order`), which the layer counters depend on. An MXFP4
+    tensor keeps its type (see the module's docstring); it still counts where llama.cpp's counters count it.
     """
     ft = get_file_type(ftype)
     arch = str(metadata.get("general.architecture", ""))
@@ -252,7 +270,8 @@ def plan(tensors: list[tuple[str, tuple[int, ...], int]], metadata: dict, ftype:
         if not allows_quantization(name, shape):
             out[name] = current
         elif not quantized_target:
-            out[name] = ft.default_type
+            out[name] = current if current == GGMLType.MXFP4 else ft.default_type
         else:
-            out[name] = _fallback(name, _recipe_type(m, ft, name, shape[-1]), shape[-1])
+            new = _recipe_type(m, ft, name, shape[-1])  # before the MXFP4 test: it advances the layer counters
+            out[name] = current if current == GGMLType.MXFP4 else _fallback(name, new, shape[-1])
     return out

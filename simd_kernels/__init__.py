@@ -4,7 +4,7 @@
 
 `simd_kernels.ops` (norms, RoPE, softmax, attention) lives beside these and is imported on its own.
 
-Adding a block format (IQ4_NL and IQ4_XS came in this way; MXFP4 is next):
+Adding a block format (IQ4_NL, IQ4_XS and MXFP4 came in this way):
 1. `gguf_io/constants.py`: its GGMLType id and its row of BLOCK_SIZES (elements and bytes per block), the one
    table of sizes that `quant` and `simd_kernels.BLOCKS` read.
 2. `quant/formats.py`: its byte layout (`_block(name, fields)`, which must fill those bytes) and VEC_DOT_TYPE, the

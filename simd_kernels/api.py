@@ -20,7 +20,7 @@ from .simd import MULTI as _MULTI_BY_NAME
 from .threads import use_threads_for
 
 F32, F16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 = 0, 1, 2, 3, 6, 7, 8
-Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS, BF16 = 10, 11, 12, 13, 14, 20, 23, 30
+Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS, BF16, MXFP4 = 10, 11, 12, 13, 14, 20, 23, 30, 39
 
 class KernelTable(dict):
     """ggml type id -> kernel, importing the module of a format on first use: a process loads (and Numba
@@ -59,9 +59,10 @@ class KernelTable(dict):
 
 _MUL_MODULES = {F32: "floats", F16: "floats", BF16: "floats", Q4_0: "legacy", Q4_1: "legacy", Q5_0: "legacy",
                 Q5_1: "legacy", Q8_0: "legacy", Q2_K: "kquants", Q3_K: "kquants", Q4_K: "kquants", Q5_K: "kquants",
-                Q6_K: "kquants", IQ4_NL: "iquants", IQ4_XS: "iquants"}
+                Q6_K: "kquants", IQ4_NL: "iquants", IQ4_XS: "iquants", MXFP4: "iquants"}
 _NAMES = {F32: "f32", F16: "f16", BF16: "bf16", Q4_0: "q4_0", Q4_1: "q4_1", Q5_0: "q5_0", Q5_1: "q5_1", Q8_0: "q8_0",
-          Q2_K: "q2_k", Q3_K: "q3_k", Q4_K: "q4_k", Q5_K: "q5_k", Q6_K: "q6_k", IQ4_NL: "iq4_nl", IQ4_XS: "iq4_xs"}
+          Q2_K: "q2_k", Q3_K: "q3_k", Q4_K: "q4_k", Q5_K: "q5_k", Q6_K: "q6_k", IQ4_NL: "iq4_nl", IQ4_XS: "iq4_xs",
+          MXFP4: "mxfp4"}
 
 # ggml type id -> (elements per block, bytes per block) for the weight formats the kernels read: gguf_io's table
 BLOCKS: dict[int, tuple[int, int]] = {t: BLOCK_SIZES[t] for t in _NAMES}

@@ -14,6 +14,9 @@ from .jit import njit
 # The 16 levels of IQ4_NL / IQ4_XS (ggml's kvalues_iq4nl): a 4-bit index q stands for KVALUES_IQ4NL[q].
 KVALUES_IQ4NL = (-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113)
 _KV = np.array(KVALUES_IQ4NL, dtype=np.float32)  # (16,) the levels as the float they multiply
+# MXFP4's E2M1 values doubled (ggml's kvalues_mxfp4): code q stands for KVALUES_MXFP4[q] * 2^(e - 128).
+KVALUES_MXFP4 = (0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12)
+_KV_MXFP4 = np.array(KVALUES_MXFP4, dtype=np.float32)  # (16,)
 
 
 @njit(inline="always")
@@ -186,6 +189,28 @@ def _row_iq4_xs(w, r, y):
             _iq4_levels(w, r, o + 8 + 16 * j, d * np.float32(ls - 32), y, 256 * b + 32 * j)
 
 
+@njit(inline="always")
+def e8m0_half(e):
+    """An E8M0 exponent byte -> float32 2^(e - 128), half its scale (GGML_E8M0_TO_FP32_HALF): 0 and 1 give the
+    subnormals 2^-128 and 2^-127 (mantissa bit 21 or 22), others the normal with biased exponent e - 1."""
+    e = np.uint32(e)
+    if e < 2:
+        return np.uint32(np.uint32(0x00200000) << e).view(np.float32)
+    return np.uint32((e - np.uint32(1)) << np.uint32(23)).view(np.float32)
+
+
+@njit(inline="always")
+def _row_mxfp4(w, r, y):
+    """MXFP4 block (17 B): e (E8M0), qs[16]; y = KVALUES_MXFP4[q] * 2^(e - 128), the code's nibbles as IQ4_NL's."""
+    for b in range(y.shape[0] // 32):
+        o = 17 * b
+        d = e8m0_half(w[r, o])
+        for j in range(16):
+            byte = w[r, o + 1 + j]
+            y[32 * b + j] = _KV_MXFP4[byte & 15] * d
+            y[32 * b + 16 + j] = _KV_MXFP4[byte >> 4] * d
+
+
 @njit(cache=True, nogil=True, parallel=True)
 def rows_f32(w, ids, out):
     for k in prange(ids.shape[0]):
@@ -274,3 +299,9 @@ def rows_iq4_nl(w, ids, out):
 def rows_iq4_xs(w, ids, out):
     for k in prange(ids.shape[0]):
         _row_iq4_xs(w, ids[k], out[k])
+
+
+@njit(cache=True, nogil=True, parallel=True)
+def rows_mxfp4(w, ids, out):
+    for k in prange(ids.shape[0]):
+        _row_mxfp4(w, ids[k], out[k])

@@ -16,8 +16,8 @@ import simd_kernels as sk
 from _kernel_oracle import activation_error, emulated_dot, weights
 
 F32, F16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 = 0, 1, 2, 3, 6, 7, 8
-Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS, BF16 = 10, 11, 12, 13, 14, 20, 23, 30
-ALL = [Q8_0, Q4_1, Q4_K, Q5_0, Q6_K, F32, Q4_0, Q5_1, Q2_K, Q3_K, Q5_K, F16, BF16, IQ4_NL, IQ4_XS]
+Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS, BF16, MXFP4 = 10, 11, 12, 13, 14, 20, 23, 30, 39
+ALL = [Q8_0, Q4_1, Q4_K, Q5_0, Q6_K, F32, Q4_0, Q5_1, Q2_K, Q3_K, Q5_K, F16, BF16, IQ4_NL, IQ4_XS, MXFP4]
 # Q2_K's and Q3_K's per-row kernels take minutes each to compile cold (no built-in model holds them): their kernel
 # tests run with the slow ones, each format's on one worker (compiled once, not on two workers at the same time)
 SLOW_COMPILE = (Q2_K, Q3_K)
@@ -26,6 +26,8 @@ ALL_KERNELS = [pytest.param(t, marks=[pytest.mark.slow, pytest.mark.xdist_group(
 # byte offsets of the f16 scales inside each block: random bytes there could be inf/NaN
 SCALE_OFFSETS = {Q4_0: [0], Q4_1: [0, 2], Q5_0: [0], Q5_1: [0, 2], Q8_0: [0], Q2_K: [80, 82],
                  Q3_K: [108], Q4_K: [0, 2], Q5_K: [0, 2], Q6_K: [208], IQ4_NL: [0], IQ4_XS: [0]}
+# byte offsets of the E8M0 exponent bytes: random ones could scale a block to 2^127 (inf, or NaN against a zero sum)
+E8M0_OFFSETS = {MXFP4: [0]}
 
 
 def random_weights(rng, t: int, rows: int, cols: int, *, writeable: bool = False) -> np.ndarray:
@@ -46,9 +48,11 @@ def _random_weights(rng, t: int, rows: int, cols: int) -> np.ndarray:
             np.uint16).view(np.uint8)
     per, size = quant.FORMATS[t].block_size, quant.FORMATS[t].type_size
     w = rng.integers(0, 256, (rows, cols // per, size), dtype=np.uint8)  # (rows, blocks, block bytes)
-    for o in SCALE_OFFSETS[t]:
+    for o in SCALE_OFFSETS.get(t, ()):
         half = (rng.standard_normal((rows, cols // per)) * 0.01).astype(np.float16)
         w[:, :, o:o + 2] = half.view(np.uint8).reshape(rows, cols // per, 2)
+    for o in E8M0_OFFSETS.get(t, ()):
+        w[:, :, o] = rng.integers(118, 124, (rows, cols // per))  # half-scales 2^-10 .. 2^-5, as the f16 ones above
     return w.reshape(rows, -1)
 
 
@@ -78,7 +82,7 @@ def test_matvec_random_blocks(t: int, rows: int) -> None:
 def test_matmul_fused_and_tiled_paths(t: int) -> None:
     """Both matmul paths: the fused kernel (raw sk.MUL, any n_tok) and sk.matmul's choice for a batch."""
     rng = np.random.default_rng(7 + t)
-    rows, cols = 131, 768 if t in (Q8_0, Q4_1, Q5_0, IQ4_NL) else 512
+    rows, cols = 131, 768 if t in (Q8_0, Q4_1, Q5_0, IQ4_NL, MXFP4) else 512
     w = random_weights(rng, t, rows, cols)
     for n_tok in (6, 70, sk.api.BLAS_MIN_TOKENS + 1):
         x = rng.standard_normal((n_tok, cols)).astype(np.float32)

@@ -3,7 +3,8 @@
 A NaN or infinite value in a weight reaches the logits (sampled as garbage, or refused at run time) on every
 request, so `create` refuses the file instead: every F32 / F16 / BF16 tensor's values and every quantized block's
 float scales (the f16 `d`, and `m` / `dmin` where the format has them; the integer quants and sub-block scales
-cannot be non-finite) are read in place, through NumPy views of the blocks' own layout (quant.formats), a few
+cannot be non-finite; MXFP4's E8M0 exponent byte e is a power of two that only overflows, with e >= 253 and a large
+code) are read in place, through NumPy views of the blocks' own layout (quant.formats), a few
 MB at a time. A zero scale is legal (an all-zero block). Each error is an InvalidModel (a 400) naming the tensor,
 the value and where it is.
 
@@ -16,7 +17,8 @@ from typing import Mapping
 
 import numpy as np
 
-from quant.formats import FORMATS
+from quant.dequant import e8m0_half
+from quant.formats import FORMATS, KVALUES_MXFP4, GGMLType
 
 from ..errors import InvalidModel
 
@@ -28,6 +30,9 @@ _F32_BITS = (np.uint32, 0x7FFFFFFF, 0x7F800000)
 _F16_BITS = (np.uint16, 0x7FFF, 0x7C00)
 _BF16_BITS = (np.uint16, 0x7FFF, 0x7F80)
 _FLOATS = {F32: _F32_BITS, F16: _F16_BITS, BF16: _BF16_BITS}
+# MXFP4's element values are KVALUES_MXFP4[q] * 2^(e - 128): every code is finite up to e = 252 (12 * 2^124)
+_E8M0_ALWAYS_FINITE = 252
+_MXFP4_ABS = np.abs(np.array(KVALUES_MXFP4, dtype=np.float32))  # (16,) |doubled value| per code
 
 
 def check_finite(tensors: Mapping) -> None:
@@ -52,6 +57,8 @@ def _check_tensor(name: str, ggml_type: int, rows: np.ndarray, shape: tuple) -> 
             _check_values(name, fmt.name, chunk, r0, shape, _FLOATS[ggml_type])
         else:
             blocks = np.ascontiguousarray(chunk).reshape(-1).view(fmt.dtype)  # (n_blocks,); a view when contiguous
+            if ggml_type == GGMLType.MXFP4:
+                _check_e8m0(name, blocks, chunk.shape[1] // fmt.type_size, r0, shape)
             for field, dtype, _ in fmt.fields:
                 if dtype == "<f2":
                     _check_scales(name, fmt.name, field, blocks[field], chunk.shape[1] // fmt.type_size, r0, shape)
@@ -79,6 +86,25 @@ def _check_scales(name: str, type_name: str, field: str, scales: np.ndarray, per
     raise InvalidModel(f"tensor {name!r} ({type_name}) has a block scale {field} = {float(scales[i])} in block "
                        f"{i % per_row} of {_row(shape, r0 + i // per_row)}: a NaN or infinite scale makes every output "
                        f"it touches NaN (a zero scale, an all-zero block, is fine)")
+
+
+def _check_e8m0(name: str, blocks: np.ndarray, per_row: int, r0: int, shape: tuple) -> None:
+    """No MXFP4 block of a chunk (blocks: (n_blocks,) structured, per_row blocks a row) has an element beyond
+    float32: ggml reads e = 255 as 2^127 (no NaN), so only e >= 253 with a large enough code can overflow."""
+    e = blocks["e"]
+    if e.max() <= _E8M0_ALWAYS_FINITE:
+        return
+    idx = np.flatnonzero(e > _E8M0_ALWAYS_FINITE)  # (m,) the blocks that might overflow
+    qs = blocks["qs"][idx]  # (m, 16)
+    largest = np.maximum(_MXFP4_ABS[qs & 15], _MXFP4_ABS[qs >> 4]).max(axis=1)  # (m,) largest |doubled value|
+    with np.errstate(over="ignore"):
+        top = largest * e8m0_half(e[idx])  # (m,) the largest |element|
+    bad = np.flatnonzero(~np.isfinite(top))
+    if len(bad):
+        i, exp = int(idx[bad[0]]), int(e[idx[bad[0]]])
+        raise InvalidModel(f"tensor {name!r} (MXFP4) has a block exponent e = {exp} in block {i % per_row} of "
+                           f"{_row(shape, r0 + i // per_row)}: its element {largest[bad[0]] / 2:g} x 2^{exp - 127} "
+                           f"overflows float32 to infinity")
 
 
 def _row(shape: tuple, row: int) -> str:

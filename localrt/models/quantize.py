@@ -27,7 +27,9 @@ def quantize_model(src: str | os.PathLike, dst: str | os.PathLike, quantization:
     """Writes `src` quantized to `quantization` (e.g. "q4_K_M", "q8_0") at `dst`, yielding progress.
 
     Sources: F32 / F16 / BF16 / Q8_0 weights; other quantized weights only with allow_requantize
-    (each requantization loses quality). Raises quant.QuantError or gguf_io.InvalidGGUF.
+    (each requantization loses quality). MXFP4 weights (gpt-oss's experts) are copied unchanged whatever the
+    target, and MXFP4 itself is refused as a target by name (quant.recipe). Raises quant.QuantError or
+    gguf_io.InvalidGGUF.
     """
     ft = recipe.get_file_type(quantization)
     with gguf_io.open(src) as f:
