@@ -104,9 +104,13 @@ def llama_order(names) -> list[str]:
 
 
 def allows_quantization(name: str, shape: tuple[int, ...]) -> bool:
-    """llama.cpp's tensor_allows_quantization (with the output tensor quantized, its default)."""
+    """llama.cpp's tensor_allows_quantization (with the output tensor quantized, its default), and, as Ollama's
+    quantizer, never a vision tower's tensor inside a text model's file (`v.*`, `mm.*`: gemma3 files from Ollama's
+    library): it is not this file's text model to quantize, and its rows (a 14-wide patch embedding) often do not
+    fit a block."""
     return (
         len(shape) >= 2
+        and not name.startswith(("v.", "mm."))
         and name.endswith("weight")
         and "_norm.weight" not in name
         and name not in _KEEP_NAMES

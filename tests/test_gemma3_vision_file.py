@@ -127,3 +127,21 @@ def test_create_show_and_generate_through_the_daemon(daemon, files, caplog):
     r = httpx.post(daemon.url + "/api/generate", timeout=60, json={
         "model": "gemma3-ollama", "prompt": "what is this?", "images": ["aGVsbG8="], "stream": False})
     assert r.status_code == 400 and "images are not supported" in r.json()["error"]
+
+
+@pytest.mark.parametrize("quantization", ["q8_0", "q4_K_M"])
+def test_quantizing_leaves_the_tower_as_it_is(files, tmp_path, quantization):
+    """As Ollama's quantizer: the text model is quantized, the vision tensors are copied as they are (a 14-wide
+    patch embedding does not even fit a block)."""
+    import gguf_io
+    from localrt.models.quantize import quantize_model
+
+    src = files[1]
+    dst = tmp_path / "q.gguf"
+    for _ in quantize_model(src, dst, quantization):
+        pass
+    with gguf_io.open(src) as a, gguf_io.open(dst) as b:
+        for name, t in a.tensors.items():
+            if name.startswith(("v.", "mm.")):
+                assert b.tensors[name].ggml_type == t.ggml_type and bytes(b.tensors[name].data) == bytes(t.data)
+        assert b.tensors["blk.0.attn_q.weight"].ggml_type != a.tensors["blk.0.attn_q.weight"].ggml_type
