@@ -1,7 +1,6 @@
 """The `localrt` command. Every command but `serve` talks to the daemon through localrt.cli.client."""
 from __future__ import annotations
 
-import hashlib
 import os
 import sys
 from pathlib import Path
@@ -309,61 +308,22 @@ def create(
     quantize: Optional[str] = typer.Option(None, "-q", "--quantize", help="Quantize model to this level"),
 ) -> None:
     """Create a model from a Modelfile."""
-    from localrt.cli.progress import render_progress
+    from localrt.cli.create_cmd import AdapterMissing, create_body
+    from localrt.cli.progress import ProgressView
     from modelfile import ModelfileError
 
     if not file.is_file():
         _fail(f"no Modelfile at {file}")
+    client = _client()
     try:
-        body = _create_body(_client(), model, file, quantize)
+        with ProgressView() as view:  # the uploads' bars, then the daemon's statuses and bars, in order
+            body = create_body(client, model, file, quantize, view)
+            for ev in client.create(body):
+                view.event(ev)
     except ModelfileError as e:
         _fail(f"{file} {e}")  # the message carries the line: "Modelfile (line 2): unknown parameter ..."
-    render_progress(_client().create(body))
-
-
-def _create_body(client, model: str, file: Path, quantize: str | None) -> dict:
-    """Parse the Modelfile here, upload local weight files as blobs, and send the modern create request."""
-    from modelfile import parse
-
-    mf = parse(file.read_text(encoding="utf-8"))
-    body: dict = {"model": model}
-    if quantize:
-        body["quantize"] = quantize
-    files: dict[str, str] = {}
-    adapters: dict[str, str] = {}
-    for kind, args in [("from", a) for a in mf.froms] + [("adapter", a) for a in mf.adapters]:
-        path = Path(os.path.expanduser(args))
-        path = path if path.is_absolute() else file.parent / path
-        if path.is_file():
-            (files if kind == "from" else adapters)[path.name] = _upload(client, path)
-        elif kind == "from":
-            body["from"] = args
-        else:
-            _fail(f"adapter file {args} not found")
-    for key, value in (("template", mf.template), ("system", mf.system)):
-        if value is not None:
-            body[key] = value
-    if mf.licenses:
-        body["license"] = mf.licenses
-    if mf.messages:
-        body["messages"] = mf.messages
-    if mf.parameters:
-        body["parameters"] = mf.parameters
-    if files:
-        body["files"] = files
-    if adapters:
-        body["adapters"] = adapters
-    return body
-
-
-def _upload(client, path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            h.update(block)
-    digest = "sha256:" + h.hexdigest()
-    client.create_blob(path, digest)
-    return digest
+    except AdapterMissing as e:
+        _fail(str(e))
 
 
 @app.command()
@@ -417,12 +377,14 @@ def _local_store():
 @app.command("export")
 def export_model(model: str, path: Path) -> None:
     """Write MODEL as a bundle (a directory, or a single file if PATH ends in .tar) with a SHA256SUMS list."""
+    from localrt.cli.progress import ProgressView, blob_progress
     from localrt.distribution.bundle import export
     from localrt.errors import LocalrtError
     from store import StoreError
 
     try:
-        dest = export(_local_store(), model, path)
+        with ProgressView() as view:
+            dest = export(_local_store(), model, path, progress=blob_progress(view, "writing"))
     except (LocalrtError, StoreError, OSError) as e:
         _fail(str(e))
     typer.echo(f"exported '{model}' to {dest}")
@@ -434,12 +396,14 @@ def import_model(
     model: Optional[str] = typer.Option(None, "--model", help="Import only this model from the bundle or folder"),
 ) -> None:
     """Import a bundle, an Ollama models directory (or one manifest file in it), or a tar of either."""
+    from localrt.cli.progress import ProgressView, blob_progress
     from localrt.distribution.bundle import import_bundle
     from localrt.errors import LocalrtError
     from store import StoreError
 
     try:
-        imported = import_bundle(_local_store(), path, model=model)
+        with ProgressView() as view:
+            imported = import_bundle(_local_store(), path, model=model, progress=blob_progress(view, "copying"))
     except (LocalrtError, StoreError, OSError) as e:
         _fail(str(e))
     for name in imported:

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import BinaryIO, Callable, Iterable
 
 from . import digest as dg
+from . import holds
 from . import manifests as mf
 from . import names
 from .blobs import BlobDir, BlobInfo, _fsync_dir
@@ -260,8 +261,16 @@ class Store:
             self._remove_empty_dirs(path.parent)
             return self._collect(candidates)
 
+    def hold(self, digest: str) -> None:
+        """Keep blob `digest` from being collected by this process until `release` (see store.holds)."""
+        holds.acquire(self.root, digest)
+
+    def release(self, digest: str) -> None:
+        holds.release(self.root, digest)
+
     def remove_unreferenced(self, digests: Iterable[str]) -> list[str]:
-        """Delete those of `digests` that no manifest references any more (after a model was replaced)."""
+        """Delete those of `digests` that no manifest references any more (after a model was replaced) and no work
+        in this process holds."""
         with locked(store_lock_file(self.root)):
             return self._collect(list(digests))
 
@@ -271,7 +280,7 @@ class Store:
         referenced = self.referenced_digests()
         removed = []
         for d in dict.fromkeys(candidates):
-            if d not in referenced and self._blobs.remove(d):
+            if d not in referenced and not holds.held(self.root, d) and self._blobs.remove(d):
                 removed.append(d)
         return removed
 
@@ -459,7 +468,7 @@ class Store:
                 p = self._blobs.find(d)
                 if p is None:
                     continue
-                old_enough = now - p.stat().st_mtime >= grace_s
+                old_enough = now - p.stat().st_mtime >= grace_s and not holds.held(self.root, d)
                 if (old_enough or d in report.corrupt) and self._blobs.remove(d):
                     report.removed.append(d)
             for p in self._blobs.stale_temp_files(grace_s):

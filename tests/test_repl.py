@@ -23,6 +23,7 @@ PROMPT = ">>> "
 ANSWER_S = 60  # a model answer (8 tokens) or a model load on a slow, shared machine
 QUICK_S = 20  # a slash command: one HTTP call at most
 SPINNER = re.compile("\r(?:[\u2800-\u28ff][^\r\n\x1b]*)?\x1b\\[K")  # a spinner frame, or its erasure
+PASTE_MODE = re.compile("\x1b\\[\\?2004[hl]\r?")  # readline turning the terminal's bracketed paste on and off
 
 
 @pytest.fixture(scope="module")
@@ -74,7 +75,7 @@ class Session:
         self.child.sendline(line)
         self.child.expect_exact(prompt, timeout=timeout)
         self.spun = bool(SPINNER.search(self.child.before))
-        out = SPINNER.sub("", self.child.before).replace("\r\n", "\n")
+        out = SPINNER.sub("", PASTE_MODE.sub("", self.child.before)).replace("\r\n", "\n")
         echoed, _, rest = out.partition("\n")  # the tty echoes the typed line first
         assert echoed.strip() == line.strip(), out
         return rest

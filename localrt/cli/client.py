@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import httpx
 
@@ -99,6 +99,16 @@ class Client:
         except httpx.HTTPError:
             return False
 
+    def kernels(self) -> dict | None:
+        """The daemon's kernel compiling (GET /api/kernels); None where it does not say (an older daemon, no reply)."""
+        try:
+            resp = self._http.get("/api/kernels")
+            body = resp.json() if resp.status_code == 200 else None
+        except (httpx.HTTPError, ValueError):
+            return None
+        ok = isinstance(body, dict) and isinstance(body.get("compiled"), int) and isinstance(body.get("compiling"), bool)
+        return body if ok else None
+
     # inference
     def generate(self, model: str, prompt: str = "", stream: bool = True, **fields: Any) -> Iterator[dict]:
         body = {"model": model, "prompt": prompt, "stream": stream, **_drop_none(fields)}
@@ -140,19 +150,24 @@ class Client:
     def push(self, model: str, insecure: bool = False) -> Iterator[dict]:
         return self._stream("/api/push", {"model": model, "insecure": insecure, "stream": True})
 
-    def create_blob(self, path: Path, digest: str) -> None:
+    def create_blob(self, path: Path, digest: str, progress: Callable[[int], None] | None = None) -> None:
+        """Upload `path` as blob `digest` unless the daemon has it; `progress(bytes sent)` as it goes."""
         if self._http.head(f"/api/blobs/{digest}").status_code == 200:
             return
         with open(path, "rb") as fh:
-            self._request("POST", f"/api/blobs/{digest}", content=_chunks(fh))
+            self._request("POST", f"/api/blobs/{digest}", content=_chunks(fh, progress))
 
 
-def _chunks(fh, size: int = 1 << 20) -> Iterator[bytes]:
+def _chunks(fh, progress: Callable[[int], None] | None = None, size: int = 1 << 20) -> Iterator[bytes]:
+    sent = 0
     while True:
         block = fh.read(size)
         if not block:
             return
         yield block
+        sent += len(block)
+        if progress is not None:
+            progress(sent)
 
 
 def _drop_none(d: dict) -> dict:

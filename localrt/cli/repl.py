@@ -12,42 +12,10 @@ from typing import Callable
 from ..api.options import resolve
 from ..errors import InvalidRequest
 from .cli_format import verbose_stats
+from .repl_help import HELP, PARAMETERS_HELP, SET_HELP, SHORTCUTS_HELP, SHOW_HELP
 from .thinking_view import ThinkingView
 from .client import ApiError
-from .spinner import Spinner
-
-HELP = """Available Commands:
-  /set            Set session variables
-  /show           Show model information
-  /load <model>   Load a session or model
-  /save <model>   Save your current session
-  /clear          Clear session context
-  /bye            Exit
-  /?, /help       Help for a command
-
-Use \"\"\" to begin a multi-line message."""
-
-SET_HELP = """Available Commands:
-  /set parameter ...     Set a parameter
-  /set system <string>   Set system message
-  /set format json       Enable JSON mode
-  /set noformat          Disable formatting
-  /set verbose           Show LLM stats
-  /set quiet             Disable LLM stats
-  /set wordwrap          Enable wordwrap
-  /set nowordwrap        Disable wordwrap
-  /set think             Enable thinking
-  /set nothink           Disable thinking
-
-Use \"\"\" to begin a multi-line system message."""
-
-SHOW_HELP = """Available Commands:
-  /show info         Show details for this model
-  /show license      Show model license
-  /show modelfile    Show Modelfile for this model
-  /show parameters   Show parameters for this model
-  /show system       Show system message
-  /show template     Show prompt template"""
+from .spinner import Spinner, kernel_detail
 
 
 def _parse_value(raw: str):
@@ -118,6 +86,10 @@ def _line_editing(history: Path | None = None) -> Callable[[], None]:
         import readline  # importing it is what hooks it into input()
     except ImportError:
         return lambda: None
+    if "libedit" not in (readline.__doc__ or ""):
+        # CPython turns GNU readline's bracketed paste off (for its own prompt); on, the terminal marks a paste, and
+        # several pasted lines come back from input() as one message, as they do in `ollama run`
+        readline.parse_and_bind("set enable-bracketed-paste on")
     if history is None:
         return lambda: None
     with contextlib.suppress(OSError):
@@ -199,7 +171,8 @@ class Repl:
         cmd = parts[0]
         if cmd in ("/?", "/help"):
             topic = parts[1].lstrip("/") if len(parts) > 1 else ""
-            print({"set": SET_HELP, "show": SHOW_HELP}.get(topic, HELP))
+            print({"set": SET_HELP, "show": SHOW_HELP, "shortcuts": SHORTCUTS_HELP, "shortcut": SHORTCUTS_HELP}
+                  .get(topic, HELP))
         elif cmd == "/clear":
             self.messages = []
             print("Cleared session context")
@@ -290,7 +263,10 @@ class Repl:
     def _set_parameter(self, rest: str) -> None:
         name, _, value = rest.strip().partition(" ")
         values = value.split()
-        if not name or not values:
+        if not name:
+            print(PARAMETERS_HELP)  # what can be set, as `/set parameter` alone prints in Ollama
+            return
+        if not values:
             print("Usage: /set parameter <name> <value>")
             return
         parsed = values if name == "stop" else _parse_value(value.strip())
@@ -343,7 +319,7 @@ class Repl:
         view = ThinkingView(out, sys.stdout, hide=self.hidethinking, tty=tty)
         reply, reasoning, done = [], [], None
         try:
-            with Spinner() as spinner:  # until the first token
+            with Spinner(detail=kernel_detail(self.client)) as spinner:  # until the first token
                 for ev in self.client.chat(self.model, msgs, options=self.options or None, format=self.format,
                                            keep_alive=self.keepalive, think=self.think):
                     piece = (ev.get("message") or {}).get("content", "")

@@ -9,8 +9,8 @@ from .client import ApiError
 def ensure_model(client, model: str) -> dict:
     """As `ollama run` does, a model that is not in the store is pulled first, but only from where that works
     offline: a built-in model is created from its installed package, and other names are pulled only when they
-    name their registry or LOCALRT_REGISTRY names a mirror. Otherwise "not found" stands: an air-gapped PC has no
-    default registry to try."""
+    name their registry or LOCALRT_REGISTRY names a mirror. Otherwise "not found" stands, with the offline ways to
+    get a model: an air-gapped PC has no default registry to try."""
     from localrt import config
     from localrt.cli.progress import render_progress
     from localrt.models.library import is_builtin
@@ -22,9 +22,19 @@ def ensure_model(client, model: str) -> dict:
             raise
         first, _, rest = model.partition("/")
         if not (is_builtin(model) or config.load().registry or ("." in first or ":" in first) and rest):
-            raise
+            raise ApiError(404, f"{e.message}\n{offline_ways()}") from None
     render_progress(client.pull(model))
     return client.show(model)
+
+
+def offline_ways() -> str:
+    """What `run` of a missing model says when there is nowhere to pull it from."""
+    from localrt.models.builtins import BUILTINS
+
+    return ("Nothing to pull it from: no mirror is set (LOCALRT_REGISTRY). Offline, a model comes from\n"
+            "  localrt import PATH               a bundle written by `localrt export`, or an Ollama models folder\n"
+            "  localrt create NAME -f Modelfile  a Modelfile whose FROM is the path of a .gguf file\n"
+            f"  localrt run {next(iter(BUILTINS)):<22}a built-in model: {', '.join(BUILTINS)}")
 
 
 def is_embedding_model(info: dict) -> bool:
@@ -51,7 +61,7 @@ def stream_generate(client, model: str, text: str, format, keepalive, wordwrap: 
     import shutil
 
     from localrt.cli.repl import WordWrap, _Plain
-    from localrt.cli.spinner import Spinner
+    from localrt.cli.spinner import Spinner, kernel_detail
     from localrt.cli.thinking_view import ThinkingView
 
     # wrapping moves the cursor with escape codes: only on a terminal, never into a pipe or file
@@ -59,7 +69,7 @@ def stream_generate(client, model: str, text: str, format, keepalive, wordwrap: 
     out = WordWrap(sys.stdout, shutil.get_terminal_size((80, 20)).columns) if wordwrap and tty else _Plain(sys.stdout)
     view = ThinkingView(out, sys.stdout, hide=hide, tty=tty)
     done = None
-    with Spinner() as spinner:  # until the first token
+    with Spinner(detail=kernel_detail(client)) as spinner:  # until the first token
         for ev in client.generate(model, text, format=format, keep_alive=keepalive, think=think):
             piece, thinking = ev.get("response", ""), ev.get("thinking", "")
             if piece or thinking or ev.get("done"):

@@ -112,9 +112,23 @@ class _HashingReader:
         return data
 
 
+class _CountingReader:
+    """Reports the bytes read so far to `progress` after each read."""
+
+    def __init__(self, src: BinaryIO, progress: Callable[[int], None]):
+        self.src, self.progress, self.done = src, progress, 0
+
+    def read(self, n: int = -1) -> bytes:
+        data = self.src.read(n)
+        self.done += len(data)
+        self.progress(self.done)
+        return data
+
+
 def export(store: st.Store, name: str, path: str | os.PathLike,
-           progress: Callable[[str, int], None] | None = None) -> Path:
+           progress: Callable[[str, int, int], None] | None = None) -> Path:
     """Write model `name` as a bundle at `path`: a single tar if it ends in `.tar`, else a new directory.
+    `progress(digest, bytes written, blob size)` is called as each blob is written.
 
     Every blob is re-hashed on the way out; a blob that no longer matches its digest stops the export
     (exporting corruption would only move the problem). The bundle appears atomically (temp + rename)."""
@@ -139,11 +153,10 @@ def export(store: st.Store, name: str, path: str | os.PathLike,
             p = store.blob_path(d)
             size = p.stat().st_size
             with open(p, "rb") as f:
-                got = w.add_stream(f"blobs/{dg.to_filename(d)}", f, size)
+                src = f if progress is None else _CountingReader(f, lambda n, d=d, size=size: progress(d, n, size))
+                got = w.add_stream(f"blobs/{dg.to_filename(d)}", src, size)
             if got != d[7:]:
                 raise BlobMismatch(f"stored blob {d} is corrupt (hashes to sha256:{got}); export stopped")
-            if progress is not None:
-                progress(d, size)
         w.finish()
     except BaseException:
         w.abort()
@@ -155,9 +168,10 @@ def export(store: st.Store, name: str, path: str | os.PathLike,
 
 
 def import_bundle(store: st.Store, path: str | os.PathLike, model: str | None = None,
-                  progress: Callable[[str, int], None] | None = None) -> list[str]:
+                  progress: Callable[[str, int, int], None] | None = None) -> list[str]:
     """Import every model of a bundle / Ollama models directory / tar (or only `model`, or the one model whose
-    manifest file `path` is). Returns the imported names (display form)."""
+    manifest file `path` is). Returns the imported names (display form). `progress(digest, bytes stored, blob
+    size)` is called as each blob is copied in (once, complete, for a blob the store has already)."""
     path = Path(path)
     picked = _manifest_file_source(path) if path.is_file() and path.suffix.lower() != ".tar" else None
     source, model = picked if picked else (open_source(path), model)
@@ -194,11 +208,12 @@ def _import_blobs(store: st.Store, source: Source, manifests, progress) -> None:
                 have = store.blob_path(d).stat().st_size
                 if have != size:
                     raise BlobMismatch(f"the manifest says {d} has {size} bytes, the stored blob has {have}")
+                if progress is not None:
+                    progress(d, size, size)
                 continue
-            fetch_local(source, store, d, size, lambda n: None, never)
+            report = (lambda n, d=d, size=size: progress(d, n, size)) if progress is not None else (lambda n: None)
+            fetch_local(source, store, d, size, report, never)
             created.append(d)
-            if progress is not None:
-                progress(d, size)
     except BaseException:
         store.remove_unreferenced(created)  # nothing half-imported stays behind
         raise

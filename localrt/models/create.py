@@ -3,9 +3,13 @@ adapter / template / system / params / messages / license layers, a config blob 
 
 `create(...)` is a generator of Ollama's create progress objects (`{"status": ...}` and, while a file
 is imported, `total`/`completed`); errors are raised from it. Nothing is visible under the new name until
-the manifest is written, and a replaced manifest's no-longer-used blobs are collected afterwards."""
+the manifest is written, and a replaced manifest's no-longer-used blobs are collected afterwards. What a create
+added (blobs it wrote, and uploads it was given that no manifest referenced) and its manifest does not use (the
+unquantized source of a quantize; everything, when it fails) is removed when it ends, not left to prune's grace
+period; the blobs a running create uses are held against collection by the others (store.holds)."""
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import queue
@@ -142,10 +146,23 @@ class _Build:
         self.config: dict = {}
         self.params: dict = {}
         self.messages: list = []
-        self.created: set[str] = set()  # blobs this create wrote
-        self.orphans: list[str] = []  # blobs it wrote and then replaced (the unquantized import)
+        # blobs this create added: those it wrote, and uploads it was given that no manifest referenced; whichever
+        # of them its manifest does not reference (the unquantized source; all of them if it fails) go when it ends
+        self.created: set[str] = set()
+        self.used: set[str] = set()  # blobs held against collection while this create runs (store.holds)
+
+    def use(self, digest: str) -> None:
+        if digest not in self.used:
+            self.store.hold(digest)
+            self.used.add(digest)
+
+    def release(self) -> None:
+        for d in self.used:
+            self.store.release(d)
+        self.used.clear()
 
     def add_blob(self, media_type: str, info: st.BlobInfo, from_: str | None = None) -> dict:
+        self.use(info.digest)
         self.layers.append(mt.Layer(media_type, info.digest, info.size, from_))
         if info.created:
             self.created.add(info.digest)
@@ -180,7 +197,10 @@ def _import_gguf(b: _Build, path: Path, media_type: str, check: Callable[[dict, 
 
 def _use_blob(b: _Build, digest: str, media_type: str, check: Callable[[dict, str], None]) -> Iterator[dict]:
     yield status("parsing GGUF")
+    b.use(digest)
     path = b.store.blob_path(digest)
+    if digest not in b.store.referenced_digests():
+        b.created.add(digest)  # an upload made for this create (as `localrt create` and Ollama's clients upload)
     facts = gguf_facts(path, scan=True)
     check(facts, digest)
     yield b.add_blob(media_type, st.BlobInfo(digest, path.stat().st_size, created=False))
@@ -192,6 +212,7 @@ def _inherit(b: _Build, name: st.ModelName) -> Iterator[dict]:
     src = rec.entry.name.display
     for layer in rec.entry.manifest.layers:
         inherited = mt.Layer(layer.media_type, layer.digest, layer.size, layer.from_ or src, layer.extra)
+        b.use(layer.digest)  # a concurrent `rm` of the base model leaves them for this create
         b.layers.append(inherited)
         yield status(f"using existing layer {layer.digest}")
     b.config = {k: v for k, v in rec.config.items() if k not in ("rootfs", "architecture", "os")}
@@ -269,13 +290,17 @@ def _quantize(b: _Build, level: str, quantize_model: Callable) -> Iterator[dict]
         raise CreateError("quantize needs exactly one model layer")
     _check_quantize_source(b.config.get("file_type"), "this model")
     src = b.store.blob_path(models[0].digest)
+    with gguf_io.open(src) as f:
+        sizes = {name: t.nbytes for name, t in f.tensors.items()}
     tmp = b.store.new_temp_file()
     text = f"quantizing {b.config.get('file_type') or 'the'} model to {level.upper()}"
     try:
         try:
-            for done, total, _tensor in quantize_model(src, tmp, level):
-                # Ollama sends this placeholder digest with quantization progress; clients key bars on it.
-                yield status(text, digest="0000000000000000000", total=total, completed=done)
+            done = 0
+            for _count, _tensors, tensor in quantize_model(src, tmp, level):
+                done += sizes.get(tensor, 0)
+                # Ollama's progress: bytes of the source's weights done, with a placeholder digest clients key bars on
+                yield status(text, digest="0000000000000000000", total=sum(sizes.values()), completed=done)
         except ValueError as e:  # quant.QuantError: unsupported level or source tensor types
             raise CreateError(f"cannot quantize: {e}") from None
         yield status("verifying conversion")
@@ -285,9 +310,10 @@ def _quantize(b: _Build, level: str, quantize_model: Callable) -> Iterator[dict]
     finally:
         tmp.unlink(missing_ok=True)
     b.drop(mt.MODEL)
+    b.use(info.digest)
+    if info.created:
+        b.created.add(info.digest)
     b.layers.insert(0, mt.Layer(mt.MODEL, info.digest, info.size, models[0].from_))
-    if models[0].digest in b.created:
-        b.orphans.append(models[0].digest)
     yield status(f"{'creating new' if info.created else 'using existing'} layer {info.digest}")
     b.config.update(config_from_gguf(facts))
 
@@ -338,6 +364,9 @@ def _write_config(b: _Build) -> Iterator[dict]:
         **fields,
     )
     info = b.store.write_blob(data)
+    b.use(info.digest)
+    if info.created:
+        b.created.add(info.digest)
     yield status(f"{'creating new' if info.created else 'using existing'} layer {info.digest}")
     return mt.Layer(mt.CONFIG_MEDIA_TYPE, info.digest, info.size)
 
@@ -372,18 +401,26 @@ def create(
     for w in m.warnings:
         yield status(f"warning: {w}")
     b = _Build(store)
-    yield from _base(b, m.from_, base, allow_local_paths)
-    for arg in m.adapters:
-        yield from _adapter(b, arg, base, allow_local_paths)
-    if quantize:
-        yield from _quantize(b, quantize, quantize_model)
-    yield from _text_layers(b, m)
-    config = yield from _write_config(b)
-    manifest = mt.build(config, b.layers)
-    yield status("writing manifest")
-    old = store.put_manifest(target, manifest)
+    written = False
+    try:
+        yield from _base(b, m.from_, base, allow_local_paths)
+        for arg in m.adapters:
+            yield from _adapter(b, arg, base, allow_local_paths)
+        if quantize:
+            yield from _quantize(b, quantize, quantize_model)
+        yield from _text_layers(b, m)
+        config = yield from _write_config(b)
+        manifest = mt.build(config, b.layers)
+        yield status("writing manifest")
+        old = store.put_manifest(target, manifest)
+        written = True
+    finally:
+        b.release()
+        if not written and b.created:  # failed or abandoned: what it added goes at once, not after prune's grace
+            with contextlib.suppress(st.StoreError, OSError):
+                store.remove_unreferenced(b.created)
     replaced = set(old.digests) - set(manifest.digests) if old is not None else set()
-    store.remove_unreferenced(replaced | set(b.orphans))
+    store.remove_unreferenced(replaced | b.created)
     yield status("success")
 
 

@@ -63,6 +63,14 @@ async def ps(request: Request) -> Response:
     return JSONResponse(await run_in_threadpool(_service(request).ps))
 
 
+async def kernels(request: Request) -> Response:
+    """localrt's own: whether the daemon is compiling kernels for this CPU (localrt.runtime.kernel_prep), which the
+    CLI shows while a first answer waits on it."""
+    from ..runtime import kernel_prep
+
+    return JSONResponse(kernel_prep.status())
+
+
 async def show(request: Request) -> Response:
     return JSONResponse(await run_in_threadpool(_service(request).show, await json_body(request)))
 

@@ -50,6 +50,7 @@ ROUTES = [
     ("/api/embeddings", native.embeddings, ["POST"], guarded),
     ("/api/tags", native.tags, ["GET", "HEAD"], guarded),
     ("/api/ps", native.ps, ["GET"], guarded),
+    ("/api/kernels", native.kernels, ["GET"], guarded),
     ("/api/show", native.show, ["POST"], guarded),
     ("/api/copy", native.copy, ["POST"], guarded),
     ("/api/delete", native.delete, ["DELETE"], guarded),
@@ -75,6 +76,9 @@ ROUTES = [
 def make_app(service, config):
     """The ASGI app over a service object (see localrt.runtime.service.Service for the interface), behind the
     guards and the access log; every reply carries an x-request-id."""
+    from ..runtime import kernel_prep
+
+    kernel_prep.install_in_background()  # counts kernel compiles from here on, for /api/kernels
     routes = [Route(path, wrap(fn) if wrap else fn, methods=methods) for path, fn, methods, wrap in ROUTES]
     from ..distribution.registry import registry_enabled, registry_routes
 
