@@ -49,4 +49,16 @@ if ! pgrep -f "$tmp/venv/bin/localrt serve" >/dev/null; then
     echo "no daemon reads 'localrt serve' in the process list" >&2
     exit 1
 fi
-echo "first command: ok (${elapsed}s, $words words)"
+# issue 46's goal, a first answer within 60 s of the install: the daemon's log, from its first line (started by
+# `localrt run` once pip is done) to the reply's access-log line (kernels compiled cold for this CPU in between)
+after_install=$(python3 - "$tmp/data/logs/server.log" <<'PY' || echo "?"
+import re, sys
+from datetime import datetime
+stamps = [(datetime.strptime(m.group(1), "%Y-%m-%d %H:%M:%S,%f"), line)
+          for line in open(sys.argv[1], encoding="utf-8", errors="replace")
+          if (m := re.match(r"(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+)", line))]
+done = [t for t, line in stamps if "POST /api/" in line and " 200 " in line]
+print(round((done[-1] - stamps[0][0]).total_seconds()) if stamps and done else "?")
+PY
+)
+echo "first command: ok (${elapsed}s, $words words; first answer ${after_install}s after the install, from the daemon's start)"
