@@ -62,6 +62,9 @@ def test_create_of_a_hostile_file_is_a_400_naming_the_key(daemon, files):
     r = _create(daemon, "hostile", digest)
     assert r.status_code == 400, r.text
     assert KEY_MESSAGE in r.json()["error"]
+    # a failed create removes the upload it was given (nothing unreferenced is left behind): clients upload again
+    assert httpx.head(daemon.url + f"/api/blobs/{digest}").status_code == 404
+    digest = _upload(daemon, hostile)
     streamed = _create(daemon, "hostile", digest, stream=True)  # after the first progress line: an error line
     lines = [json.loads(line) for line in streamed.text.splitlines()]
     assert KEY_MESSAGE in lines[-1]["error"] and not any(x.get("status") == "success" for x in lines)
