@@ -9,6 +9,7 @@ from __future__ import annotations
 import ipaddress
 import socket
 
+import httpx
 import numpy as np
 import pytest
 from _daemon_fakes import real_daemon
@@ -43,6 +44,11 @@ pytestmark = pytest.mark.skipif(bertgen.minilm_dir() is None, reason="gt-all-min
 @pytest.fixture(scope="module")
 def daemon(tmp_path_factory):
     with real_daemon(tmp_path_factory.mktemp("models")) as srv:
+        # as a user pulls a model before pointing a client at it: llama-index's Ollama LLM asks /api/show first,
+        # which (as Ollama's) sees only stored models, and a built-in is stored on first use or pull
+        for model in (CHAT, EMBED):
+            r = httpx.post(srv.url + "/api/pull", json={"model": model, "stream": False}, timeout=300)
+            assert r.status_code == 200, r.text
         yield srv
 
 
