@@ -69,16 +69,12 @@ def nomic_file(path: Path, vocab_md: dict) -> Path:
 
 def files(tmp: Path, wanted: list[str]) -> dict[str, Path]:
     import bertgen
-    import gguf_io
-    from localrt.models.hf_bert import convert
+    from localrt.models.hf_bert import convert, vocab_metadata
 
     minilm = convert(bertgen.minilm_dir(), tmp / "minilm.gguf", "all-MiniLM-L6-v2")
     out = {"minilm": minilm}
-    if "nomic" in wanted:
-        with gguf_io.open(minilm) as f:
-            vocab = {k: (list(v) if isinstance(v, (list, tuple)) or hasattr(v, "__len__") and not isinstance(v, str)
-                         else v) for k, v in f.metadata.items() if k.startswith("tokenizer.ggml.")}
-        out["nomic"] = nomic_file(tmp / "nomic.gguf", vocab)
+    if "nomic" in wanted:  # nomic-embed-text's vocabulary is bert-base-uncased's, as all-MiniLM's
+        out["nomic"] = nomic_file(tmp / "nomic.gguf", vocab_metadata(bertgen.minilm_dir() / "tokenizer.json"))
     return {k: v for k, v in out.items() if k in wanted}
 
 
