@@ -29,7 +29,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "tests"))
 
-from results_log import append_record  # noqa: E402
+from results_log import append_record, split_native  # noqa: E402
 
 THREADS, BATCH = 2, 2048
 
@@ -173,8 +173,8 @@ def main() -> None:
     out = {"settings": {"chunks": args.chunks, "tokens": args.tokens, "per_request": args.per_request,
                         "batch": BATCH, "threads": THREADS}, "localrt": results, "llama_server": peers or None}
     print(json.dumps(out, indent=2))
-    append_record("embed", {k: v for k, v in out.items() if k != "llama_server"}, native=peers or None, threads=THREADS,
-                  out=args.out)
+    native = split_native(out, ("llama_server",))  # the peer's figures, at their path in the run
+    append_record("embed", out, native=native, threads=THREADS, out=args.out)
 
 
 if __name__ == "__main__":

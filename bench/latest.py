@@ -187,7 +187,15 @@ def generic(run):
     return "-", rows, []
 
 
-VIEWS = {"decode": decode, "generate": generate, "batch": batch, "serve_load": serve_load, "spec": spec,
+def embed(run):
+    rows = []
+    for f, ours in (run.get("localrt") or {}).items():
+        peer = (run.get("llama_server") or {}).get(f) or {}
+        rows.append((f"{f} docs/s ({ours.get('docs')} docs)", ours.get("docs_per_s"), peer.get("docs_per_s")))
+    return "llama-server", rows, []
+
+
+VIEWS = {"decode": decode, "embed": embed, "generate": generate, "batch": batch, "serve_load": serve_load, "spec": spec,
          "spec_draft": spec_draft, "kernels": kernels, "attention": attention, "iq4_matvec": iq4_matvec,
          "kv_pool": kv_pool, "pull": pull, "serve": serve, "structured": structured, "spec_replay": spec_replay,
          "gpu": gpu}
