@@ -63,7 +63,6 @@ def test_f32_logits_agree_with_llamacpp(tmp_path, name):
 QUANTIZED = {"q8_0": archgen.Q8_0, "q4_k_m": "q4_K_M", "iq4_xs": "iq4_xs"}  # fixture label -> file
 
 
-@pytest.mark.xdist_group("arch-quantized")  # one worker: every case runs the same kernels, compiled cold only once
 @pytest.mark.parametrize("label", list(QUANTIZED))
 @pytest.mark.parametrize("name", CHECKED)
 def test_quantized_top1_agrees_where_the_gap_is_clear(tmp_path, name, label):
