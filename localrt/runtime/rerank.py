@@ -18,7 +18,7 @@ import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 
-from ..errors import Cancelled, InvalidModel, InvalidRequest, ModelLoadError
+from ..errors import InvalidModel, InvalidRequest, ModelLoadError
 
 # Documents one request may rerank. Each is a forward of up to the context: 1,000 documents of 512 tokens keep a
 # small reranker busy for minutes on a CPU, and a bigger list is a client's batching to do (llama-server has no
@@ -149,18 +149,6 @@ def run(service, req: RerankRequest, cancel=None) -> dict:
             return
         yield {"scores": scores, "count": sum(map(len, seqs)), "load": loaded.take_load_ns()}
 
-    events = service._submit(name, opts, req.keep_alive, work, rec)
-    if cancel is not None:
-        cancel.add_hook(events.cancel)  # the worker stops at its next forward; a queued request is withdrawn
-    try:
-        out = list(events)
-    except BaseException:
-        events.cancel()
-        raise
-    if not out:
-        if cancel is not None and cancel.is_set():
-            raise Cancelled()
-        raise InvalidRequest("request canceled")
-    result = out[0]
+    result = service._one_result(name, opts, req.keep_alive, work, rec, cancel)  # stopped between forwards
     return {"scores": result["scores"], "prompt_tokens": result["count"],
             "total_duration": time.perf_counter_ns() - t0, "load_duration": result["load"]}

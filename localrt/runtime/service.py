@@ -238,6 +238,24 @@ class Service:
         stream = self.scheduler.submit(Request(model=name, options=opts, keep_alive=keep_alive, work=work))
         return Events(iter(stream), stream)
 
+    def _one_result(self, name: str, opts: Options, keep_alive, work, rec: st.ModelRecord, cancel=None) -> dict:
+        """The one item a non-streaming work (embed, rerank) yields on the model's worker. `cancel` (a jobs.Cancel,
+        set when the client goes away) stops the worker at its next step or withdraws the queued request, and the
+        call then raises Cancelled."""
+        events = self._submit(name, opts, keep_alive, work, rec)
+        if cancel is not None:
+            cancel.add_hook(events.cancel)
+        try:
+            out = list(events)
+        except BaseException:
+            events.cancel()
+            raise
+        if not out:
+            if cancel is not None and cancel.is_set():
+                raise Cancelled()
+            raise InvalidRequest("request canceled")
+        return out[0]
+
     def _load_or_unload(self, name: str, opts: Options, keep_alive, reply: Callable[[str], dict]) -> Events:
         if _unloads(keep_alive, None):
             self.scheduler.unload(name)
@@ -364,19 +382,7 @@ class Service:
                 vectors = [np.asarray(v, dtype=np.float64) for v in model.embed_many(batched)]
             yield {"vectors": vectors, "count": count, "load": loaded.take_load_ns()}
 
-        events = self._submit(name, opts, req.keep_alive, work)
-        if cancel is not None:
-            cancel.add_hook(events.cancel)  # the worker stops at its next input; a queued request is withdrawn
-        try:
-            out = list(events)
-        except BaseException:
-            events.cancel()
-            raise
-        if not out:
-            if cancel is not None and cancel.is_set():
-                raise Cancelled()
-            raise InvalidRequest("request canceled")
-        result = out[0]
+        result = self._one_result(name, opts, req.keep_alive, work, rec, cancel)
         if req.legacy:
             return {"embedding": [float(x) for x in result["vectors"][0]]}
         embeddings = [_normalize(v, req.dimensions) for v in result["vectors"]]
