@@ -8,9 +8,10 @@ import numpy as np
 
 from simd_kernels import threads
 
-from ..errors import ContextLengthExceeded, InvalidRequest, ModelLoadError
+from ..errors import InvalidRequest, ModelLoadError
 from . import arch as archs
 from .config import ModelConfig
+from .model import check_finite_output, check_ids
 from .pooling import classifier_pooling, pool, pooling_type
 
 
@@ -50,8 +51,6 @@ class Encoder:
     def embed_many(self, inputs: list) -> list[np.ndarray]:
         """The embedding of each input, several inputs to a forward: as many as fit num_batch tokens together (an
         input longer than that runs alone), in order."""
-        from .model import check_finite_output
-
         out: list[np.ndarray] = []
         for hidden, lengths in self._forwards(inputs):
             for h in np.split(hidden, np.cumsum(lengths)[:-1]):
@@ -62,8 +61,6 @@ class Encoder:
         """A reranker's score of each input (a query and document's ids, runtime.rerank), batched as embed_many: the
         first output of the classification head (arch `rank`), raw, as llama-server's relevance_score. With
         `cancelled` (a threading.Event) set, it stops between forwards and returns the scores so far."""
-        from .model import check_finite_output
-
         if self.pooling != "rank" or not hasattr(self.arch, "rank"):
             raise InvalidRequest(f"this model is not a reranker (its pooling type is {self.pooling}, not rank)")
         out: list[float] = []
@@ -93,8 +90,6 @@ class Encoder:
 
     def embed(self, ids) -> np.ndarray:
         """The input's embedding (n_embd,) float32, pooled as the file says (engine.pooling)."""
-        from .model import check_finite_output
-
         return check_finite_output(pool(self.hidden(ids), self.pooling), "embedding values")
 
     def tokenize(self, text: str, special: bool = True, limit: int | None = None) -> list[int]:
@@ -107,14 +102,7 @@ class Encoder:
         raise InvalidRequest(f"{self.config.arch} is an encoder: it embeds, it does not generate text")
 
     def _check_ids(self, ids) -> np.ndarray:
-        arr = np.asarray(ids, np.int64).reshape(-1)
-        if len(arr) == 0:
-            raise InvalidRequest("no tokens to evaluate")
-        if arr.min() < 0 or arr.max() >= self.config.n_vocab:
-            raise InvalidRequest(f"token id out of range 0..{self.config.n_vocab - 1}")
-        if len(arr) > self.num_ctx:
-            raise ContextLengthExceeded(len(arr), self.num_ctx)
-        return arr
+        return check_ids(ids, self.config.n_vocab, self.num_ctx)
 
     def _tok(self):
         if self.tokenizer is None:

@@ -132,14 +132,7 @@ class Model:
         )
 
     def _check_ids(self, ids) -> np.ndarray:
-        arr = np.asarray(ids, np.int64).reshape(-1)
-        if len(arr) == 0:
-            raise InvalidRequest("no tokens to evaluate")
-        if arr.min() < 0 or arr.max() >= self.config.n_vocab:
-            raise InvalidRequest(f"token id out of range 0..{self.config.n_vocab - 1}")
-        if len(arr) > self.num_ctx:
-            raise ContextLengthExceeded(len(arr), self.num_ctx)
-        return arr
+        return check_ids(ids, self.config.n_vocab, self.num_ctx)
 
     # -- public API ------------------------------------------------------------------------------
 
@@ -171,6 +164,18 @@ class Model:
         if self.tokenizer is None:
             raise ModelLoadError("this model has no usable tokenizer")
         return self.tokenizer
+
+
+def check_ids(ids, n_vocab: int, num_ctx: int) -> np.ndarray:
+    """ids as a flat int64 array, checked: not empty, every id in the vocabulary, no longer than the context."""
+    arr = np.asarray(ids, np.int64).reshape(-1)
+    if len(arr) == 0:
+        raise InvalidRequest("no tokens to evaluate")
+    if arr.min() < 0 or arr.max() >= n_vocab:
+        raise InvalidRequest(f"token id out of range 0..{n_vocab - 1}")
+    if len(arr) > num_ctx:
+        raise ContextLengthExceeded(len(arr), num_ctx)
+    return arr
 
 
 def check_finite_output(values: np.ndarray, what: str) -> np.ndarray:
