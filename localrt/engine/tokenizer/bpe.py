@@ -10,9 +10,8 @@ import heapq
 
 from . import pretokenize
 from .vocab import Vocab
+from .wordcache import WordCache
 
-_CACHE_LIMIT = 1 << 16  # entries; with _CACHE_TEXT, a few MB at most
-_CACHE_TEXT = 64  # longer fragments are not cached: a hostile prompt's megabyte word would stay in memory
 
 
 def bytes_to_unicode() -> list[str]:
@@ -47,22 +46,11 @@ class BpeEncoder:
         self._get = vocab.token_to_id.get
         self._patterns = pretokenize.compiled(vocab.pretok.kind)
         self._ignore_merges = vocab.pretok.ignore_merges
-        self._cache: dict[str, tuple[int, ...]] = {}
+        self._cache = WordCache(lambda frag: self._word(byte_encode(frag)))
 
     def encode(self, text: str, out: list[int], limit: int | None = None) -> None:
         """Tokenize one raw-text fragment into `out`; with `limit`, stop once `out` holds more than limit ids."""
-        cache = self._cache
-        for frag in pretokenize.iter_split(text, self._patterns):
-            ids = cache.get(frag)
-            if ids is None:
-                ids = self._word(byte_encode(frag))
-                if len(frag) <= _CACHE_TEXT:
-                    if len(cache) >= _CACHE_LIMIT:
-                        cache.clear()
-                    cache[frag] = ids
-            out.extend(ids)
-            if limit is not None and len(out) > limit:
-                return
+        self._cache.encode(pretokenize.iter_split(text, self._patterns), out, limit)
 
     def _word(self, word: str) -> tuple[int, ...]:
         if self._ignore_merges:

@@ -18,10 +18,9 @@ import regex
 
 from ...errors import InvalidRequest
 from .vocab import Vocab
+from .wordcache import WordCache
 
 SPACE = "\u2581"
-_CACHE_LIMIT = 1 << 16  # entries; with _CACHE_TEXT, a few MB at most
-_CACHE_TEXT = 64  # longer fragments are not cached: a hostile prompt's megabyte word would stay in memory
 
 
 class SpmEncoder:
@@ -29,25 +28,13 @@ class SpmEncoder:
         self._get = vocab.token_to_id.get
         self._scores = vocab.scores
         self._byte_ids = _byte_tokens(vocab)
-        self._cache: dict[str, tuple[int, ...]] = {}
+        self._cache = WordCache(self._merge)
         self._word_re = _word_splitter(vocab.tokens)
 
     def encode(self, text: str, out: list[int], limit: int | None = None) -> None:
         """Tokenize one raw-text fragment (already prefixed and space-escaped) into `out`; with `limit`, stop once
         `out` holds more than limit ids."""
-        cache = self._cache
-        for m in self._word_re.finditer(text):
-            word = m.group()
-            ids = cache.get(word)
-            if ids is None:
-                ids = self._merge(word)
-                if len(word) <= _CACHE_TEXT:
-                    if len(cache) >= _CACHE_LIMIT:
-                        cache.clear()
-                    cache[word] = ids
-            out.extend(ids)
-            if limit is not None and len(out) > limit:
-                return
+        self._cache.encode((m.group() for m in self._word_re.finditer(text)), out, limit)
 
     def _merge(self, word: str) -> tuple[int, ...]:
         get, scores = self._get, self._scores

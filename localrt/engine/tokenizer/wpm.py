@@ -26,6 +26,7 @@ import unicodedata
 
 from ...errors import InvalidRequest
 from .vocab import Vocab
+from .wordcache import WordCache
 
 SPACE = "\u2581"
 _SEP = " "  # word separator in the preprocessed text; no kept character maps to it
@@ -42,8 +43,6 @@ _UNICODE_15 = ((0x0CF3, 0x0CF3, "Mc"), (0x0ECE, 0x0ECE, "Mn"), (0x10EFD, 0x10EFF
                (0x11F3E, 0x11F42, "Mn"), (0x11F43, 0x11F4F, "Po"), (0x13439, 0x1343F, "Cf"), (0x13440, 0x13440, "Mn"),
                (0x13447, 0x13455, "Mn"), (0x1E08F, 0x1E08F, "Mn"), (0x1E4EC, 0x1E4EF, "Mn"))
 _CHAR_CACHE_LIMIT = 1 << 16  # distinct characters remembered per option set; a hostile text could name them all
-_CACHE_LIMIT = 1 << 16  # words; with _CACHE_TEXT, a few MB at most
-_CACHE_TEXT = 64  # longer words are not cached: a hostile prompt's megabyte word would stay in memory
 
 
 def is_chinese_char(ch: str) -> bool:
@@ -153,22 +152,11 @@ class WpmEncoder:
         self._unk = vocab.ids["unk"]
         self._longest = longest_by_prefix(vocab.tokens)  # a few thousand entries for a 30k vocabulary
         self._opts = (vocab.lowercase, vocab.strip_accents)
-        self._cache: dict[str, tuple[int, ...]] = {}
+        self._cache = WordCache(self._word)
 
     def encode(self, text: str, out: list[int], limit: int | None = None) -> None:
         """Tokenize one raw-text fragment into `out`; with `limit`, stop once `out` holds more than limit ids."""
-        cache = self._cache
-        for word in preprocess(text, *self._opts):
-            ids = cache.get(word)
-            if ids is None:
-                ids = self._word(word)
-                if len(word) <= _CACHE_TEXT:
-                    if len(cache) >= _CACHE_LIMIT:
-                        cache.clear()
-                    cache[word] = ids
-            out.extend(ids)
-            if limit is not None and len(out) > limit:
-                return
+        self._cache.encode(preprocess(text, *self._opts), out, limit)
 
     def _word(self, word: str) -> tuple[int, ...]:
         ids = greedy_cover(SPACE + word, self._get, self._longest)
