@@ -27,8 +27,9 @@ TEXTS = ["hello world", "The quick brown fox jumps over the lazy dog.",
          "Quarterly revenue grew 12% while operating costs fell; see the attached report for details."]
 
 
-def weights(seed: int = SEED) -> dict[str, np.ndarray]:
-    """GGUF name -> float32 array (NumPy order), every value from one generator in a fixed order."""
+def _draws(seed: int):
+    """(mat, vec): random float32 matrices (scaled by 1/sqrt(cols) unless given) and vectors, all from one generator
+    in the order they are called."""
     rng = np.random.default_rng(seed)
 
     def mat(rows, cols, scale=None):
@@ -37,6 +38,35 @@ def weights(seed: int = SEED) -> dict[str, np.ndarray]:
     def vec(n, center=0.0, scale=0.1):
         return (center + rng.standard_normal(n) * scale).astype(np.float32)
 
+    return mat, vec
+
+
+# The tiny vocabulary's tokenizer.ggml.* keys, as llama.cpp's converter writes a bert vocabulary's.
+VOCAB_MD = {
+    "tokenizer.ggml.model": "bert", "tokenizer.ggml.pre": "bert-bge", "tokenizer.ggml.tokens": VOCAB,
+    "tokenizer.ggml.token_type": [3 if t in SPECIALS else 1 for t in VOCAB],
+    "tokenizer.ggml.bos_token_id": 2, "tokenizer.ggml.eos_token_id": 3, "tokenizer.ggml.unknown_token_id": 1,
+    "tokenizer.ggml.seperator_token_id": 3, "tokenizer.ggml.padding_token_id": 0, "tokenizer.ggml.cls_token_id": 2,
+    "tokenizer.ggml.mask_token_id": 4, "tokenizer.ggml.add_bos_token": True, "tokenizer.ggml.add_eos_token": True,
+}
+
+
+def _write(path: Path, md: dict, weights: dict[str, np.ndarray], wtype: int, keep_f32: tuple[str, ...]) -> Path:
+    """Matrices in wtype (F16, or a block format through quant.quantize) but those named in keep_f32; vectors F32."""
+    tensors = []
+    for name, arr in weights.items():
+        if arr.ndim == 2 and wtype != F32 and name not in keep_f32:
+            data = arr.astype(np.float16) if wtype == F16 else quant.quantize(arr, wtype)
+            tensors.append((name, wtype, arr.shape, data))
+        else:
+            tensors.append((name, F32, arr.shape, arr))
+    gguf_io.write(path, md, tensors)
+    return path
+
+
+def weights(seed: int = SEED) -> dict[str, np.ndarray]:
+    """GGUF name -> float32 array (NumPy order), every value from one generator in a fixed order."""
+    mat, vec = _draws(seed)
     w = {
         "token_embd.weight": mat(len(VOCAB), N_EMBD, 1.0),
         "position_embd.weight": mat(N_CTX, N_EMBD, 0.5),
@@ -62,23 +92,9 @@ def write(path: Path, wtype: int = F32, pooling: int = 1) -> Path:
         "bert.context_length": N_CTX, "bert.embedding_length": N_EMBD, "bert.feed_forward_length": N_FF,
         "bert.block_count": N_LAYER, "bert.attention.head_count": N_HEAD, "bert.attention.layer_norm_epsilon": EPS,
         "bert.attention.causal": False, "bert.pooling_type": pooling, "tokenizer.ggml.token_type_count": N_TYPES,
-        "tokenizer.ggml.model": "bert", "tokenizer.ggml.pre": "bert-bge", "tokenizer.ggml.tokens": VOCAB,
-        "tokenizer.ggml.token_type": [3 if t in SPECIALS else 1 for t in VOCAB],
-        "tokenizer.ggml.bos_token_id": 2, "tokenizer.ggml.eos_token_id": 3, "tokenizer.ggml.unknown_token_id": 1,
-        "tokenizer.ggml.seperator_token_id": 3, "tokenizer.ggml.padding_token_id": 0, "tokenizer.ggml.cls_token_id": 2,
-        "tokenizer.ggml.mask_token_id": 4, "tokenizer.ggml.add_bos_token": True, "tokenizer.ggml.add_eos_token": True,
+        **VOCAB_MD,
     }
-    tensors = []
-    for name, arr in weights().items():
-        if arr.ndim == 2 and wtype != F32 and name not in ("position_embd.weight", "token_types.weight"):
-            if wtype == F16:
-                tensors.append((name, F16, arr.shape, arr.astype(np.float16)))
-            else:
-                tensors.append((name, wtype, arr.shape, quant.quantize(arr, wtype)))
-        else:
-            tensors.append((name, F32, arr.shape, arr))
-    gguf_io.write(path, md, tensors)
-    return path
+    return _write(path, md, weights(), wtype, ("position_embd.weight", "token_types.weight"))
 
 
 def minilm_dir() -> Path | None:
@@ -97,14 +113,7 @@ NOMIC_ROPE_BASE = 1000.0  # nomic's rotary_emb_base
 def nomic_weights(seed: int = NOMIC_SEED, *, fused: bool = True, biases: bool = False) -> dict[str, np.ndarray]:
     """GGUF name -> float32 array of the tiny nomic-bert. `fused`: attn_qkv (q, k, v rows stacked), else attn_q,
     attn_k, attn_v; `biases`: with q/k/v (fused: attn_qkv.bias) and attn_output biases, which nomic's files lack."""
-    rng = np.random.default_rng(seed)
-
-    def mat(rows, cols, scale=None):
-        return (rng.standard_normal((rows, cols)) * (scale or 1 / np.sqrt(cols))).astype(np.float32)
-
-    def vec(n, center=0.0, scale=0.1):
-        return (center + rng.standard_normal(n) * scale).astype(np.float32)
-
+    mat, vec = _draws(seed)
     w = {
         "token_embd.weight": mat(len(VOCAB), N_EMBD, 1.0),
         "token_types.weight": mat(N_TYPES, N_EMBD, 0.5),
@@ -143,22 +152,11 @@ def write_nomic(path: Path, wtype: int = F32, *, fused: bool = True, biases: boo
         "nomic-bert.feed_forward_length": N_FF, "nomic-bert.block_count": N_LAYER,
         "nomic-bert.attention.head_count": N_HEAD, "nomic-bert.attention.layer_norm_epsilon": EPS,
         "nomic-bert.attention.causal": False, "nomic-bert.pooling_type": 1,
-        "nomic-bert.rope.freq_base": NOMIC_ROPE_BASE, "tokenizer.ggml.token_type_count": N_TYPES,
-        "tokenizer.ggml.model": "bert", "tokenizer.ggml.pre": "bert-bge", "tokenizer.ggml.tokens": VOCAB,
-        "tokenizer.ggml.token_type": [3 if t in SPECIALS else 1 for t in VOCAB],
-        "tokenizer.ggml.bos_token_id": 2, "tokenizer.ggml.eos_token_id": 3, "tokenizer.ggml.unknown_token_id": 1,
-        "tokenizer.ggml.seperator_token_id": 3, "tokenizer.ggml.padding_token_id": 0, "tokenizer.ggml.cls_token_id": 2,
-        "tokenizer.ggml.mask_token_id": 4, "tokenizer.ggml.add_bos_token": True, "tokenizer.ggml.add_eos_token": True,
+        "nomic-bert.rope.freq_base": NOMIC_ROPE_BASE, "tokenizer.ggml.token_type_count": N_TYPES, **VOCAB_MD,
     }
-    tensors = []
-    for name, arr in nomic_weights(fused=fused, biases=biases).items():
-        if arr.ndim == 2 and wtype != F32 and name != "token_types.weight":
-            data = arr.astype(np.float16) if wtype == F16 else quant.quantize(arr, wtype)
-            tensors.append((name, wtype, arr.shape, data))
-        else:
-            tensors.append((name, F32, arr.shape, arr))
-    gguf_io.write(path, md, tensors)
-    return path
+    return _write(path, md, nomic_weights(fused=fused, biases=biases), wtype, ("token_types.weight",))
+
+
 NOMIC_LONG_IDS = [2] + [5 + (7 * i) % 95 for i in range(46)] + [3]  # 48 ids: rope well past the first positions
 
 
