@@ -186,6 +186,21 @@ def real_daemon(models_dir: Path, service_kw: dict | None = None, **overrides):
         service.close()
 
 
+@contextlib.contextmanager
+def pinned_daemon(models_dir: Path, **overrides):
+    """A real daemon over a real Service (the real loader, quantizer and templates) with make_config's pinned
+    settings (one request at a time, a fixed 4096 context) but for `overrides`. Yields the server, its `service`
+    attached."""
+    conf = make_config(models_dir, **overrides)
+    service = Service(conf)
+    try:
+        with BackgroundServer(service, conf) as srv:
+            srv.service = service
+            yield srv
+    finally:
+        service.close()
+
+
 def raw_request(port: int, data: bytes, timeout: float = 10.0) -> bytes:
     """Send bytes on a fresh socket and read the reply until the server closes or the status line and headers
     (and, with Content-Length, the body) are in."""

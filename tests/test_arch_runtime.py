@@ -18,12 +18,11 @@ import jsonschema
 import pytest
 
 import archgen
-from _daemon_fakes import make_config
+from _daemon_fakes import pinned_daemon
 from localrt.engine.loader import load_model
 from localrt.models.builtins import SMOLLM2_TEMPLATE
 from localrt.models.gguf_facts import human_number
-from localrt.runtime.service import Service, estimate_memory
-from localrt.serve.daemon import BackgroundServer
+from localrt.runtime.service import estimate_memory
 
 NAMES = list(archgen.CASES)
 LEVELS = {"q4_K_M": ("Q4_K_M", 15), "iq4_xs": ("IQ4_XS", 30)}  # create's level -> (show's name, general.file_type)
@@ -73,13 +72,8 @@ def test_memory_estimate_is_the_architectures_kv_layout(tmp_path, name):
 
 @pytest.fixture(scope="module")
 def daemon(tmp_path_factory):
-    conf = make_config(tmp_path_factory.mktemp("models"))
-    service = Service(conf)  # the real loader, quantizer and templates
-    try:
-        with BackgroundServer(service, conf) as srv:
-            yield srv
-    finally:
-        service.close()
+    with pinned_daemon(tmp_path_factory.mktemp("models")) as srv:  # the real loader, quantizer and templates
+        yield srv
 
 
 @pytest.fixture(scope="module")

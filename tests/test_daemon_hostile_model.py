@@ -9,12 +9,10 @@ import json
 import httpx
 import pytest
 
-from _daemon_fakes import make_config
+from _daemon_fakes import pinned_daemon
 from _engine_gguf import Spec, write_model
 from _hostile_gguf import rewrite
 from localrt.models import gguf_facts as C  # where create reads and validates a GGUF header
-from localrt.serve.daemon import BackgroundServer
-from localrt.runtime.service import Service
 
 KEY_MESSAGE = "llama.rope.dimension_count is 96 but the head size (llama.attention.key_length) is 16"
 
@@ -29,14 +27,8 @@ def files(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def daemon(tmp_path_factory):
-    conf = make_config(tmp_path_factory.mktemp("models"))
-    service = Service(conf)  # the real loader: hostile files meet the validator, not a fake
-    try:
-        with BackgroundServer(service, conf) as srv:
-            srv.service = service
-            yield srv
-    finally:
-        service.close()
+    with pinned_daemon(tmp_path_factory.mktemp("models")) as srv:  # the real loader: hostile files meet the validator, not a fake
+        yield srv
 
 
 def _upload(srv, path) -> str:

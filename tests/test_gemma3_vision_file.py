@@ -15,10 +15,9 @@ import numpy as np
 import pytest
 
 import archgen
-from _daemon_fakes import make_config
+from _daemon_fakes import pinned_daemon
 from localrt.engine.loader import load_model
-from localrt.runtime.service import Service, estimate_memory
-from localrt.serve.daemon import BackgroundServer
+from localrt.runtime.service import estimate_memory
 
 CASE = archgen.CASES["gemma3"]
 VE, VF, PATCH, IMAGE = 32, 64, 4, 16  # the tower's width, feed-forward width, patch and image sizes (pixels)
@@ -94,13 +93,8 @@ def test_the_memory_estimate_leaves_the_tower_out(files):
 
 @pytest.fixture(scope="module")
 def daemon(tmp_path_factory):
-    conf = make_config(tmp_path_factory.mktemp("models"))
-    service = Service(conf)  # the real loader
-    try:
-        with BackgroundServer(service, conf) as srv:
-            yield srv
-    finally:
-        service.close()
+    with pinned_daemon(tmp_path_factory.mktemp("models")) as srv:  # the real loader
+        yield srv
 
 
 def test_create_show_and_generate_through_the_daemon(daemon, files, caplog):

@@ -22,15 +22,13 @@ import archgen
 import gguf_io
 import quant
 import store as st
-from _daemon_fakes import make_config
+from _daemon_fakes import pinned_daemon
 from _engine_gguf import Spec, write_model
 from localrt.engine import finite
 from localrt.engine.loader import load_model
 from localrt.errors import InvalidModel, NonFiniteOutput
 from localrt.models import gguf_facts as C
 from localrt.models.create import create
-from localrt.runtime.service import Service
-from localrt.serve.daemon import BackgroundServer
 from localrt.serve.error_map import error_status
 from quant.formats import FORMATS
 from simd_kernels import actquant
@@ -239,13 +237,8 @@ def test_the_engine_refuses_non_finite_logits_and_embeddings(bases, tmp_path):
 
 @pytest.fixture(scope="module")
 def daemon(tmp_path_factory):
-    conf = make_config(tmp_path_factory.mktemp("models"))
-    service = Service(conf)  # the real loader
-    try:
-        with BackgroundServer(service, conf) as srv:
-            yield srv
-    finally:
-        service.close()
+    with pinned_daemon(tmp_path_factory.mktemp("models")) as srv:  # the real loader
+        yield srv
 
 
 def _upload(srv, path) -> str:
