@@ -82,7 +82,7 @@ TEXTS = [
 
 # -- real models -----------------------------------------------------------------------------------------
 def _detokenize(vocab, ids: list[int]) -> bytes:
-    arr = (llama_cpp.llama_token * len(ids))(*ids)
+    arr = (llama_cpp.llama_token * max(1, len(ids)))(*ids)  # an empty list still needs an array
     buf = ctypes.create_string_buffer(len(ids) * 64 + 64)
     n = llama_cpp.llama_detokenize(vocab, arr, len(ids), buf, len(buf), False, False)
     if n < 0:

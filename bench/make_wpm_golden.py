@@ -11,7 +11,6 @@ pieces of a sample of ids and the detokenized bytes of random id sequences.
 """
 from __future__ import annotations
 
-import ctypes
 import importlib.util
 import json
 import os
@@ -22,6 +21,7 @@ from pathlib import Path
 
 import gguf
 import llama_cpp
+from make_tokenizer_golden import _detokenize, _piece  # llama.cpp's detokenize and token_to_piece, as there
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "tests" / "data" / "wpm_golden.json"
@@ -108,21 +108,6 @@ def _tokenize(vocab, text: str, add_special: bool, parse_special: bool) -> list[
     if n < 0:
         raise RuntimeError(f"tokenize buffer too small for {text[:40]!r}")
     return list(buf[:n])
-
-
-def _detokenize(vocab, ids: list[int]) -> bytes:
-    arr = (llama_cpp.llama_token * max(1, len(ids)))(*ids)
-    buf = ctypes.create_string_buffer(len(ids) * 64 + 64)
-    n = llama_cpp.llama_detokenize(vocab, arr, len(ids), buf, len(buf), False, False)
-    if n < 0:
-        raise RuntimeError("detokenize buffer too small")
-    return buf.raw[:n]
-
-
-def _piece(vocab, tid: int, special: bool) -> bytes:
-    buf = ctypes.create_string_buffer(512)
-    n = llama_cpp.llama_token_to_piece(vocab, tid, buf, len(buf), 0, special)
-    return buf.raw[:n]
 
 
 def write_vocab_gguf(path: str, md: dict) -> None:
