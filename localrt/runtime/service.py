@@ -239,9 +239,8 @@ class Service:
         return Events(iter(stream), stream)
 
     def _one_result(self, name: str, opts: Options, keep_alive, work, rec: st.ModelRecord, cancel=None) -> dict:
-        """The one item a non-streaming work (embed, rerank) yields on the model's worker. `cancel` (a jobs.Cancel,
-        set when the client goes away) stops the worker at its next step or withdraws the queued request, and the
-        call then raises Cancelled."""
+        """The one item a non-streaming work (embed, rerank) yields; `cancel` (a jobs.Cancel, set when the client
+        goes away) stops it at its next step or withdraws it from the queue, and the call raises Cancelled."""
         events = self._submit(name, opts, keep_alive, work, rec)
         if cancel is not None:
             cancel.add_hook(events.cancel)
@@ -250,11 +249,9 @@ class Service:
         except BaseException:
             events.cancel()
             raise
-        if not out:
-            if cancel is not None and cancel.is_set():
-                raise Cancelled()
-            raise InvalidRequest("request canceled")
-        return out[0]
+        if out:
+            return out[0]
+        raise Cancelled() if cancel is not None and cancel.is_set() else InvalidRequest("request canceled")
 
     def _load_or_unload(self, name: str, opts: Options, keep_alive, reply: Callable[[str], dict]) -> Events:
         if _unloads(keep_alive, None):
@@ -347,8 +344,7 @@ class Service:
         return self._submit(name, opts, req.keep_alive, work, rec)
 
     def embed(self, req: EmbedRequest, cancel=None) -> dict:
-        """`cancel` (a jobs.Cancel, set when the client goes away) stops the work between inputs, or withdraws the
-        request while it waits in the queue; the call then raises Cancelled."""
+        """/api/embed and its /v1 and legacy shapes; `cancel` stops it between inputs (see _one_result)."""
         rec = self.record(req.model, create_builtin=not _unloads(req.keep_alive, req.inputs))
         name = rec.name.display
         opts = self.options(rec, req.options)
