@@ -9,6 +9,7 @@ import gguf_io
 import quant
 from localrt.models.quantize import QUANTIZATIONS, quantize_model
 from quant import GGMLType, QuantError, recipe
+from _llama_oracle import llama_cpp_or_skip
 
 N_EMBD, N_FF, N_VOCAB, N_LAYER = 288, 512, 64, 2  # 288: not a multiple of 256, so fallbacks happen
 
@@ -156,7 +157,7 @@ def write_deep(path, n_layer: int = 12) -> None:
 
 
 def llama_cpp_quantize(src, dst, quantization: str) -> None:
-    llama_cpp = pytest.importorskip("llama_cpp")
+    llama_cpp = llama_cpp_or_skip()
     import ctypes
 
     params = llama_cpp.llama_model_quantize_default_params()
@@ -167,7 +168,7 @@ def llama_cpp_quantize(src, dst, quantization: str) -> None:
 
 @pytest.mark.parametrize("quantization", ALL_QUANTIZATIONS)
 def test_byte_identical_with_llama_cpp_quantize(tmp_path, quantization):
-    pytest.importorskip("llama_cpp")
+    llama_cpp_or_skip()
     for name, write in (("tiny", lambda p: write_tiny(p, extra_meta=LLAMA_HPARAMS)), ("deep", write_deep)):
         src = tmp_path / f"{name}.gguf"
         write(src)

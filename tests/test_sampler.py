@@ -6,6 +6,7 @@ import pytest
 
 from localrt.errors import InvalidRequest
 from localrt.api.options import resolve
+from _llama_oracle import llama_cpp_or_skip
 from localrt.engine.sampler import Candidates, Mt19937, draw, make_sampler, min_p, penalize, temperature, top_k, top_p, typical_p
 
 
@@ -333,7 +334,7 @@ def _llama_pick(L, chain, logits):
     ],
 )
 def test_same_tokens_as_llama_cpp_with_the_same_seed(opts):
-    L = pytest.importorskip("llama_cpp")
+    L = llama_cpp_or_skip()
     o = resolve({"seed": 42, **opts}).to_dict()
     rng = np.random.default_rng(0)
     steps = [(rng.standard_normal(3000) * 2).astype(np.float32) for _ in range(60)]
