@@ -18,14 +18,24 @@ A loaded kernel's library is a `LeanLibrary`: it keeps the LLVM bitcode that cam
 something links against it (a compile that calls the kernel), instead of parsing it at load, and the JIT engine's
 table of defined symbols takes its names at the first lookup. Parsing and walking those modules was 45 of the 65 ms
 that loading SmolLM2's 13 kernels took.
+
+Processes sharing a cache compile a kernel once: a top-level compile of a cache=True kernel holds an advisory lock
+file beside its cache index (`OneCompile`), so a second process wanting the same kernel waits, then loads the first
+one's result from disk instead of compiling it again (two test workers, or a daemon beside a command, did both
+compile the same minute-long kernel at once).
 """
 from __future__ import annotations
+
+import os
+import threading
+from contextlib import contextmanager
 
 import numba
 from llvmlite import binding as ll
 from numba.core.caching import FunctionCache
 from numba.core.codegen import JITCodeLibrary
 from numba.core.dispatcher import Dispatcher
+from numba.core.registry import CPUDispatcher
 from numba.core.runtime import _nrt_python
 
 from . import llvm_pages
@@ -129,11 +139,63 @@ class LeanCache(FunctionCache):
             llvm_pages.release()  # LLVM's code, which the load ran, back out of this process
 
 
+try:
+    import fcntl
+except ImportError:  # not a POSIX system: each process compiles on its own, as Numba does
+    fcntl = None
+
+_nesting = threading.local()  # .depth: compiles this thread is inside (a kernel's callees compile within it)
+
+
+@contextmanager
+def _compile_lock(cache):
+    """An exclusive lock on `<cache index>.lock` in the kernel's cache directory, held while the body runs; nothing
+    where the directory cannot be written (Numba then caches elsewhere or not at all) or there is no flock."""
+    path = getattr(getattr(cache, "_cache_file", None), "_index_path", None)
+    fd = None
+    if fcntl is not None and path:
+        try:
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            fd = os.open(path + ".lock", os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError:
+            fd = None
+    try:
+        if fd is not None:
+            fcntl.flock(fd, fcntl.LOCK_EX)  # released by close, or by the kernel if this process dies
+        yield
+    finally:
+        if fd is not None:
+            os.close(fd)
+
+
+class OneCompile:
+    """Mixed into a cache=True kernel's dispatcher class: a top-level compile (a cache load, or a compile and save)
+    runs under the kernel's lock file, so it waits for another process compiling the same kernel and then loads its
+    result. Only top-level: a callee compiled inside a caller's compile (under Numba's in-process compiler lock) takes
+    no file lock, so no thread ever waits for a file lock while holding Numba's."""
+
+    def compile(self, sig):
+        if getattr(_nesting, "depth", 0):
+            return super().compile(sig)
+        _nesting.depth = 1
+        try:
+            with _compile_lock(self._cache):
+                return super().compile(sig)
+        finally:
+            _nesting.depth = 0
+
+
+class OneCompileDispatcher(OneCompile, CPUDispatcher):
+    """numba.njit's CPU dispatcher with OneCompile (a module-level class, so a pickled kernel names it)."""
+
+
 def lean(dispatcher: Dispatcher) -> Dispatcher:
-    """Give a cache=True dispatcher the lean loader (in place); returns it (a plain function, under
-    NUMBA_DISABLE_JIT, as it is)."""
+    """Give a cache=True dispatcher the lean loader and the one-compile lock (in place); returns it (a plain
+    function, under NUMBA_DISABLE_JIT, as it is)."""
     if isinstance(dispatcher, Dispatcher) and type(dispatcher._cache) is FunctionCache:  # what cache=True makes
         dispatcher._cache.__class__ = LeanCache
+        if type(dispatcher) is CPUDispatcher:
+            dispatcher.__class__ = OneCompileDispatcher
     return dispatcher
 
 
