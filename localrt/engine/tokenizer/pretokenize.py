@@ -27,6 +27,8 @@ log = logging.getLogger(__name__)
 
 _CONTRACTIONS = r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])"
 GPT2 = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)"
+JAIS2 = (_CONTRACTIONS + r"|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+"
+         + "".join(rf"|\s{{{n}}}(?!\S)" for n in (512, 256, 128, 64, 32, 16, 8, 4)) + r"|\s{1,2}(?!\S)|\s{1}")
 LLAMA3 = _CONTRACTIONS + r"|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
 QWEN2 = _CONTRACTIONS + r"|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
 _UPPERISH = r"((?=[\p{L}])([^a-z]))"   # llama.cpp's stand-in for [\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]
@@ -93,8 +95,7 @@ REGEXES: dict[str, tuple] = {
     "laguna": (r"[^\n]+|[\n]+", QWEN2),
     "minicpm5": (r"\p{N}{1,3}", _CONTRACTIONS + r"|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}+| ?[^\s\p{L}\p{N}]+[\r\n]*"
                  r"|\s*[\r\n]+|\s+(?!\S)|\s+"),
-    "jais2": (_CONTRACTIONS + r"|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+"
-              + "".join(rf"|\s{{{n}}}(?!\S)" for n in (512, 256, 128, 64, 32, 16, 8, 4)) + r"|\s{1,2}(?!\S)|\s{1}",),
+    "jais2": (JAIS2,),
 }
 
 
@@ -195,7 +196,47 @@ class _Empty:
         return self.at, self.at
 
 
-_LINEAR = {r"(?=(\d{3})+(?!\d))": _DigitGroups}  # regexes whose direct form is superlinear, by a linear splitter
+class _Jais2:
+    """jais2's regex with its long blank runs cut without it. At each 512-blank chunk of a run the regex first tries
+    `\\s*[\\r\\n]+`, a scan to the run's end that fails where no newline ends the run: quadratic in the run's length
+    (17 s at 1 MB). In a run of blanks other than newlines, followed by neither a newline nor another blank, and at
+    a point with more than 1024 of its blanks still ahead, no alternative before `\\s{512}(?!\\S)` can match, and
+    that one takes the next 512: those chunks are cut here, the rest (and everything else) is the regex's. Its
+    matches depend only on the text from their start on (no look-behind), and a run starts where a match ends, so the
+    matches are the regex's own (tests/test_pretokenize_growth.py compares them on random text)."""
+
+    _RUNS = regex.compile(r"[^\S\r\n]{2048,}", regex.V0)
+    CHUNK, KEEP = 512, 1024
+
+    def __init__(self) -> None:
+        self._pat = regex.compile(JAIS2, regex.V0)
+
+    def finditer(self, text: str) -> Iterator:
+        pos = 0
+        for run in self._RUNS.finditer(text):
+            start, end = run.span()
+            if end < len(text) and text[end] in "\r\n":
+                continue  # `\s*[\r\n]+` takes the run with its newline, in one linear match
+            yield from self._pat.finditer(text, pos, start)  # the text before the run: its matches end at start
+            at = start
+            while end - at > self.KEEP:
+                yield _Span(at, at + self.CHUNK)
+                at += self.CHUNK
+            pos = at
+        yield from self._pat.finditer(text, pos)
+
+
+@dataclass(frozen=True)
+class _Span:
+    start: int
+    end: int
+
+    def span(self) -> tuple[int, int]:
+        return self.start, self.end
+
+
+# regexes whose direct form is superlinear, by a linear splitter
+_LINEAR = {r"(?=(\d{3})+(?!\d))": _DigitGroups, JAIS2: _Jais2}
 
 
 def compiled(kind: str) -> list[tuple[regex.Pattern, bool]]:
