@@ -120,7 +120,7 @@ class Catalog:
                 caps.append("tools")
             if getattr(tmpl, "supports_insert", False):
                 caps.append("insert")
-            if templates.thinking_tags(tmpl) is not None:
+            if templates.thinking_tags(tmpl) is not None or templates.is_harmony(tmpl):  # harmony: gpt-oss
                 caps.append("thinking")
         out: dict[str, Any] = {
             "license": "\n".join(rec.licenses),

@@ -6,6 +6,10 @@ Ollama, such a model thinks when the request sends no `think`, and its reasoning
 (qwen3's `enable_thinking`, an empty block) and drops any reasoning the model still writes; a level ("low",
 "medium", "high") thinks. Asking a model without tags to think is a 400.
 
+A harmony (gpt-oss) model's output is split by channel instead (templates.harmony): `analysis` is the reasoning,
+`final` the answer, a `commentary` message to a function a tool call. As in Ollama, such a model always reasons:
+`think: false` does not switch it off and its reasoning is still reported.
+
 A request's constraint (`format`, a forced or an opened tool call) holds only after the reasoning
 (structured.AfterReasoning), and tool calls are parsed out of the answer only.
 """
@@ -16,13 +20,16 @@ from typing import Iterator
 from ..engine.events import Done
 from ..errors import InvalidRequest
 from ..structured.after import AfterReasoning
+from ..templates.harmony import FINAL_OPENS, HARMONY, HarmonyParser, is_harmony
 from ..templates.thinking import ThinkingParser, opens_reasoning, thinking_tags
 from .sampling_extras import metrics
 
 
-def tags_for(template, req, model_name: str) -> tuple[str, str] | None:
-    """The template's reasoning tags; a 400 naming how the request asked when it asks a model without them to
-    think."""
+def tags_for(template, req, model_name: str):
+    """The template's reasoning tags, or HARMONY for a harmony template; a 400 naming how the request asked when it
+    asks a model without either to think."""
+    if is_harmony(template):
+        return HARMONY
     tags = thinking_tags(template)
     if tags is None and req.think not in (None, False):
         field = req.think_field if req.think_field != "think" else f"think {req.think!r}"
@@ -31,29 +38,48 @@ def tags_for(template, req, model_name: str) -> tuple[str, str] | None:
 
 
 class Split:
-    """One request's output as (reasoning, answer) pieces; the reasoning is dropped under think false."""
+    """One request's output as (reasoning, answer) pieces; the reasoning is dropped under think false (but for a
+    harmony model's); a harmony model's tool calls are taken with take_calls()."""
 
-    def __init__(self, tags: tuple[str, str] | None, prompt: str, think) -> None:
-        self.parser = ThinkingParser(*tags, opened=opens_reasoning(prompt, tags)) if tags else None
-        self.show = think is not False
+    def __init__(self, tags, prompt: str, think) -> None:
+        self.harmony = HarmonyParser.for_prompt(prompt) if tags is HARMONY else None
+        self.parser = ThinkingParser(*tags, opened=opens_reasoning(prompt, tags)) if tags and not self.harmony else None
+        self.show = think is not False or self.harmony is not None
+        self.calls: list = []
 
     def feed(self, text: str) -> tuple[str, str]:
+        if self.harmony is not None:
+            return self._harmony(self.harmony.feed(text))
         if self.parser is None:
             return "", text
         reasoning, answer = self.parser.feed(text)
         return (reasoning if self.show else ""), answer
 
     def flush(self) -> tuple[str, str]:
+        if self.harmony is not None:
+            return self._harmony(self.harmony.flush())
         if self.parser is None:
             return "", ""
         reasoning, answer = self.parser.flush()
         return (reasoning if self.show else ""), answer
 
+    def take_calls(self) -> list:
+        """The tool calls a harmony model completed since the last take."""
+        calls, self.calls = self.calls, []
+        return calls
 
-def after_reasoning(constraint, tags: tuple[str, str] | None, prompt: str, think):
-    """The request's constraint, held off until the reasoning is over where the model may reason first."""
+    def _harmony(self, piece) -> tuple[str, str]:
+        self.calls.extend(piece.calls)
+        return piece.thinking, piece.content
+
+
+def after_reasoning(constraint, tags, prompt: str, think):
+    """The request's constraint, held off until the reasoning is over where the model may reason first (a harmony
+    model: until it opens its final-channel message)."""
     if constraint is None or tags is None or not hasattr(constraint, "grammar"):
         return constraint
+    if tags is HARMONY:
+        return AfterReasoning(constraint, FINAL_OPENS.encode(), opened=True)
     if think is False and not opens_reasoning(prompt, tags):  # the template could switch it off
         return constraint
     return AfterReasoning(constraint, tags[1].encode(), tags[0].encode(), opened=opens_reasoning(prompt, tags))
@@ -61,7 +87,8 @@ def after_reasoning(constraint, tags: tuple[str, str] | None, prompt: str, think
 
 def chat_items(events, split: Split, parser, pending, reply, load_ns) -> Iterator[dict]:
     """The native /api/chat items of a run's events: reasoning, answer text and the tool calls parsed out of the
-    answer; `reply(content, calls, thinking, **extra)` shapes one, `load_ns()` the load time the last one reports."""
+    answer (or a harmony model's calls); `reply(content, calls, thinking, **extra)` shapes one, `load_ns()` the load
+    time the last one reports."""
     for ev in events:
         pending.add(ev.logprobs)
         thinking, text = split.feed(ev.text)
@@ -71,10 +98,11 @@ def chat_items(events, split: Split, parser, pending, reply, load_ns) -> Iterato
             thinking, text = thinking + more, text + rest
         got = parser.feed(text) if parser else None
         content, calls = (got.content, got.calls) if got else (text, [])
+        if done and parser:
+            rest_call = parser.flush()
+            content, calls = content + rest_call.content, calls + rest_call.calls
+        calls = calls + split.take_calls()
         if done:
-            if parser:
-                rest_call = parser.flush()
-                content, calls = content + rest_call.content, calls + rest_call.calls
             yield reply(content, calls, thinking, **pending.take(), **metrics(ev, load_ns()))
         elif content or calls or thinking:
             yield reply(content, calls, thinking, done=False, **pending.take())
@@ -93,5 +121,5 @@ def generate_items(events, split: Split, pending, base, raw: bool, load_ns) -> I
             if not raw:
                 out["context"] = list(ev.context)
             yield out
-        elif text or thinking or split.parser is None:
+        elif text or thinking or (split.parser is None and split.harmony is None):
             yield {**base(), "response": text, **said, "done": False, **pending.take()}

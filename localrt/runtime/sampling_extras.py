@@ -15,6 +15,7 @@ from .. import structured
 from ..api.types import PROMPT_CACHED_KEY
 from ..engine.events import Done, Logprob, TokenLogprob
 from ..errors import ContextLengthExceeded, InvalidRequest
+from ..templates.harmony import HARMONY
 from ..templates.toolcalls import forced_call_format, opened_call_format
 
 log = logging.getLogger("localrt.service")
@@ -90,10 +91,16 @@ def _draft_counts(ev: Done) -> dict:
     return {"draft_count": ev.draft_count, "draft_accepted_count": ev.draft_accepted_count}
 
 
-def request_constraint(tag: str, req, model):
+def request_constraint(tag: str, req, model, reasoning=None):
     """The constraint of a chat request: a forced call (tool_choice "required" or a named tool), else its `format`,
     else with tools (tool_choice "auto") the call schema from the moment the model opens a call by itself (a lazy
-    constraint); None when nothing constrains it."""
+    constraint); None when nothing constrains it. A harmony model (`reasoning` is HARMONY) writes its calls in their
+    own messages: only its `format` constrains it, and a forced call is refused."""
+    if reasoning is HARMONY:
+        if req.tool_choice is not None:
+            raise InvalidRequest("tool_choice that forces a tool call is not supported for harmony (gpt-oss) models; "
+                                 "use \"auto\"")
+        return structured.compile_format(req.format, model.tokenizer) if req.format else None
     if req.tool_choice is not None:
         chosen = [t for t in req.tools if not req.tool_choice or t["function"].get("name") == req.tool_choice]
         return structured.compile_format(forced_call_format(tag, chosen), model.tokenizer)

@@ -34,7 +34,7 @@ from .scheduler import MemoryNeed, Request, Scheduler
 from .sampling_extras import (COUNT_UPTO, Pending, cache_scope, count_tokens, given_ids, prompt_ids,
                              refuse_embedding_only, request_constraint)
 from .sampling_extras import sampling_kwargs as _sampling
-from .reasoning import Split, after_reasoning, chat_items, generate_items, tags_for
+from .reasoning import HARMONY, Split, after_reasoning, chat_items, generate_items, tags_for
 
 log = logging.getLogger("localrt.service")
 
@@ -335,8 +335,8 @@ class Service:
                 return
             ids = prompt_ids(model, prompt.text, n_ctx)
             tag = tag_for_template(loaded.template)
-            constraint = after_reasoning(request_constraint(tag, req, model), tags, prompt.text, req.think)
-            parser = ToolCallParser(tag, req.tools) if req.tools else None
+            constraint = after_reasoning(request_constraint(tag, req, model, tags), tags, prompt.text, req.think)
+            parser = ToolCallParser(tag, req.tools) if req.tools and tags is not HARMONY else None
             events = _run(loaded, ids, opts, cancelled, constraint, cache_scope=scope, **_sampling(req))
             yield from chat_items(events, Split(tags, prompt.text, req.think), parser, Pending(req.logprobs), reply,
                                   loaded.take_load_ns)

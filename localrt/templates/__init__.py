@@ -10,6 +10,7 @@ from .builtin import FAMILIES, TemplateChoice, choose_template
 from .capabilities import capabilities, tool_call_tag
 from .errors import TemplateError
 from .gotemplate import GoTemplate, Limits
+from .harmony import HarmonyParser, is_harmony
 from .jinja import JinjaLimits, JinjaTemplate
 from .prompt import (ChatTemplate, GoChatTemplate, JinjaChatTemplate, Prompt, chat_messages, chat_prompt,
                      fit_messages, generate_prompt, load_template, render_prompt)
@@ -19,5 +20,5 @@ __all__ = [
     "FAMILIES", "ChatTemplate", "GoChatTemplate", "GoTemplate", "JinjaChatTemplate", "JinjaLimits", "JinjaTemplate",
     "Limits", "Prompt", "TemplateChoice", "TemplateError", "capabilities", "chat_messages", "chat_prompt",
     "choose_template", "fit_messages", "generate_prompt", "load_template", "render_prompt", "tool_call_tag",
-    "ThinkingParser", "opens_reasoning", "thinking_tags",
+    "ThinkingParser", "opens_reasoning", "thinking_tags", "HarmonyParser", "is_harmony",
 ]

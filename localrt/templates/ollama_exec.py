@@ -10,10 +10,10 @@ from .gotemplate import GoTemplate
 
 
 def think_values(think: bool | str | None) -> dict[str, Any]:
-    """`.Think`, `.ThinkLevel`, `.IsThinkSet` from a request's `think` (None = not set)."""
-    return {"Think": bool(think) if think is not None else False,
-            "ThinkLevel": think if isinstance(think, str) else "",
-            "IsThinkSet": think is not None}
+    """`.Think`, `.ThinkLevel`, `.IsThinkSet` from a request's `think` (None = not set); true is level "medium", as
+    Ollama's ThinkValue.String() gives it."""
+    level = think if isinstance(think, str) else ("medium" if think is True else "")
+    return {"Think": bool(think) if think is not None else False, "ThinkLevel": level, "IsThinkSet": think is not None}
 
 
 def collate(messages: list[dict]) -> tuple[str, list[dict]]:

@@ -16,6 +16,7 @@ from ._goexec import Limits
 from ._ollama_data import check_message
 from .errors import TemplateError
 from .gotemplate import GoTemplate
+from .harmony import is_harmony_source, reasoning_effort, render_think
 from .jinja import JinjaLimits, JinjaTemplate
 from .ollama_exec import execute
 
@@ -33,9 +34,11 @@ class GoChatTemplate:
         self.limits = limits
         self.supports_tools = self.template.uses("tools")
         self.supports_insert = self.template.uses("suffix")
+        self.harmony = is_harmony_source(source)  # gpt-oss: a request without think is sent true, as Ollama does
 
     def render(self, messages: list[dict], tools: list | None = None, think: bool | str | None = None) -> str:
         """`messages` in Ollama's wire shape (checked here)."""
+        think = render_think(think) if self.harmony else think
         return execute(self.template, check_messages(messages), tools=tools, think=think, limits=self.limits)
 
     def render_insert(self, prompt: str, suffix: str, think: bool | str | None = None) -> str:
@@ -56,15 +59,19 @@ class JinjaChatTemplate:
         self.limits = limits
         self.supports_tools = "tools" in source
         self.supports_insert = False
+        self.harmony = is_harmony_source(source)  # gpt-oss: `reasoning_effort`, and a turn's `thinking` by that name
 
     def render(self, messages: list[dict], tools: list | None = None, think: bool | str | None = None) -> str:
         """`messages` in Ollama's wire shape (checked here), handed to the template in HF's shape."""
         variables: dict[str, Any] = {
-            "messages": [_hf_message(m) for m in check_messages(messages)], "tools": tools or None,
+            "messages": [_hf_message(m, self.harmony) for m in check_messages(messages)], "tools": tools or None,
             "add_generation_prompt": True, "bos_token": self.bos_token, "eos_token": self.eos_token,
         }
         if think is not None:
             variables["enable_thinking"] = bool(think)
+        effort = reasoning_effort(think) if self.harmony else None
+        if effort is not None:
+            variables["reasoning_effort"] = effort
         text = self.template.render(variables, self.limits)
         if self.strip_bos and self.bos_token and text.startswith(self.bos_token):
             text = text[len(self.bos_token):]
@@ -89,8 +96,9 @@ def load_template(source: str, kind: str, bos_token: str = "", eos_token: str = 
     raise TemplateError(f"unknown template kind {kind!r}", kind=str(kind))
 
 
-def _hf_message(m: dict) -> dict:
-    """A checked wire message in the shape HF chat templates read."""
+def _hf_message(m: dict, harmony: bool = False) -> dict:
+    """A checked wire message in the shape HF chat templates read; a harmony template reads a turn's reasoning as
+    `thinking` (llama.cpp copies `reasoning_content` there for gpt-oss)."""
     out: dict[str, Any] = {"role": m["role"], "content": m["content"]}
     if m["tool_calls"]:
         out["tool_calls"] = [{"type": "function", **({"id": c["id"]} if c["id"] else {}),
@@ -102,6 +110,8 @@ def _hf_message(m: dict) -> dict:
         out["name"] = m["tool_name"]
     if m["thinking"]:
         out["reasoning_content"] = m["thinking"]
+        if harmony:
+            out["thinking"] = m["thinking"]
     return out
 
 
