@@ -10,6 +10,8 @@ Q8_0 weights, the GGUF is rebuilt from its seed, llama.cpp evaluates archgen.IDS
 n_ctx = the case's, 2 threads) and the logits of every position are stored as float16 (len(IDS), VOCAB).
 Labels q4_k_m and iq4_xs are llama.cpp on the F32 file quantized by `localrt create --quantize`'s own quantizer
 (localrt.models.quantize: llama-quantize's recipe, so K-quants mixed with Q5_0/Q8_0/Q6_K fallbacks on 64-wide rows).
+Label mxfp4 is archgen's file with its experts in MXFP4 (gpt-oss's own layout). Each case lists its labels
+(archgen.Case.labels).
 """
 from __future__ import annotations
 
@@ -61,7 +63,7 @@ def oracle_logits(path: Path, n_ctx: int) -> np.ndarray:
         llm.close()
 
 
-LABELS = {"f32": archgen.F32, "q8_0": archgen.Q8_0, "q4_k_m": "q4_K_M", "iq4_xs": "iq4_xs"}
+LABELS = {"f32": archgen.F32, "q8_0": archgen.Q8_0, "q4_k_m": "q4_K_M", "iq4_xs": "iq4_xs", "mxfp4": archgen.MXFP4}
 
 
 def case_file(d: Path, case: archgen.Case, label: str) -> Path:
@@ -94,7 +96,7 @@ def main() -> None:
             if npz.exists() and not redo:
                 with np.load(npz) as z:
                     out = {k: z[k] for k in z.files}
-            for label in LABELS:
+            for label in case.labels:
                 if label in out:
                     continue
                 path = case_file(Path(d), case, label)

@@ -30,6 +30,7 @@ from .vmath import expf, tanhf
 _REDUCE = {"reassoc", "contract", "nsz", "arcp"}
 
 NO_TABLE = np.zeros((0, 0), np.int32)  # the `table` argument of a contiguous cache
+NO_SINKS = np.zeros(0, np.float32)  # the `sinks` argument of a model without attention sinks
 KEYS = 4  # keys a step of `_attend_loops` takes together (its code is written out for four)
 # Value rows per kvsimd.mix_values call: it goes through them once per four 16-element chunks of the head, so they should
 # stay in L1 (Gemma 3's 256-dim heads over 1000 keys: one call a block ran its four passes from L3, 6% slower a step).
@@ -42,20 +43,37 @@ MIX_KEYS = 32
 _EXP_FLOOR = np.float32(-87.0)
 
 
-def run(q, k, v, table, paged: bool, positions, slots, window: int, scale: float, softcap, out, p_max: int):
+def run(q, k, v, table, paged: bool, positions, slots, window: int, scale: float, softcap, out, p_max: int,
+        sinks=None):
     """The attention of rows the caller has checked (at least one; p_max their largest position): the softcap
-    refused unless 0 or positive, then the jobs on this thread, or on Numba's threads once they read enough keys
-    (a decode step over a few hundred positions does)."""
+    refused unless 0 or positive, the sinks unless None or (n_head,) f32, then the jobs on this thread, or on
+    Numba's threads once they read enough keys (a decode step over a few hundred positions does).
+
+    sinks (n_head,) f32 (gpt-oss's `attn_sinks`): per query head a logit that joins the softmax's maximum and
+    denominator, as a key with no value would (ggml's soft_max with sinks); it is not scaled or softcapped."""
     softcap = np.float32(softcap)
     if not softcap >= 0:
         raise KernelArgumentError(f"softcap must be 0 (off) or positive, got {softcap}")
+    sinks = check_sinks(sinks, q.shape[1])
     n_tok, n_head, hd = q.shape
     n_keys = p_max + 1 if window <= 0 else min(p_max + 1, window)
     work = n_tok * n_head * n_keys * (hd + v.shape[3]) * 4  # bytes of k, v read
     if work >= threads.PARALLEL_MIN_BYTES * 4 and n_tok * n_head > 1:
         threads.use_threads_for(work)
-        return _parallel(q, k, v, table, paged, positions, slots, window, scale, softcap, out)
-    return _serial(q, k, v, table, paged, positions, slots, window, scale, softcap, out)
+        return _parallel(q, k, v, table, paged, positions, slots, window, scale, softcap, out, sinks)
+    return _serial(q, k, v, table, paged, positions, slots, window, scale, softcap, out, sinks)
+
+
+def check_sinks(sinks, n_head: int) -> np.ndarray:
+    """NO_SINKS for None, else the sinks as a contiguous (n_head,) f32 array; anything else is refused."""
+    if sinks is None:
+        return NO_SINKS
+    if not isinstance(sinks, np.ndarray) or sinks.dtype != np.float32 or sinks.shape != (n_head,):
+        raise KernelArgumentError(f"sinks must be a ({n_head},) float32 array (one per query head), got "
+                                  f"{getattr(sinks, 'shape', type(sinks).__name__)} {getattr(sinks, 'dtype', '')}")
+    if not np.isfinite(sinks).all():
+        raise KernelArgumentError("sinks hold NaN or infinite values")
+    return np.ascontiguousarray(sinks)
 
 
 @njit(inline="always")
@@ -75,7 +93,7 @@ def _vector_heads(q, k, v, out):
 
 
 @njit(cache=True, nogil=True, fastmath=_REDUCE)
-def _attend(q, k, v, table, paged, positions, slots, window, scale, softcap, out, job):
+def _attend(q, k, v, table, paged, positions, slots, window, scale, softcap, out, sinks, job):
     """Job `job` of `run`: token job // n_head, query head job % n_head.
 
     The scores 16 keys at a time where a block has 16 more (the rest one at a time: the same sum, kvsimd.key_dot1),
@@ -83,7 +101,7 @@ def _attend(q, k, v, table, paged, positions, slots, window, scale, softcap, out
     element over all the keys): a key's terms do not depend on where blocks end, so the paged and the contiguous cache
     give the same bits, and a row's on the other rows of the call not at all."""
     if not _vector_heads(q, k, v, out):
-        _attend_loops(q, k, v, table, paged, positions, slots, window, scale, softcap, out, job)
+        _attend_loops(q, k, v, table, paged, positions, slots, window, scale, softcap, out, sinks, job)
         return
     n_head = q.shape[1]
     size = k.shape[2]
@@ -121,11 +139,15 @@ def _attend(q, k, v, table, paged, positions, slots, window, scale, softcap, out
     m = -np.inf
     for j in range(n):
         m = max(m, scores[j])
+    if sinks.shape[0]:
+        m = max(m, sinks[h])
     total = 0.0
     for j in range(n):
         e = expf(max(scores[j] - m, _EXP_FLOOR))
         scores[j] = e
         total += e
+    if sinks.shape[0]:  # the sink's share of the denominator: a key with no value
+        total += expf(max(sinks[h] - m, _EXP_FLOOR))
     inv = np.float32(1.0 / total)
     for j in range(n):
         scores[j] *= inv
@@ -143,7 +165,7 @@ def _attend(q, k, v, table, paged, positions, slots, window, scale, softcap, out
 
 
 @njit(cache=True, nogil=True, fastmath=_REDUCE)
-def _attend_loops(q, k, v, table, paged, positions, slots, window, scale, softcap, out, job):
+def _attend_loops(q, k, v, table, paged, positions, slots, window, scale, softcap, out, sinks, job):
     """`_attend` for heads whose dims are not whole vectors (or arrays not contiguous along them), as plain loops.
 
     Each block's rows are taken KEYS at a time from a row that is a multiple of KEYS (the rest one at a time): which
@@ -198,11 +220,15 @@ def _attend_loops(q, k, v, table, paged, positions, slots, window, scale, softca
             j += step
             r += step
         pos += hi - lo
+    if sinks.shape[0]:
+        m = max(m, sinks[h])
     total = 0.0
     for j in range(n):
         e = expf(max(scores[j] - m, _EXP_FLOOR))
         scores[j] = e
         total += e
+    if sinks.shape[0]:  # the sink's share of the denominator: a key with no value
+        total += expf(max(sinks[h] - m, _EXP_FLOOR))
     inv = np.float32(1.0 / total)
     for d in range(hd_v):
         out[t, h, d] = 0.0
@@ -230,23 +256,24 @@ def _attend_loops(q, k, v, table, paged, positions, slots, window, scale, softca
 
 
 @njit(cache=True, nogil=True, parallel=True)
-def _parallel(q, k, v, table, paged, positions, slots, window, scale, softcap, out):
+def _parallel(q, k, v, table, paged, positions, slots, window, scale, softcap, out, sinks):
     for job in prange(q.shape[0] * q.shape[1]):
-        _attend(q, k, v, table, paged, positions, slots, window, scale, softcap, out, job)
+        _attend(q, k, v, table, paged, positions, slots, window, scale, softcap, out, sinks, job)
     return out
 
 
 @njit(cache=True, nogil=True)
-def _serial(q, k, v, table, paged, positions, slots, window, scale, softcap, out):
+def _serial(q, k, v, table, paged, positions, slots, window, scale, softcap, out, sinks):
     for job in range(q.shape[0] * q.shape[1]):
-        _attend(q, k, v, table, paged, positions, slots, window, scale, softcap, out, job)
+        _attend(q, k, v, table, paged, positions, slots, window, scale, softcap, out, sinks, job)
     return out
 
 
-def softmax_causal(sc, scale: float, softcap: float, positions, k0: int, window: int) -> None:
+def softmax_causal(sc, scale: float, softcap: float, positions, k0: int, window: int, sinks=None) -> None:
     """In place over a prompt piece's raw scores: sc (group, m, n_keys) f32, sc[g, i, j] = q . k of query row i
     (at positions[i]) and the key at position k0 + j -> that row's softmax over the keys it sees (k0 + j
-    <= positions[i], and within `window` when positive) of the scaled (and softcapped) scores; 0 for the others."""
+    <= positions[i], and within `window` when positive) of the scaled (and softcapped) scores; 0 for the others.
+    sinks (group,) f32: head g's sink logit joins its rows' maximum and denominator (see `run`)."""
     softcap = np.float32(softcap)
     if not softcap >= 0:
         raise KernelArgumentError(f"softcap must be 0 (off) or positive, got {softcap}")
@@ -254,7 +281,7 @@ def softmax_causal(sc, scale: float, softcap: float, positions, k0: int, window:
     if len(positions) != m or m == 0 or positions.min() < k0 or positions.max() - k0 >= n:
         raise KernelArgumentError(f"positions {positions.min(initial=0)}..{positions.max(initial=0)} (of {len(positions)})"
                                   f" do not fit scores {sc.shape} from key {k0}")
-    _softmax_causal(sc, np.float32(scale), softcap, positions, k0, window)
+    _softmax_causal(sc, np.float32(scale), softcap, positions, k0, window, check_sinks(sinks, group))
 
 
 # Written so that each loop vectorizes, over a buffer of whole 64-key blocks padded with -inf: LLVM runs the
@@ -262,7 +289,7 @@ def softmax_causal(sc, scale: float, softcap: float, positions, k0: int, window:
 # maximum as 16 running lanes (a max reduction over one accumulator stayed scalar). (4, 64, 128) takes 25 us, where
 # the numpy expressions it replaced took 70.
 @njit(cache=True, nogil=True, error_model="numpy", fastmath=_REDUCE)
-def _softmax_causal(sc, scale, softcap, positions, k0, window):
+def _softmax_causal(sc, scale, softcap, positions, k0, window, sinks):
     group, m, n = sc.shape
     buf = np.empty((n + 63) // 64 * 64, np.float32)  # (n_keys rounded up to 64,) one row's visible scores
     lanes = np.empty(16, np.float32)  # (16,) running maxima
@@ -294,11 +321,15 @@ def _softmax_causal(sc, scale, softcap, positions, k0, window):
             top = lanes[0]
             for u in range(1, 16):
                 top = lanes[u] if lanes[u] > top else top
+            if sinks.shape[0]:
+                top = max(top, sinks[g])
             total = np.float32(0.0)
             for j in range(padded):
                 e = expf(max(buf[j] - top, _EXP_FLOOR))
                 buf[j] = e
                 total += e
+            if sinks.shape[0]:  # the sink's share of the denominator: a key with no value
+                total += expf(max(sinks[g] - top, _EXP_FLOOR))
             inv = np.float32(1.0) / total
             before, after = row[:lo], row[hi:]
             for j in range(len(before)):

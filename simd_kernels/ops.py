@@ -79,15 +79,80 @@ def _rms_norm_heads(x, w, eps):
     return x
 
 
-def rope(x, positions, n_rot, base, freq_scale, freq_factors, mode):
+def rope(x, positions, n_rot, base, freq_scale, freq_factors, mode, yarn=None):
     """Rotate x (n_tok, n_head, head_dim) f32 in place by position (n_tok,) int.
 
     theta_i = pos * freq_scale * base^(-2i/n_rot) / freq_factors[i], the angle built by repeated
     multiplication in float32 as ggml does; dims from n_rot on pass through unchanged.
     freq_factors: (n_rot/2,) f32 (ones when the file has none). n_rot: even, 2..head_dim.
+    yarn: None, or (n_ctx_orig, ext_factor, attn_factor, beta_fast, beta_slow), llama.cpp's YaRN parameters
+    (see `_rope_yarn`).
     """
     checks.rope(x, positions, n_rot, base, freq_factors, mode, (ROPE_NORMAL, ROPE_NEOX))
-    return _rope(x, positions, n_rot, base, freq_scale, freq_factors, mode)
+    if yarn is None:
+        return _rope(x, positions, n_rot, base, freq_scale, freq_factors, mode)
+    n_ctx_orig, ext_factor, attn_factor, beta_fast, beta_slow = yarn
+    checks.positive("freq_scale", freq_scale)
+    low, high = yarn_corr_dims(n_rot, n_ctx_orig, base, beta_fast, beta_slow)
+    return _rope_yarn(x, positions, n_rot, np.float32(base), np.float32(freq_scale), freq_factors, mode,
+                      np.float32(ext_factor), np.float32(attn_factor), low, high)
+
+
+def yarn_corr_dims(n_rot: int, n_ctx_orig: int, base: float, beta_fast: float, beta_slow: float) -> tuple:
+    """YaRN's correction range (low, high) in rotation pairs, in float32 as ggml_rope_yarn_corr_dims: the pairs
+    below `low` turn more than beta_fast times over the original context (kept as trained: extrapolated), those
+    above `high` fewer than beta_slow times (interpolated by freq_scale), a linear ramp between."""
+    f32 = np.float32
+
+    def corr_dim(turns: float) -> np.float32:
+        return f32(n_rot) * f32(np.log(f32(n_ctx_orig) / (f32(turns) * f32(2) * f32(math.pi)))) / (
+            f32(2) * f32(np.log(f32(base))))
+
+    low = f32(max(0.0, math.floor(corr_dim(beta_fast))))
+    high = f32(min(n_rot - 1, math.ceil(corr_dim(beta_slow))))
+    return low, high
+
+
+# YaRN (ggml's rope_yarn): pair i's angle is pos * base^(-2i/n_rot) / ff_i (extrapolated) mixed with freq_scale times
+# it (interpolated) by ramp_i * ext_factor, ramp_i = 1 - clamp((i - low) / max(0.001, high - low), 0, 1); cos and
+# sin are scaled by attn_factor * (1 + 0.1 ln(1 / freq_scale)) when ext_factor is not 0. Float32 throughout.
+@njit(cache=True, nogil=True)
+def _rope_yarn(x, positions, n_rot, base, freq_scale, freq_factors, mode, ext_factor, attn_factor, low, high):
+    n_tok, n_head, _ = x.shape
+    half = n_rot // 2
+    one = np.float32(1.0)
+    theta_scale = np.float32(base ** np.float32(-2.0 / n_rot))
+    mscale = attn_factor
+    if ext_factor != 0:
+        mscale = np.float32(mscale * (one + np.float32(0.1) * np.float32(math.log(one / freq_scale))))
+    span = max(np.float32(0.001), np.float32(high - low))
+    cos = np.empty(half, np.float32)  # (n_rot/2,)
+    sin = np.empty(half, np.float32)  # (n_rot/2,)
+    for t in range(n_tok):
+        theta = np.float32(positions[t])
+        for i in range(half):
+            extrap = np.float32(theta / freq_factors[i])
+            a = np.float32(freq_scale * extrap)  # interpolated
+            if ext_factor != 0:
+                ramp = one - min(one, max(np.float32(0.0), np.float32((np.float32(i) - low) / span)))
+                mix = np.float32(ramp * ext_factor)
+                a = np.float32(np.float32(a * (one - mix)) + np.float32(extrap * mix))
+            cos[i] = np.float32(math.cos(a)) * mscale
+            sin[i] = np.float32(math.sin(a)) * mscale
+            theta = np.float32(theta * theta_scale)
+        for h in range(n_head):
+            for i in range(half):
+                if mode == ROPE_NEOX:
+                    i0 = i
+                    i1 = i + half
+                else:
+                    i0 = 2 * i
+                    i1 = 2 * i + 1
+                a = x[t, h, i0]
+                b = x[t, h, i1]
+                x[t, h, i0] = a * cos[i] - b * sin[i]
+                x[t, h, i1] = a * sin[i] + b * cos[i]
+    return x
 
 
 @njit(cache=True, nogil=True)
@@ -179,6 +244,33 @@ def _swiglu_rows(gate, up, out):
     return out
 
 
+SWIGLU_OAI_ALPHA = np.float32(1.702)  # gpt-oss's gated activation (llama.cpp's LLM_FFN_SWIGLU_OAI_MOE constants)
+SWIGLU_OAI_LIMIT = np.float32(7.0)
+
+
+def swiglu_oai(gate, up, out):
+    """gpt-oss's clamped SwiGLU, all (n_tok, n_ff) f32: g = min(gate, 7), u = clamp(up, -7, 7),
+    out = g * sigmoid(1.702 g) * (u + 1), as ggml's swiglu_oai."""
+    return _on_team(_swiglu_oai_rows, gate, up, out)
+
+
+# error_model="numpy" and a row buffer first, for the reasons of _swiglu_rows; the roundings are ggml's,
+# (g / (1 + e^(alpha * -g))) * (u + 1).
+@njit(cache=True, nogil=True, error_model="numpy")
+def _swiglu_oai_rows(gate, up, out):
+    n_tok, n = gate.shape
+    act = np.empty(n, np.float32)  # (n_ff,) one row's g * sigmoid(alpha g)
+    one = np.float32(1.0)
+    for t in range(n_tok):
+        for i in range(n):
+            g = min(gate[t, i], SWIGLU_OAI_LIMIT)
+            act[i] = g / (one + expf(SWIGLU_OAI_ALPHA * -g))
+        for i in range(n):
+            u = min(max(up[t, i], -SWIGLU_OAI_LIMIT), SWIGLU_OAI_LIMIT)
+            out[t, i] = act[i] * (u + one)
+    return out
+
+
 def _on_team(kernel, gate, up, out):
     """kernel(gate, up, out) on row ranges split over the prefill team; small batches on this thread."""
     n_tok = checks.gated(gate, up, out)
@@ -249,7 +341,7 @@ def _kv_store(k, v, k_cache, v_cache, positions, slots):
             v_cache[s, h, j, :] = v[t, h, :]
 
 
-def attention(q, k_cache, v_cache, positions, slots, window, scale, out, softcap=0.0):
+def attention(q, k_cache, v_cache, positions, slots, window, scale, out, softcap=0.0, sinks=None):
     """Causal attention of each query token over its own slot's cache.
 
     q: (n_tok, n_head, head_dim) f32; k_cache/v_cache: (n_slots, n_kv, cap, head_dim) f32, or uint16 holding
@@ -257,11 +349,12 @@ def attention(q, k_cache, v_cache, positions, slots, window, scale, out, softcap
     full attention, else a key at p0 is visible to a query at p1 iff p1 - p0 < window.
     out: (n_tok, n_head, head_dim_v) f32.  Query head h reads KV head h // (n_head / n_kv).
     softcap > 0 caps each score s = q.k * scale as softcap * tanh(s / softcap) before the softmax (gemma2).
+    sinks: None, or (n_head,) f32 per-head logits that join each softmax's denominator (gpt-oss; see attend.run).
     """
     if checks.attention(q, k_cache, v_cache, positions, slots, window, out) == 0:
         return out
     return attend.run(q, k_cache, v_cache, attend.NO_TABLE, False, positions, slots, window, scale, softcap, out,
-                      int(positions.max()))
+                      int(positions.max()), sinks)
 
 
 def softcap(x, cap):

@@ -66,8 +66,9 @@ def _kv_store_paged(k, v, k_pool, v_pool, table, positions, slots):
             v_pool[b, h, j, :] = v[t, h, :]
 
 
-def attention_paged(q, k_pool, v_pool, table, positions, slots, window, scale, out, softcap=0.0):
-    """`ops.attention` over a paged cache: q (n_tok, n_head, head_dim) f32, out (n_tok, n_head, head_dim_v) f32."""
+def attention_paged(q, k_pool, v_pool, table, positions, slots, window, scale, out, softcap=0.0, sinks=None):
+    """`ops.attention` over a paged cache: q (n_tok, n_head, head_dim) f32, out (n_tok, n_head, head_dim_v) f32;
+    sinks None or (n_head,) f32."""
     n_tok, n_head, hd = checks.dims("q", q, 3)
     n_kv = checks.dims("k_pool", k_pool, 4)[1]
     hd_v = checks.dims("v_pool", v_pool, 4)[3]
@@ -77,7 +78,7 @@ def attention_paged(q, k_pool, v_pool, table, positions, slots, window, scale, o
     p_max = _check_pool(k_pool, v_pool, table, positions, slots, n_tok, n_kv, hd, hd_v)
     if n_tok == 0:
         return out
-    return attend.run(q, k_pool, v_pool, table, True, positions, slots, window, scale, softcap, out, p_max)
+    return attend.run(q, k_pool, v_pool, table, True, positions, slots, window, scale, softcap, out, p_max, sinks)
 
 
 def gather(pool, table_row, k0: int, k1: int) -> np.ndarray:

@@ -1,7 +1,7 @@
 """Tiny random-weight GGUF files of every architecture family the engine runs, rebuilt bit for bit from a seed.
 
 `bench/make_arch_reference.py` runs llama.cpp once on each (F32 and Q8_0 weights, and the F32 file through our
-quantizer at Q4_K_M and IQ4_XS) and stores its logits in `tests/data/arch/`; `tests/test_arch_fixtures.py` rebuilds the same files here and compares the engine with
+quantizer at Q4_K_M and IQ4_XS; gpt-oss: F32, Q8_0 and MXFP4 experts) and stores its logits in `tests/data/arch/`; `tests/test_arch_fixtures.py` rebuilds the same files here and compares the engine with
 them, so the tests never need llama.cpp. The tokenizer is SmolLM2's own byte-level BPE (`tokenizer.ggml.*`),
 cut to its first VOCAB tokens and the merges among them (`tests/data/arch/tokenizer.json`, written by the
 bench script from the installed SmolLM2 file), so both runtimes load a real tokenizer of a small vocabulary.
@@ -9,7 +9,9 @@ bench script from the installed SmolLM2 file), so both runtimes load a real toke
 Each Case names what it exercises: q/k/v biases (qwen2), llama3 rope factors (`rope_freqs`), q/k norms
 (qwen3), fused qkv and gate+up with longrope factors and partial rotary (phi3), soft-capping, sandwich norms
 and alternating sliding windows (gemma2), q/k norms with sandwich norms, five local layers in six and a local
-rope base of its own (gemma3), top-k routing over stacked 3-D expert tensors (qwen3moe). The shapes are GGUF's (NumPy order: rows = outputs).
+rope base of its own (gemma3), top-k routing over stacked 3-D expert tensors (qwen3moe), and gpt-oss's attention
+sinks, output and expert biases, softmax-weight routing, clamped swiglu_oai, YaRN rope and alternating windows.
+The shapes are GGUF's (NumPy order: rows = outputs).
 """
 from __future__ import annotations
 
@@ -27,7 +29,7 @@ import quant
 DATA = Path(__file__).parent / "data" / "arch"
 TOKENIZER_FILE = DATA / "tokenizer.json"
 VOCAB = 512  # SmolLM2's first 512 tokens: 17 specials, the byte alphabet, the first merges
-F32, Q8_0 = 0, 8
+F32, Q8_0, MXFP4 = 0, 8, 39  # MXFP4: the experts only (as gpt-oss's own files), every other tensor F32
 # The fixed prompt both runtimes evaluate (ids in VOCAB; 1 = <|im_start|>, as a chat prompt begins).
 IDS = [1, 411, 278, 292, 17, 305, 331, 288, 423, 299, 264, 500, 356, 27, 392, 2]
 
@@ -58,6 +60,9 @@ class Case:
     n_expert_used: int = 0
     n_ff_exp: int = 0
     embd_std: float = 1.0  # token_embd's scale (gemma multiplies it by sqrt(n_embd) on the way in)
+    yarn: tuple = ()  # (factor, original context): rope.scaling.type "yarn"
+    exps_scale: float = 1.0  # the gate/up experts' scale (gpt-oss: large enough that swiglu_oai's clamp at 7 acts)
+    labels: tuple = ("f32", "q8_0", "q4_k_m", "iq4_xs")  # the weight variants llama.cpp's logits are stored for
     extra: dict = field(default_factory=dict)  # more `<arch>.<suffix>`: value keys
     seed: int = 0
 
@@ -84,6 +89,15 @@ CASES = {c.name: c for c in (
     Case("gemma3", "gemma3", n_layer=6, window=4, rope_base=1000000.0, eps=1e-6, seed=9, embd_std=0.2),
     # Qwen 3 30B-A3B style, in miniature: 8 experts, 2 per token, each 32 wide (feed_forward_length unused).
     Case("qwen3moe", "qwen3moe", n_expert=8, n_expert_used=2, n_ff_exp=32, seed=8),
+    # Qwen 2.5 / Qwen 3 long-context files: rope.scaling.type yarn (x4 over an original context of 64 here)
+    Case("qwen2_yarn", "qwen2", biases=True, yarn=(4.0, 64), seed=11, labels=("f32", "q8_0")),
+    Case("qwen3_yarn", "qwen3", yarn=(4.0, 64), rope_base=1000.0, seed=12, labels=("f32", "q8_0")),
+    # gpt-oss-20b's layout in miniature: 64-wide heads (not n_embd / n_head), even layers in a window of 5 (the prompt
+    # has 16 tokens), YaRN x8 over an original context of 64 (pairs 0-9 ramp, the rest interpolated), 4 experts
+    # of which 2 per token, 32 wide (MXFP4 blocks), q/k/v biases as the converter writes them.
+    Case("gpt-oss", "gpt-oss", n_layer=4, head_dim=64, biases=True, tied=False, window=5, n_ctx_train=512,
+         yarn=(8.0, 64), n_expert=4, n_expert_used=2, n_ff_exp=32, exps_scale=4.0, seed=10,
+         labels=("f32", "q8_0", "mxfp4")),
 )}
 
 
@@ -144,13 +158,25 @@ def weights(case: Case) -> dict[str, np.ndarray]:
         if case.arch in ("qwen3", "qwen3moe", "gemma3"):
             w[p + "attn_q_norm.weight"], w[p + "attn_k_norm.weight"] = norm(case.head_dim), norm(case.head_dim)
         w[p + "attn_output.weight"] = mat(case.n_embd, q_out)
-        w[p + "ffn_norm.weight"] = norm(case.n_embd)
+        gpt_oss = case.arch in ("gpt-oss", "gptoss")
+        if gpt_oss:  # an output bias, a sink logit per head, post_attention_norm in place of ffn_norm
+            w[p + "attn_output.bias"] = bias(case.n_embd)
+            w[p + "attn_sinks.weight"] = (1.0 + 1.5 * rng.standard_normal(case.n_head)).astype(np.float32)
+            w[p + "post_attention_norm.weight"] = norm(case.n_embd)
+        else:
+            w[p + "ffn_norm.weight"] = norm(case.n_embd)
         if case.n_expert:  # GGUF's stacked experts: (n_expert, rows, cols)
             e, f = case.n_expert, case.n_ff_exp
+            big = case.exps_scale / math.sqrt(case.n_embd)
             w[p + "ffn_gate_inp.weight"] = mat(e, case.n_embd, 2 / math.sqrt(case.n_embd))  # router logits of a few units
-            w[p + "ffn_gate_exps.weight"] = mat(e * f, case.n_embd).reshape(e, f, case.n_embd)
-            w[p + "ffn_up_exps.weight"] = mat(e * f, case.n_embd).reshape(e, f, case.n_embd)
+            w[p + "ffn_gate_exps.weight"] = mat(e * f, case.n_embd, big).reshape(e, f, case.n_embd)
+            w[p + "ffn_up_exps.weight"] = mat(e * f, case.n_embd, big).reshape(e, f, case.n_embd)
             w[p + "ffn_down_exps.weight"] = mat(e * case.n_embd, f).reshape(e, case.n_embd, f)
+            if gpt_oss:
+                w[p + "ffn_gate_inp.bias"] = bias(e)
+                w[p + "ffn_gate_exps.bias"] = bias(e * f).reshape(e, f)
+                w[p + "ffn_up_exps.bias"] = bias(e * f).reshape(e, f)
+                w[p + "ffn_down_exps.bias"] = bias(e * case.n_embd).reshape(e, case.n_embd)
         elif case.arch == "phi3":
             w[p + "ffn_up.weight"] = mat(2 * case.n_ff, case.n_embd)
         else:
@@ -169,7 +195,7 @@ def write(path: Path, case: Case, wtype: int = F32, more: dict[str, np.ndarray] 
     a = case.arch
     wr = gguf.GGUFWriter(str(path), a)
     wr.add_name(f"archgen case {case.seed}")  # not the case name: llama.cpp keys Phi-3 token attributes on "phi3" in it
-    wr.add_file_type(0 if wtype == F32 else 7)  # llama_ftype ALL_F32 / MOSTLY_Q8_0
+    wr.add_file_type({F32: 0, MXFP4: 38}.get(wtype, 7))  # llama_ftype ALL_F32 / MOSTLY_MXFP4_MOE / MOSTLY_Q8_0
     add_hparams(wr, case)  # sizes, heads, rope base, eps, key/value length, sliding window
     wr.add_rope_dimension_count(case.rot)
     if case.longrope:
@@ -177,6 +203,10 @@ def write(path: Path, case: Case, wtype: int = F32, more: dict[str, np.ndarray] 
         wr.add_rope_scaling_orig_ctx_len(orig)
         scale = case.n_ctx_train / orig  # the converter's attn_factor for su/longrope
         wr.add_rope_scaling_attn_factors(math.sqrt(1 + math.log(scale) / math.log(orig)))
+    if case.yarn:
+        wr.add_rope_scaling_type(gguf.RopeScalingType.YARN)
+        wr.add_rope_scaling_factor(case.yarn[0])
+        wr.add_rope_scaling_orig_ctx_len(case.yarn[1])
     if case.attn_softcap:
         wr.add_float32(f"{a}.attn_logit_softcapping", case.attn_softcap)
     if case.final_softcap:
@@ -199,7 +229,9 @@ def write(path: Path, case: Case, wtype: int = F32, more: dict[str, np.ndarray] 
     wr.add_pad_token_id(tok["padding_token_id"])
     wr.add_add_bos_token(False)
     for name, arr in weights(case).items():
-        if arr.ndim >= 2 and wtype != F32 and "ffn_gate_inp" not in name:  # llama-quantize keeps the router F32
+        # llama-quantize keeps the router and biases F32; MXFP4 files hold only their experts in it
+        quantized = arr.ndim >= 2 and name.endswith(".weight") and "ffn_gate_inp" not in name
+        if quantized and wtype != F32 and (wtype != MXFP4 or "_exps." in name):
             raw = quant.quantize(arr.reshape(-1, arr.shape[-1]), wtype)  # (rows of every expert, row bytes)
             raw = raw.reshape(*arr.shape[:-1], raw.shape[-1])
             wr.add_tensor(name, raw, raw_shape=raw.shape, raw_dtype=gguf.GGMLQuantizationType(wtype))

@@ -3,8 +3,8 @@
 The GGUF files are rebuilt here from their seeds; llama.cpp's logits for archgen.IDS (one batched prefill)
 were stored by bench/make_arch_reference.py in tests/data/arch/<case>.npz, as float16. With F32 weights
 every position must agree within 1% of that position's logit range; with quantized weights (archgen's Q8_0 file,
-and the F32 file through `create --quantize`'s quantizer at Q4_K_M and IQ4_XS; activations quantized to 8 bits on
-both sides) the top-1 token must agree wherever llama.cpp's top-2 gap is clear. Each feature a
+the F32 file through `create --quantize`'s quantizer at Q4_K_M and IQ4_XS, and for gpt-oss its experts in MXFP4;
+activations quantized to 8 bits on both sides) the top-1 token must agree wherever llama.cpp's top-2 gap is clear. Each feature a
 case exists for is also switched off once, to show the comparison would catch its absence.
 """
 from __future__ import annotations
@@ -60,11 +60,12 @@ def test_f32_logits_agree_with_llamacpp(tmp_path, name):
     assert err < F32_TOLERANCE, f"{name}: max error {err:.2%} of the logit range"
 
 
-QUANTIZED = {"q8_0": archgen.Q8_0, "q4_k_m": "q4_K_M", "iq4_xs": "iq4_xs"}  # fixture label -> file
+QUANTIZED = {"q8_0": archgen.Q8_0, "q4_k_m": "q4_K_M", "iq4_xs": "iq4_xs", "mxfp4": archgen.MXFP4}  # label -> file
+# (case, label) for each quantized variant a case has reference logits for (archgen.Case.labels)
+QUANTIZED_CASES = [(name, label) for name in CHECKED for label in QUANTIZED if label in archgen.CASES[name].labels]
 
 
-@pytest.mark.parametrize("label", list(QUANTIZED))
-@pytest.mark.parametrize("name", CHECKED)
+@pytest.mark.parametrize("name, label", QUANTIZED_CASES, ids=[f"{n}-{lb}" for n, lb in QUANTIZED_CASES])
 def test_quantized_top1_agrees_where_the_gap_is_clear(tmp_path, name, label):
     case = archgen.CASES[name]
     ref = _reference(case, label)
@@ -123,6 +124,23 @@ def _router_off(model) -> None:
                             for L in model.weights.layers]
 
 
+def _no_yarn(model) -> None:
+    """Plain rope at the file's base: no interpolation, no ramp, no magnitude scaling."""
+    _config(rope_yarn=(), rope_freq_scale=1.0, rope_freq_scale_swa=1.0)(model)
+
+
+def _yarn_no_ramp(model) -> None:
+    """YaRN's interpolation and magnitude scaling, but every rotation pair interpolated (ext_factor 0 keeps the
+    mscale of ggml's rope_yarn off too, so the attn_factor is set to carry it)."""
+    n_ctx_orig, _, attn, fast, slow = model.config.rope_yarn
+    mscale = attn * (1 + 0.1 * np.log(1 / model.config.rope_freq_scale))
+    _config(rope_yarn=(n_ctx_orig, 0.0, mscale, fast, slow))(model)
+
+
+def _no_expert_biases(model) -> None:
+    _layers(ffn_gate_exps_bias=None, ffn_up_exps_bias=None, ffn_down_exps_bias=None)(model)
+
+
 # feature -> (case, what switches it off in a loaded model)
 ABLATIONS = {
     "qwen2 q/k/v biases": ("qwen2", _layers(attn_q_bias=None, attn_k_bias=None, attn_v_bias=None)),
@@ -142,6 +160,18 @@ ABLATIONS = {
     "gemma3 local rope base": ("gemma3", lambda m: _config(rope_base_swa=m.config.rope_base)(m)),
     "gemma3 q/k norms": ("gemma3", _layers(attn_q_norm=None, attn_k_norm=None)),
     "gemma2 post norms": ("gemma2", _layers(post_attention_norm=np.ones(64, np.float32), post_ffw_norm=np.ones(64, np.float32))),
+    "qwen2 yarn": ("qwen2_yarn", _no_yarn),
+    "qwen3 yarn": ("qwen3_yarn", _no_yarn),
+    "qwen3 yarn ramp": ("qwen3_yarn", _yarn_no_ramp),
+    "gpt-oss attention sinks": ("gpt-oss", _layers(attn_sinks=None)),
+    "gpt-oss sliding window": ("gpt-oss", _config(windows=(0,) * 4)),
+    "gpt-oss yarn": ("gpt-oss", _no_yarn),
+    "gpt-oss yarn ramp": ("gpt-oss", _yarn_no_ramp),
+    "gpt-oss softmax-weight gating": ("gpt-oss", _config(expert_gating="softmax")),
+    "gpt-oss swiglu_oai": ("gpt-oss", _config(expert_act="swiglu")),
+    "gpt-oss router bias": ("gpt-oss", _layers(ffn_gate_inp_bias=None)),
+    "gpt-oss expert biases": ("gpt-oss", _no_expert_biases),
+    "gpt-oss output bias": ("gpt-oss", _layers(attn_output_bias=None)),
 }
 
 

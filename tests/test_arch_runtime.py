@@ -41,11 +41,11 @@ WEATHER = {"type": "function", "function": {
 
 def _kv_bytes(case: archgen.Case, n_ctx: int, n_batch: int) -> int:
     """K and V of every layer as the architecture lays them out: f16, (n_head_kv, positions, head_dim) each, where
-    a sliding-window layer (gemma2's even ones, gemma3's five in six) keeps window + n_batch positions and every
-    other layer n_ctx."""
+    a sliding-window layer (gemma2's and gpt-oss's even ones, gemma3's five in six) keeps window + n_batch positions
+    and every other layer n_ctx."""
     total = 0
     for il in range(case.n_layer):
-        local = (case.arch == "gemma2" and il % 2 == 0) or (case.arch == "gemma3" and il % 6 < 5)
+        local = (case.arch in ("gemma2", "gpt-oss") and il % 2 == 0) or (case.arch == "gemma3" and il % 6 < 5)
         positions = min(n_ctx, case.window + n_batch) if local else n_ctx
         total += positions * case.n_head_kv * 2 * case.head_dim * 2
     return total

@@ -64,8 +64,14 @@ def test_rope_scaling_types(tmp_path):
             config_from_metadata({**f.metadata, **llama3}, f.tensors)
     with pytest.raises(InvalidModel, match="'longrope'"):
         config_from_metadata(_md("llama", **{"rope.scaling.type": "longrope", "rope.scaling.factor": 4.0}))
-    with pytest.raises(InvalidModel, match="'yarn'"):
-        config_from_metadata(_md("qwen3", **{"rope.scaling.type": "yarn", "rope.scaling.factor": 4.0}))
+    # YaRN where llama.cpp's logits were checked (archgen's qwen2_yarn, qwen3_yarn, gpt-oss), refused by name elsewhere
+    for arch in ("llama", "gemma3", "phi3"):
+        with pytest.raises(InvalidModel, match=f"{arch}.rope.scaling.type 'yarn'"):
+            config_from_metadata(_md(arch, **{"rope.scaling.type": "yarn", "rope.scaling.factor": 4.0}))
+    yarn = config_from_metadata(_md("qwen3", **{"rope.scaling.type": "yarn", "rope.scaling.factor": 4.0,
+                                                "rope.scaling.original_context_length": 32768}))
+    assert yarn.rope_freq_scale == 0.25 and yarn.rope_yarn[:2] == (32768, 1.0)
+    assert config_from_metadata(_md("qwen3", **{"rope.scaling.type": "linear", "rope.scaling.factor": 4.0})).rope_yarn == ()
     assert config_from_metadata(_md("phi3", **{"rope.scaling.type": "longrope"})).rope_freq_scale == 1.0
     assert config_from_metadata(_md("llama", **{"rope.scaling.type": "linear", "rope.scaling.factor": 4.0})).rope_freq_scale == 0.25
 

@@ -46,10 +46,17 @@ class ModelConfig:
     attn_softcap: float = 0.0  # q.k * attn_scale -> cap * tanh(. / cap) before the softmax; 0 = off
     rope_attn_factor: float = 1.0  # multiplies the rotated dims of q and k (llama.cpp's rope attn_factor)
     rope_orig_ctx: int = 0  # longrope: a context above this picks rope_factors_long (else _short)
-    n_expert: int = 0  # mixture of experts (qwen3moe): experts per layer; 0 = dense FFN
+    n_expert: int = 0  # mixture of experts (qwen3moe, gpt-oss): experts per layer; 0 = dense FFN
     n_expert_used: int = 0  # experts each token is routed to (top-k of the router's softmax)
     n_ff_exp: int = 0  # each expert's feed-forward width
     expert_weights_norm: bool = False  # renormalise the top-k router probabilities to sum to 1
+    # "softmax": top-k of the router's softmax over all experts; "softmax_weight" (gpt-oss): top-k of the raw
+    # logits, weighted by the softmax over the k chosen (llama.cpp's LLAMA_EXPERT_GATING_FUNC_TYPE_SOFTMAX_WEIGHT)
+    expert_gating: str = "softmax"
+    expert_act: str = "swiglu"  # the experts' gated activation: "swiglu", or "swiglu_oai" (gpt-oss, clamped)
+    # YaRN rope (rope.scaling.type "yarn"): (n_ctx_orig, ext_factor, attn_factor, beta_fast, beta_slow) as llama.cpp's
+    # context computes them (simd_kernels.ops.rope); () = none. attn_factor already holds rope.scaling.attn_factor.
+    rope_yarn: tuple = ()
     encoder: bool = False  # an encoder-only family (bert): whole-input attention, no KV cache (engine.encoder)
     norm_eps: float = 0.0  # encoders: the LayerNorms' epsilon (attention.layer_norm_epsilon)
     n_token_types: int = 0  # encoders: rows of token_types (tokenizer.ggml.token_type_count)
@@ -61,11 +68,17 @@ class ModelConfig:
         return self.n_head_kv * self.head_dim
 
 
-SWA_PERIOD = {"gemma2": 2, "gemma3": 6}  # default sliding_window_pattern: layer il is local iff il % p < p - 1
+GPT_OSS = ("gpt-oss", "gptoss")  # llama.cpp's name and Ollama's for one family; keys are prefixed by the file's
+# default sliding_window_pattern: layer il is local iff il % p < p - 1
+SWA_PERIOD = {"gemma2": 2, "gemma3": 6, **{a: 2 for a in GPT_OSS}}
 SWA_DEFAULT = {"gemma2": 4096}  # sliding window when the file has none (llama.cpp's n_swa for gemma 2)
 PARTIAL_ROTARY = ("phi3",)  # families whose rope may rotate fewer dims than the head (Phi-4-mini: 96 of 128)
 FACTOR_SCALING = {"llama": "llama3", "phi3": "longrope"}  # rope.scaling.type carried by factor tensors
-MOE = ("qwen3moe",)  # families whose FFN is a mixture of experts (llama.cpp renormalises their top-k weights)
+MOE = ("qwen3moe", *GPT_OSS)  # families whose FFN is a mixture of experts
+NORM_TOPK = ("qwen3moe",)  # MoE families whose graph renormalises the top-k weights (no key read, as llama.cpp)
+# Families whose rope may be YaRN, checked against llama.cpp (tests/test_arch_fixtures.py); others refuse it by name.
+YARN = ("qwen2", "qwen3", *GPT_OSS)
+YARN_BETA_FAST, YARN_BETA_SLOW = 32.0, 1.0  # llama.cpp's defaults (llama_hparams); these families read no keys for them
 
 
 def config_from_metadata(md: dict, tensors: Mapping | None = None) -> ModelConfig:
@@ -104,11 +117,15 @@ def config_from_metadata(md: dict, tensors: Mapping | None = None) -> ModelConfi
     n_expert, n_expert_used, n_ff_exp = _experts(k, n_layer, n_ff)
 
     freq_scale = _rope_freq_scale(k, tensors)
+    rope_attn_factor = k.float("rope.scaling.attn_factor", 1.0, hi=validate.MAX_ROPE_ATTN_FACTOR)
+    rope_orig_ctx = k.int("rope.scaling.original_context_length", n_ctx_train, hi=validate.MAX_CONTEXT)
     rope_base = k.float("rope.freq_base", 10000.0)
     windows = _windows(k, n_layer)
     gemma = arch in ("gemma2", "gemma3")
 
     attn_scale = k.float("attention.scale", 0.0, positive=False, hi=validate.MAX_ATTN_SCALE) or 1.0 / math.sqrt(head_dim)
+    if arch in GPT_OSS:  # llama.cpp's gpt-oss graph scales by 1/sqrt(n_rot) whatever attention.scale says
+        attn_scale = 1.0 / math.sqrt(n_rot)
     if gemma:
         # query_pre_attn_scalar: head_dim, but n_embd / n_head for the 27B models (gemma2: 46 layers, gemma3: 62),
         # set by llama.cpp whatever attention.scale says.
@@ -139,12 +156,15 @@ def config_from_metadata(md: dict, tensors: Mapping | None = None) -> ModelConfi
         # gemma2 always caps (llama.cpp's defaults 50 and 30); others only where the file says so.
         final_logit_softcap=k.float("final_logit_softcapping", 30.0 if arch == "gemma2" else 0.0, positive=arch == "gemma2"),
         attn_softcap=k.float("attn_logit_softcapping", 50.0) if arch == "gemma2" else 0.0,
-        rope_attn_factor=k.float("rope.scaling.attn_factor", 1.0, hi=validate.MAX_ROPE_ATTN_FACTOR),
-        rope_orig_ctx=k.int("rope.scaling.original_context_length", n_ctx_train, hi=validate.MAX_CONTEXT),
+        rope_attn_factor=rope_attn_factor,
+        rope_orig_ctx=rope_orig_ctx,
         n_expert=n_expert,
         n_expert_used=n_expert_used,
         n_ff_exp=n_ff_exp,
-        expert_weights_norm=arch in MOE,  # qwen3moe's graph always renormalises (no key read, as llama.cpp)
+        expert_weights_norm=arch in NORM_TOPK,
+        expert_gating="softmax_weight" if arch in GPT_OSS else "softmax",
+        expert_act="swiglu_oai" if arch in GPT_OSS else "swiglu",
+        rope_yarn=_yarn(k, freq_scale, rope_attn_factor, rope_orig_ctx),
         **(_encoder(k, md, module.NORM_EPS_KEY) if getattr(module, "ENCODER", False) else {}),
     )
     validate.check_heads(k, cfg, partial_rotary=arch in PARTIAL_ROTARY)
@@ -180,15 +200,35 @@ def _rope_freq_scale(k: validate.Keys, tensors: Mapping | None) -> float:
         if tensors is not None and not any(n in tensors for n in needed):
             raise InvalidModel(f"{key} is {scaling!r} but the file has no {' or '.join(needed)} tensor with its factors")
         return 1.0
+    if scaling == "yarn" and k.arch in YARN:
+        return 1.0 / factor if factor > 0 else 1.0
     if scaling not in ("none", "linear") and factor not in (0.0, 1.0):  # yarn & co. with a factor of 1 scale nothing
         raise InvalidModel(f"{key} {scaling!r} (factor {factor:g}) is not supported for {k.arch}")
     return 1.0 / factor if scaling == "linear" and factor > 0 else 1.0
 
 
+def _yarn(k: validate.Keys, freq_scale: float, rope_attn_factor: float, n_ctx_orig: int) -> tuple:
+    """YaRN's rope parameters where the file's rope.scaling.type is "yarn" (a family in YARN), else (): as llama.cpp's
+    context sets them, ext_factor 1 and attn_factor = mscale(s) / (1 + 0.1 ln s) * rope.scaling.attn_factor for the
+    scaling s = 1 / freq_scale (mscale(s) = 1 + 0.1 ln s above 1, else 1: the ratio cancels the magnitude scaling
+    ggml's rope_yarn applies again), in float32."""
+    if k.arch not in YARN or k.str("rope.scaling.type", "linear") != "yarn":
+        return ()
+    f32 = np.float32
+    s = f32(1.0) / f32(freq_scale)
+    ln_s = f32(np.log(s))
+    attn = f32(1.0) if s <= 1 else f32(f32(0.1) * ln_s + f32(1.0))
+    attn = f32(attn * f32(f32(1.0) / f32(f32(1.0) + f32(0.1) * ln_s)))
+    attn = f32(attn * f32(rope_attn_factor))
+    return (n_ctx_orig, 1.0, float(attn), YARN_BETA_FAST, YARN_BETA_SLOW)
+
+
 def _windows(k: validate.Keys, n_layer: int) -> tuple[int, ...]:
     """Per layer the sliding window (0: full attention), from attention.sliding_window and its pattern."""
     arch = k.arch
-    window = k.int("attention.sliding_window", SWA_DEFAULT.get(arch, 0), lo=0, hi=validate.MAX_CONTEXT)
+    # gpt-oss requires the key (REQUIRED_KEYS) and a window of at least 1: its even layers always slide
+    window = k.int("attention.sliding_window", SWA_DEFAULT.get(arch, 0), lo=1 if arch in GPT_OSS else 0,
+                   hi=validate.MAX_CONTEXT)
     if arch == "phi3" and window > 0:
         log.warning("%s is %d: llama.cpp runs Phi-3 with full attention (its sliding window is disabled), and so does "
                     "localrt", k.name("attention.sliding_window"), window)

@@ -170,6 +170,7 @@ def dim_labels(keys: Keys, vocab_label: str) -> dict[str, str]:
     kl, vl = k("attention.key_length"), k("attention.value_length")
     return {
         "n_vocab": vocab_label, "n_embd": k("embedding_length"), "n_ff": k("feed_forward_length"), "head_dim": kl,
+        "n_head": head,
         "n_q": f"{head} x {kl}", "n_k": f"{kv} x {kl}", "n_v": f"{kv} x {vl}", "n_o": f"{head} x {vl}",
         "n_rot_half": f"{k('rope.dimension_count')} / 2",
         "n_qkv": f"{head} x {kl} + 2 x {kv} x {kl}", "n_ff2": f"2 x {k('feed_forward_length')}",

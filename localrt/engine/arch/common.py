@@ -43,12 +43,18 @@ class Layer:
     attn_k_norm: np.ndarray | None = None
     post_attention_norm: np.ndarray | None = None
     post_ffw_norm: np.ndarray | None = None
+    attn_sinks: np.ndarray | None = None  # (n_head,) per-head logit joining the softmax denominator (gpt-oss)
     # Mixture of experts (see .moe): the router (n_expert, n_embd) and, per expert, a 2-D view of its slice
     # of the stacked 3-D tensors: gate/up (n_ff_exp, n_embd), down (n_embd, n_ff_exp).
     ffn_gate_inp: QTensor | None = None
     ffn_gate_exps: list[QTensor] | None = None
     ffn_up_exps: list[QTensor] | None = None
     ffn_down_exps: list[QTensor] | None = None
+    # Their biases (gpt-oss), f32: router (n_expert,), gate/up (n_expert, n_ff_exp), down (n_expert, n_embd).
+    ffn_gate_inp_bias: np.ndarray | None = None
+    ffn_gate_exps_bias: np.ndarray | None = None
+    ffn_up_exps_bias: np.ndarray | None = None
+    ffn_down_exps_bias: np.ndarray | None = None
 
 
 @dataclass
@@ -128,6 +134,15 @@ class TensorSource:
             raise ModelLoadError(f"tensor {name!r} has shape {t.shape}, expected {(n,)}")
         return self.backend.vector(t)
 
+    def array(self, name: str, shape: tuple[int, ...], required: bool = True) -> np.ndarray | None:
+        """A small float tensor of any rank (a stack of per-expert biases) as float32 `shape`."""
+        if not required and name not in self.tensors:
+            return None
+        t = self._get(name)
+        if t.shape != shape:
+            raise ModelLoadError(f"tensor {name!r} has shape {t.shape}, expected {shape}")
+        return self.backend.vector(t)
+
     def has(self, name: str) -> bool:
         return name in self.tensors
 
@@ -181,6 +196,7 @@ def dims(cfg) -> dict[str, int]:
     return {
         "n_vocab": cfg.n_vocab,
         "n_embd": cfg.n_embd,
+        "n_head": cfg.n_head,
         "n_q": cfg.n_head * cfg.head_dim,
         "n_k": cfg.n_head_kv * cfg.head_dim,
         "n_v": cfg.n_head_kv * cfg.head_dim_v,
@@ -199,6 +215,8 @@ def dims(cfg) -> dict[str, int]:
 
 
 def _fetch(src: TensorSource, name: str, shape: tuple[int, ...], required: bool):
+    if name.endswith(".bias") and len(shape) > 1:  # biases are float arrays whatever their rank
+        return src.array(name, shape, required=required)
     if len(shape) == 3:
         return src.experts(name, *shape) if required or src.has(name) else None
     if len(shape) == 2:
@@ -254,9 +272,13 @@ def attention(be, cfg, w: Weights, L: Layer, il: int, h: np.ndarray, batch: Batc
     if L.attn_q_norm is not None:
         be.ops.rms_norm_heads(q3, L.attn_q_norm, cfg.rms_eps)
         be.ops.rms_norm_heads(k3, L.attn_k_norm, cfg.rms_eps)
-    be.ops.rope(q3, batch.positions, cfg.n_rot, rope_base, freq_scale, w.rope_freqs, cfg.rope_mode)
-    be.ops.rope(k3, batch.positions, cfg.n_rot, rope_base, freq_scale, w.rope_freqs, cfg.rope_mode)
-    if cfg.rope_attn_factor != 1.0:  # ggml scales cos and sin: the rotated dims only
+    if cfg.rope_yarn:  # YaRN: its magnitude scaling (rope.scaling.attn_factor included) is in the kernel's cos, sin
+        be.ops.rope(q3, batch.positions, cfg.n_rot, rope_base, freq_scale, w.rope_freqs, cfg.rope_mode, yarn=cfg.rope_yarn)
+        be.ops.rope(k3, batch.positions, cfg.n_rot, rope_base, freq_scale, w.rope_freqs, cfg.rope_mode, yarn=cfg.rope_yarn)
+    else:
+        be.ops.rope(q3, batch.positions, cfg.n_rot, rope_base, freq_scale, w.rope_freqs, cfg.rope_mode)
+        be.ops.rope(k3, batch.positions, cfg.n_rot, rope_base, freq_scale, w.rope_freqs, cfg.rope_mode)
+    if cfg.rope_attn_factor != 1.0 and not cfg.rope_yarn:  # ggml scales cos and sin: the rotated dims only
         q3[:, :, : cfg.n_rot] *= np.float32(cfg.rope_attn_factor)
         k3[:, :, : cfg.n_rot] *= np.float32(cfg.rope_attn_factor)
     v3 = v.reshape(n, cfg.n_head_kv, cfg.head_dim_v)
@@ -269,11 +291,11 @@ def attention(be, cfg, w: Weights, L: Layer, il: int, h: np.ndarray, batch: Batc
     if table is None:
         be.ops.kv_store(k3, v3, cache.k[il], cache.v[il], batch.positions, batch.slots)
         be.attention(q3, cache.k[il], cache.v[il], batch.positions, batch.slots, cfg.windows[il], cfg.attn_scale, a,
-                     softcap=cfg.attn_softcap)
+                     softcap=cfg.attn_softcap, sinks=L.attn_sinks)
     else:
         paged.kv_store_paged(k3, v3, cache.k[il], cache.v[il], table, batch.positions, batch.slots)
         be.attention(q3, cache.k[il], cache.v[il], batch.positions, batch.slots, cfg.windows[il], cfg.attn_scale, a,
-                     softcap=cfg.attn_softcap, table=table)
+                     softcap=cfg.attn_softcap, table=table, sinks=L.attn_sinks)
     out = be.linear(L.attn_output, a.reshape(n, -1))  # (n_tok, n_embd)
     if L.attn_output_bias is not None:
         be.ops.add_bias(out, L.attn_output_bias)

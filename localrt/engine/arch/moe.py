@@ -1,8 +1,12 @@
-"""The mixture-of-experts FFN (qwen3moe), computed as llama.cpp's build_moe_ffn does with softmax gating.
+"""The mixture-of-experts FFN (qwen3moe, gpt-oss), computed as llama.cpp's build_moe_ffn does.
 
-probs = softmax(ffn_gate_inp . m) over all experts; the k = expert_used_count experts of highest prob; their
-probs renormalised to sum to 1 where the family says so (the sum clamped below at F16's smallest normal, as
-llama.cpp); out = sum over ranks (highest prob first) of weight * Wdown_e . (silu(Wgate_e m) * Wup_e m).
+Gating "softmax" (qwen3moe): probs = softmax(ffn_gate_inp . m) over all experts; the k = expert_used_count experts
+of highest prob; their probs renormalised to sum to 1 where the family says so (the sum clamped below at F16's
+smallest normal, as llama.cpp). Gating "softmax_weight" (gpt-oss): logits = ffn_gate_inp . m + ffn_gate_inp.bias;
+the k experts of highest logit, weighted by the softmax over those k logits.
+out = sum over ranks (best first) of weight * (Wdown_e . act(Wgate_e m + bg_e, Wup_e m + bu_e) + bd_e), act SwiGLU
+(silu(g) * u) or gpt-oss's clamped swiglu_oai; the expert biases (ffn_{gate,up,down}_exps.bias) only where the file
+has them.
 
 Only the selected experts' weights are read. A small batch (decode) goes through one fused call per weight for
 all its (token, expert) pairs (`Backend.linear_experts`: the activations quantized once, a flat parallel loop
@@ -28,6 +32,13 @@ PAIRS_MAX_TOKENS = 8
 def route(be, cfg, L: Layer, m: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Per token of m (n_tok, n_embd): the chosen experts (n_tok, k) int64, best first, and their weights (n_tok, k) f32."""
     probs = be.linear(L.ffn_gate_inp, m, per_row=True)  # (n_tok, n_expert) router logits; per row: routing never depends on the batch
+    if L.ffn_gate_inp_bias is not None:
+        be.ops.add_bias(probs, L.ffn_gate_inp_bias)
+    if cfg.expert_gating == "softmax_weight":  # top-k of the logits, then the softmax over those k
+        chosen = np.argsort(-probs, axis=1, kind="stable")[:, : cfg.n_expert_used]  # (n_tok, k)
+        weights = np.ascontiguousarray(np.take_along_axis(probs, chosen, axis=1))  # (n_tok, k) logits
+        be.ops.softmax_rows(weights)
+        return chosen, weights
     be.ops.softmax_rows(probs)
     # Stable sort of -p: the k largest, ties to the lower expert id.
     chosen = np.argsort(-probs, axis=1, kind="stable")[:, : cfg.n_expert_used]  # (n_tok, k)
@@ -51,8 +62,14 @@ def moe_ffn(be, cfg, L: Layer, m: np.ndarray) -> np.ndarray:
         x = np.ascontiguousarray(m[tok])  # (n_e, n_embd)
         gate = be.linear(L.ffn_gate_exps[e], x, per_row=True)  # (n_e, n_ff_exp)
         up = be.linear(L.ffn_up_exps[e], x, per_row=True)  # (n_e, n_ff_exp)
-        be.ops.swiglu(gate, up, gate)
+        if L.ffn_gate_exps_bias is not None:
+            gate += L.ffn_gate_exps_bias[e]
+        if L.ffn_up_exps_bias is not None:
+            up += L.ffn_up_exps_bias[e]
+        _act(be, cfg)(gate, up, gate)
         down = be.linear(L.ffn_down_exps[e], gate, per_row=True)  # (n_e, n_embd)
+        if L.ffn_down_exps_bias is not None:
+            down += L.ffn_down_exps_bias[e]
         down *= weights[tok, rank][:, None]
         per_rank[rank, tok] = down
     out = per_rank[0].copy()  # (n_tok, n_embd)
@@ -73,13 +90,24 @@ def _pairs(be, cfg, L: Layer, m: np.ndarray, chosen: np.ndarray, weights: np.nda
     up = be.linear_experts(L.ffn_up_exps.stacked, f, m, experts, tokens) if gate is not None else None
     if up is None:
         return None
-    be.ops.swiglu(gate, up, gate)
+    if L.ffn_gate_exps_bias is not None:
+        gate += L.ffn_gate_exps_bias[experts]  # (n_pair, n_ff_exp) each pair's expert's bias
+    if L.ffn_up_exps_bias is not None:
+        up += L.ffn_up_exps_bias[experts]
+    _act(be, cfg)(gate, up, gate)
     down = be.linear_experts(L.ffn_down_exps.stacked, cfg.n_embd, gate, experts, np.arange(n * k, dtype=np.int64))
     if down is None:
         return None
+    if L.ffn_down_exps_bias is not None:
+        down += L.ffn_down_exps_bias[experts]  # (n_pair, n_embd)
     down *= weights.reshape(-1, 1)  # (n_pair, n_embd) each pair's weighted output
     per_rank = down.reshape(n, k, cfg.n_embd)  # (n_tok, k, n_embd)
     out = per_rank[:, 0].copy()  # (n_tok, n_embd)
     for r in range(1, k):  # llama.cpp's order: ((e_0 + e_1) + e_2) + ...
         out += per_rank[:, r]
     return out
+
+
+def _act(be, cfg):
+    """The experts' gated activation on this device: act(gate, up, out)."""
+    return be.ops.swiglu_oai if cfg.expert_act == "swiglu_oai" else be.ops.swiglu

@@ -340,17 +340,19 @@ class CPUBackend:
         return self._scratches
 
     def attention(self, q, k_cache, v_cache, positions, slots, window: int, scale: float, out: np.ndarray,
-                  softcap: float = 0.0, table: np.ndarray | None = None) -> np.ndarray:
-        """Causal attention over the cache; see `ops.attention` for shapes, the window rule and softcap. With
-        `table` (n_slots, max_blocks) the caches are a paged pool (n_blocks, n_kv, B, hd[_v]): `simd_kernels.paged`."""
+                  softcap: float = 0.0, table: np.ndarray | None = None, sinks: np.ndarray | None = None) -> np.ndarray:
+        """Causal attention over the cache; see `ops.attention` for shapes, the window rule, softcap and sinks
+        ((n_head,) f32 or None). With `table` (n_slots, max_blocks) the caches are a paged pool
+        (n_blocks, n_kv, B, hd[_v]): `simd_kernels.paged`."""
+        sinks = attend.check_sinks(sinks, q.shape[1]) if sinks is not None else None
         pieces = blas_pieces(positions, slots) if softcap >= 0 else []  # the kernel refuses a bad softcap by name
 
         def per_row(lo, hi):
             if table is None:
                 return ops.attention(q[lo:hi], k_cache, v_cache, positions[lo:hi], slots[lo:hi], window, scale,
-                                     out[lo:hi], softcap)
+                                     out[lo:hi], softcap, sinks)
             return paged.attention_paged(q[lo:hi], k_cache, v_cache, table, positions[lo:hi], slots[lo:hi], window,
-                                         scale, out[lo:hi], softcap)
+                                         scale, out[lo:hi], softcap, sinks)
 
         if not pieces:
             per_row(0, len(positions))
@@ -358,16 +360,17 @@ class CPUBackend:
         for lo, hi, on_blas in segments(len(positions), pieces):
             if on_blas:
                 _block_attention(q[lo:hi], k_cache, v_cache, positions[lo:hi], int(slots[lo]), window, scale,
-                                 out[lo:hi], softcap, table)
+                                 out[lo:hi], softcap, table, sinks)
             else:
                 per_row(lo, hi)
         return out
 
 
 def _block_attention(q, k_cache, v_cache, positions, s: int, window: int, scale: float, out, softcap: float,
-                     table: np.ndarray | None = None) -> None:
+                     table: np.ndarray | None = None, sinks: np.ndarray | None = None) -> None:
     """One piece (consecutive positions of slot s): per KV head, scores and mixing are two BLAS products over the
-    keys from the piece's first visible one to its last position (gathered from the pool's blocks when `table`)."""
+    keys from the piece's first visible one to its last position (gathered from the pool's blocks when `table`);
+    sinks (n_head,) f32 join each head's softmax denominator (attend.softmax_causal)."""
     n = len(positions)
     n_head, n_kv = q.shape[1], k_cache.shape[1]
     cap = k_cache.shape[2] if table is None else table.shape[1] * k_cache.shape[2]  # positions a slot can hold
@@ -403,7 +406,8 @@ def _block_attention(q, k_cache, v_cache, positions, s: int, window: int, scale:
             # operand falls back to a slow loop).
             qg = np.ascontiguousarray(q[a:b, heads, :].transpose(1, 0, 2)).reshape(group * m, -1)
             sc = (qg @ k.T).reshape(group, m, len(keys))  # (group, m, n_keys)
-            attend.softmax_causal(sc, scale, softcap, positions[a:b], k0, window)
+            attend.softmax_causal(sc, scale, softcap, positions[a:b], k0, window,
+                                  None if sinks is None else sinks[heads])  # (group,) this KV head's query heads
             mixed = sc.reshape(group * m, -1) @ v  # (group * m, hd_v)
             out[a:b, heads, :] = mixed.reshape(group, m, -1).transpose(1, 0, 2)
 

@@ -144,8 +144,13 @@ class CUDABackend:
 
     # -- attention -------------------------------------------------------------------------------
 
-    def attention(self, q, k_cache, v_cache, positions, slots, window: int, scale: float, out, softcap: float = 0.0):
-        """Causal attention over this device's cache layer; shapes and softcap as `simd_kernels.ops.attention`."""
+    def attention(self, q, k_cache, v_cache, positions, slots, window: int, scale: float, out, softcap: float = 0.0,
+                  sinks=None):
+        """Causal attention over this device's cache layer; shapes and softcap as `simd_kernels.ops.attention`.
+        Attention sinks (gpt-oss) have no kernel here: refused by name, never ignored (gpt-oss is a mixture of
+        experts, whose layers `offload` keeps on the CPU)."""
+        if sinks is not None:
+            raise checks.KernelArgumentError("attention sinks (attn_sinks) are not supported on the CUDA device")
         cp = self.cp
         if checks.attention(q, k_cache, v_cache, positions, slots, window, out) == 0:
             return out
@@ -200,7 +205,9 @@ class CudaOps:
         checks.norm_heads(x, w, eps)
         return self._norm(x, None, w, eps, x)
 
-    def rope(self, x, positions, n_rot, base, freq_scale, freq_factors, mode):
+    def rope(self, x, positions, n_rot, base, freq_scale, freq_factors, mode, yarn=None):
+        if yarn is not None:  # no YaRN kernel here: refused by name, never ignored
+            raise checks.KernelArgumentError("YaRN rope (rope.scaling.type 'yarn') is not supported on the CUDA device")
         checks.rope(x, positions, n_rot, base, freq_factors, mode, (0, self.ROPE_NEOX))
         n_tok, n_head, hd = x.shape
         half = n_rot // 2
