@@ -223,3 +223,25 @@ def test_speculative_sampling_keeps_the_targets_distribution(target, other):
     # 15 degrees of freedom: P(chi2 > 50) is about 1e-5. The seeds are fixed, so the test is deterministic.
     assert chi2 < 50, (chi2, counts, exact)
     assert tv < 0.1
+
+
+def test_the_drafts_cache_is_reused_only_by_the_same_client(target, same):
+    """The draft model's slot keeps the keys a finished sequence left (a later prompt with that prefix evaluates
+    less); like the target's prefix cache, only a sequence of the same cache scope (client) may reuse them."""
+    prompt = list(range(60, 90))
+    opts = {"temperature": 0, "num_predict": 4, "draft_model": "same"}
+
+    def finish(scope: str) -> int:
+        target._slot_tokens.clear()
+        b = Batcher(target, drafter=same)
+        seq = b.add(prompt, opts, cache_scope=scope)
+        while b.sequences:
+            b.step()
+        return seq.slot
+
+    slot = finish("alice")
+    same.start(slot, prompt, 32, "alice")
+    assert len(same.cached[slot]) > 0 and same.model.cache.lengths[slot] > 0  # alice's own prefix is reused
+    slot = finish("alice")
+    same.start(slot, prompt, 32, "bob")
+    assert same.cached[slot] == [] and same.model.cache.lengths[slot] == 0  # bob starts from nothing

@@ -257,7 +257,8 @@ class Batcher:
             seq.draft.shared = getattr(self.model, "draft_evidence", None)
         seq.progress.computed = self._reuse(slot, seq, seq.prompt)
         if seq.draft is not None and seq.draft.source is not None:
-            seq.draft.source.start(slot, seq.prompt, seq.num_batch)  # its own slot: reuse what the draft's cache holds of the prompt
+            # its own slot: reuse what the draft's cache holds of the prompt, if this client's
+            seq.draft.source.start(slot, seq.prompt, seq.num_batch, seq.cache_scope)
         seq.n_cached = seq.progress.computed
         self._held[slot] = seq
         return seq

@@ -81,6 +81,7 @@ class ModelDrafter:
         self.model = draft
         self.name = name
         self.cached: dict[int, list[int]] = {}  # slot -> the ids whose keys the draft's cache holds, in order
+        self.scopes: dict[int, str] = {}  # slot -> the cache scope of the sequence that left those keys
         self.pieces: dict[int, list[tuple[int, int]]] = {}  # slot -> its prompt positions computed on the BLAS path
         tb, db = weight_bytes(target), weight_bytes(draft)
         # Until a draft forward is measured, it is guessed to cost its share of the weights a target row reads.
@@ -103,12 +104,15 @@ class ModelDrafter:
             return own.cost(lag), own.cost(1)
         return target_costs.cost(lag) * self.ratio, target_costs.cost(1) * self.ratio
 
-    def start(self, slot: int, prompt: list[int], num_batch: int) -> None:
+    def start(self, slot: int, prompt: list[int], num_batch: int, scope: str = "") -> None:
         """A new sequence in slot: keep the longest prefix of the prompt the draft's cache holds exactly (computed on
         the path a fresh evaluation takes: backend.exact_reuse; one token at least is left to evaluate), else clear
-        it. The target's chunks (num_batch) and the draft's own cut its prompt evaluation."""
+        it. The target's chunks (num_batch) and the draft's own cut its prompt evaluation. Only a sequence of the
+        slot's last cache scope (a client's, as the target's prefix cache scopes it) reuses what it left: another
+        client's draft would otherwise evaluate a guessed secret faster."""
         cache = self.model.cache
-        have = self.cached.get(slot, [])
+        have = self.cached.get(slot, []) if self.scopes.get(slot, "") == scope else []
+        self.scopes[slot] = scope
         keep = 0
         for a, b in zip(have[: min(len(prompt) - 1, int(cache.lengths[slot]))], prompt):
             if a != b:
