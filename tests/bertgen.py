@@ -207,3 +207,56 @@ def write_reranker(path: Path, wtype: int = F32, head: str = "both", *, labels: 
         tensors.append((name + ".bias", F32, bias.shape, bias))
     gguf_io.write(path, md, tensors)
     return path
+
+
+# gemma-embedding (EmbeddingGemma): gemma3's block as an encoder, symmetric sliding windows on layers il % 6 < 5 (the
+# default pattern: no key), q/k norms, sandwich norms, GELU-tanh gated FFN, grouped heads (4 query heads on 2 kv
+# heads, each 32 wide: n_q = 128, not n_embd), mean pooling, and in the `dense` files sentence-transformers' Dense
+# projections (64 -> 128 -> 64). The window (5: |i - j| <= 2) is far shorter than the inputs. Same vocabulary.
+GEMMA_SEED = 48
+GEMMA_LAYERS, GEMMA_HEAD_KV, GEMMA_HEAD_DIM, GEMMA_WINDOW, GEMMA_DENSE = 6, 2, 32, 5, 128
+GEMMA_CTX, GEMMA_ROPE_BASE, GEMMA_EPS = 2048, 1000000.0, 1e-6
+GEMMA_SWA_BASE = 20000.0  # written in the dense files only (the others take llama.cpp's default, 10000)
+GEMMA_TEXT = "w3 w7c2 w11 w40 W20c5, w21 w22 w23; w24 w25 w59 w4 w6 c1"  # tokenized by both runtimes (daemon test)
+
+
+def gemma_weights(seed: int = GEMMA_SEED, *, dense: bool = False) -> dict[str, np.ndarray]:
+    """GGUF name -> float32 array of the tiny gemma-embedding; norm weights around 1 (the file's hold Gemma's +1)."""
+    mat, vec = _draws(seed)
+    n_q, n_kv = N_HEAD * GEMMA_HEAD_DIM, GEMMA_HEAD_KV * GEMMA_HEAD_DIM
+    w = {"token_embd.weight": mat(len(VOCAB), N_EMBD, 0.2), "output_norm.weight": vec(N_EMBD, 1.0)}
+    for il in range(GEMMA_LAYERS):
+        p = f"blk.{il}."
+        w[p + "attn_norm.weight"] = vec(N_EMBD, 1.0)
+        w[p + "attn_q.weight"], w[p + "attn_k.weight"], w[p + "attn_v.weight"] = (
+            mat(n_q, N_EMBD), mat(n_kv, N_EMBD), mat(n_kv, N_EMBD))
+        w[p + "attn_q_norm.weight"], w[p + "attn_k_norm.weight"] = vec(GEMMA_HEAD_DIM, 1.0), vec(GEMMA_HEAD_DIM, 1.0)
+        w[p + "attn_output.weight"] = mat(N_EMBD, n_q)
+        w[p + "post_attention_norm.weight"], w[p + "ffn_norm.weight"] = vec(N_EMBD, 1.0), vec(N_EMBD, 1.0)
+        w[p + "ffn_gate.weight"], w[p + "ffn_up.weight"] = mat(N_FF, N_EMBD), mat(N_FF, N_EMBD)
+        w[p + "ffn_down.weight"] = mat(N_EMBD, N_FF)
+        w[p + "post_ffw_norm.weight"] = vec(N_EMBD, 1.0)
+    if dense:
+        w["dense_2.weight"], w["dense_3.weight"] = mat(GEMMA_DENSE, N_EMBD), mat(N_EMBD, GEMMA_DENSE)
+    return w
+
+
+def write_gemma(path: Path, wtype: int = F32, *, dense: bool = False, pooling: int | None = 1) -> Path:
+    """The tiny gemma-embedding at path: matrices in wtype (token_embd too), vectors F32; `dense`: with dense_2 and
+    dense_3 (and their width keys) and rope.freq_base_swa; pooling: the file's pooling_type (None: no key)."""
+    a = "gemma-embedding"
+    md = {
+        "general.architecture": a, "general.name": f"gemmaembgen {GEMMA_SEED}", "general.file_type": wtype,
+        f"{a}.context_length": GEMMA_CTX, f"{a}.embedding_length": N_EMBD, f"{a}.feed_forward_length": N_FF,
+        f"{a}.block_count": GEMMA_LAYERS, f"{a}.attention.head_count": N_HEAD,
+        f"{a}.attention.head_count_kv": GEMMA_HEAD_KV, f"{a}.attention.key_length": GEMMA_HEAD_DIM,
+        f"{a}.attention.value_length": GEMMA_HEAD_DIM, f"{a}.attention.layer_norm_rms_epsilon": GEMMA_EPS,
+        f"{a}.attention.sliding_window": GEMMA_WINDOW, f"{a}.rope.freq_base": GEMMA_ROPE_BASE, **VOCAB_MD,
+    }
+    if pooling is not None:
+        md[f"{a}.pooling_type"] = pooling
+    if dense:
+        md.update({f"{a}.dense_2_feat_in": N_EMBD, f"{a}.dense_2_feat_out": GEMMA_DENSE,
+                   f"{a}.dense_3_feat_in": GEMMA_DENSE, f"{a}.dense_3_feat_out": N_EMBD,
+                   f"{a}.rope.freq_base_swa": GEMMA_SWA_BASE})
+    return _write(path, md, gemma_weights(dense=dense), wtype, ())

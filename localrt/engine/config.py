@@ -62,6 +62,8 @@ class ModelConfig:
     n_token_types: int = 0  # encoders: rows of token_types (tokenizer.ggml.token_type_count)
     rank: bool = False  # encoders: pooling_type 4 (rank), a reranker scored by its classification head
     n_cls_out: int = 1  # encoders: the head's outputs (classifier.output_labels' count, else 1, as llama.cpp)
+    n_dense_2_out: int = 0  # gemma-embedding: dense_2's rows (dense_2_feat_out), 0 = none
+    n_dense_3_in: int = 0  # gemma-embedding: dense_3's columns (dense_3_feat_in), 0 = none
 
     @property
     def n_embd_k(self) -> int:
@@ -70,7 +72,9 @@ class ModelConfig:
 
 GPT_OSS = ("gpt-oss", "gptoss")  # llama.cpp's name and Ollama's for one family; keys are prefixed by the file's
 # default sliding_window_pattern: layer il is local iff il % p < p - 1
-SWA_PERIOD = {"gemma2": 2, "gemma3": 6, **{a: 2 for a in GPT_OSS}}
+SWA_PERIOD = {"gemma2": 2, "gemma3": 6, "gemma-embedding": 6, **{a: 2 for a in GPT_OSS}}
+GEMMA = ("gemma2", "gemma3", "gemma-embedding")  # scaled embedding; gemma-embedding: gemma3's body as an encoder
+WINDOW_REQUIRED = (*GPT_OSS, "gemma-embedding")  # families whose window key is required and at least 1
 SWA_DEFAULT = {"gemma2": 4096}  # sliding window when the file has none (llama.cpp's n_swa for gemma 2)
 PARTIAL_ROTARY = ("phi3",)  # families whose rope may rotate fewer dims than the head (Phi-4-mini: 96 of 128)
 FACTOR_SCALING = {"llama": "llama3", "phi3": "longrope"}  # rope.scaling.type carried by factor tensors
@@ -121,7 +125,7 @@ def config_from_metadata(md: dict, tensors: Mapping | None = None) -> ModelConfi
     rope_orig_ctx = k.int("rope.scaling.original_context_length", n_ctx_train, hi=validate.MAX_CONTEXT)
     rope_base = k.float("rope.freq_base", 10000.0)
     windows = _windows(k, n_layer)
-    gemma = arch in ("gemma2", "gemma3")
+    gemma = arch in GEMMA
 
     attn_scale = k.float("attention.scale", 0.0, positive=False, hi=validate.MAX_ATTN_SCALE) or 1.0 / math.sqrt(head_dim)
     if arch in GPT_OSS:  # llama.cpp's gpt-oss graph scales by 1/sqrt(n_rot) whatever attention.scale says
@@ -129,7 +133,7 @@ def config_from_metadata(md: dict, tensors: Mapping | None = None) -> ModelConfi
     if gemma:
         # query_pre_attn_scalar: head_dim, but n_embd / n_head for the 27B models (gemma2: 46 layers, gemma3: 62),
         # set by llama.cpp whatever attention.scale says.
-        attn_scale = 1.0 / math.sqrt(n_embd // n_head if n_layer == {"gemma2": 46, "gemma3": 62}[arch] else head_dim)
+        attn_scale = 1.0 / math.sqrt(n_embd // n_head if n_layer == {"gemma2": 46, "gemma3": 62}.get(arch) else head_dim)
 
     cfg = ModelConfig(
         arch=arch,
@@ -147,9 +151,10 @@ def config_from_metadata(md: dict, tensors: Mapping | None = None) -> ModelConfi
         n_rot=n_rot,
         rope_base=rope_base,
         rope_freq_scale=freq_scale,
-        # Sliding-window layers: gemma3 has its own base (default 10000) and no scaling; gemma2 the global ones.
-        rope_base_swa=k.float("rope.freq_base_swa", 10000.0 if arch == "gemma3" else rope_base),
-        rope_freq_scale_swa=1.0 if arch == "gemma3" else freq_scale,
+        # Sliding-window layers: gemma3 (and gemma-embedding) have their own base (default 10000) and no scaling;
+        # gemma2 the global ones.
+        rope_base_swa=k.float("rope.freq_base_swa", 10000.0 if arch in GEMMA[1:] else rope_base),
+        rope_freq_scale_swa=1.0 if arch in GEMMA[1:] else freq_scale,
         windows=windows,
         attn_scale=attn_scale,
         embed_scale=float(np.sqrt(np.float32(n_embd))) if gemma else 1.0,
@@ -165,7 +170,8 @@ def config_from_metadata(md: dict, tensors: Mapping | None = None) -> ModelConfi
         expert_gating="softmax_weight" if arch in GPT_OSS else "softmax",
         expert_act="swiglu_oai" if arch in GPT_OSS else "swiglu",
         rope_yarn=_yarn(k, freq_scale, rope_attn_factor, rope_orig_ctx),
-        **(_encoder(k, md, module.NORM_EPS_KEY) if getattr(module, "ENCODER", False) else {}),
+        **(_encoder(k, md, module) if getattr(module, "ENCODER", False) else {}),
+        **(module.config_keys(k) if hasattr(module, "config_keys") else {}),  # a family's own keys
     )
     validate.check_heads(k, cfg, partial_rotary=arch in PARTIAL_ROTARY)
     validate.check_vocab(k, n_vocab)
@@ -176,10 +182,13 @@ def config_from_metadata(md: dict, tensors: Mapping | None = None) -> ModelConfi
     return cfg
 
 
-def _encoder(k: validate.Keys, md: Mapping, eps_key: str) -> dict:
-    """An encoder's LayerNorm epsilon (required, as llama.cpp) and token type count (llama.cpp refuses 0)."""
-    types = md.get("tokenizer.ggml.token_type_count")
-    if not validate.is_int(types) or not 1 <= int(types) <= validate.MAX_TOKEN_TYPES:
+def _encoder(k: validate.Keys, md: Mapping, module) -> dict:
+    """An encoder's LayerNorm epsilon (required, as llama.cpp) and token type count (llama.cpp refuses 0; a family
+    without token types (TOKEN_TYPES False: gemma-embedding) has none)."""
+    eps_key = module.NORM_EPS_KEY
+    typed = getattr(module, "TOKEN_TYPES", True)
+    types = md.get("tokenizer.ggml.token_type_count") if typed else 0
+    if typed and (not validate.is_int(types) or not 1 <= int(types) <= validate.MAX_TOKEN_TYPES):
         raise InvalidModel(f"tokenizer.ggml.token_type_count is {str(types)[:40]}: an encoder needs a count of token "
                            f"types from 1 to {validate.MAX_TOKEN_TYPES}")
     k.raw(eps_key, required=True)
@@ -226,8 +235,9 @@ def _yarn(k: validate.Keys, freq_scale: float, rope_attn_factor: float, n_ctx_or
 def _windows(k: validate.Keys, n_layer: int) -> tuple[int, ...]:
     """Per layer the sliding window (0: full attention), from attention.sliding_window and its pattern."""
     arch = k.arch
-    # gpt-oss requires the key (REQUIRED_KEYS) and a window of at least 1: its even layers always slide
-    window = k.int("attention.sliding_window", SWA_DEFAULT.get(arch, 0), lo=1 if arch in GPT_OSS else 0,
+    # gpt-oss and gemma-embedding require the key (REQUIRED_KEYS) and a window of at least 1: their local layers
+    # always slide
+    window = k.int("attention.sliding_window", SWA_DEFAULT.get(arch, 0), lo=1 if arch in WINDOW_REQUIRED else 0,
                    hi=validate.MAX_CONTEXT)
     if arch == "phi3" and window > 0:
         log.warning("%s is %d: llama.cpp runs Phi-3 with full attention (its sliding window is disabled), and so does "

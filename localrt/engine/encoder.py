@@ -1,5 +1,6 @@
-"""Encoder: a loaded encoder-only model (bert): config, weights, tokenizer and `embed`. No KV cache and no
-generation: every input runs one forward over all of its tokens, each attending to all the others. The runtime
+"""Encoder: a loaded encoder-only model (bert, nomic-bert, gemma-embedding): config, weights, tokenizer and `embed`.
+No KV cache and no generation: every input runs one forward over all of its tokens, each attending to all the others
+(gemma-embedding's local layers: those within its symmetric window). The runtime
 sees the same face as a Model's for embeddings (tokenize, embed, num_ctx, metadata, close) and no `cache`, so no
 batch driver is built for it."""
 from __future__ import annotations
@@ -43,7 +44,7 @@ class Encoder:
         """Nothing runs in the background after an encoder's load."""
 
     def hidden(self, ids) -> np.ndarray:
-        """Final hidden states (len(ids), n_embd) float32 of one input."""
+        """Final hidden states (len(ids), n_embd) float32 of one input (before any projection after pooling)."""
         ids = self._check_ids(ids)
         with threads.capped(self.num_thread):
             return self.arch.encode(self.backend, self.config, self.weights, ids)
@@ -53,9 +54,16 @@ class Encoder:
         input longer than that runs alone), in order."""
         out: list[np.ndarray] = []
         for hidden, lengths in self._forwards(inputs):
-            for h in np.split(hidden, np.cumsum(lengths)[:-1]):
-                out.append(check_finite_output(pool(h, self.pooling), "embedding values"))
+            pooled = np.stack([pool(h, self.pooling) for h in np.split(hidden, np.cumsum(lengths)[:-1])])
+            out.extend(check_finite_output(v, "embedding values") for v in self._project(pooled))
         return out
+
+    def _project(self, pooled: np.ndarray) -> np.ndarray:
+        """pooled (n, n_embd) through the arch's projections after pooling (gemma-embedding's Dense layers), if any."""
+        if not hasattr(self.arch, "project"):
+            return pooled
+        with threads.capped(self.num_thread):
+            return self.arch.project(self.backend, self.config, self.weights, pooled)
 
     def rank_many(self, inputs: list, cancelled=None) -> list[float]:
         """A reranker's score of each input (a query and document's ids, runtime.rerank), batched as embed_many: the
@@ -90,7 +98,7 @@ class Encoder:
 
     def embed(self, ids) -> np.ndarray:
         """The input's embedding (n_embd,) float32, pooled as the file says (engine.pooling)."""
-        return check_finite_output(pool(self.hidden(ids), self.pooling), "embedding values")
+        return check_finite_output(self._project(pool(self.hidden(ids), self.pooling)[None])[0], "embedding values")
 
     def tokenize(self, text: str, special: bool = True, limit: int | None = None) -> list[int]:
         return self._tok().encode(text, add_special=True, parse_special=special, limit=limit)

@@ -177,6 +177,7 @@ def dim_labels(keys: Keys, vocab_label: str) -> dict[str, str]:
         "n_expert": k("expert_count"), "n_ff_exp": k("expert_feed_forward_length"),
         "n_ctx_train": k("context_length"), "n_token_types": "tokenizer.ggml.token_type_count",
         "n_cls_out": f"the count of {k('classifier.output_labels')} (1 without it)",
+        "n_dense_2_out": k("dense_2_feat_out"), "n_dense_3_in": k("dense_3_feat_in"),
     }
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 from types import ModuleType
 
 from ...errors import UnsupportedArchitecture
-from . import bert, gemma2, gemma3, gptoss, llama, nomic_bert, phi3, qwen2, qwen3, qwen3moe
+from . import bert, gemma2, gemma3, gemma_embedding, gptoss, llama, nomic_bert, phi3, qwen2, qwen3, qwen3moe
 
 ARCHITECTURES: dict[str, ModuleType] = {
     "llama": llama,  # also Mistral 7B-type files and SmolLM2, which carry arch "llama"
@@ -18,6 +18,7 @@ ARCHITECTURES: dict[str, ModuleType] = {
     "gptoss": gptoss,  # Ollama's name for the same family; metadata keys carry whichever prefix the file uses
     "bert": bert,  # an encoder (ENCODER): embeddings only, run by engine.encoder
     "nomic-bert": nomic_bert,  # an encoder too: nomic-embed-text v1 / v1.5 (rope, SwiGLU)
+    "gemma-embedding": gemma_embedding,  # an encoder: EmbeddingGemma (gemma3's body, symmetric sliding windows)
 }
 
 

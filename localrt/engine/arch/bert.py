@@ -178,8 +178,10 @@ def _linear(be, L: EncoderLayer, name: str, x: np.ndarray) -> np.ndarray:
     return y
 
 
-def _attention(cfg, q: np.ndarray, k: np.ndarray, v: np.ndarray) -> np.ndarray:
-    """Softmax(q k^T / sqrt(head_dim)) v over all tokens of one sequence, per head; (n_tok, n_head * head_dim_v)."""
+def _attention(cfg, q: np.ndarray, k: np.ndarray, v: np.ndarray, window: int = 0) -> np.ndarray:
+    """Softmax(q k^T / sqrt(head_dim)) v over all tokens of one sequence, per head; (n_tok, n_head * head_dim_v).
+    window > 0: a symmetric sliding window (gemma-embedding's local layers), token i sees token j only where
+    |i - j| <= window // 2 (llama.cpp's LLAMA_SWA_TYPE_SYMMETRIC)."""
     n, nh, nkv = len(q), cfg.n_head, cfg.n_head_kv
     q = q.reshape(n, nh, cfg.head_dim).transpose(1, 0, 2)  # (n_head, n_tok, head_dim)
     # keys and values at float16, as llama.cpp attends them
@@ -191,6 +193,9 @@ def _attention(cfg, q: np.ndarray, k: np.ndarray, v: np.ndarray) -> np.ndarray:
     scale = np.float32(1.0 / np.sqrt(cfg.head_dim))
     for lo in range(0, n, QUERY_CHUNK):
         s = np.matmul(q[:, lo : lo + QUERY_CHUNK], k) * scale  # (n_head, chunk, n_tok)
+        if window > 0:
+            rows = np.arange(lo, lo + s.shape[1])[:, None]  # (chunk, 1) query positions
+            s[:, np.abs(rows - np.arange(n)[None, :]) > window // 2] = -np.inf  # (chunk, n_tok) outside the window
         s -= s.max(axis=-1, keepdims=True)
         np.exp(s, out=s)
         s /= s.sum(axis=-1, keepdims=True)

@@ -211,6 +211,8 @@ def dims(cfg) -> dict[str, int]:
         "n_ctx_train": cfg.n_ctx_train,
         "n_token_types": cfg.n_token_types,
         "n_cls_out": cfg.n_cls_out,
+        "n_dense_2_out": cfg.n_dense_2_out,
+        "n_dense_3_in": cfg.n_dense_3_in,
     }
 
 

@@ -1,0 +1,66 @@
+"""A gemma-embedding model end to end: a real daemon on a free port, the tiny EmbeddingGemma of bertgen.write_gemma
+(with its Dense projections) created through /api/blobs and /api/create, then /api/embed, /v1/embeddings and
+/api/show, the vectors compared with llama.cpp's on the same file (tests/data/bert/gemma_f32_dense.npz)."""
+from __future__ import annotations
+
+import hashlib
+
+import bertgen
+import httpx
+import numpy as np
+import pytest
+from _daemon_fakes import real_daemon
+
+MODEL = "tiny-gemma-embed"
+
+
+@pytest.fixture(scope="module")
+def daemon(tmp_path_factory):
+    path = bertgen.write_gemma(tmp_path_factory.mktemp("files") / "m.gguf", dense=True)
+    with real_daemon(tmp_path_factory.mktemp("models")) as srv:
+        data = path.read_bytes()
+        digest = "sha256:" + hashlib.sha256(data).hexdigest()
+        r = httpx.post(f"{srv.url}/api/blobs/{digest}", content=data, timeout=30)
+        assert r.status_code in (200, 201), r.text
+        r = httpx.post(srv.url + "/api/create", json={"model": MODEL, "files": {"m.gguf": digest}, "stream": False},
+                       timeout=60)
+        assert r.status_code == 200, r.text
+        yield srv
+
+
+@pytest.fixture(scope="module")
+def ref():
+    return np.load(bertgen.DATA / "gemma_f32_dense.npz")
+
+
+def _unit(v) -> np.ndarray:
+    v = np.asarray(v, np.float64)
+    return v / np.linalg.norm(v)
+
+
+def test_api_embed_equals_llamacpp_normalized(daemon, ref):
+    r = httpx.post(daemon.url + "/api/embed", json={"model": MODEL, "input": [bertgen.GEMMA_TEXT, "w5 w9"]},
+                   timeout=120)
+    assert r.status_code == 200, r.text
+    body = r.json()
+    got = np.asarray(body["embeddings"][0])
+    assert len(got) == bertgen.N_EMBD and abs(np.linalg.norm(got) - 1) < 1e-6  # Dense projections back to n_embd
+    assert float(got @ _unit(ref["text_mean"])) > 1 - 2e-4
+    assert body["prompt_eval_count"] == len(ref["text_ids"]) + 4  # [CLS] w5 w9 [SEP]
+
+
+def test_v1_embeddings_equal_api_embed(daemon, ref):
+    r = httpx.post(daemon.url + "/v1/embeddings", json={"model": MODEL, "input": bertgen.GEMMA_TEXT}, timeout=120)
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["usage"]["prompt_tokens"] == len(ref["text_ids"])
+    assert float(np.asarray(body["data"][0]["embedding"]) @ _unit(ref["text_mean"])) > 1 - 2e-4
+
+
+def test_show_reports_the_embedding_capability_and_chat_is_refused(daemon):
+    r = httpx.post(daemon.url + "/api/show", json={"model": MODEL}, timeout=30)
+    assert r.status_code == 200, r.text
+    assert r.json()["capabilities"] == ["embedding"]
+    r = httpx.post(daemon.url + "/api/chat", json={"model": MODEL, "messages": [{"role": "user", "content": "hi"}],
+                                                   "stream": False}, timeout=60)
+    assert r.status_code == 400 and "embedding model" in r.json()["error"]
