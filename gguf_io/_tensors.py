@@ -76,11 +76,16 @@ def _read_info(cur: Cursor, i: int) -> _RawInfo:
     return _RawInfo(name, ggml_type, ne, rel_offset, at)
 
 
+# Type ids ggml retired that files still carry, reused by others: said in the error so the user knows what it is.
+_KNOWN_FOREIGN = {4: " (ggml's retired Q4_2; Ollama's own gpt-oss files use it for their private MXFP4 layout: "
+                     "use a gpt-oss GGUF converted by llama.cpp, whose MXFP4 is type 39)"}
+
+
 def row_layout(info: _RawInfo) -> tuple[int, int]:
     """(n_rows, row_bytes) of a tensor after checking its type and dimensions."""
     where = f"tensor {info.name!r} (info at offset {info.info_at})"
     if info.ggml_type not in BLOCK_SIZES:
-        raise InvalidGGUF(f"{where}: unsupported tensor type id {info.ggml_type}")
+        raise InvalidGGUF(f"{where}: unsupported tensor type id {info.ggml_type}{_KNOWN_FOREIGN.get(info.ggml_type, '')}")
     if any(d == 0 or d > INT64_MAX for d in info.ne):
         raise InvalidGGUF(f"{where}: dimensions {list(info.ne)} must each be in 1..2^63-1")
     if prod(info.ne) > INT64_MAX:

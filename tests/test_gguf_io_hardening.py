@@ -241,6 +241,11 @@ def test_unsupported_tensor_type(tmp_path, ggml_type):
     _rejects(tmp_path, blob, f"tensor 'w'.*unsupported tensor type id {ggml_type}")
 
 
+def test_ollamas_gpt_oss_type_is_named(tmp_path):
+    blob = gguf([], [info("blk.0.ffn_down_exps.weight", (32,), 4)], bytes(64))
+    _rejects(tmp_path, blob, "type id 4 .*Ollama's own gpt-oss files.*converted by llama.cpp")
+
+
 # 7. Dimensions.
 @pytest.mark.parametrize("n_dims", [0, 5, 0xFFFFFFFF])
 def test_bad_n_dims(tmp_path, n_dims):
