@@ -255,8 +255,8 @@ class Speculator:
         Sequences are taken in order; each gets the draft length that maximises the expected tokens per second
         of its group's forward (the rows already planned, and the pending rows of the sequences after it that fit,
         included) if that beats the forward without it by MARGIN: at 8 sequences a draft row must pay for a row
-        of a forward that already yields 8 tokens, not of a one-row forward (measured, 8 streaming Gemma 3
-        clients: 106 tok/s drafting on the rows planned so far, 120 without drafts). A sequence whose rows would
+        of a forward that already yields 8 tokens, not of a one-row forward (drafting on the rows planned so far
+        alone lost throughput to no drafts at all: docs/measurements.md). A sequence whose rows would
         not fit drafts less; one whose pending row does not fit starts a group."""
         groups: list[list[tuple]] = []
         rows, tokens, extra = self.max_rows, 0.0, 0.0  # the current group's rows, expected tokens, draft seconds

@@ -3,9 +3,8 @@
 A forward allocates its buffers per op (np.empty: linears' outputs, attention's, the prompt kernels' shares), a few
 MiB each at prompt sizes. glibc serves such blocks by mmap, or from the top of the heap, which it trims as soon as
 128 KiB-32 MiB lie free there (its thresholds adapt as blocks come and go): each next op then faults its pages in
-again and the kernel zeroes them. Measured on a 128-token prompt piece: 165-185k minor faults a 1B Q4_K_M prompt
-(44k with the heap kept), two 8192 x 2048 Q4_K products 23.5-24.1 ms with fresh outputs against 22.0-22.2 with
-reused ones, SmolLM2's pp128 577-582 -> 646-652 tok/s. llama.cpp allocates its compute buffers once, up front.
+again and the kernel zeroes them: a prompt piece pays those faults in every op (docs/measurements.md has the
+counts and times). llama.cpp allocates its compute buffers once, up front.
 
 `retain_freed_memory()` fixes glibc's thresholds (mallopt): blocks under MMAP_THRESHOLD come from the heap, and
 the heap is trimmed only past TRIM_THRESHOLD free at its top. The cost is that freed activation memory stays

@@ -1,16 +1,15 @@
 """Weights in private memory: Ollama's `use_mmap` option, off by our default where the weights fit easily.
 
-A decode step streams every weight once. Read through the file's mmap, the 1B Q4_K_M file's linears ran at 19-20
-GB/s on this 2-core machine; copied into anonymous memory at 23.5-24, and on transparent huge pages at 26.5-28 (all
-of them, one token, 2 threads, best of 8); its tg64 went from 25.5 to 36-37 tok/s.
+A decode step streams every weight once, and the linears read private memory faster than the file's mmap, and
+faster still on transparent huge pages (figures in docs/measurements.md).
 
 The copy is made once at load, tensor by tensor, onto 4 KiB pages, by up to 4 threads (the page faults run in
 parallel); each tensor's file pages are dropped from this process's mapping as soon as it is copied (MADV_DONTNEED:
 the page cache keeps them, the process stops counting them), so the peak RSS stays the weights plus one tensor.
 After the model's first forward (`Model.after_first_forward`), a thread at the lowest CPU priority moves the copy
-onto huge pages (`to_huge_pages`): allocating them during the copy held the load for 1.0-1.5 s more on this VM,
-where the copy itself takes 0.3-0.5 s. That thread works while the CPU is idle (between requests); under continuous
-load the weights stay on 4 KiB pages (tg64 28-30 tok/s). The copy is private memory: the scheduler counts it as such
+onto huge pages (`to_huge_pages`): allocating them during the copy held the load several times longer than the
+copy itself. That thread works while the CPU is idle (between requests); under continuous load the weights stay on
+4 KiB pages (still faster than the mmap). The copy is private memory: the scheduler counts it as such
 (`localrt.runtime.loading.estimate_memory`), where mmap'd weights are reclaimable page cache.
 
 `use_mmap`: True keeps the weights in the mmap; False copies them; None (the default) copies them when they take
