@@ -4,9 +4,10 @@
 
 Appends one record per run to bench/results/decode.jsonl (bench/results_log.py; --out: another JSONL file).
 
-FILEs come from `bench/make_model.py` (every arch's 1b shape, and qwen3moe's a3b MoE shape). Per file, ours then native, each in its own process (2 threads:
-NUMBA_NUM_THREADS=2 / `llama-bench -t 2`): ours loads with `localrt.engine.loader.load_model` (use_mmap unset: the
-1B files' weights are copied into private memory, and timing starts once they are on huge pages), prefills a
+FILEs come from `bench/make_model.py` (every arch's 1b shape, qwen3moe's a3b MoE shape, and gpt-oss's 20b: 4 of its 24
+layers, its 201088-row vocabulary, MXFP4 experts and the rest Q8_0, as gpt-oss's own files). Per file, ours then
+native, each in its own process (2 threads: NUMBA_NUM_THREADS=2 / `llama-bench -t 2`): ours loads with
+`localrt.engine.loader.load_model` (use_mmap unset: the 1B files' weights are copied into private memory, and timing starts once they are on huge pages), prefills a
 16-token prompt, then times 64 greedy single-token steps (best of 3), and one 128-token prefill (logits of the
 last token only, best of 3); native runs `llama-bench -m FILE -t 2 -p 128 -n 64 -r 3 -o json` (pp128 and tg64,
 from an empty context as ours). With --depth D, both also time 32 greedy steps after a D-token context (ours: the
@@ -205,7 +206,8 @@ def main() -> None:
         "threads": THREADS, "n_gen": N_GEN, "n_pp": N_PP, "ours_prompt_tokens": N_PROMPT,
         "machine": platform.machine(), "cpus": os.cpu_count(), "python": platform.python_version(),
         "quiet": args.quiet, "loadavg_1m_at_start": round(load_at_start, 2),
-        "note": "random weights from bench/make_model.py, SmolLM2's 49152-token vocabulary; tok/s is the best "
+        "note": "random weights from bench/make_model.py, SmolLM2's tokenizer (49152 tokens; gpt-oss's 20b file pads "
+                "it to 201088 rows); tok/s is the best "
                 "of best_of (per file) for both engines (native's mean is *_avg_tok_s); shared 2-core machine, others paused "
                 "when quiet",
     }}

@@ -13,8 +13,8 @@ Adding a block format (IQ4_NL, IQ4_XS and MXFP4 came in this way):
 3. `simd_kernels/dequant.py`: `rows_<name>` (ROWS: embedding rows), bit-exact with the reference.
 4. The fused kernel: row-dot intrinsics for 1-4 (and 8) tokens in the module of its family (`legacy`, `kquants`,
    `iquants`), made into `mul_<name>` by `simd.fused_kernel`, the loop nest every format shares (which keeps a row's
-   numbers independent of how many tokens share the call, and makes EXPERTS and MULTI beside it); then its module
-   and name in `api._MUL_MODULES` and `api._NAMES`. A new module also goes in `_cache_guard.MODULES`.
+   numbers independent of how many tokens share the call, and makes EXPERTS, GROUPED and MULTI beside it); then its
+   module and name in `api._MUL_MODULES` and `api._NAMES`. A new module also goes in `_cache_guard.MODULES`.
 5. Optionally a prompt kernel (`prefill.prefill_kernel`) in PREFILL, for 64+ token pieces.
 6. Tests: its id in tests/test_kernels.py's ALL (against llama.cpp's dot emulated exactly, and float64 bounds), which
    test_batch_engine's row invariance and test_kernels_cache's cache check pick up. A kernel that takes minutes to
@@ -24,6 +24,7 @@ from . import _cache_guard, rows, warm
 from .api import (
     BLOCKS,
     EXPERTS,
+    GROUPED,
     MUL,
     MULTI,
     PREFILL,
@@ -38,5 +39,5 @@ warm.refuse_blas_probe()  # before any kernel runs: Numba's start-up then skips 
 
 _cache_guard.check(rows.n_groups)  # any kernel of the package: they share one cache directory
 
-__all__ = ["BLOCKS", "EXPERTS", "MUL", "MULTI", "PREFILL", "ROWS", "KernelArgumentError", "get_rows",
+__all__ = ["BLOCKS", "EXPERTS", "GROUPED", "MUL", "MULTI", "PREFILL", "ROWS", "KernelArgumentError", "get_rows",
            "matmul", "matvec"]

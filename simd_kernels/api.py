@@ -16,6 +16,7 @@ from gguf_io.constants import BLOCK_SIZES
 from .checks import KernelArgumentError
 from .simd import _X86
 from .simd import EXPERTS as _EXPERTS_BY_NAME
+from .simd import GROUPED as _GROUPED_BY_NAME
 from .simd import MULTI as _MULTI_BY_NAME
 from .threads import use_threads_for
 
@@ -74,6 +75,11 @@ MUL = KernelTable({t: (module, f"mul_{_NAMES[t]}") for t, module in _MUL_MODULES
 # out (n_pair, rows) f32): out[p] = expert experts[p]'s rows . x[xrow[p]], as MUL computes each of them (simd.py)
 EXPERTS = {t: _EXPERTS_BY_NAME[k.py_func.__name__] for t, k in MUL.items() if k.py_func.__name__ in _EXPERTS_BY_NAME}
 
+# grouped(w0, w1 (n_expert * rows, row_bytes; w1 may have 0 rows), rows, x (n_x, cols) f32, experts (n_groups,)
+# int64, starts (n_groups + 1,) int64, out0, out1 (n_x, rows) f32): out_i[t] = expert experts[g]'s rows of w_i . x[t]
+# for x's rows t of group g (starts[g] <= t < starts[g + 1]), as MUL computes each of them (simd.py)
+GROUPED = {t: _GROUPED_BY_NAME[k.py_func.__name__] for t, k in MUL.items() if k.py_func.__name__ in _GROUPED_BY_NAME}
+
 # multi(w0, w1, w2, x (n_tok, cols) f32, out0, out1, out2): out_i (n_tok, rows_i) = x @ dequant(w_i).T for three
 # weights of one format and cols (a 0-row w2 / out2 for two), x quantized once, every row as MUL computes it (simd.py)
 MULTI = {t: _MULTI_BY_NAME[k.py_func.__name__] for t, k in MUL.items() if k.py_func.__name__ in _MULTI_BY_NAME}
@@ -83,12 +89,13 @@ ROWS = KernelTable({t: ("dequant", f"rows_{name}") for t, name in _NAMES.items()
 
 # prefill(w, xq, xd, sums, out) with (xq, xd, sums) = quantize(x): a prompt piece's kernel for these formats
 # (simd_kernels.kprefill, lprefill). The K-quants' have numbers of their own (not the per-row kernel's), so they serve
-# only the pieces; the 32-element formats' MUL kernels share their row dots (simd_kernels.legacy) on every host.
+# only the pieces; the 32-element formats' MUL kernels (and MXFP4's, simd_kernels.iquants) share their row dots
+# (simd_kernels.legacy) on every host.
 # Measured (2048x2048, 128 tokens, 1 thread, GMAC/s): Q4_K 105 (the per-row kernel 60), Q5_K 94 (59), Q6_K 87 (36);
 # Q8_0 92 (43), Q4_0 92 (40), Q5_0 82 (40), Q4_1 93 (34), Q5_1 85 (33). Q8_0's unsigned weights (q + 128) pass
 # vpmaddubsw's range, so it takes the kernel only with VNNI.
 _PREFILL_MODULES = ({Q4_K: "kprefill", Q5_K: "kprefill", Q6_K: "kprefill", Q4_0: "lprefill", Q4_1: "lprefill",
-                     Q5_0: "lprefill", Q5_1: "lprefill"} if "avx2" in _X86 else {}) | (
+                     Q5_0: "lprefill", Q5_1: "lprefill", MXFP4: "lprefill"} if "avx2" in _X86 else {}) | (
     {Q8_0: "lprefill"} if {"avx512vnni", "avx512vl"} <= _X86 else {})
 PREFILL = KernelTable({t: (module, f"PREFILL_{_NAMES[t].upper()}") for t, module in _PREFILL_MODULES.items()})
 

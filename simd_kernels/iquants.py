@@ -7,10 +7,12 @@ exponent byte e, read as 2^(e - 128) (half its scale: the table is doubled), as 
 Activations x: float32 (n_tok, cols), quantized once per call as llama.cpp's CPU backend pairs them: Q8_0 for
 IQ4_NL and MXFP4 (`ggml_vec_dot_iq4_nl_q8_0`, `ggml_vec_dot_mxfp4_q8_0`), Q8_K for IQ4_XS
 (`ggml_vec_dot_iq4_xs_q8_K`); each block's (sub-block's) dot product is an exact integer sum. Output out: float32
-(n_tok, rows). The kernels are simd.fused_kernel's loop nest around the row dots below, so a row's result does
-not depend on how many tokens share the call.
+(n_tok, rows). The kernels are simd.fused_kernel's loop nest around the row dots, so a row's result does not depend
+on how many tokens share the call. IQ4_NL's and IQ4_XS's row dots are below; MXFP4's are its prompt kernel's
+(simd_kernels.lprefill: its codes looked up as levels + 16, dotted against Q5_0's offset activations), so a
+decoded token, an expert's share of a prompt and a prompt piece compute alike.
 
-The lookup is generic LLVM IR (no target intrinsics): one `extractelement` of the constant table per lane of
+The lookup below is generic LLVM IR (no target intrinsics): one `extractelement` of the constant table per lane of
 a <16 x i8> index vector, gathered back with `insertelement`; LLVM's x86 backend lowers that pattern to one
 pshufb (checked for haswell, znver4 and this host; plain x86-64 / x86-64-v2 targets get correct scalar code).
 The two halves of a block (16 low nibbles, 16 high ones) are looked up and dotted apart: concatenated first
@@ -23,17 +25,17 @@ from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
+from . import lprefill
 from .actquant import quantize_q8_0, quantize_q8_k
-from .dequant import KVALUES_IQ4NL, KVALUES_MXFP4
+from .dequant import KVALUES_IQ4NL
 from .simd import (
-    _F32, _I8, _I16, _I32, _V8F, _Acts, _byte_ptr, _c, _const_vec, _data, _load_half, _load_vec, _prefetch, _reduce_f,
+    _I8, _I16, _I32, _V8F, _Acts, _byte_ptr, _c, _const_vec, _data, _load_half, _load_vec, _prefetch, _reduce_f,
     _shuffle, ROW_TOKENS, _splat, _token_indices, fused_kernel,
 )
 
 _V8I = ir.VectorType(_I32, 8)
 _V16I = ir.VectorType(_I32, 16)
 NL_BYTES, XS_BYTES = 18, 136  # IQ4_NL block (32 elements), IQ4_XS super-block (256 elements)
-MXFP4_BYTES = 17  # MXFP4 block (32 elements): e, qs[16]
 
 
 def _lookup16(builder, idx, values=KVALUES_IQ4NL):
@@ -52,23 +54,6 @@ def _levels(builder, wd, o, values=KVALUES_IQ4NL):
     lo = builder.and_(v, _const_vec(_I8, [15] * 16))
     hi = builder.lshr(v, _const_vec(_I8, [4] * 16))
     return _lookup16(builder, lo, values), _lookup16(builder, hi, values)
-
-
-def _load_e8m0_half(builder, base, offset):
-    """The E8M0 byte at offset -> float 2^(e - 128) (GGML_E8M0_TO_FP32_HALF): bits 0x00200000 << e for e < 2 (the
-    subnormals 2^-128, 2^-127), else (e - 1) << 23. The unselected shift may be poison; select never reads it."""
-    e = builder.zext(builder.load(_byte_ptr(builder, base, offset)), _I32)
-    subnormal = builder.shl(ir.Constant(_I32, 0x00200000), e)
-    normal = builder.shl(builder.sub(e, ir.Constant(_I32, 1)), ir.Constant(_I32, 23))
-    small = builder.icmp_unsigned("<", e, ir.Constant(_I32, 2))
-    return builder.bitcast(builder.select(small, subnormal, normal), _F32)
-
-
-# The 32-element table formats' blocks: (bytes, offset of the quants, scale reader at the block's offset, table)
-_NL_LAYOUTS = {
-    "iq4_nl": (NL_BYTES, 2, _load_half, KVALUES_IQ4NL),
-    "mxfp4": (MXFP4_BYTES, 1, _load_e8m0_half, KVALUES_MXFP4),
-}
 
 
 def _dot16(builder, q, xv):
@@ -92,13 +77,10 @@ def _token_rows(context, builder, sig, args, n_tok):
     return acts, [(acts.row(0, t), acts.row(1, t)) for t in _token_indices(builder, args[4], n_tok)]
 
 
-def _make_nl_rowdot(n_tok, name="iq4_nl"):
-    block_bytes, quants_at, load_scale, values = _NL_LAYOUTS[name]
-
+def _make_nl_rowdot(n_tok):
     @intrinsic
     def rowdot(typingctx, w, xq, xd, xs, t0):
-        """IQ4_NL / MXFP4 row . Q8_0 activations of tokens t0..t0+n_tok-1: Σ_b d_w*d_x*Σ level*xq over the row's
-        blocks (d_w: IQ4_NL's f16 d, MXFP4's 2^(e - 128)).
+        """IQ4_NL row . Q8_0 activations of tokens t0..t0+n_tok-1: Σ_b d_w*d_x*Σ level*xq over the row's blocks.
 
         w: uint8 (row_bytes,); xq: int8 (n_tok_all, cols); xd: float32 (n_tok_all, cols/32); xs unused.
         Returns a tuple of n_tok float32.
@@ -112,9 +94,9 @@ def _make_nl_rowdot(n_tok, name="iq4_nl"):
             accs = [[cgutils.alloca_once_value(builder, ir.Constant(_V8F, [0.0] * 8)) for _ in toks] for _ in "eo"]
 
             def block(blk, k):
-                o = builder.mul(blk, _c(block_bytes))
-                halves = _levels(builder, wd, builder.add(o, _c(quants_at)), values)
-                dw = load_scale(builder, wd, o)
+                o = builder.mul(blk, _c(NL_BYTES))
+                halves = _levels(builder, wd, builder.add(o, _c(2)))
+                dw = _load_half(builder, wd, o)
                 for (xqd, xdd), acc in zip(toks, accs[k]):
                     dx = builder.load(builder.gep(xdd, [blk]))
                     isum = _dot32(builder, halves, xqd, builder.mul(blk, _c(32)))
@@ -122,7 +104,7 @@ def _make_nl_rowdot(n_tok, name="iq4_nl"):
                     builder.store(builder.fadd(builder.load(acc), part), acc)
 
             with cgutils.for_range(builder, builder.udiv(acts.n_blocks, _c(2))) as loop:
-                pair = 2 * block_bytes
+                pair = 2 * NL_BYTES
                 _prefetch(builder, wd, builder.mul(loop.index, _c(pair)), pair)  # the pair's lines
                 block(builder.mul(loop.index, _c(2)), 0)
                 block(builder.add(builder.mul(loop.index, _c(2)), _c(1)), 1)
@@ -134,7 +116,7 @@ def _make_nl_rowdot(n_tok, name="iq4_nl"):
 
         return sig, codegen
 
-    rowdot.__name__ = f"rowdot{n_tok}_{name}"
+    rowdot.__name__ = f"rowdot{n_tok}_iq4_nl"
     return rowdot
 
 
@@ -196,11 +178,11 @@ def _make_xs_rowdot(n_tok):
     return rowdot
 
 
-# name -> (rowdot1, .., rowdot4, rowdot8): simd.fused_kernel's row dots
+# name -> simd.fused_kernel's row dots: (rowdot1, .., rowdot4, rowdot8); MXFP4's lprefill ones for every count 1-8
 ROWDOTS = {
     "iq4_nl": tuple(_make_nl_rowdot(n) for n in ROW_TOKENS),
     "iq4_xs": tuple(_make_xs_rowdot(n) for n in ROW_TOKENS),
-    "mxfp4": tuple(_make_nl_rowdot(n, "mxfp4") for n in ROW_TOKENS),
+    "mxfp4": lprefill.ROWDOTS["mxfp4"],
 }
 
 mul_iq4_nl = fused_kernel(
@@ -211,5 +193,5 @@ mul_iq4_xs = fused_kernel(
     "y = d*(ls - 32)*KVALUES_IQ4NL[q] (Q8_K activations).", quantize_q8_k,
     ROWDOTS["iq4_xs"], __name__)
 mul_mxfp4 = fused_kernel(
-    "mul_mxfp4", "MXFP4 block (17 B): e (E8M0), qs[16]; y = 2^(e - 128)*KVALUES_MXFP4[q] (Q8_0 activations).",
-    quantize_q8_0, ROWDOTS["mxfp4"], __name__)
+    "mul_mxfp4", "MXFP4 block (17 B): e (E8M0), qs[16]; y = 2^(e - 128)*KVALUES_MXFP4[q] (Q8_0 activations, laid "
+    "out as lprefill's Q5_0 kernel reads them).", lprefill.QUANTIZE["mxfp4"], ROWDOTS["mxfp4"], __name__)

@@ -1,5 +1,5 @@
-"""Prompt kernels for the 32-element formats Q4_0, Q4_1, Q5_0, Q5_1 and Q8_0: a prompt piece's tokens against the
-weights, activations laid out for them.
+"""Prompt kernels for the 32-element formats Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 and MXFP4: a prompt piece's tokens against
+the weights, activations laid out for them.
 
 `prefill_<fmt>(w, xq, xd, sums, out)` takes `PREFILL_<FMT>[0](x)`'s activations (actquant's Q8_0, or Q8_1 for the
 formats with a min, each 256-element group's dwords transposed 8 x 8). Within a call, a token's result does not
@@ -10,10 +10,10 @@ Why this shape: scaling each block's dot on its own, as ggml's vec_dot does (and
 convert, a broadcast scale and an FMA per 32 products and token, and Q8_0 an xor of the activations. Here eight blocks'
 quants are transposed in registers (`_transpose8`: register k holds dword k of blocks 0..7) so that lane j of a vpdpbusd
 chain over the eight registers sums block j: a group of 8 blocks costs a token 8 vpdpbusd, one convert and one FMA
-against the 8 blocks' scales. The weight is made unsigned once per row (Q8_0: q + 128, Q4_0: q + 8, Q5_0: q + 16; the
-formats with a min are unsigned already) and the offset taken out per block as offset * Σx (exact, in integers). Tokens
-go 16 at a time through all of a call's rows, so their activations stay in L1 (2 threads, 128 tokens: against 8 a pass,
-Q4_1 136 -> 152-156 GMAC/s, Q4_0 and Q5_0 +5%, Q8_0 the same).
+against the 8 blocks' scales. The weight is made unsigned once per row (Q8_0: q + 128, Q4_0: q + 8, Q5_0: q + 16,
+MXFP4: its table's doubled E2M1 value + 16; the formats with a min are unsigned already) and the offset taken out per
+block as offset * Σx (exact, in integers). Tokens go 16 at a time through all of a call's rows, so their activations
+stay in L1 (2 threads, 128 tokens: against 8 a pass, Q4_1 136 -> 152-156 GMAC/s, Q4_0 and Q5_0 +5%, Q8_0 the same).
 """
 from __future__ import annotations
 
@@ -21,18 +21,22 @@ from llvmlite import ir
 from numba.core import cgutils
 
 from .actquant import LGROUP, quantize_q8_0_interleaved, quantize_q8_1_interleaved
+from .dequant import KVALUES_MXFP4
 from .jit import njit
 from .prefill import _fma, _lane_dots, _transpose4, prefill_kernel, prefill_rowdots
 from .simd import (
-    EVERY_COUNT,
     _I8,
     _I16,
     _I32,
     _V8F,
     _V8I,
+    _X86,
+    EVERY_COUNT,
+    _byte_ptr,
     _c,
     _const_vec,
     _fifth_bits,
+    _intrinsic,
     _load_vec,
     _nibbles,
     _prefetch,
@@ -45,10 +49,12 @@ from .simd import (
 class _Format:
     """A 32-element format: block bytes, where its f16 d (and min) sit, the decode of a block's quants made
     unsigned (<32 x i8>, natural order) and the offset they carry (a power of two, or 0 for the formats with a
-    min), as 1 << shift; the bits of a quant."""
+    min), as 1 << shift; the bits of a quant; `scales(builder, wd, offsets)`, the eight blocks' weight scales as
+    <8 x float> (default: the f16 d at each block's start)."""
 
-    def __init__(self, block, m_at, decode, shift, bits):
+    def __init__(self, block, m_at, decode, shift, bits, scales=None):
         self.block, self.m_at, self.decode, self.shift, self.bits = block, m_at, decode, shift, bits
+        self.scales = scales  # None: _halves
 
     @property
     def wide(self) -> bool:
@@ -70,12 +76,41 @@ def _q5(qh, qs):
     return lambda b, w, o: b.or_(_nibbles(b, w, b.add(o, _c(qs))), _fifth_bits(b, w, b.add(o, _c(qh))))
 
 
+def _mxfp4(b, w, o):
+    """MXFP4's codes (the nibbles at o + 1) -> KVALUES_MXFP4[code] + 16 (4..28, 5 bits): one pshufb of the table
+    in both 128-bit lanes on AVX2, a lane-by-lane gather elsewhere (the same bytes)."""
+    codes = _nibbles(b, w, b.add(o, _c(1)))  # <32 x i8> codes 0..15
+    levels = [v + 16 for v in KVALUES_MXFP4]
+    if "avx2" in _X86:
+        table = _const_vec(_I8, levels * 2)
+        return _intrinsic(b, "llvm.x86.avx2.pshuf.b", ir.VectorType(_I8, 32), [table, codes])
+    table, out = _const_vec(_I8, levels), ir.Constant(ir.VectorType(_I8, 32), ir.Undefined)
+    for i in range(32):
+        level = b.extract_element(table, b.extract_element(codes, ir.Constant(_I32, i)))
+        out = b.insert_element(out, level, ir.Constant(_I32, i))
+    return out
+
+
+def _e8m0_halves(builder, wd, offsets):
+    """The E8M0 byte e at each offset -> <8 x float> 2^(e - 128) (GGML_E8M0_TO_FP32_HALF: the table is doubled):
+    bits 0x00200000 << e for e < 2 (the subnormals 2^-128, 2^-127), else (e - 1) << 23."""
+    e = ir.Constant(_V8I, None)
+    for j, o in enumerate(offsets):
+        e = builder.insert_element(e, builder.zext(builder.load(_byte_ptr(builder, wd, o)), _I32), ir.Constant(_I32, j))
+    subnormal = builder.shl(_const_vec(_I32, [0x00200000] * 8), e)  # poison for e >= 11: the select never takes it
+    normal = builder.shl(builder.sub(e, _const_vec(_I32, [1] * 8)), _const_vec(_I32, [23] * 8))
+    small = builder.icmp_unsigned("<", e, _const_vec(_I32, [2] * 8))
+    return builder.bitcast(builder.select(small, subnormal, normal), _V8F)
+
+
 _FORMATS = {
     "q8_0": _Format(34, None, _q8_0, 7, 8),
     "q4_0": _Format(18, None, lambda b, w, o: _nibbles(b, w, b.add(o, _c(2))), 3, 4),
     "q5_0": _Format(22, None, _q5(2, 6), 4, 5),
     "q4_1": _Format(20, 2, lambda b, w, o: _nibbles(b, w, b.add(o, _c(4))), None, 4),
     "q5_1": _Format(24, 2, _q5(4, 8), None, 5),
+    # MXFP4: doubled E2M1 values + 16 (Q5_0's offset and activations), half-scales 2^(e - 128) from the E8M0 byte
+    "mxfp4": _Format(17, None, _mxfp4, 4, 5, _e8m0_halves),
 }
 
 
@@ -138,7 +173,7 @@ def _row_loop(context, builder, sig, args, fmt, n_tok):
         blocks = [builder.bitcast(fmt.decode(builder, wd, o), _V8I) for o in offsets[:n_regs]]
         regs = _transpose4(builder, blocks) if half else _transpose8(builder, blocks)
         regs = [builder.bitcast(r, ir.VectorType(_I8, 32)) for r in regs]
-        dw = _halves(builder, wd, offsets)
+        dw = (fmt.scales or _halves)(builder, wd, offsets)
         mw = None if fmt.shift is not None else _halves(builder, wd, [builder.add(o, _c(fmt.m_at)) for o in offsets])
         if tail:  # 32-bit lanes (a <8 x i64> compare would be a 512-bit instruction)
             inside = builder.icmp_unsigned("<", builder.add(_splat32(builder, first), _const_vec(_I32, range(8))),
@@ -186,6 +221,7 @@ prefill_q4_0 = prefill_kernel("q4_0", _FORMATS["q4_0"], _row_loop, __name__, 16,
 prefill_q5_0 = prefill_kernel("q5_0", _FORMATS["q5_0"], _row_loop, __name__, 16, ROWDOTS["q5_0"])
 prefill_q4_1 = prefill_kernel("q4_1", _FORMATS["q4_1"], _row_loop, __name__, 16, ROWDOTS["q4_1"])
 prefill_q5_1 = prefill_kernel("q5_1", _FORMATS["q5_1"], _row_loop, __name__, 16, ROWDOTS["q5_1"])
+prefill_mxfp4 = prefill_kernel("mxfp4", _FORMATS["mxfp4"], _row_loop, __name__, 16, ROWDOTS["mxfp4"])
 
 
 @njit(cache=True, nogil=True)
@@ -208,9 +244,10 @@ def quantize_for_q5_0(x):
 
 # the activations of each format's row dots (legacy's), and api.PREFILL's entries: (quantize, kernel)
 QUANTIZE = {"q8_0": quantize_for_q8_0, "q4_0": quantize_for_q4_0, "q5_0": quantize_for_q5_0,
-            "q4_1": quantize_q8_1_interleaved, "q5_1": quantize_q8_1_interleaved}
+            "q4_1": quantize_q8_1_interleaved, "q5_1": quantize_q8_1_interleaved, "mxfp4": quantize_for_q5_0}
 PREFILL_Q8_0 = (QUANTIZE["q8_0"], prefill_q8_0)
 PREFILL_Q4_0 = (QUANTIZE["q4_0"], prefill_q4_0)
 PREFILL_Q5_0 = (QUANTIZE["q5_0"], prefill_q5_0)
 PREFILL_Q4_1 = (QUANTIZE["q4_1"], prefill_q4_1)
 PREFILL_Q5_1 = (QUANTIZE["q5_1"], prefill_q5_1)
+PREFILL_MXFP4 = (QUANTIZE["mxfp4"], prefill_mxfp4)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 from types import FunctionType
 
+import numpy as np
 from llvmlite import ir
 from numba import prange, types
 from numba.core import cgutils
@@ -259,13 +260,29 @@ def _experts_template(w, rows, x, experts, xrow, out):
         (out[p, r],) = ROWDOT1(w[experts[p] * rows + r], xq, xd, xs, xrow[p])  # noqa: F821
 
 
+def _grouped_template(w0, w1, rows, x, experts, starts, out0, out1):
+    xq, xd, xs = QUANTIZE(x)  # noqa: F821 (bound by fused_kernel) x quantized once for both weights
+    per_w = experts.shape[0] * rows
+    n = per_w * 2 if w1.shape[0] > 0 else per_w
+    for i in prange(n):  # every (weight, group, row): one flat loop, evenly split over threads
+        j = np.int64(i)  # a parfor's index may be unsigned: int64 - uint64 would be a float
+        if j < per_w:
+            w, out, k = w0, out0, j
+        else:
+            w, out, k = w1, out1, j - per_w
+        g = k // rows
+        r = k - g * rows
+        ROWJOB(w[experts[g] * rows + r], xq, xd, xs, starts[g], starts[g + 1], out, r)  # noqa: F821
+
+
 EXPERTS = {}  # MUL kernel name -> its selected-experts kernel (see fused_kernel)
+GROUPED = {}  # MUL kernel name -> its kernel of the experts' token groups (see fused_kernel)
 MULTI = {}  # MUL kernel name -> its kernel of three weights that share an input (see fused_kernel)
 
 
 def fused_kernel(name, doc, quantize, rowdots, module):
     """The matmul kernel name(w, x, out) of these row dots (_fused_template); its siblings of the same row dots go
-    in EXPERTS[name] and MULTI[name].
+    in EXPERTS[name], GROUPED[name] and MULTI[name].
 
     w: uint8 (rows, row_bytes) raw blocks; x: float32 (n_tok, cols); out: float32 (n_tok, rows).
     quantize(x) -> (xq, xd, xs), the activations in the format's Q8 flavour; rowdots = (rowdot1, .., rowdot4[,
@@ -279,6 +296,13 @@ def fused_kernel(name, doc, quantize, rowdots, module):
     (x quantized once); every product is rowdot1's, as the matmul kernel computes each token (rowdot2..4 sum
     each of their tokens exactly as rowdot1 does), so a pair's result is the matmul kernel's for that token.
 
+    GROUPED[name](w0, w1, rows, x, experts, starts, out0, out1): w0, w1 stacked experts as in EXPERTS (w1 may have 0
+    rows: then out1 is not written); x float32 (n_x, cols) whose rows starts[g]..starts[g + 1] - 1 go to expert
+    experts[g] (int64 (n_groups,), (n_groups + 1,)); out_i float32 (n_x, rows) with out_i[t] = that expert's slice
+    of w_i . x[t]. A prompt's tokens sorted by their experts: each expert's rows are decoded once per 8 of its
+    tokens (the matmul kernel's row job), x quantized once for a gate and an up, and all of them in one parallel
+    loop; every token computes as rowdot1 computes it, so as in EXPERTS and the matmul kernel.
+
     MULTI[name](w0, w1, w2, x, out0, out1, out2): out_i = x @ w_i.T for three weights of the same cols (q, k and
     v; a gate and an up with a 0-row third), x quantized once and all their rows in one parallel loop: one call
     and one wake-up of the threads instead of three. Every row is computed as the matmul kernel computes it.
@@ -290,6 +314,7 @@ def fused_kernel(name, doc, quantize, rowdots, module):
     """
     binds = {"QUANTIZE": quantize, **rowjob_binds(rowdots, f"rowjob_{name}")}
     EXPERTS[name] = _kernel_copy(_experts_template, name.replace("mul_", "experts_", 1), binds, module)
+    GROUPED[name] = _kernel_copy(_grouped_template, name.replace("mul_", "grouped_", 1), binds, module)
     MULTI[name] = _kernel_copy(_multi_template, name.replace("mul_", "multi_", 1), binds, module)
     return _kernel_copy(_fused_template, name, binds, module, doc)
 

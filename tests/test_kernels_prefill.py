@@ -1,5 +1,5 @@
-"""simd_kernels.kprefill and lprefill: the prompt kernels (Q4_K, Q5_K, Q6_K; Q8_0, Q4_0, Q5_0, Q4_1, Q5_1) and their
-interleaved activations.
+"""simd_kernels.kprefill and lprefill: the prompt kernels (Q4_K, Q5_K, Q6_K; Q8_0, Q4_0, Q5_0, Q4_1, Q5_1, MXFP4) and
+their interleaved activations.
 
 The kernel's numbers are its own (it sums a row's lanes in another order than the per-row kernel), so it is held to
 the same oracle as every kernel (tests/test_kernels.check: llama.cpp's activation quantization emulated exactly, and
@@ -25,12 +25,13 @@ from simd_kernels import lprefill
 from simd_kernels.actquant import Q4K_DWORDS, Q6K_DWORDS, quantize_q8_0, quantize_q8_1, quantize_q8_k
 from simd_kernels.kprefill import PREFILL_Q4_K, PREFILL_Q5_K, PREFILL_Q6_K
 
-Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K = 2, 3, 6, 7, 8, 12, 13, 14
+Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K, MXFP4 = 2, 3, 6, 7, 8, 12, 13, 14, 39
 KERNELS = {Q4_K: PREFILL_Q4_K, Q5_K: PREFILL_Q5_K, Q6_K: PREFILL_Q6_K, Q8_0: lprefill.PREFILL_Q8_0,
            Q4_0: lprefill.PREFILL_Q4_0, Q5_0: lprefill.PREFILL_Q5_0, Q4_1: lprefill.PREFILL_Q4_1,
-           Q5_1: lprefill.PREFILL_Q5_1}
+           Q5_1: lprefill.PREFILL_Q5_1, MXFP4: lprefill.PREFILL_MXFP4}
 NAMES = {Q4_0: "Q4_0", Q4_1: "Q4_1", Q5_0: "Q5_0", Q5_1: "Q5_1", Q8_0: "Q8_0", Q4_K: "Q4_K", Q5_K: "Q5_K",
-         Q6_K: "Q6_K"}
+         Q6_K: "Q6_K", MXFP4: "MXFP4"}
+SHARED = [t for t in NAMES if t not in (Q4_K, Q5_K, Q6_K)]  # the formats whose per-row kernels are these row dots
 FORMATS = pytest.mark.parametrize("t", list(NAMES), ids=list(NAMES.values()))
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -100,6 +101,24 @@ def test_a_tokens_result_does_not_depend_on_the_call(t: int) -> None:
         assert np.array_equal(_prefill(t, w, np.ascontiguousarray(x[lo:hi])), whole[lo:hi]), (lo, hi)
 
 
+@pytest.mark.parametrize("t", SHARED, ids=[NAMES[t] for t in SHARED])
+def test_the_prompt_kernel_gives_the_per_row_kernels_bits(t: int) -> None:
+    """The 32-element formats' per-row kernels (decode; MXFP4's experts and an expert's share of a prompt) are made
+    of the prompt kernel's row dots: a token's bits are the same on either path, one token a call or 21."""
+    rng = np.random.default_rng(2)
+    w = random_weights(rng, t, 40, 2880)  # gpt-oss's rows: 11 groups of 8 blocks and 2 (a half tail)
+    w.flags.writeable = False
+    x = rng.standard_normal((21, 2880)).astype(np.float32)
+    whole = _prefill(t, w, x)
+    per_row = np.empty_like(whole)
+    sk.MUL[t](w, x, per_row)
+    assert np.array_equal(per_row, whole)
+    for i in (0, 7, 20):
+        one = np.empty((1, 40), np.float32)
+        sk.MUL[t](w, np.ascontiguousarray(x[i:i + 1]), one)
+        assert np.array_equal(one[0], whole[i])
+
+
 _SCRIPT = """
 import json, sys
 import numpy as np
@@ -110,9 +129,9 @@ from simd_kernels.kprefill import PREFILL_Q4_K, PREFILL_Q5_K, PREFILL_Q6_K
 out = []
 for t, (quantize, kernel) in ((12, PREFILL_Q4_K), (13, PREFILL_Q5_K), (14, PREFILL_Q6_K), (8, lprefill.PREFILL_Q8_0),
                               (2, lprefill.PREFILL_Q4_0), (6, lprefill.PREFILL_Q5_0), (3, lprefill.PREFILL_Q4_1),
-                              (7, lprefill.PREFILL_Q5_1)):
+                              (7, lprefill.PREFILL_Q5_1), (39, lprefill.PREFILL_MXFP4)):
     rng = np.random.default_rng(3)
-    cols = 512 if t > 8 else 608  # whole super-blocks; 2 groups and 3 blocks
+    cols = 512 if 8 < t < 39 else 608  # whole super-blocks; 2 groups and 3 blocks
     w = random_weights(rng, t, 40, cols)
     w.flags.writeable = False
     x = rng.standard_normal((27, cols)).astype(np.float32)  # the K-quants' 16-token pass, then 8 and 3

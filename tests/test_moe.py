@@ -109,10 +109,16 @@ class _Recording:
         self.read += [f"{w.name}[{e}]" for e in experts]  # the stacked tensor: the experts whose rows it reads
         return self.inner.linear_experts(w, rows, x, experts, xrow)
 
+    def linear_grouped(self, ws, rows, x, experts, starts):
+        self.read += [f"{w.name}[{e}]" for w in ws for e in experts]
+        return self.inner.linear_grouped(ws, rows, x, experts, starts)
 
-@pytest.mark.parametrize("pairs", [True, False], ids=["one call per weight", "grouped by expert"])
-def test_a_token_reads_only_its_routed_experts(moe_file, monkeypatch, pairs):
-    monkeypatch.setattr(moe, "PAIRS_MAX_TOKENS", 8 if pairs else 0)
+
+@pytest.mark.parametrize("path", ["sorted", "pairs", "grouped"],
+                         ids=["sorted by expert", "one call per weight", "grouped by expert"])
+def test_a_token_reads_only_its_routed_experts(moe_file, monkeypatch, path):
+    monkeypatch.setattr(moe, "SORTED_CALLS", path == "sorted")
+    monkeypatch.setattr(moe, "PAIRS_MAX_TOKENS", 8 if path == "pairs" else 0)
     model = load_model(moe_file, num_ctx=64, num_gpu=0)
     try:
         L = model.weights.layers[0]
@@ -121,7 +127,9 @@ def test_a_token_reads_only_its_routed_experts(moe_file, monkeypatch, pairs):
         assert chosen.shape == (1, 2) and weights.sum() == pytest.approx(1.0, abs=1e-6)
         rec = _Recording(model.backend)
         moe.moe_ffn(rec, model.config, L, h)
-        if pairs:  # rank order, each weight once for both
+        if path == "sorted":  # gate and up in one call, then down; each over the chosen experts in ascending order
+            want = [f"blk.0.ffn_{k}_exps.weight[{e}]" for k in ("gate", "up", "down") for e in sorted(chosen[0])]
+        elif path == "pairs":  # rank order, each weight once for both
             want = [f"blk.0.ffn_{k}_exps.weight[{e}]" for k in ("gate", "up", "down") for e in chosen[0]]
         else:
             want = [f"blk.0.ffn_{k}_exps.weight[{e}]" for e in sorted(chosen[0]) for k in ("gate", "up", "down")]
@@ -130,18 +138,21 @@ def test_a_token_reads_only_its_routed_experts(moe_file, monkeypatch, pairs):
         model.close()
 
 
-def test_both_paths_compute_the_same_bits(moe_file, monkeypatch):
-    """Six tokens' MoE FFN through the fused pairs call and grouped by expert: identical outputs, so where the
-    batch size switches paths a token's result does not move."""
+def test_every_path_computes_the_same_bits(moe_file, monkeypatch):
+    """Six tokens' MoE FFN sorted by expert, through the fused pairs call and grouped by expert: identical outputs,
+    so where the batch size or the backend switches paths a token's result does not move."""
     model = load_model(moe_file, num_ctx=64, num_gpu=0)
     try:
         L = model.weights.layers[1]
         m = np.ascontiguousarray(model.backend.embed(model.weights.token_embd, np.array(archgen.IDS[:6])))  # (6, n_embd)
+        by_sort = moe.moe_ffn(model.backend, model.config, L, m)
+        monkeypatch.setattr(moe, "SORTED_CALLS", False)
         monkeypatch.setattr(moe, "PAIRS_MAX_TOKENS", 8)
         fused = moe.moe_ffn(model.backend, model.config, L, m)
         monkeypatch.setattr(moe, "PAIRS_MAX_TOKENS", 0)
         grouped = moe.moe_ffn(model.backend, model.config, L, m)
         np.testing.assert_array_equal(fused, grouped)
+        np.testing.assert_array_equal(by_sort, grouped)
     finally:
         model.close()
 
@@ -202,3 +213,31 @@ def test_the_experts_kernel_is_the_matmul_kernel_per_pair(ggml_type):
         simd_kernels.MUL[ggml_type](w_e, x, among)
         np.testing.assert_array_equal(out[p], alone[0])
         np.testing.assert_array_equal(out[p], among[t])
+
+
+@pytest.mark.parametrize("ggml_type", [8, 12, 23, 39], ids=["Q8_0", "Q4_K", "IQ4_XS", "MXFP4"])
+def test_the_grouped_kernel_is_the_one_token_kernel(ggml_type):
+    """simd_kernels.GROUPED (a prompt's pairs sorted by expert: groups of 1 to 11 rows of x, so 8-token passes and
+    every tail) against MUL on each expert's rows for the token alone: bit for bit, for both weights of a call and
+    for one weight alone."""
+    import quant
+    import simd_kernels
+
+    rng = np.random.default_rng(ggml_type)
+    n_expert, rows, cols = 4, 8, 256
+    ws = [quant.quantize(rng.standard_normal((n_expert * rows, cols)).astype(np.float32), ggml_type)
+          for _ in range(2)]  # (32, row bytes) each
+    x = rng.standard_normal((20, cols)).astype(np.float32)  # (n_x, cols)
+    experts = np.array([0, 2, 3], np.int64)  # (n_groups,)
+    starts = np.array([0, 1, 9, 20], np.int64)  # groups of 1, 8 and 11 rows
+    outs = [np.full((20, rows), np.nan, np.float32) for _ in ws]  # (n_x, rows) each
+    simd_kernels.GROUPED[ggml_type](ws[0], ws[1], rows, x, experts, starts, *outs)
+    single = np.full((20, rows), np.nan, np.float32)
+    simd_kernels.GROUPED[ggml_type](ws[1], ws[1][:0], rows, x, experts, starts, single, np.empty((20, 0), np.float32))
+    np.testing.assert_array_equal(single, outs[1])
+    for g, e in enumerate(experts):
+        for t in range(starts[g], starts[g + 1]):
+            for w, out in zip(ws, outs):
+                alone = np.empty((1, rows), np.float32)
+                simd_kernels.MUL[ggml_type](w[e * rows : (e + 1) * rows], np.ascontiguousarray(x[t : t + 1]), alone)
+                np.testing.assert_array_equal(out[t], alone[0])

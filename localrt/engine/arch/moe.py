@@ -8,14 +8,15 @@ out = sum over ranks (best first) of weight * (Wdown_e . act(Wgate_e m + bg_e, W
 (silu(g) * u) or gpt-oss's clamped swiglu_oai; the expert biases (ffn_{gate,up,down}_exps.bias) only where the file
 has them.
 
-Only the selected experts' weights are read. A small batch (decode) goes through one fused call per weight for
-all its (token, expert) pairs (`Backend.linear_experts`: the activations quantized once, a flat parallel loop
-over the pairs' rows), instead of three kernel calls per chosen expert. A larger one is grouped by expert and
-each group goes through the per-row fused kernel over that expert's 2-D view (`Backend.linear(per_row=True)`),
-which reads each expert's rows once per 4 of its tokens. Both compute every (token, expert) product exactly as a
-one-token call does, so a token's products do not depend on how many other tokens chose the same expert or on
-which path ran; each token then sums its own k results in rank order. A token's output is therefore the same in
-any batch (batch invariance).
+Only the selected experts' weights are read. Where the backend and format have it, every batch sorts its
+(token, expert) pairs by expert and goes through `Backend.linear_grouped`: one fused call for gate and up, one for
+down, each chosen expert's rows decoded once per 8 of its tokens, the activations quantized once, one flat
+parallel loop over every (weight, expert, row). Otherwise a small batch (decode) goes through one fused call per
+weight for all its pairs (`Backend.linear_experts`), and a larger one is grouped by expert, each group through the
+per-row fused kernel over that expert's 2-D view (`Backend.linear(per_row=True)`). All compute every (token,
+expert) product exactly as a one-token call does, so a token's products do not depend on how many other tokens
+chose the same expert or on which path ran; each token then sums its own k results in rank order. A token's output
+is therefore the same in any batch (batch invariance).
 """
 from __future__ import annotations
 
@@ -27,6 +28,7 @@ WEIGHT_SUM_MIN = np.float32(6.103515625e-5)  # llama.cpp's clamp of the top-k su
 # Tokens up to which the pairs go through one fused call per weight; above, grouping by expert shares each expert's
 # rows among its tokens (4 per decoded block), which wins once experts get several tokens each.
 PAIRS_MAX_TOKENS = 8
+SORTED_CALLS = True  # `Backend.linear_grouped` where the backend and format have it (tests: off, for the others)
 
 
 def route(be, cfg, L: Layer, m: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -52,6 +54,10 @@ def moe_ffn(be, cfg, L: Layer, m: np.ndarray) -> np.ndarray:
     """The routed experts' weighted SwiGLU FFNs for m (n_tok, n_embd) -> (n_tok, n_embd)."""
     n, k = m.shape[0], cfg.n_expert_used
     chosen, weights = route(be, cfg, L, m)
+    if SORTED_CALLS and hasattr(be, "linear_grouped"):
+        out = _grouped(be, cfg, L, m, chosen, weights)
+        if out is not None:
+            return out
     if n <= PAIRS_MAX_TOKENS and hasattr(be, "linear_experts"):
         out = _pairs(be, cfg, L, m, chosen, weights)
         if out is not None:
@@ -102,6 +108,45 @@ def _pairs(be, cfg, L: Layer, m: np.ndarray, chosen: np.ndarray, weights: np.nda
         down += L.ffn_down_exps_bias[experts]  # (n_pair, n_embd)
     down *= weights.reshape(-1, 1)  # (n_pair, n_embd) each pair's weighted output
     per_rank = down.reshape(n, k, cfg.n_embd)  # (n_tok, k, n_embd)
+    out = per_rank[:, 0].copy()  # (n_tok, n_embd)
+    for r in range(1, k):  # llama.cpp's order: ((e_0 + e_1) + e_2) + ...
+        out += per_rank[:, r]
+    return out
+
+
+def _grouped(be, cfg, L: Layer, m: np.ndarray, chosen: np.ndarray, weights: np.ndarray) -> np.ndarray | None:
+    """moe_ffn's result by the (token, rank) pairs sorted by expert: one fused call for gate and up together and one
+    for down, each chosen expert's rows decoded once per 8 of its tokens; None where the experts' format has no
+    such kernel."""
+    n, k, f = m.shape[0], cfg.n_expert_used, cfg.n_ff_exp
+    if any(getattr(t, "stacked", None) is None for t in (L.ffn_gate_exps, L.ffn_up_exps, L.ffn_down_exps)):
+        return None
+    pairs = chosen.reshape(-1).astype(np.int64)  # (n_pair,) pair t * k + r: token t's rank-r expert
+    order = np.argsort(pairs, kind="stable")  # (n_pair,) the pairs grouped by expert
+    by_expert = pairs[order]  # (n_pair,) each sorted pair's expert
+    experts, counts = np.unique(by_expert, return_counts=True)  # (n_groups,) the chosen experts, ascending
+    starts = np.zeros(len(experts) + 1, np.int64)  # (n_groups + 1,) group g: sorted pairs starts[g]..starts[g+1]-1
+    np.cumsum(counts, out=starts[1:])
+    x = np.ascontiguousarray(m[order // k])  # (n_pair, n_embd) each sorted pair's token
+    gate_up = be.linear_grouped((L.ffn_gate_exps.stacked, L.ffn_up_exps.stacked), f, x, experts, starts)
+    if gate_up is None:
+        return None
+    gate, up = gate_up  # (n_pair, n_ff_exp) each
+    if L.ffn_gate_exps_bias is not None:
+        gate += L.ffn_gate_exps_bias[by_expert]
+    if L.ffn_up_exps_bias is not None:
+        up += L.ffn_up_exps_bias[by_expert]
+    _act(be, cfg)(gate, up, gate)
+    down = be.linear_grouped((L.ffn_down_exps.stacked,), cfg.n_embd, gate, experts, starts)
+    if down is None:
+        return None
+    down = down[0]  # (n_pair, n_embd) sorted
+    if L.ffn_down_exps_bias is not None:
+        down += L.ffn_down_exps_bias[by_expert]
+    down *= weights.reshape(-1)[order][:, None]  # each sorted pair's weighted output
+    per_pair = np.empty_like(down)  # (n_pair, n_embd) back in pair order
+    per_pair[order] = down
+    per_rank = per_pair.reshape(n, k, cfg.n_embd)  # (n_tok, k, n_embd)
     out = per_rank[:, 0].copy()  # (n_tok, n_embd)
     for r in range(1, k):  # llama.cpp's order: ((e_0 + e_1) + e_2) + ...
         out += per_rank[:, r]

@@ -333,6 +333,34 @@ class CPUBackend:
         kernel(w.data, rows, x, experts, xrow, out)
         return out
 
+    def linear_grouped(self, ws: tuple[QTensor, ...], rows: int, x: np.ndarray, experts: np.ndarray,
+                       starts: np.ndarray) -> list[np.ndarray] | None:
+        """[out_i (n_x, rows)] for one or two stacked expert weights ws of one format: out_i[t] = expert experts[g]'s
+        (rows, cols) slice of ws[i] . x[t] for x's rows t of group g (starts[g] <= t < starts[g + 1]), in one fused
+        call that decodes each chosen expert's rows once per 8 of its rows of x and quantizes x once; None where
+        the format has no such kernel. Each row computes as `linear` (per_row) computes it, bit for bit."""
+        if len(ws) not in (1, 2) or len({w.ggml_type for w in ws}) != 1 or len({w.shape for w in ws}) != 1:
+            return None
+        kernel = simd_kernels.GROUPED.get(ws[0].ggml_type)
+        if kernel is None:
+            return None
+        w = ws[0]
+        n_expert = w.shape[0] // rows
+        if (x.ndim != 2 or x.shape[1] != w.shape[1] or w.shape[0] != n_expert * rows or not x.flags.c_contiguous
+                or experts.dtype != np.int64 or starts.dtype != np.int64 or starts.shape != (experts.shape[0] + 1,)
+                or (experts.size and not (0 <= experts.min() and experts.max() < n_expert))
+                or starts[0] != 0 or starts[-1] != x.shape[0] or (np.diff(starts) < 0).any()):
+            # The raw kernel checks nothing: these keep it in bounds.
+            raise simd_kernels.KernelArgumentError(
+                f"{w.name}: x {x.shape}, {experts.shape} expert ids / {starts.shape} group starts do not fit "
+                f"{n_expert} experts of {(rows, w.shape[1])}")
+        outs = [np.empty((x.shape[0], rows), np.float32) for _ in ws]  # (n_x, rows) each
+        second = ws[1].data if len(ws) == 2 else w.data[:0]  # (0, row_bytes): no second weight
+        out1 = outs[1] if len(ws) == 2 else np.empty((x.shape[0], 0), np.float32)  # (n_x, 0)
+        threads.use_threads_for(w.data.nbytes // n_expert * experts.shape[0] * len(ws))
+        kernel(w.data, second, rows, x, experts, starts, outs[0], out1)
+        return outs
+
     def _team_scratch(self, n: int) -> list[np.ndarray]:
         """A flat f32 scratch (SCRATCH_ELEMS / n,) per team member: pages are touched only as tiles need them."""
         if len(self._scratches) != n:
