@@ -195,7 +195,19 @@ def embed(run):
     return "llama-server", rows, []
 
 
-VIEWS = {"decode": decode, "embed": embed, "generate": generate, "batch": batch, "serve_load": serve_load, "spec": spec,
+def cache_scope(run):
+    """The prefix cache scoped per client (ours) beside shared across clients (the peer column)."""
+    rows = []
+    for n, e in run.get("runs", {}).items():
+        ours, shared = e.get("client") or {}, e.get("shared") or {}
+        rows.append((f"{n} clients: TTFT p50 s", (ours.get("ttft_s") or {}).get("p50"),
+                     (shared.get("ttft_s") or {}).get("p50")))
+        rows.append((f"{n} clients: aggregate tok/s", ours.get("aggregate_tok_s"), shared.get("aggregate_tok_s")))
+        rows.append((f"{n} clients: cached prompt tokens", ours.get("cached_tokens"), shared.get("cached_tokens")))
+    return "shared cache", rows, []
+
+
+VIEWS = {"decode": decode, "embed": embed, "cache_scope": cache_scope, "generate": generate, "batch": batch, "serve_load": serve_load, "spec": spec,
          "spec_draft": spec_draft, "kernels": kernels, "attention": attention, "iq4_matvec": iq4_matvec,
          "kv_pool": kv_pool, "pull": pull, "serve": serve, "structured": structured, "spec_replay": spec_replay,
          "gpu": gpu}
