@@ -13,8 +13,9 @@ from pathlib import Path
 from numba.core.caching import FunctionCache
 
 # the @njit / @intrinsic sources
-MODULES = ("actquant", "attend", "checks", "dequant", "floats", "half", "iquants", "kprefill", "kquants", "ksimd",
-           "kvsimd", "legacy", "lprefill", "ops", "paged", "prefill", "rows", "simd", "vmath")
+MODULES = ("actquant", "attend", "attend_simd", "block32", "block32_prompt", "checks", "dequant", "floats", "half",
+           "iquants", "kquants", "kquants_prompt", "kquants_rowdots", "ops", "paged", "prefill", "rows", "simd",
+           "vmath")
 _STAMP = "simd_kernels.sources.sha256"
 
 

@@ -4,9 +4,9 @@ Q8_0 and Q8_1 follow ggml's x86 AVX path (`id = 127/amax`, round half to even, d
 Q8_K follows the reference quantizer (largest-|x| element becomes -127, d kept in float32).
 Serial on purpose: it is ~1% of a prefill call, and a parallel region here would cost each small
 decode call another thread wake-up. `quantize_q8_k_interleaved` is Q8_K for the Q4_K and Q6_K prompt
-kernels (simd_kernels.kprefill): the same values, each super-block's dwords reordered, and the scales
+kernels (simd_kernels.kquants_prompt): the same values, each super-block's dwords reordered, and the scales
 and group sums laid out token-minor. `quantize_q8_0_interleaved` and `quantize_q8_1_interleaved` are Q8_0 and
-Q8_1 for the 32-element formats' prompt kernels (simd_kernels.lprefill): each 256 elements' dwords transposed.
+Q8_1 for the 32-element formats' prompt kernels (simd_kernels.block32_prompt): each 256 elements' dwords transposed.
 """
 from __future__ import annotations
 
@@ -125,7 +125,7 @@ def quantize_q8_k(x):
 
 
 def _interleaved_dwords(piece) -> np.ndarray:
-    """A super-block's 64 dwords (4 elements each) in the order of simd_kernels.kprefill's registers: register (m, h)
+    """A super-block's 64 dwords (4 elements each) in the order of simd_kernels.kquants_prompt's registers: register (m, h)
     sits at position 2m + h (so registers (m, 0) and (m, 1) make one 64-byte load), and its position's 4L + i holds
     dword m (+4 for 128-bit lane L) of the 32-element piece piece(i, h), for m, i = 0..3 and h = 0, 1: each lane of
     register (m, h) holds four elements of piece piece(i, h)."""
@@ -156,7 +156,7 @@ def empty_64(n_tok, cols):
 
 @njit(cache=True, nogil=True)
 def quantize_q8_k_interleaved(x, order, group):
-    """x: f32 (n_tok, cols) -> quantize_q8_k's activations laid out for a simd_kernels.kprefill kernel:
+    """x: f32 (n_tok, cols) -> quantize_q8_k's activations laid out for a simd_kernels.kquants_prompt kernel:
     q int8 (n_tok, cols), each super-block's dwords in `order` (Q4K_DWORDS, Q6K_DWORDS); d f32 (cols/256, n_tok)
     the scales; sums int16 (cols/256, 128/group, n_tok, 2): sums[b, k, t] = the sums of q over the `group`-element
     groups 2k and 2k+1 of super-block b of token t (|sum| <= 32*127)."""
@@ -186,7 +186,7 @@ def quantize_q8_k_interleaved(x, order, group):
     return q, d, sums
 
 
-LGROUP = 8  # 32-element blocks per lane group of simd_kernels.lprefill: lane j of a register is block j
+LGROUP = 8  # 32-element blocks per lane group of simd_kernels.block32_prompt: lane j of a register is block j
 
 
 @njit(inline="always")
@@ -194,7 +194,7 @@ def _interleave_groups(row, dst):
     """row int8 (cols,) natural order -> dst int8 (cols8,), cols8 = cols rounded up to 256: each 256-element group's
     dwords transposed 8 x 8 (position 8k + j holds dword k of block j, its natural dword 8j + k), zeros past cols.
 
-    A row's last group of at most 4 blocks (`rem`) is laid out for lprefill's half group instead: its first four
+    A row's last group of at most 4 blocks (`rem`) is laid out for block32_prompt's half group instead: its first four
     registers hold dword m of blocks 0..3, then dword m + 4 of blocks 0..3 (position 8m + j and 8m + 4 + j, j < 4),
     and its last four are zeros."""
     src = row.view(np.int32)  # (cols/4,)
@@ -219,7 +219,7 @@ def _interleave_groups(row, dst):
 
 @njit(inline="always")
 def _grouped(x, quantize_row, extra):
-    """x f32 (n_tok, cols) -> (q int8 (n_tok, cols8), d f32 (n_tok, nb8)) laid out for simd_kernels.lprefill, with
+    """x f32 (n_tok, cols) -> (q int8 (n_tok, cols8), d f32 (n_tok, nb8)) laid out for simd_kernels.block32_prompt, with
     cols8 = cols rounded up to 256 and nb8 = cols8/32: each 256-element group's dwords transposed 8 x 8 (lane j of a
     register is block j; a last group of at most 4 blocks as _interleave_groups lays it out), zeros past cols; d the
     blocks' scales (0 past). quantize_row (quantize_row_q8_0 or _q8_1) fills extra (n_tok, nb8), zeros, with its
@@ -237,7 +237,7 @@ def _grouped(x, quantize_row, extra):
 
 @njit(cache=True, nogil=True)
 def quantize_q8_0_interleaved(x, shift):
-    """x: f32 (n_tok, cols) -> quantize_q8_0's activations laid out for simd_kernels.lprefill's Q8_0, Q5_0, Q4_0
+    """x: f32 (n_tok, cols) -> quantize_q8_0's activations laid out for simd_kernels.block32_prompt's Q8_0, Q5_0, Q4_0
     kernels (_grouped): q int8 (n_tok, cols8), d f32 (n_tok, nb8); bias int32 (n_tok, nb8) each block's
     -(Σq << shift), the offset 1 << shift of the kernel's unsigned weights times the block's sum (0 past)."""
     n_tok, cols = x.shape
@@ -251,7 +251,7 @@ def quantize_q8_0_interleaved(x, shift):
 
 @njit(cache=True, nogil=True)
 def quantize_q8_1_interleaved(x):
-    """x: f32 (n_tok, cols) -> quantize_q8_1's activations laid out for simd_kernels.lprefill's Q4_1 and Q5_1 kernels
+    """x: f32 (n_tok, cols) -> quantize_q8_1's activations laid out for simd_kernels.block32_prompt's Q4_1 and Q5_1 kernels
     (_grouped): q int8 (n_tok, cols8), d f32 (n_tok, nb8), s f32 (n_tok, nb8) = f16(d * Σq) (0 past)."""
     n_tok, cols = x.shape
     s = np.zeros((n_tok, -(-cols // QK_K) * (QK_K // QK)), np.float32)  # (n_tok, nb8)

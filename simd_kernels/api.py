@@ -58,8 +58,8 @@ class KernelTable(dict):
         return self[ggml_type] if ggml_type in self._where else default
 
 
-_MUL_MODULES = {F32: "floats", F16: "floats", BF16: "floats", Q4_0: "legacy", Q4_1: "legacy", Q5_0: "legacy",
-                Q5_1: "legacy", Q8_0: "legacy", Q2_K: "kquants", Q3_K: "kquants", Q4_K: "kquants", Q5_K: "kquants",
+_MUL_MODULES = {F32: "floats", F16: "floats", BF16: "floats", Q4_0: "block32", Q4_1: "block32", Q5_0: "block32",
+                Q5_1: "block32", Q8_0: "block32", Q2_K: "kquants", Q3_K: "kquants", Q4_K: "kquants", Q5_K: "kquants",
                 Q6_K: "kquants", IQ4_NL: "iquants", IQ4_XS: "iquants", MXFP4: "iquants"}
 _NAMES = {F32: "f32", F16: "f16", BF16: "bf16", Q4_0: "q4_0", Q4_1: "q4_1", Q5_0: "q5_0", Q5_1: "q5_1", Q8_0: "q8_0",
           Q2_K: "q2_k", Q3_K: "q3_k", Q4_K: "q4_k", Q5_K: "q5_k", Q6_K: "q6_k", IQ4_NL: "iq4_nl", IQ4_XS: "iq4_xs",
@@ -88,15 +88,15 @@ MULTI = {t: _MULTI_BY_NAME[k.py_func.__name__] for t, k in MUL.items() if k.py_f
 ROWS = KernelTable({t: ("dequant", f"rows_{name}") for t, name in _NAMES.items()})
 
 # prefill(w, xq, xd, sums, out) with (xq, xd, sums) = quantize(x): a prompt piece's kernel for these formats
-# (simd_kernels.kprefill, lprefill). The K-quants' have numbers of their own (not the per-row kernel's), so they serve
+# (simd_kernels.kquants_prompt, block32_prompt). The K-quants' have numbers of their own (not the per-row kernel's), so they serve
 # only the pieces; the 32-element formats' MUL kernels (and MXFP4's, simd_kernels.iquants) share their row dots
-# (simd_kernels.legacy) on every host.
+# (simd_kernels.block32) on every host.
 # Measured (2048x2048, 128 tokens, 1 thread, GMAC/s): Q4_K 105 (the per-row kernel 60), Q5_K 94 (59), Q6_K 87 (36);
 # Q8_0 92 (43), Q4_0 92 (40), Q5_0 82 (40), Q4_1 93 (34), Q5_1 85 (33). Q8_0's unsigned weights (q + 128) pass
 # vpmaddubsw's range, so it takes the kernel only with VNNI.
-_PREFILL_MODULES = ({Q4_K: "kprefill", Q5_K: "kprefill", Q6_K: "kprefill", Q4_0: "lprefill", Q4_1: "lprefill",
-                     Q5_0: "lprefill", Q5_1: "lprefill", MXFP4: "lprefill"} if "avx2" in _X86 else {}) | (
-    {Q8_0: "lprefill"} if {"avx512vnni", "avx512vl"} <= _X86 else {})
+_PREFILL_MODULES = ({Q4_K: "kquants_prompt", Q5_K: "kquants_prompt", Q6_K: "kquants_prompt", Q4_0: "block32_prompt", Q4_1: "block32_prompt",
+                     Q5_0: "block32_prompt", Q5_1: "block32_prompt", MXFP4: "block32_prompt"} if "avx2" in _X86 else {}) | (
+    {Q8_0: "block32_prompt"} if {"avx512vnni", "avx512vl"} <= _X86 else {})
 PREFILL = KernelTable({t: (module, f"PREFILL_{_NAMES[t].upper()}") for t, module in _PREFILL_MODULES.items()})
 
 # Batches at least this large go through dequantized row tiles and BLAS; smaller ones use the fused

@@ -22,7 +22,7 @@ from . import threads
 from .checks import KernelArgumentError
 from .half import kv_f32
 from .jit import njit
-from .kvsimd import LANES, key_dot1, key_dots16, mix_values
+from .attend_simd import LANES, key_dot1, key_dots16, mix_values
 from .vmath import expf, tanhf
 
 # Reassociation lets LLVM vectorize the dot-product reductions; no flag that assumes finite values, since the
@@ -32,7 +32,7 @@ _REDUCE = {"reassoc", "contract", "nsz", "arcp"}
 NO_TABLE = np.zeros((0, 0), np.int32)  # the `table` argument of a contiguous cache
 NO_SINKS = np.zeros(0, np.float32)  # the `sinks` argument of a model without attention sinks
 KEYS = 4  # keys a step of `_attend_loops` takes together (its code is written out for four)
-# Value rows per kvsimd.mix_values call: it goes through them once per four 16-element chunks of the head, so they should
+# Value rows per attend_simd.mix_values call: it goes through them once per four 16-element chunks of the head, so they should
 # stay in L1 (Gemma 3's 256-dim heads over 1000 keys: one call a block ran its four passes from L3, 6% slower a step).
 MIX_KEYS = 32
 
@@ -86,7 +86,7 @@ def _block_of(table, paged, s, pos, size):
 
 @njit(inline="always")
 def _vector_heads(q, k, v, out):
-    """Whether `_attend` can take its heads as whole vectors (simd_kernels.kvsimd): head_dim a multiple of 16,
+    """Whether `_attend` can take its heads as whole vectors (simd_kernels.attend_simd): head_dim a multiple of 16,
     head_dim_v of 64, each array contiguous along its dims."""
     return (q.shape[2] % LANES == 0 and v.shape[3] % (4 * LANES) == 0 and q.strides[2] == 4 and out.strides[2] == 4
             and k.strides[3] == k.itemsize and v.strides[3] == v.itemsize)
@@ -96,8 +96,8 @@ def _vector_heads(q, k, v, out):
 def _attend(q, k, v, table, paged, positions, slots, window, scale, softcap, out, sinks, job):
     """Job `job` of `run`: token job // n_head, query head job % n_head.
 
-    The scores 16 keys at a time where a block has 16 more (the rest one at a time: the same sum, kvsimd.key_dot1),
-    softcapped, their softmax, then the value rows mixed MIX_KEYS at a time (kvsimd.mix_values, one chain of FMAs per
+    The scores 16 keys at a time where a block has 16 more (the rest one at a time: the same sum, attend_simd.key_dot1),
+    softcapped, their softmax, then the value rows mixed MIX_KEYS at a time (attend_simd.mix_values, one chain of FMAs per
     element over all the keys): a key's terms do not depend on where blocks end, so the paged and the contiguous cache
     give the same bits, and a row's on the other rows of the call not at all."""
     if not _vector_heads(q, k, v, out):

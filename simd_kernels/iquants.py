@@ -9,7 +9,7 @@ IQ4_NL and MXFP4 (`ggml_vec_dot_iq4_nl_q8_0`, `ggml_vec_dot_mxfp4_q8_0`), Q8_K f
 (`ggml_vec_dot_iq4_xs_q8_K`); each block's (sub-block's) dot product is an exact integer sum. Output out: float32
 (n_tok, rows). The kernels are simd.fused_kernel's loop nest around the row dots, so a row's result does not depend
 on how many tokens share the call. IQ4_NL's and IQ4_XS's row dots are below; MXFP4's are its prompt kernel's
-(simd_kernels.lprefill: its codes looked up as levels + 16, dotted against Q5_0's offset activations), so a
+(simd_kernels.block32_prompt: its codes looked up as levels + 16, dotted against Q5_0's offset activations), so a
 decoded token, an expert's share of a prompt and a prompt piece compute alike.
 
 The lookup below is generic LLVM IR (no target intrinsics): one `extractelement` of the constant table per lane of
@@ -25,7 +25,7 @@ from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-from . import lprefill
+from . import block32_prompt
 from .actquant import quantize_q8_0, quantize_q8_k
 from .dequant import KVALUES_IQ4NL
 from .simd import (
@@ -178,11 +178,11 @@ def _make_xs_rowdot(n_tok):
     return rowdot
 
 
-# name -> simd.fused_kernel's row dots: (rowdot1, .., rowdot4, rowdot8); MXFP4's lprefill ones for every count 1-8
+# name -> simd.fused_kernel's row dots: (rowdot1, .., rowdot4, rowdot8); MXFP4's block32_prompt ones for every count 1-8
 ROWDOTS = {
     "iq4_nl": tuple(_make_nl_rowdot(n) for n in ROW_TOKENS),
     "iq4_xs": tuple(_make_xs_rowdot(n) for n in ROW_TOKENS),
-    "mxfp4": lprefill.ROWDOTS["mxfp4"],
+    "mxfp4": block32_prompt.ROWDOTS["mxfp4"],
 }
 
 mul_iq4_nl = fused_kernel(
@@ -194,4 +194,4 @@ mul_iq4_xs = fused_kernel(
     ROWDOTS["iq4_xs"], __name__)
 mul_mxfp4 = fused_kernel(
     "mul_mxfp4", "MXFP4 block (17 B): e (E8M0), qs[16]; y = 2^(e - 128)*KVALUES_MXFP4[q] (Q8_0 activations, laid "
-    "out as lprefill's Q5_0 kernel reads them).", lprefill.QUANTIZE["mxfp4"], ROWDOTS["mxfp4"], __name__)
+    "out as block32_prompt's Q5_0 kernel reads them).", block32_prompt.QUANTIZE["mxfp4"], ROWDOTS["mxfp4"], __name__)

@@ -3,7 +3,7 @@
 Weights w: uint8 (rows, n_superblocks * block_bytes), raw GGUF blocks read in place.
 Activations x: float32 (n_tok, cols), quantized once per call to Q8_K as llama.cpp does (int8 values,
 a float32 scale per 256 and int sums per 16); every sub-block dot product is an exact integer sum.
-Q4_K, Q5_K and Q6_K run on ksimd.py's vector intrinsics (layouts and decoders in ksimd._K_LAYOUTS);
+Q4_K, Q5_K and Q6_K run on kquants_rowdots.py's vector intrinsics (layouts and decoders in kquants_rowdots._K_LAYOUTS);
 Q2_K and Q3_K are plain Numba row dots below. All share simd.fused_kernel's loop over tokens and rows.
 Output out: float32 (n_tok, rows).
 """
@@ -14,7 +14,7 @@ import numpy as np
 from .actquant import QK_K, quantize_q8_k
 from .half import f16_to_f32
 from .jit import njit
-from .ksimd import K_ROWDOTS
+from .kquants_rowdots import K_ROWDOTS
 from .simd import fused_kernel, scalar_rowdots
 
 I32 = np.int32  # Numba widens int arithmetic to int64; truncating each step keeps 32-bit SIMD lanes

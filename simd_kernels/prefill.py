@@ -1,11 +1,11 @@
-"""What the prompt kernels of both families share (simd_kernels.kprefill: Q4_K, Q5_K, Q6_K; simd_kernels.lprefill: the
+"""What the prompt kernels of both families share (simd_kernels.kquants_prompt: Q4_K, Q5_K, Q6_K; simd_kernels.block32_prompt: the
 32-element formats): the integer lane dots, the register transpose and the kernel built around a format's row dots.
 
 A format's row dots are intrinsics that `row_loop(context, builder, sig, args, fmt, n_tok)` generates: one weight row
 against n_tok tokens of the format's prompt activations -> n_tok float32 (`prefill_rowdots` makes them for 1-4 and 8
 tokens, or every count 1-8); `prefill_kernel` binds them into the prompt kernel, per_pass tokens at a time through
-every row. The 32-element formats' per-row kernels (simd_kernels.legacy) are made of the same row dots, so a model of
-those formats imports this module, not the K-quants' prompt kernels (kprefill).
+every row. The 32-element formats' per-row kernels (simd_kernels.block32) are made of the same row dots, so a model of
+those formats imports this module, not the K-quants' prompt kernels (kquants_prompt).
 """
 from __future__ import annotations
 
@@ -141,7 +141,7 @@ _DOC = """out = x @ dequant(w).T for a prompt piece: w uint8 (rows, row_bytes) {
 def prefill_rowdots(name, fmt, row_loop, counts=ROW_TOKENS) -> tuple:
     """The row dots of a format whose row dots row_loop generates, for the token counts `counts` (simd.ROW_TOKENS or
     simd.EVERY_COUNT): simd.fused_kernel's row dots, for a per-row kernel that computes every token as the prompt
-    kernel does (simd_kernels.lprefill)."""
+    kernel does (simd_kernels.block32_prompt)."""
     return tuple(_make_rowdot(name, fmt, n, row_loop) for n in counts)
 
 

@@ -6,7 +6,7 @@ Here: the shared pieces of the formats' row dots (block loads, nibble and fifth-
 LLVM `half`, one vcvtph2ps with F16C; prefetch; the activations' pointers) and `fused_kernel`, which makes each
 format's matmul kernel from one loop nest over tokens and rows around its row dots: rowdot<n>(w_row, xq, xd, xs, t)
 dots one whole weight row against the Q8 activations of n = 1-4 or 8 tokens, decoding each weight block once. The
-row dots are the format's own: the 32-element formats' in simd_kernels.lprefill, the K-quants' in ksimd, IQ4's in
+row dots are the format's own: the 32-element formats' in simd_kernels.block32_prompt, the K-quants' in kquants_rowdots, IQ4's in
 iquants.
 """
 from __future__ import annotations

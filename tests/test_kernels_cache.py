@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 import simd_kernels as sk
-from simd_kernels import iquants, kquants, legacy
+from simd_kernels import block32, iquants, kquants
 from test_kernels import SLOW_COMPILE  # Q2_K, Q3_K: minutes each to compile cold
 
 GENERATED = {t: k for t, k in sk.MUL.items() if k.py_func.__code__.co_filename.endswith("simd.py")}
@@ -37,7 +37,7 @@ def test_every_block_format_kernel_is_generated() -> None:
     assert sorted(GENERATED) == [2, 3, 6, 7, 8, 10, 11, 12, 13, 14, 20, 23, 39]
     for kernel in GENERATED.values():
         assert kernel.__name__.startswith(("mul_q", "mul_iq", "mul_mxfp4")) and kernel.__doc__
-    assert legacy.mul_q8_0 is sk.MUL[8] and kquants.mul_q6_k is sk.MUL[14] and iquants.mul_iq4_xs is sk.MUL[23]
+    assert block32.mul_q8_0 is sk.MUL[8] and kquants.mul_q6_k is sk.MUL[14] and iquants.mul_iq4_xs is sk.MUL[23]
     assert iquants.mul_mxfp4 is sk.MUL[39]
 
 

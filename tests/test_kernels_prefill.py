@@ -1,4 +1,4 @@
-"""simd_kernels.kprefill and lprefill: the prompt kernels (Q4_K, Q5_K, Q6_K; Q8_0, Q4_0, Q5_0, Q4_1, Q5_1, MXFP4) and
+"""simd_kernels.kquants_prompt and block32_prompt: the prompt kernels (Q4_K, Q5_K, Q6_K; Q8_0, Q4_0, Q5_0, Q4_1, Q5_1, MXFP4) and
 their interleaved activations.
 
 The kernel's numbers are its own (it sums a row's lanes in another order than the per-row kernel), so it is held to
@@ -21,14 +21,14 @@ from test_kernels import check, random_weights
 import simd_kernels as sk
 import simd_kernels.simd as simd
 from localrt.engine.backends.backend import CPUBackend, QTensor
-from simd_kernels import lprefill
+from simd_kernels import block32_prompt
 from simd_kernels.actquant import Q4K_DWORDS, Q6K_DWORDS, quantize_q8_0, quantize_q8_1, quantize_q8_k
-from simd_kernels.kprefill import PREFILL_Q4_K, PREFILL_Q5_K, PREFILL_Q6_K
+from simd_kernels.kquants_prompt import PREFILL_Q4_K, PREFILL_Q5_K, PREFILL_Q6_K
 
 Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K, MXFP4 = 2, 3, 6, 7, 8, 12, 13, 14, 39
-KERNELS = {Q4_K: PREFILL_Q4_K, Q5_K: PREFILL_Q5_K, Q6_K: PREFILL_Q6_K, Q8_0: lprefill.PREFILL_Q8_0,
-           Q4_0: lprefill.PREFILL_Q4_0, Q5_0: lprefill.PREFILL_Q5_0, Q4_1: lprefill.PREFILL_Q4_1,
-           Q5_1: lprefill.PREFILL_Q5_1, MXFP4: lprefill.PREFILL_MXFP4}
+KERNELS = {Q4_K: PREFILL_Q4_K, Q5_K: PREFILL_Q5_K, Q6_K: PREFILL_Q6_K, Q8_0: block32_prompt.PREFILL_Q8_0,
+           Q4_0: block32_prompt.PREFILL_Q4_0, Q5_0: block32_prompt.PREFILL_Q5_0, Q4_1: block32_prompt.PREFILL_Q4_1,
+           Q5_1: block32_prompt.PREFILL_Q5_1, MXFP4: block32_prompt.PREFILL_MXFP4}
 NAMES = {Q4_0: "Q4_0", Q4_1: "Q4_1", Q5_0: "Q5_0", Q5_1: "Q5_1", Q8_0: "Q8_0", Q4_K: "Q4_K", Q5_K: "Q5_K",
          Q6_K: "Q6_K", MXFP4: "MXFP4"}
 SHARED = [t for t in NAMES if t not in (Q4_K, Q5_K, Q6_K)]  # the formats whose per-row kernels are these row dots
@@ -124,12 +124,12 @@ import json, sys
 import numpy as np
 sys.path.insert(0, {tests!r})
 from test_kernels import random_weights
-from simd_kernels import lprefill
-from simd_kernels.kprefill import PREFILL_Q4_K, PREFILL_Q5_K, PREFILL_Q6_K
+from simd_kernels import block32_prompt
+from simd_kernels.kquants_prompt import PREFILL_Q4_K, PREFILL_Q5_K, PREFILL_Q6_K
 out = []
-for t, (quantize, kernel) in ((12, PREFILL_Q4_K), (13, PREFILL_Q5_K), (14, PREFILL_Q6_K), (8, lprefill.PREFILL_Q8_0),
-                              (2, lprefill.PREFILL_Q4_0), (6, lprefill.PREFILL_Q5_0), (3, lprefill.PREFILL_Q4_1),
-                              (7, lprefill.PREFILL_Q5_1), (39, lprefill.PREFILL_MXFP4)):
+for t, (quantize, kernel) in ((12, PREFILL_Q4_K), (13, PREFILL_Q5_K), (14, PREFILL_Q6_K), (8, block32_prompt.PREFILL_Q8_0),
+                              (2, block32_prompt.PREFILL_Q4_0), (6, block32_prompt.PREFILL_Q5_0), (3, block32_prompt.PREFILL_Q4_1),
+                              (7, block32_prompt.PREFILL_Q5_1), (39, block32_prompt.PREFILL_MXFP4)):
     rng = np.random.default_rng(3)
     cols = 512 if 8 < t < 39 else 608  # whole super-blocks; 2 groups and 3 blocks
     w = random_weights(rng, t, 40, cols)

@@ -72,7 +72,7 @@ MARGIN = 1.05  # a draft must promise this much more throughput than the plain s
 # past the largest below it, on the slope from the smallest measured count to that one, or GUESS_SLOPE one-row
 # forwards a row where that is less. Optimistic for a CPU, so that drafting gets tried and the real cost measured:
 # an extra row measured 0.14 (SmolLM2 Q4_1, 2-4 rows) and 0.1 (Gemma 3) one-row forwards on a 2-core Zen 4, 0.6-0.65
-# before the 32-element formats' per-row kernels took the prompt kernels' row dots (simd_kernels.legacy).
+# before the 32-element formats' per-row kernels took the prompt kernels' row dots (simd_kernels.block32).
 GUESS_SLOPE = 0.2
 SAMPLES = 15  # forwards kept per row count; the median is the estimate (robust to a busy machine)
 HORIZON = 256  # forwards after which a sample expires (a few seconds of decode): a busy spell is soon forgotten

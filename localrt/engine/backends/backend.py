@@ -30,7 +30,7 @@ F32 = 0
 # A format with a prompt kernel of its own (simd_kernels.PREFILL: Q4_K, Q5_K, Q6_K; Q4_0, Q4_1, Q5_0, Q5_1; Q8_0
 # with VNNI) takes it in the pieces instead of BLAS, and a piece's rows do not depend on each other (pp128, 2
 # threads: 1B Q4_K_M 99 -> 155 tok/s, 1B Q8_0 80 -> 155). The K-quants' numbers are their own, as BLAS's are; the
-# 32-element formats' per-row kernels compute with the same row dots (simd_kernels.legacy), so there a piece's
+# 32-element formats' per-row kernels compute with the same row dots (simd_kernels.block32), so there a piece's
 # linears give what per-row kernels would (its attention still differs).
 BLAS_MIN_TOKENS = 64
 BLOCK = 256

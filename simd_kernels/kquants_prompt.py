@@ -30,7 +30,7 @@ from numba.core import cgutils
 
 from .actquant import Q4K_DWORDS, Q6K_DWORDS, quantize_q8_k_interleaved
 from .jit import njit
-from .ksimd import _k4_scales_mins, _q6k_decode8
+from .kquants_rowdots import _k4_scales_mins, _q6k_decode8
 from .prefill import _VNNI, _fma, _lane_dots, _transpose4, _tree16, prefill_kernel
 from .simd import (
     _F32,

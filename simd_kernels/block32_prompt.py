@@ -3,7 +3,7 @@ the weights, activations laid out for them.
 
 `prefill_<fmt>(w, xq, xd, sums, out)` takes `PREFILL_<FMT>[0](x)`'s activations (actquant's Q8_0, or Q8_1 for the
 formats with a min, each 256-element group's dwords transposed 8 x 8). Within a call, a token's result does not
-depend on the other tokens, and the per-row kernels of legacy (decode, drafts) are made of the same row dots
+depend on the other tokens, and the per-row kernels of block32 (decode, drafts) are made of the same row dots
 (`ROWDOTS`, with `QUANTIZE`'s activations), so a token computes alike on either path.
 
 Why this shape: scaling each block's dot on its own, as ggml's vec_dot does (and our per-row kernels did), costs a
@@ -214,7 +214,7 @@ def _splat32(builder, v):
 
 # xq int8 (n_tok, cols8), each 256-element group's dwords transposed 8 x 8; xd float32 (n_tok, nb8); sums int32
 # (-(Σq << shift)) or float32 (Q8_1's s) (n_tok, nb8): quantize_q8_{0,1}_interleaved's
-# every count 1-8 (legacy's too): a decode forward's 5-7 rows (a verified draft) in one pass over the weights
+# every count 1-8 (block32's too): a decode forward's 5-7 rows (a verified draft) in one pass over the weights
 ROWDOTS = {name: prefill_rowdots(name, fmt, _row_loop, EVERY_COUNT) for name, fmt in _FORMATS.items()}
 prefill_q8_0 = prefill_kernel("q8_0", _FORMATS["q8_0"], _row_loop, __name__, 16, ROWDOTS["q8_0"])
 prefill_q4_0 = prefill_kernel("q4_0", _FORMATS["q4_0"], _row_loop, __name__, 16, ROWDOTS["q4_0"])
@@ -242,7 +242,7 @@ def quantize_for_q5_0(x):
     return quantize_q8_0_interleaved(x, 4)
 
 
-# the activations of each format's row dots (legacy's), and api.PREFILL's entries: (quantize, kernel)
+# the activations of each format's row dots (block32's), and api.PREFILL's entries: (quantize, kernel)
 QUANTIZE = {"q8_0": quantize_for_q8_0, "q4_0": quantize_for_q4_0, "q5_0": quantize_for_q5_0,
             "q4_1": quantize_q8_1_interleaved, "q5_1": quantize_q8_1_interleaved, "mxfp4": quantize_for_q5_0}
 PREFILL_Q8_0 = (QUANTIZE["q8_0"], prefill_q8_0)

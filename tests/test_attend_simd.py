@@ -1,4 +1,4 @@
-"""simd_kernels.kvsimd, the attention kernel's vector loops: a key's dot is the same bits taken with 15 others or alone,
+"""simd_kernels.attend_simd, the attention kernel's vector loops: a key's dot is the same bits taken with 15 others or alone,
 a value row sum the same however its keys are split into calls, and both agree with float64 sums (F16 and F32 caches).
 The whole kernel against a reference is tests/test_kv_pool.py's and the engine tests'."""
 from __future__ import annotations
@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from simd_kernels.jit import njit
-from simd_kernels.kvsimd import key_dot1, key_dots16, mix_values
+from simd_kernels.attend_simd import key_dot1, key_dots16, mix_values
 
 
 @njit

@@ -7,7 +7,7 @@ Output out: float32 (n_tok, rows). Each weight row is decoded once per 8 tokens 
 tokens go in chunks so that their quantized activations stay in cache while every row streams past
 (simd.fused_kernel).
 
-The row dots are the prompt kernels' (simd_kernels.lprefill: eight blocks transposed in registers, one convert and one
+The row dots are the prompt kernels' (simd_kernels.block32_prompt: eight blocks transposed in registers, one convert and one
 FMA per eight blocks and token), on every host, so a decoded token, a drafted one and a prompt piece's compute alike,
 and the same bits whatever integer-dot instructions the CPU has (tests/test_kernels_x86.py). Against the row dots these
 kernels had before (one convert, broadcast and FMA per block and token), measured on 2 threads of a Zen 4 EPYC, us per
@@ -24,7 +24,7 @@ Zen 3 EPYC (a noisy shared VM, best of two interleaved runs), 2048 x 2048 us per
 """
 from __future__ import annotations
 
-from .lprefill import QUANTIZE, ROWDOTS
+from .block32_prompt import QUANTIZE, ROWDOTS
 from .simd import fused_kernel
 
 
