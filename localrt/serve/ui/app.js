@@ -1,30 +1,40 @@
-// The chat page: conversations in localStorage, replies streamed from /api/chat (NDJSON), rendered by markdown.js
-// (text nodes only). The API key, when the daemon asks for one (401), is asked once and kept for the tab.
+// The chat page: conversations in localStorage (convs.js: validated on the way in, shared with the other tabs),
+// replies streamed from /api/chat (NDJSON), rendered by markdown.js (text nodes only). The API key, when the daemon
+// asks for one (401), is asked once and kept for the tab.
 "use strict";
 
-const STORE_KEY = "localrt.conversations";
 const KEY_KEY = "localrt.apiKey";
 const $ = (id) => document.getElementById(id);
 
-const state = { conversations: [], current: null, controller: null, builtins: [] };
+const state = { conversations: [], current: null, controller: null, builtins: [], deleted: new Set() };
 
 // -- storage -------------------------------------------------------------------------------------------------
 function load() {
-  try {
-    const got = JSON.parse(localStorage.getItem(STORE_KEY) || "[]");
-    state.conversations = Array.isArray(got) ? got.filter((c) => c && Array.isArray(c.messages)) : [];
-  } catch (_) {
-    state.conversations = [];
-  }
+  state.conversations = Convs.read();
 }
 
 function save() {
-  localStorage.setItem(STORE_KEY, JSON.stringify(state.conversations));
+  try {
+    state.conversations = Convs.write(state.conversations, state.deleted);
+  } catch (e) {
+    setStatus("Could not save the conversations in this browser: " + e.message, true);
+  }
+}
+
+// Another tab saved: take its list, keeping this tab's own object for the open conversation (a reply may be
+// streaming into it). Only the list is drawn again, so a reply streaming here keeps its node.
+function otherTabSaved(e) {
+  if (e.key !== Convs.KEY && e.key !== null) return;
+  const open = state.current;
+  state.conversations = Convs.read().filter((c) => !state.deleted.has(c.id))
+    .map((c) => (open && c.id === open.id ? open : c));
+  if (open && !state.conversations.includes(open)) state.conversations.unshift(open);
+  renderList();
 }
 
 function newConversation() {
-  const c = { id: Date.now().toString(36) + Math.random().toString(36).slice(2, 6), title: "New chat",
-              model: $("model").value, messages: [], created: new Date().toISOString() };
+  const c = { id: Convs.newId(), title: "New chat", model: $("model").value, messages: [],
+              created: new Date().toISOString() };
   state.conversations.unshift(c);
   state.current = c;
   save();
@@ -96,6 +106,11 @@ async function loadModels() {
   if (keep && seen.has(keep)) select.value = keep;
 }
 
+// Shows `name` in the picker where it is one of its models (a stored or imported name may not be).
+function pickModel(name) {
+  if (name && Array.from($("model").options).some((o) => o.value === name)) $("model").value = name;
+}
+
 function options() {
   const out = {};
   for (const id of ["temperature", "num_ctx", "num_predict"]) {
@@ -103,6 +118,40 @@ function options() {
     if (v !== "") out[id] = Number(v);
   }
   return out;
+}
+
+// -- waiting -----------------------------------------------------------------------------------------------------
+// Until the first event of a reply: what the daemon is doing meanwhile, polled from GET /api/ps (is the model
+// loaded yet) and GET /api/kernels (is it compiling kernels for this CPU, a one-time step that can take minutes).
+// Returns the function that stops the polling.
+function watchWait(model) {
+  const began = Date.now();
+  let stopped = false;
+  let base = null;
+  let timer = null;
+  const get = (path) => fetch(path, { headers: headers() }).then((r) => (r.ok ? r.json() : null)).catch(() => null);
+  async function tick() {
+    const [ps, k] = await Promise.all([get("/api/ps"), get("/api/kernels")]);
+    if (stopped) return;
+    const secs = Math.round((Date.now() - began) / 1000);
+    if (k && typeof k.compiled === "number" && base === null) base = k.compiled;
+    const done = k && base !== null ? k.compiled - base : 0;
+    const loaded = ps && Array.isArray(ps.models) && ps.models.some((m) => m && (m.name === model || m.model === model));
+    if (k && (k.compiling || done > 0)) {
+      const now = k.compiling && typeof k.kernel === "string" ? `, now ${k.kernel}` : "";
+      setStatus(`Preparing kernels for this CPU (first run only): ${done} compiled${now}, ${secs} s…`);
+    } else if (ps && !loaded) {
+      setStatus(`Loading ${model}… ${secs} s`);
+    } else if (ps) {
+      setStatus(`Waiting for ${model} (reading the prompt, or queued behind other requests)… ${secs} s`);
+    }
+    timer = setTimeout(tick, 500);
+  }
+  timer = setTimeout(tick, 0);
+  return () => {
+    stopped = true;
+    clearTimeout(timer);
+  };
 }
 
 // -- sending -----------------------------------------------------------------------------------------------------
@@ -114,7 +163,7 @@ async function send(text) {
     if (c.title === "New chat") c.title = text.slice(0, 40);
   }
   c.model = $("model").value;
-  const reply = { role: "assistant", content: "", thinking: "" };
+  const reply = { role: "assistant", content: "", thinking: "", model: c.model };
   c.messages.push(reply);
   save();
   renderAll();
@@ -127,8 +176,9 @@ async function send(text) {
   const controller = new AbortController();
   state.controller = controller;
   busy(true);
-  setStatus("Waiting for " + c.model + " (it may be loading, or busy with someone else's request)…");
+  setStatus("Waiting for " + c.model + "…");
   const node = $("messages").lastElementChild;
+  const stopWatching = watchWait(c.model);
   try {
     const r = await api("/api/chat", { method: "POST", signal: controller.signal,
       body: JSON.stringify({ model: c.model, messages, stream: true, options: options() }) });
@@ -149,7 +199,9 @@ async function send(text) {
         buf = buf.slice(nl + 1);
         if (!line) continue;
         const ev = JSON.parse(line);
+        stopWatching();
         if (ev.error) throw new Error(ev.error);
+        if (typeof ev.model === "string") reply.model = ev.model;
         const m = ev.message || {};
         reply.content += m.content || "";
         reply.thinking += m.thinking || "";
@@ -171,6 +223,7 @@ async function send(text) {
       setStatus("Request failed: " + e.message, true);
     }
   } finally {
+    stopWatching();
     state.controller = null;
     busy(false);
     save();
@@ -223,7 +276,7 @@ function messageNode(m, index) {
   const role = document.createElement("div");
   role.className = "role";
   const name = document.createElement("span");
-  name.textContent = m.role === "user" ? "You" : state.current.model || "assistant";
+  name.textContent = m.role === "user" ? "You" : m.model || state.current.model || "assistant";
   const tools = document.createElement("span");
   tools.className = "tools";
   if (m.role === "user") {
@@ -245,6 +298,14 @@ function messageNode(m, index) {
 }
 
 function renderAll() {
+  renderList();
+  const box = $("messages");
+  box.replaceChildren();
+  if (state.current) state.current.messages.forEach((m, i) => box.append(messageNode(m, i)));
+  box.scrollTop = box.scrollHeight;
+}
+
+function renderList() {
   const list = $("conversations");
   list.replaceChildren();
   for (const c of state.conversations) {
@@ -255,15 +316,11 @@ function renderAll() {
     li.addEventListener("click", () => {
       if (state.controller) return;
       state.current = c;
-      if (c.model) $("model").value = c.model;
+      pickModel(c.model);
       renderAll();
     });
     list.append(li);
   }
-  const box = $("messages");
-  box.replaceChildren();
-  if (state.current) state.current.messages.forEach((m, i) => box.append(messageNode(m, i)));
-  box.scrollTop = box.scrollHeight;
 }
 
 function download(name, type, text) {
@@ -278,6 +335,27 @@ function asMarkdown(c) {
   const parts = [`# ${c.title}`, `Model: ${c.model || ""}`];
   for (const m of c.messages) parts.push(`## ${m.role}`, m.content);
   return parts.join("\n\n") + "\n";
+}
+
+async function importFiles(e) {
+  const files = Array.from(e.target.files || []);
+  e.target.value = "";
+  const taken = new Set(state.conversations.map((c) => c.id));
+  try {
+    const got = [];
+    for (const f of files) got.push(...(await Convs.parseFile(f, taken)));
+    if (!got.length) return;
+    state.conversations = got.concat(state.conversations);
+    got.forEach((c) => state.deleted.delete(c.id));
+    state.current = got[0];
+    save();
+    pickModel(state.current.model);
+    renderAll();
+    setStatus(`Imported ${got.length} conversation${got.length > 1 ? "s" : ""}.`);
+  } catch (err) {
+    if (!(err instanceof Convs.Invalid)) throw err;
+    setStatus("Not imported: " + err.message, true);
+  }
 }
 
 // -- wiring ------------------------------------------------------------------------------------------------------
@@ -318,6 +396,7 @@ function wire() {
   $("delete").addEventListener("click", () => {
     const c = state.current;
     if (!c || state.controller || !window.confirm(`Delete "${c.title}"?`)) return;
+    state.deleted.add(c.id);
     state.conversations = state.conversations.filter((x) => x !== c);
     state.current = state.conversations[0] || null;
     save();
@@ -325,6 +404,14 @@ function wire() {
   });
   $("export-json").addEventListener("click", () => state.current &&
     download(state.current.title + ".json", "application/json", JSON.stringify(state.current, null, 2)));
+  $("import-json").addEventListener("click", () => !state.controller && $("import-file").click());
+  $("import-file").addEventListener("change", importFiles);
+  $("model").addEventListener("change", () => {  // the next message goes to the model picked (send reads it too)
+    if (state.current && !state.controller) { state.current.model = $("model").value; save(); }
+  });
+  window.addEventListener("storage", otherTabSaved);
+  // A tab closed or navigated away mid-reply ends its request, so the daemon cancels the generation at once.
+  window.addEventListener("pagehide", () => state.controller && state.controller.abort());
   $("export-md").addEventListener("click", () => state.current &&
     download(state.current.title + ".md", "text/markdown", asMarkdown(state.current)));
   $("settings-toggle").addEventListener("click", () => {
@@ -339,7 +426,7 @@ async function main() {
   state.current = state.conversations[0] || null;
   wire();
   await loadModels();
-  if (state.current && state.current.model) $("model").value = state.current.model;
+  if (state.current) pickModel(state.current.model);
   renderAll();
   $("prompt").focus();
 }
