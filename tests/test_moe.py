@@ -191,7 +191,14 @@ def test_mixture_of_experts_layers_stay_on_the_cpu(moe_file):
         model.close()
 
 
-@pytest.mark.parametrize("ggml_type", [8, 12, 14, 23], ids=["Q8_0", "Q4_K", "Q6_K", "IQ4_XS"])
+# One format in the README's run; the others compile a kernel of their own (5-20 s cold, which nothing else in the
+# README's run needs): the slow set, which CI runs.
+SLOW = pytest.mark.slow
+
+
+@pytest.mark.parametrize("ggml_type", [pytest.param(8, id="Q8_0"), pytest.param(12, id="Q4_K", marks=SLOW),
+                                       pytest.param(14, id="Q6_K", marks=SLOW),
+                                       pytest.param(23, id="IQ4_XS", marks=SLOW)])
 def test_the_experts_kernel_is_the_matmul_kernel_per_pair(ggml_type):
     """simd_kernels.EXPERTS against MUL on each expert's rows: bit for bit, whether MUL ran the token alone (one-token
     row dots) or among 5 (4-token row dots), so a pair computes as that token would in any batch."""
@@ -215,7 +222,8 @@ def test_the_experts_kernel_is_the_matmul_kernel_per_pair(ggml_type):
         np.testing.assert_array_equal(out[p], among[t])
 
 
-@pytest.mark.parametrize("ggml_type", [8, 12, 23, 39], ids=["Q8_0", "Q4_K", "IQ4_XS", "MXFP4"])
+@pytest.mark.parametrize("ggml_type", [8, 12, 23, 39], ids=["Q8_0", "Q4_K", "IQ4_XS", "MXFP4"])  # the archgen
+# fixtures' formats: their models compile these kernels in the README's run anyway
 def test_the_grouped_kernel_is_the_one_token_kernel(ggml_type):
     """simd_kernels.GROUPED (a prompt's pairs sorted by expert: groups of 1 to 11 rows of x, so 8-token passes and
     every tail) against MUL on each expert's rows for the token alone: bit for bit, for both weights of a call and
