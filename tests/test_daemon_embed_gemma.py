@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 
+import _ollama_files
 import bertgen
 import httpx
 import numpy as np
@@ -12,19 +13,23 @@ import pytest
 from _daemon_fakes import real_daemon
 
 MODEL = "tiny-gemma-embed"
+OLLAMA_MODEL = "tiny-embeddinggemma-ollama"  # the same weights in Ollama's pre-2026 layout (tests/_ollama_files.py)
 
 
 @pytest.fixture(scope="module")
 def daemon(tmp_path_factory):
-    path = bertgen.write_gemma(tmp_path_factory.mktemp("files") / "m.gguf", dense=True)
+    files = tmp_path_factory.mktemp("files")
+    path = bertgen.write_gemma(files / "m.gguf", dense=True)
+    ollama = _ollama_files.embeddinggemma(path, files / "ollama.gguf")
     with real_daemon(tmp_path_factory.mktemp("models")) as srv:
-        data = path.read_bytes()
-        digest = "sha256:" + hashlib.sha256(data).hexdigest()
-        r = httpx.post(f"{srv.url}/api/blobs/{digest}", content=data, timeout=30)
-        assert r.status_code in (200, 201), r.text
-        r = httpx.post(srv.url + "/api/create", json={"model": MODEL, "files": {"m.gguf": digest}, "stream": False},
-                       timeout=60)
-        assert r.status_code == 200, r.text
+        for name, p in ((MODEL, path), (OLLAMA_MODEL, ollama)):
+            data = p.read_bytes()
+            digest = "sha256:" + hashlib.sha256(data).hexdigest()
+            r = httpx.post(f"{srv.url}/api/blobs/{digest}", content=data, timeout=30)
+            assert r.status_code in (200, 201), r.text
+            r = httpx.post(srv.url + "/api/create", json={"model": name, "files": {"m.gguf": digest}, "stream": False},
+                           timeout=60)
+            assert r.status_code == 200, r.text
         yield srv
 
 
@@ -64,3 +69,14 @@ def test_show_reports_the_embedding_capability_and_chat_is_refused(daemon):
     r = httpx.post(daemon.url + "/api/chat", json={"model": MODEL, "messages": [{"role": "user", "content": "hi"}],
                                                    "stream": False}, timeout=60)
     assert r.status_code == 400 and "embedding model" in r.json()["error"]
+
+
+def test_ollamas_own_embeddinggemma_layout_is_served_the_same(daemon):
+    r = httpx.post(daemon.url + "/api/show", json={"model": OLLAMA_MODEL}, timeout=30)
+    assert r.status_code == 200 and r.json()["capabilities"] == ["embedding"], r.text
+    vectors = []
+    for name in (MODEL, OLLAMA_MODEL):
+        r = httpx.post(daemon.url + "/api/embed", json={"model": name, "input": bertgen.GEMMA_TEXT}, timeout=120)
+        assert r.status_code == 200, r.text
+        vectors.append(r.json()["embeddings"][0])
+    assert vectors[0] == vectors[1]

@@ -1,4 +1,19 @@
-"""Parts of a model file this runtime loads past: Ollama's multimodal library files.
+"""What Ollama's own library files carry beyond, or name otherwise than, llama.cpp's layout.
+
+Two layouts are translated in memory at load, as Ollama's llama.cpp compatibility layer translates them
+(`ollama_layout`; nothing on disk changes):
+- gpt-oss, architecture `gptoss`: its keys keep that prefix (the gpt-oss family reads either); the tensors
+  `attn_out`, `attn_sinks` and `ffn_norm` are llama.cpp's `attn_output`, `attn_sinks.weight` and
+  `post_attention_norm`; a file without `expert_feed_forward_length` takes it from blk.0.ffn_gate_exps, and one
+  without `rope.scaling.type` is YaRN (Ollama's converter writes the factor only; llama.cpp's default, linear, would
+  scale the positions wrongly without a word).
+- gemma3 from Ollama's converter before 2026 names its rope bases `rope.global.freq_base` and
+  `rope.local.freq_base`: they are `rope.freq_base` and `rope.freq_base_swa` where the file lacks those (without
+  this the global layers would rotate with the default base, 10000 instead of the file's 1000000, without a word).
+- EmbeddingGemma from that converter, architecture `gemma3` with a `dense.0.weight`: it is `gemma-embedding` (its
+  `gemma3.*` keys under that prefix but `attention.causal`), `dense.0`/`dense.1` are `dense_2`/`dense_3` (their
+  widths from their shapes), `norm.weight` is `output_norm.weight`. Ollama's converter has written llama.cpp's
+  layout since 2026; files pulled earlier keep the old one.
 
 Ollama's own converter writes the vision tower and its projector into the text model's GGUF (gemma3: tensors
 `v.*` such as `v.blk.0.attn_q.weight` and `mm.*` such as `mm.mm_input_projection.weight`, metadata
@@ -10,6 +25,7 @@ a text-only file of the same weights gives, and the load says so once. `show` do
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Mapping
 from typing import TypeVar
 
@@ -34,3 +50,68 @@ def text_model_tensors(metadata: Mapping, tensors: Mapping[str, T]) -> dict[str,
         log.warning("%s: %d vision tensors ignored: this runtime runs the text model only", arch,
                     len(tensors) - len(kept))
     return kept
+
+
+# Ollama's gptoss tensor names -> llama.cpp's (a substring of the name, once).
+_GPTOSS_RENAMES = ((re.compile(r"\.attn_out\."), ".attn_output."), (re.compile(r"\.attn_sinks$"), ".attn_sinks.weight"),
+                   (re.compile(r"\.ffn_norm\."), ".post_attention_norm."))
+_EMBEDDINGGEMMA_RENAMES = {"dense.0.weight": "dense_2.weight", "dense.1.weight": "dense_3.weight",
+                           "norm.weight": "output_norm.weight"}
+
+
+def ollama_layout(metadata: Mapping, tensors: Mapping[str, T]) -> tuple[Mapping, Mapping[str, T]]:
+    """(metadata, tensors) of the file as llama.cpp lays that model out: translated copies for Ollama's gptoss and
+    embeddinggemma layouts (see above), the same objects for any other file."""
+    arch = metadata.get("general.architecture")
+    if arch == "gptoss":
+        return _gptoss(metadata, tensors)
+    if arch == "gemma3":
+        metadata = _gemma3_rope_bases(metadata)
+        if "dense.0.weight" in tensors:
+            return _embeddinggemma(metadata, tensors)
+    return metadata, tensors
+
+
+def _gemma3_rope_bases(metadata: Mapping) -> Mapping:
+    pairs = [(f"gemma3.rope.{old}.freq_base", f"gemma3.rope.{new}") for old, new in
+             (("global", "freq_base"), ("local", "freq_base_swa"))]
+    missing = [(old, new) for old, new in pairs if old in metadata and new not in metadata]
+    if not missing:
+        return metadata
+    md = dict(metadata)
+    for old, new in missing:
+        md[new] = md[old]
+    return md
+
+
+def _renamed(name: str, renames) -> str:
+    for pattern, new in renames:
+        name = pattern.sub(new, name, count=1)
+    return name
+
+
+def _gptoss(metadata: Mapping, tensors: Mapping[str, T]) -> tuple[dict, dict[str, T]]:
+    md = dict(metadata)
+    out = {_renamed(name, _GPTOSS_RENAMES): t for name, t in tensors.items()}
+    gate = out.get("blk.0.ffn_gate_exps.weight")
+    shape = getattr(gate, "shape", ())
+    if "gptoss.expert_feed_forward_length" not in md and len(shape) == 3:  # (n_expert, n_ff_exp, n_embd)
+        md["gptoss.expert_feed_forward_length"] = int(shape[1])
+    md.setdefault("gptoss.rope.scaling.type", "yarn")
+    if out.keys() != tensors.keys():
+        log.info("gptoss: Ollama's tensor names read as llama.cpp's gpt-oss ones")
+    return md, out
+
+
+def _embeddinggemma(metadata: Mapping, tensors: Mapping[str, T]) -> tuple[dict, dict[str, T]]:
+    md = {("gemma-embedding." + k[len("gemma3."):] if k.startswith("gemma3.") else k): v
+          for k, v in metadata.items() if k != "gemma3.attention.causal"}
+    md["general.architecture"] = "gemma-embedding"
+    md.setdefault("gemma-embedding.rope.freq_base_swa", 10000.0)
+    out = {_EMBEDDINGGEMMA_RENAMES.get(name, name): t for name, t in tensors.items()}
+    for which in ("2", "3"):
+        shape = getattr(out.get(f"dense_{which}.weight"), "shape", ())
+        if len(shape) == 2:  # NumPy order: (outputs, inputs)
+            md[f"gemma-embedding.dense_{which}_feat_out"], md[f"gemma-embedding.dense_{which}_feat_in"] = map(int, shape)
+    log.info("gemma3 with dense layers: Ollama's embeddinggemma, read as llama.cpp's gemma-embedding")
+    return md, out

@@ -15,7 +15,7 @@ from .backends.backend import CPUBackend, QTensor
 from .backends.heap import retain_freed_memory
 from .backends.offload import offload
 from .backends.resident import PrivateWeights, private_size, private_weights
-from .compat import text_model_tensors
+from .compat import ollama_layout, text_model_tensors
 from .kv_cache import KV_TYPES
 from .encoder import Encoder
 from .model import Model, config_from_metadata
@@ -47,8 +47,9 @@ def load_model(path: str | os.PathLike, num_ctx: int = DEFAULT_NUM_CTX, *, num_b
     retain_freed_memory()  # a forward's per-op buffers are reused from the heap, not faulted in anew (backends.heap)
     f = _open_gguf(Path(path))
     try:
-        file_tensors = text_model_tensors(f.metadata, f.tensors)  # without an embedded vision tower (engine.compat)
-        cfg = config_from_metadata(f.metadata, file_tensors)  # validated against the file before anything is allocated
+        # without an embedded vision tower, and Ollama's own layouts as llama.cpp's (engine.compat)
+        metadata, file_tensors = ollama_layout(f.metadata, text_model_tensors(f.metadata, f.tensors))
+        cfg = config_from_metadata(metadata, file_tensors)  # validated against the file before anything is allocated
         backend = CPUBackend()
         tensors = {name: QTensor(name, t.ggml_type, tuple(int(d) for d in t.shape), t.data) for name, t in file_tensors.items()}
         huge_pages = None  # the start of the thread moving a private copy onto huge pages
@@ -60,15 +61,15 @@ def load_model(path: str | os.PathLike, num_ctx: int = DEFAULT_NUM_CTX, *, num_b
             huge_pages = private.to_huge_pages
         weights = archs.get(cfg.arch).load(cfg, TensorSource(tensors, backend))
         n_ctx = min(num_ctx, cfg.n_ctx_train)
-        tok = _tokenizer(f.metadata) if tokenizer else None
+        tok = _tokenizer(metadata) if tokenizer else None
         if cfg.encoder:  # no KV cache, no GPU layers: one forward per input
-            model = Encoder(cfg, f.metadata, weights, backend, tok, num_ctx=n_ctx, num_batch=min(num_batch, num_ctx),
+            model = Encoder(cfg, metadata, weights, backend, tok, num_ctx=n_ctx, num_batch=min(num_batch, num_ctx),
                             source=f, num_thread=num_thread)
             model.load_duration_ns = time.perf_counter_ns() - t0
             return model
         select_rope_factors(weights, cfg, n_ctx)
         model = Model(
-            cfg, f.metadata, weights, backend, tok,
+            cfg, metadata, weights, backend, tok,
             num_ctx=n_ctx, num_batch=min(num_batch, num_ctx), n_slots=n_slots, kv_type=kv_type, kv_budget=kv_budget,
             kv_budget_bytes=kv_budget_bytes, source=f, num_thread=num_thread,
         )

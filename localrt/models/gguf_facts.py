@@ -95,8 +95,10 @@ def _model_problem(facts: dict, meta: dict, tensors: dict, scan: bool = False) -
         config_from_metadata,  # the engine's imports (Numba) only once a model file is seen
     )
 
+    from ..engine.compat import ollama_layout, text_tensors
+
     try:
-        config_from_metadata(meta, tensors)
+        config_from_metadata(*ollama_layout(meta, text_tensors(tensors)))
         if scan:
             check_finite(tensors)
     except InvalidModel as e:

@@ -99,21 +99,24 @@ class Catalog:
         rec = record(name)
         import gguf_io
 
-        meta, tensor_list = {}, []
+        from ..engine.compat import ollama_layout
+
+        meta, tensor_list, layout = {}, [], {}
         if rec.model_path is not None:
             with gguf_io.open(rec.model_path) as f:
                 meta = _model_info(f.metadata, verbose)
                 tensor_list = [{"name": t.name, "type": gguf_io.GGMLType(t.ggml_type).name,
                                 "shape": [int(d) for d in reversed(t.shape)]} for t in f.tensors.values()]
                 choice = templates.choose_template(f.metadata, rec.template)
+                layout, _ = ollama_layout(f.metadata, f.tensors)  # Ollama's embeddinggemma: gemma-embedding
         else:
             choice = None
         params = dict(rec.params)
         mf = mfile.build([str(rec.model_path or "")], adapters=[str(p) for p in rec.adapter_paths], strict=False,
                          template=rec.template, system=rec.system, parameters=params, licenses=list(rec.licenses),
                          messages=rec.messages)
-        arch = str(meta.get("general.architecture", "")) if meta else ""
-        caps = ["embedding"] if arch and embedding_only(meta, arch) else ["completion"]
+        arch = str(layout.get("general.architecture", "")) if meta else ""
+        caps = ["embedding"] if arch and embedding_only(layout, arch) else ["completion"]
         if choice is not None and caps == ["completion"]:
             tmpl = choice.load()
             if getattr(tmpl, "supports_tools", False):

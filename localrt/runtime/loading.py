@@ -81,12 +81,13 @@ def read_config(path):
     """(the validated ModelConfig, bytes of its tensors) of the GGUF at path."""
     import gguf_io
 
-    from ..engine.compat import text_tensors
+    from ..engine.compat import ollama_layout, text_tensors
     from ..engine.model import config_from_metadata
 
     with gguf_io.open(path) as f:
-        tensors = text_tensors(f.tensors)  # as the loader: an embedded vision tower is never read nor copied
-        return config_from_metadata(f.metadata, tensors), sum(t.nbytes for t in tensors.values())
+        # as the loader: an embedded vision tower is never read nor copied, Ollama's layouts read as llama.cpp's
+        metadata, tensors = ollama_layout(f.metadata, text_tensors(f.tensors))
+        return config_from_metadata(metadata, tensors), sum(t.nbytes for t in tensors.values())
 
 
 def memory_need(cfg, mapped: int, num_ctx: int, num_batch: int, n_slots: int = 1, kv_budget: int = 0,

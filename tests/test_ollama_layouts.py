@@ -1,0 +1,79 @@
+"""Files in the layout Ollama's converter wrote before 2026 (tests/_ollama_files.py) run exactly as the same weights in
+llama.cpp's layout: gpt-oss as `gptoss` (other tensor names, no expert width, YaRN unnamed), EmbeddingGemma as
+`gemma3` with dense.0/dense.1, and gemma3's rope bases under rope.global/local. The llama.cpp-layout files are the
+ones checked against llama.cpp in test_arch_fixtures.py and test_gemma_embedding.py."""
+from __future__ import annotations
+
+import dataclasses
+
+import _ollama_files
+import archgen
+import bertgen
+import numpy as np
+from _hostile_gguf import rewrite
+
+import gguf_io
+from localrt.engine.loader import load_model
+from localrt.models.gguf_facts import gguf_facts
+from localrt.runtime.loading import read_config
+
+
+def _load(path, **kw):
+    return load_model(path, num_gpu=0, **kw)
+
+
+def test_ollamas_gptoss_file_gives_llamacpps_logits(tmp_path):
+    case = archgen.CASES["gpt-oss"]
+    src = archgen.write(tmp_path / "llamacpp.gguf", case)
+    dst = _ollama_files.gptoss(src, tmp_path / "ollama.gguf")
+    with gguf_io.open(dst) as f:
+        assert "blk.0.attn_out.weight" in f.tensors and "blk.0.attn_sinks" in f.tensors
+        assert "blk.0.ffn_norm.weight" in f.tensors and "gptoss.rope.scaling.type" not in f.metadata
+    a, b = _load(src, num_ctx=case.n_ctx), _load(dst, num_ctx=case.n_ctx)
+    try:
+        assert dataclasses.replace(b.config, arch="gpt-oss") == a.config  # expert width and YaRN recovered
+        assert np.array_equal(a.logits(archgen.IDS), b.logits(archgen.IDS))
+    finally:
+        a.close()
+        b.close()
+    cfg, _ = read_config(dst)  # the daemon's memory estimate reads the same layout
+    assert dataclasses.replace(cfg, arch="gpt-oss") == read_config(src)[0]
+
+
+def test_ollamas_embeddinggemma_file_gives_llamacpps_embeddings(tmp_path):
+    src = bertgen.write_gemma(tmp_path / "llamacpp.gguf", dense=True)
+    dst = _ollama_files.embeddinggemma(src, tmp_path / "ollama.gguf")
+    with gguf_io.open(dst) as f:
+        assert f.metadata["general.architecture"] == "gemma3" and "dense.0.weight" in f.tensors
+    ref = np.load(bertgen.DATA / "gemma_f32_dense.npz")
+    a, b = _load(src, tokenizer=False), _load(dst, tokenizer=False)
+    try:
+        assert b.config.arch == "gemma-embedding" and len(b.weights.dense) == 2
+        assert b.config == a.config
+        for key in ("", "long_"):
+            assert np.array_equal(a.embed(ref[key + "ids"]), b.embed(ref[key + "ids"]))
+    finally:
+        a.close()
+        b.close()
+
+
+def test_gemma3s_rope_bases_under_ollamas_old_names_are_read(tmp_path):
+    src = rewrite(archgen.write(tmp_path / "g.gguf", archgen.CASES["gemma3"]), tmp_path / "llamacpp.gguf",
+                  meta={"gemma3.rope.freq_base_swa": 5000.0})
+    dst = _ollama_files.gemma3_rope_bases(src, tmp_path / "ollama.gguf")
+    with gguf_io.open(dst) as f:
+        assert "gemma3.rope.freq_base" not in f.metadata and f.metadata["gemma3.rope.global.freq_base"] == 1e6
+    a, b = _load(src, num_ctx=256), _load(dst, num_ctx=256)
+    try:
+        assert (b.config.rope_base, b.config.rope_base_swa) == (1e6, 5000.0)
+        assert np.array_equal(a.logits(archgen.IDS), b.logits(archgen.IDS))
+    finally:
+        a.close()
+        b.close()
+
+
+def test_the_validation_on_create_reads_the_same_layouts(tmp_path):
+    gpt = _ollama_files.gptoss(archgen.write(tmp_path / "g.gguf", archgen.CASES["gpt-oss"]), tmp_path / "o.gguf")
+    emb = _ollama_files.embeddinggemma(bertgen.write_gemma(tmp_path / "e.gguf", dense=True), tmp_path / "oe.gguf")
+    for path in (gpt, emb):
+        assert gguf_facts(path, scan=True)["invalid"] is None
