@@ -50,8 +50,15 @@ def embeddinggemma(src: Path, dst: Path) -> Path:
                     add={"general.architecture": "gemma3", "gemma3.attention.causal": False})
 
 
-def gemma3_rope_bases(src: Path, dst: Path) -> Path:
-    """archgen's gemma3 file with its rope bases named as Ollama's converter named them before 2026."""
+def gemma3(src: Path, dst: Path, extra_tokens: int = 0) -> Path:
+    """archgen's gemma3 file as Ollama's converter wrote gemma3 1B: rope bases as rope.global/local.freq_base, no
+    layer_norm_rms_epsilon, and `extra_tokens` more tokens in the tokenizer's arrays than token_embd has rows (as
+    Ollama's multimodal gemma3 files keep)."""
     keys = {"gemma3.rope.freq_base": "gemma3.rope.global.freq_base",
             "gemma3.rope.freq_base_swa": "gemma3.rope.local.freq_base"}
-    return _rewrite(src, dst, lambda k: keys.get(k, k), lambda n: n)
+    with gguf_io.open(src) as f:
+        tokens, types = list(f.metadata["tokenizer.ggml.tokens"]), list(f.metadata["tokenizer.ggml.token_type"])
+    add = {"tokenizer.ggml.tokens": tokens + [f"<extra_{i}>" for i in range(extra_tokens)],
+           "tokenizer.ggml.token_type": types + [4] * extra_tokens}  # 4: user defined
+    return _rewrite(src, dst, lambda k: keys.get(k, k), lambda n: n,
+                    drop_keys=("gemma3.attention.layer_norm_rms_epsilon",), add=add)

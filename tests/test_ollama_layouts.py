@@ -1,6 +1,7 @@
 """Files in the layout Ollama's converter wrote before 2026 (tests/_ollama_files.py) run exactly as the same weights in
 llama.cpp's layout: gpt-oss as `gptoss` (other tensor names, no expert width, YaRN unnamed), EmbeddingGemma as
-`gemma3` with dense.0/dense.1, and gemma3's rope bases under rope.global/local. The llama.cpp-layout files are the
+`gemma3` with dense.0/dense.1, and gemma3 with its rope bases under rope.global/local, no eps and a longer
+vocabulary than its embedding. The llama.cpp-layout files are the
 ones checked against llama.cpp in test_arch_fixtures.py and test_gemma_embedding.py."""
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import numpy as np
 from _hostile_gguf import rewrite
 
 import gguf_io
+from localrt.engine.compat import ollama_layout
 from localrt.engine.loader import load_model
 from localrt.models.gguf_facts import gguf_facts
 from localrt.runtime.loading import read_config
@@ -57,19 +59,36 @@ def test_ollamas_embeddinggemma_file_gives_llamacpps_embeddings(tmp_path):
         b.close()
 
 
-def test_gemma3s_rope_bases_under_ollamas_old_names_are_read(tmp_path):
+def test_ollamas_gemma3_file_gives_llamacpps_logits(tmp_path):
     src = rewrite(archgen.write(tmp_path / "g.gguf", archgen.CASES["gemma3"]), tmp_path / "llamacpp.gguf",
                   meta={"gemma3.rope.freq_base_swa": 5000.0})
-    dst = _ollama_files.gemma3_rope_bases(src, tmp_path / "ollama.gguf")
+    dst = _ollama_files.gemma3(src, tmp_path / "ollama.gguf", extra_tokens=3)
     with gguf_io.open(dst) as f:
         assert "gemma3.rope.freq_base" not in f.metadata and f.metadata["gemma3.rope.global.freq_base"] == 1e6
+        assert "gemma3.attention.layer_norm_rms_epsilon" not in f.metadata
+        assert len(f.metadata["tokenizer.ggml.tokens"]) == f.tensors["token_embd.weight"].shape[0] + 3
     a, b = _load(src, num_ctx=256), _load(dst, num_ctx=256)
     try:
-        assert (b.config.rope_base, b.config.rope_base_swa) == (1e6, 5000.0)
+        assert b.config == a.config and (b.config.rope_base, b.config.rope_base_swa) == (1e6, 5000)
         assert np.array_equal(a.logits(archgen.IDS), b.logits(archgen.IDS))
+        assert b.tokenizer.encode("hello world") == a.tokenizer.encode("hello world")
     finally:
         a.close()
         b.close()
+
+
+def test_ollamas_gemma3_defaults_are_gemma3s_own():
+    md = {"general.architecture": "gemma3", "gemma3.context_length": 131072, "gemma3.mm.tokens_per_image": 256}
+    out, _ = ollama_layout(md, {})
+    assert out["gemma3.attention.layer_norm_rms_epsilon"] == np.float32(1e-6)
+    assert (out["gemma3.rope.freq_base"], out["gemma3.rope.freq_base_swa"]) == (1e6, 1e4)
+    assert (out["gemma3.rope.scaling.type"], out["gemma3.rope.scaling.factor"]) == ("linear", 8.0)
+    assert md == {"general.architecture": "gemma3", "gemma3.context_length": 131072,
+                  "gemma3.mm.tokens_per_image": 256}  # the file's own mapping is not changed
+    llamacpp = {"general.architecture": "gemma3", "gemma3.attention.layer_norm_rms_epsilon": 1e-6,
+                "gemma3.context_length": 131072}  # no quirk: llama.cpp's layout, left as it is
+    assert ollama_layout(llamacpp, {})[0] is llamacpp
+    assert ollama_layout({"general.architecture": "gptoss"}, {})[0]["tokenizer.ggml.pre"] == "gpt-4o"
 
 
 def test_the_validation_on_create_reads_the_same_layouts(tmp_path):
