@@ -350,8 +350,15 @@ def _kernel_copy(template, name, binds, module, doc=None):
     return njit(cache=True, nogil=True, parallel=True)(fn)
 
 
-def scalar_rowdots(dot):
-    """(rowdot1, .., rowdot4) for fused_kernel from a plain-Numba row dot(w_row, xq, xd, xs, t) -> float32."""
+def scalar_rowdots(inline_dot):
+    """(rowdot1, .., rowdot4) for fused_kernel from a plain-Numba row dot(w_row, xq, xd, xs, t) -> float32.
+
+    The row dots call one compiled copy of the dot: inlined into each of the kernel's ten call sites it took minutes
+    to compile (Q2_K: 191 s cold), for no speed, as a call per row and token is small beside its super-blocks."""
+
+    @njit
+    def dot(row, xq, xd, xs, t):
+        return inline_dot(row, xq, xd, xs, t)
 
     @njit(inline="always")
     def rowdot1(row, xq, xd, xs, t):

@@ -18,8 +18,8 @@ from _kernel_oracle import activation_error, emulated_dot, weights
 F32, F16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 = 0, 1, 2, 3, 6, 7, 8
 Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS, BF16, MXFP4 = 10, 11, 12, 13, 14, 20, 23, 30, 39
 ALL = [Q8_0, Q4_1, Q4_K, Q5_0, Q6_K, F32, Q4_0, Q5_1, Q2_K, Q3_K, Q5_K, F16, BF16, IQ4_NL, IQ4_XS, MXFP4]
-# Q2_K's and Q3_K's per-row kernels take minutes each to compile cold (no built-in model holds them): their kernel
-# tests run with the slow ones, each format's on one worker (compiled once, not on two workers at the same time)
+# no built-in model holds Q2_K or Q3_K: their kernel tests (each kernel's cold compile, about 5 s since their row dot is
+# one compiled function, docs/measurements.md) run with the slow ones, each format's on one worker
 SLOW_COMPILE = (Q2_K, Q3_K)
 ALL_KERNELS = [pytest.param(t, marks=[pytest.mark.slow, pytest.mark.xdist_group(f"compile-{t}")])
                if t in SLOW_COMPILE else t for t in ALL]

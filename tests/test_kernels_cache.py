@@ -16,7 +16,7 @@ import pytest
 
 import simd_kernels as sk
 from simd_kernels import block32, iquants, kquants
-from test_kernels import SLOW_COMPILE  # Q2_K, Q3_K: minutes each to compile cold
+from test_kernels import SLOW_COMPILE  # Q2_K, Q3_K: with the slow tests (no built-in model holds them)
 
 GENERATED = {t: k for t, k in sk.MUL.items() if k.py_func.__code__.co_filename.endswith("simd.py")}
 
