@@ -377,3 +377,34 @@ def test_import_takes_back_an_export_and_refuses_or_defuses_a_hostile_file(page)
     assert page.evaluate("[({}).polluted, Object.prototype.polluted, window.pwned]") == [None, None, None]
     ids = [c["id"] for c in json.loads(page.evaluate("localStorage.getItem('localrt.conversations')"))]
     assert len(set(ids)) == 3  # an imported id that is taken gets a new one
+
+
+def test_tex_math_is_shown_as_mathml_and_stays_inert(page):
+    reply = ("Euler: $e^{i\\pi} + 1 = 0$ and \\(x_1^2\\). It costs $5 and $10, `$a$` is code.\n\n"
+             "$$\n\\frac{a+b}{\\sqrt[3]{c}} = \\sum_{k=0}^{n} \\alpha_k \\left( x \\right) \\unknown\n$$\n\n"
+             "Hostile: $\\text{<img src=x onerror=\"window.pwned=1\">}$ and $\\mathrm{<b>x</b>}$; deep: $"
+             + "{" * 200 + "x" + "}" * 200 + "$")
+    conv = [{"id": "m", "title": "math", "model": MODEL, "messages": [
+        {"role": "user", "content": "math?"}, {"role": "assistant", "content": reply}]}]
+    page.evaluate("c => localStorage.setItem('localrt.conversations', c)", json.dumps(conv))
+    page.reload()
+    page.wait_for_selector(".msg.assistant math")
+    body = page.locator(".msg.assistant .body")
+    maths = body.locator("math")
+    assert maths.count() == 5  # e^{i pi}, x_1^2, the displayed formula and the two hostile ones; not the deep one
+    first = maths.nth(0)
+    assert first.locator("msup").count() == 1 and first.locator("msup > mi").first.text_content() == "e"
+    assert first.locator("msup > mrow > mi").nth(1).text_content() == "π"
+    assert maths.nth(1).locator("msubsup").count() == 1
+    display = body.locator("div.math math[display=block]")
+    assert display.count() == 1
+    assert display.locator("mfrac").count() == 1 and display.locator("mroot").count() == 1
+    assert display.locator("munderover").count() == 1 and display.locator("munderover > mo").first.text_content() == "∑"
+    assert display.locator("mo[stretchy=true]").count() == 2
+    assert "\\unknown" in display.locator("mtext").last.text_content()  # outside the subset: shown as written
+    assert "It costs $5 and $10" in body.inner_text() and body.locator("code").inner_text() == "$a$"
+    assert body.locator("img, b, script").count() == 0 and page.evaluate("window.pwned") is None
+    assert '<img src=x onerror="window.pwned=1">' in maths.nth(3).locator("mtext").text_content().replace("\xa0", " ")
+    assert "{" * 200 in body.inner_text()  # too deep: left as written
+    box = display.bounding_box()
+    assert box and box["height"] > 30  # laid out as a displayed fraction, not a line of text

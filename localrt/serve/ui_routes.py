@@ -16,6 +16,7 @@ from starlette.responses import (
 UI = Path(__file__).with_name("ui")
 FILES = {"": ("index.html", "text/html; charset=utf-8"), "app.js": ("app.js", "text/javascript; charset=utf-8"),
          "markdown.js": ("markdown.js", "text/javascript; charset=utf-8"),
+         "math.js": ("math.js", "text/javascript; charset=utf-8"),
          "convs.js": ("convs.js", "text/javascript; charset=utf-8"), "app.css": ("app.css", "text/css; charset=utf-8")}
 # Scripts and styles from this origin's files only (no inline code, no eval), requests to this origin only, no
 # frames, forms or plugins: a reply that slipped markup past the renderer still could not run or load anything.

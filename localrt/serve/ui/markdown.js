@@ -1,7 +1,8 @@
 // Markdown to DOM nodes, never through HTML: every piece of model text reaches the page as a text node, so a reply
 // holding <img onerror=...> or <script> shows as those characters. Links are made only for http(s) URLs.
 // Covers what chat replies use: paragraphs, headings, lists, quotes, fenced code (with a copy button), inline
-// code, bold, italic, links. Math stays as written.
+// code, bold, italic, links, and TeX math (math.js): $...$ and \(...\) inline, $$...$$ and \[...\] displayed, also
+// as lines of their own. A $ must hug its formula ($x$, not "$5 and $10"), as in pandoc, and holds no backtick.
 "use strict";
 
 const Markdown = (() => {
@@ -21,8 +22,19 @@ const Markdown = (() => {
     }
   }
 
-  // Inline spans of one line of text: `code`, **bold**, *italic* / _italic_, [text](url).
-  const INLINE = /(`+)([^`]|[^`][\s\S]*?[^`])\1|\*\*([^*]+)\*\*|\*([^*\s][^*]*)\*|\b_([^_]+)_\b|\[([^\]]+)\]\(([^)\s]+)\)/g;
+  // Inline spans of one line of text: `code`, **bold**, *italic* / _italic_, [text](url), then math: $$display$$,
+  // \(inline\), \[display\], $inline$.
+  const INLINE = new RegExp([
+    /(`+)([^`]|[^`][\s\S]*?[^`])\1/.source, /\*\*([^*]+)\*\*/.source, /\*([^*\s][^*]*)\*/.source,
+    /\b_([^_]+)_\b/.source, /\[([^\]]+)\]\(([^)\s]+)\)/.source, /\$\$([^$]+?)\$\$/.source,
+    /\\\((.+?)\\\)/.source, /\\\[(.+?)\\\]/.source, /\$([^\s$\\`]|[^\s$`][^$\n`]*?[^\s$\\`])\$(?![0-9])/.source,
+  ].join("|"), "g");
+
+  // A <math> for TeX source, or its text where math.js leaves it as written.
+  function math(parent, tex, display, written) {
+    const m = typeof TexMath !== "undefined" ? TexMath.render(tex, display) : null;
+    parent.append(m || document.createTextNode(written));
+  }
 
   function inline(parent, text) {
     let last = 0;
@@ -32,6 +44,10 @@ const Markdown = (() => {
       else if (m[3] !== undefined) inline(parent.appendChild(el("strong")), m[3]);
       else if (m[4] !== undefined) inline(parent.appendChild(el("em")), m[4]);
       else if (m[5] !== undefined) inline(parent.appendChild(el("em")), m[5]);
+      else if (m[8] !== undefined) math(parent, m[8], true, m[0]);
+      else if (m[9] !== undefined) math(parent, m[9], false, m[0]);
+      else if (m[10] !== undefined) math(parent, m[10], true, m[0]);
+      else if (m[11] !== undefined) math(parent, m[11], false, m[0]);
       else {
         const href = safeUrl(m[7]);
         if (href) {
@@ -85,6 +101,17 @@ const Markdown = (() => {
         const body = [];
         for (i++; i < lines.length && !lines[i].trimStart().startsWith(fence[1]); i++) body.push(lines[i]);
         out.append(codeBlock(fence[2], body));
+        continue;
+      }
+      const display = line.match(/^\s*(\$\$|\\\[)\s*$/);
+      if (display) { // a displayed formula on lines of its own (an unclosed one, as while streaming, runs to the end)
+        flush();
+        list = null;
+        const end = display[1] === "$$" ? "$$" : "\\]";
+        const body = [];
+        for (i++; i < lines.length && lines[i].trim() !== end; i++) body.push(lines[i]);
+        const written = [line, ...body, i < lines.length ? lines[i] : ""].join("\n");
+        math(out.appendChild(el("div", "math")), body.join("\n"), true, written);
         continue;
       }
       const heading = line.match(/^(#{1,6})\s+(.*)$/);
