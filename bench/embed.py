@@ -173,8 +173,8 @@ def main() -> None:
     out = {"settings": {"chunks": args.chunks, "tokens": args.tokens, "per_request": args.per_request,
                         "batch": BATCH, "threads": THREADS}, "localrt": results, "llama_server": peers or None}
     print(json.dumps(out, indent=2))
-    native = split_native(out, ("llama_server",))  # the peer's figures, at their path in the run
-    append_record("embed", out, native=native, threads=THREADS, out=args.out)
+    peer_figures = split_native(out, ("llama_server",))  # the peer's figures, at their path in the run
+    append_record("embed", out, native=peer_figures, threads=THREADS, out=args.out)
 
 
 if __name__ == "__main__":

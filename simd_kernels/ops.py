@@ -319,6 +319,92 @@ def _geglu_rows(gate, up, out):
     return out
 
 
+def gelu_f16(x, out):
+    """out = ggml's GELU of x, both (n_tok, n) f32 (out may be x): the tanh form of the float16-rounded input, rounded
+    to float16 (what ggml's lookup table holds), x itself from 10 up and 0 from -10 down; bert's encoders use it."""
+    n_tok = checks.gated(x, x, out)
+    if n_tok < TEAM_MIN_ROWS:
+        return _gelu_f16_rows(x, out)
+    team = threads.team()
+    step = -(-n_tok // team.n)
+
+    def part(i):
+        rows = slice(i * step, min(n_tok, (i + 1) * step))
+        _gelu_f16_rows(x[rows], out[rows])
+
+    team.run(part)
+    return out
+
+
+@njit(inline="always")
+def _f16_precision(v):
+    """float32 v rounded to float16's 10 mantissa bits (nearest, ties to even), kept as float32 (normal range)."""
+    u = np.float32(v).view(np.uint32)
+    return np.uint32((u + (np.uint32(0x0FFF) + ((u >> np.uint32(13)) & np.uint32(1)))) & np.uint32(0xFFFFE000)).view(
+        np.float32)
+
+
+# error_model="numpy" as in _geglu_rows; a row buffer keeps the loop free of the in-place overlap (out may be x)
+@njit(cache=True, nogil=True, error_model="numpy")
+def _gelu_f16_rows(x, out):
+    n_tok, n = x.shape
+    row = np.empty(n, np.float32)  # (n,) one row's result
+    for t in range(n_tok):
+        for i in range(n):
+            v = x[t, i]
+            h = _f16_precision(v)
+            y = h * h
+            y = y * np.float32(0.044715)
+            y = y + np.float32(1.0)
+            y = y * h
+            y = y * _GELU_C
+            y = tanhf(y) + np.float32(1.0)
+            y = y * h
+            y = _f16_precision(y * np.float32(0.5))
+            row[i] = v if v >= np.float32(10.0) else (np.float32(0.0) if v <= np.float32(-10.0) else y)
+        for i in range(n):
+            out[t, i] = row[i]
+    return out
+
+
+def softmax_rows_team(x):
+    """In place softmax over the last axis of x (n_rows, n) f32, C-contiguous, rows split over the prefill team: e^x
+    by vmath.expf, the sum in float64 and a multiply by its inverse, as ggml's soft_max (the encoders' attention)."""
+    checks.dims("x", x, 2)
+    n_rows = x.shape[0]
+    if n_rows < TEAM_MIN_ROWS:
+        return _softmax_exp_rows(x)
+    team = threads.team()
+    step = -(-n_rows // team.n)
+
+    def part(i):
+        _softmax_exp_rows(x[i * step : min(n_rows, (i + 1) * step)])
+
+    team.run(part)
+    return x
+
+
+# attend.py's softmax: e^x taken at x >= -87 (a masked -inf key gets 1.6e-38 / total, which no sum can see) and the
+# exponentials in a loop of their own, so it vectorizes (error_model="numpy")
+@njit(cache=True, nogil=True, error_model="numpy")
+def _softmax_exp_rows(x):
+    floor = np.float32(-87.0)
+    for r in range(x.shape[0]):
+        row = x[r]
+        m = row[0]
+        for j in range(1, row.shape[0]):
+            m = max(m, row[j])
+        for j in range(row.shape[0]):
+            row[j] = expf(max(row[j] - m, floor))
+        total = 0.0
+        for j in range(row.shape[0]):
+            total += row[j]
+        inv = np.float32(1.0 / total)
+        for j in range(row.shape[0]):
+            row[j] *= inv
+    return x
+
+
 def kv_store(k, v, k_cache, v_cache, positions, slots):
     """Write k (n_tok, n_kv, head_dim), v (n_tok, n_kv, head_dim_v) into the caches (n_slots, n_kv, cap, head_dim[_v])
     at pos % cap.

@@ -130,6 +130,23 @@ def test_all_minilm_converted_file_reads_as_llamacpp_writes_it(minilm):
     assert minilm.config.n_embd == 384 and minilm.config.n_layer == 6 and minilm.num_ctx == 512
 
 
+def test_inputs_share_a_forward_beyond_the_context(tmp_path, monkeypatch):
+    """num_ctx bounds each input; num_batch bounds the tokens of the inputs sharing a forward, as llama-server's -b
+    over its slots: a context of 64 does not cut a 256-token batch into forwards of 64 (measured: 17% of the
+    embedding throughput, docs/measurements.md)."""
+    model = load_model(bertgen.write(tmp_path / "m.gguf"), num_ctx=64, num_batch=256, tokenizer=False)
+    try:
+        assert (model.num_ctx, model.num_batch) == (bertgen.N_CTX, 256)
+        calls = []
+        encode = model.arch.encode
+        monkeypatch.setattr(model.arch, "encode", lambda *a: calls.append(a[4]) or encode(*a))
+        inputs = [[2] + list(range(5, 65)) + [3]] * 4  # four inputs of 62 tokens
+        model.embed_many(inputs)
+        assert calls == [[62, 62, 62, 62]]
+    finally:
+        model.close()
+
+
 def test_inputs_embedded_together_equal_each_alone(tmp_path):
     """embed_many runs several inputs in one forward (their own positions, attention within each): the same vectors
     as one at a time, whatever shares the batch."""

@@ -128,6 +128,39 @@ def test_geglu_is_gelu_tanh_times_up() -> None:
     assert np.array_equal(in_place, out)
 
 
+def _f16(x: np.ndarray) -> np.ndarray:
+    return x.astype(np.float16).astype(np.float32)
+
+
+def test_gelu_f16_is_ggmls_table_gelu() -> None:
+    rng = np.random.default_rng(5)
+    x = (rng.standard_normal((130, 1536)) * 4).astype(np.float32)  # 130 rows: split over the prefill team
+    x[0, :6] = [10.0, -10.0, 9.99, -9.99, 0.0, 30.0]
+    got = ops.gelu_f16(x, np.empty_like(x))
+    # ggml's table: gelu of the float16 input in float32 steps (tanh rounded from float64), stored as float16
+    f, h = np.float32, _f16(x)
+    inner = (h * h * f(0.044715) + f(1.0)) * h * f(np.sqrt(2.0 / np.pi))
+    want = _f16(f(0.5) * (h * (f(1.0) + np.tanh(inner.astype(np.float64)).astype(np.float32))))
+    want = np.where(x >= 10, x, np.where(x <= -10, f(0.0), want))
+    normal = np.abs(want) >= 6.2e-5  # float16's normal range: below it ggml's float16 keeps fewer bits than ours
+    assert (got[normal] == want[normal]).mean() > 0.999 and np.allclose(got, want, rtol=1e-3, atol=1e-7)
+    assert list(got[0, :2]) == [10.0, 0.0] and got[0, 5] == 30.0 and got[0, 4] == 0.0
+    in_place = x.copy()
+    assert np.array_equal(ops.gelu_f16(in_place, in_place), got)  # as bert's FFN calls it
+
+
+def test_softmax_rows_team_is_softmax() -> None:
+    rng = np.random.default_rng(6)
+    x = (rng.standard_normal((200, 300)) * 6).astype(np.float32)  # 200 rows: split over the prefill team
+    x[0, 5:] = -np.inf  # masked keys, as a sliding window leaves them
+    e = np.exp(x.astype(np.float64) - x.max(axis=1, keepdims=True))
+    want = e / e.sum(axis=1, keepdims=True)
+    got = ops.softmax_rows_team(x.copy())
+    assert np.allclose(got, want, rtol=2e-6, atol=1e-9) and np.all(got[0, 5:] < 1e-37)
+    assert np.allclose(got.sum(axis=1, dtype=np.float64), 1.0, atol=1e-5)
+    assert np.array_equal(ops.softmax_rows_team(x[:3].copy()), got[:3])  # on this thread: the same bits
+
+
 def test_softcap_is_cap_times_tanh_of_x_over_cap() -> None:
     rng = np.random.default_rng(4)
     x = (rng.standard_normal((4, 3000)) * 40).astype(np.float32)

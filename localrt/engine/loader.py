@@ -62,8 +62,10 @@ def load_model(path: str | os.PathLike, num_ctx: int = DEFAULT_NUM_CTX, *, num_b
         weights = archs.get(cfg.arch).load(cfg, TensorSource(tensors, backend))
         n_ctx = min(num_ctx, cfg.n_ctx_train)
         tok = _tokenizer(metadata) if tokenizer else None
-        if cfg.encoder:  # no KV cache, no GPU layers: one forward per input
-            model = Encoder(cfg, metadata, weights, backend, tok, num_ctx=n_ctx, num_batch=min(num_batch, num_ctx),
+        # an encoder has no KV cache and no GPU layers; num_ctx bounds each input, num_batch the tokens of the inputs
+        # that share a forward (as llama-server's -b over its slots): not capped by the context
+        if cfg.encoder:
+            model = Encoder(cfg, metadata, weights, backend, tok, num_ctx=n_ctx, num_batch=num_batch,
                             source=f, num_thread=num_thread)
             model.load_duration_ns = time.perf_counter_ns() - t0
             return model

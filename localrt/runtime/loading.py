@@ -97,7 +97,7 @@ def memory_need(cfg, mapped: int, num_ctx: int, num_batch: int, n_slots: int = 1
     from ..engine.kv_cache import KV_BLOCK, budget_positions, pool_blocks, pool_position_bytes
 
     n_ctx = min(num_ctx, cfg.n_ctx_train)  # as load_model
-    n_batch = min(num_batch, num_ctx)
+    n_batch = num_batch if cfg.encoder else min(num_batch, num_ctx)  # an encoder's inputs share a forward (loader)
     per_pos = cfg.n_head_kv * (cfg.head_dim + cfg.head_dim_v) * 2  # K (n_head_kv, head_dim) + V f16, one layer
     pool_pos = pool_position_bytes(cfg.windows, cfg.n_head_kv, cfg.head_dim, cfg.head_dim_v)
     kv_budget = budget_positions(kv_budget, kv_budget_bytes, pool_pos)  # as the Model sizes its pool

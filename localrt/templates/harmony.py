@@ -1,6 +1,11 @@
 """OpenAI's harmony chat format (gpt-oss): detection, the `think` level it is rendered with, and a streaming parser
 that splits the model's output into reasoning, answer and tool calls, as Ollama's harmony parser does.
 
+Written here rather than taken from `openai-harmony` (PyPI): that library's encodings load o200k's vocabulary by
+downloading it at first use (openai/harmony#46, #95, #101: it fails offline unless a file is placed by hand), a
+native extension for each platform, and it renders and parses whole token lists, where the engine needs text pieces
+as they stream and the file's own chat template to render. The format itself is small and stable (below).
+
 An assistant message is `<|start|>assistant<|channel|>CHANNEL<|message|>BODY<|end|>`; the prompt ends with
 `<|start|>assistant`, so the output begins at `<|channel|>`. Channels: `analysis` is reasoning, `final` is the
 answer, `commentary` is answer text unless its header names a recipient (`to=functions.NAME`): then the body is a

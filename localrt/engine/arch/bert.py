@@ -196,9 +196,7 @@ def _attention(cfg, q: np.ndarray, k: np.ndarray, v: np.ndarray, window: int = 0
         if window > 0:
             rows = np.arange(lo, lo + s.shape[1])[:, None]  # (chunk, 1) query positions
             s[:, np.abs(rows - np.arange(n)[None, :]) > window // 2] = -np.inf  # (chunk, n_tok) outside the window
-        s -= s.max(axis=-1, keepdims=True)
-        np.exp(s, out=s)
-        s /= s.sum(axis=-1, keepdims=True)
+        ops.softmax_rows_team(s.reshape(-1, n))  # in place: s is matmul's own C-contiguous result
         out[:, lo : lo + QUERY_CHUNK] = np.matmul(s, v)
     return out.transpose(1, 0, 2).reshape(n, nh * cfg.head_dim_v)
 
@@ -209,9 +207,6 @@ def layer_norm(x: np.ndarray, weight: np.ndarray, bias: np.ndarray, eps: float) 
     c = (x - mean).astype(np.float32)
     var = np.mean(np.square(c, dtype=np.float64), axis=-1, keepdims=True)
     return (c * (1.0 / np.sqrt(var + eps)).astype(np.float32)) * weight + bias
-
-
-_GELU_C = np.float32(np.sqrt(2.0 / np.pi))
 
 
 def to_f16_precision(x: np.ndarray) -> np.ndarray:
@@ -225,20 +220,6 @@ def to_f16_precision(x: np.ndarray) -> np.ndarray:
 
 
 def gelu(x: np.ndarray) -> np.ndarray:
-    """ggml's GELU: the tanh form of the float16-rounded input, rounded to float16 (its lookup table); identity from
-    10 up and 0 from -10 down."""
-    h = to_f16_precision(x)
-    y = h * h
-    y *= np.float32(0.044715)
-    y += np.float32(1.0)
-    y *= h
-    y *= _GELU_C
-    np.tanh(y, out=y)
-    y += np.float32(1.0)
-    y *= h
-    y *= np.float32(0.5)
-    y = to_f16_precision(y)
-    big = x >= 10.0
-    y[big] = x[big]
-    y[x <= -10.0] = 0.0
-    return y
+    """ggml's GELU (simd_kernels.ops.gelu_f16): the tanh form of the float16-rounded input, rounded to float16 (its
+    lookup table); identity from 10 up and 0 from -10 down. In place: x is the up projection's own output."""
+    return ops.gelu_f16(x, x)
