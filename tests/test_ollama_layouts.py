@@ -11,11 +11,13 @@ import _ollama_files
 import archgen
 import bertgen
 import numpy as np
+import pytest
 from _hostile_gguf import rewrite
 
 import gguf_io
 from localrt.engine.compat import ollama_layout
 from localrt.engine.loader import load_model
+from localrt.errors import InvalidModel
 from localrt.models.gguf_facts import gguf_facts
 from localrt.runtime.loading import read_config
 
@@ -96,3 +98,13 @@ def test_the_validation_on_create_reads_the_same_layouts(tmp_path):
     emb = _ollama_files.embeddinggemma(bertgen.write_gemma(tmp_path / "e.gguf", dense=True), tmp_path / "oe.gguf")
     for path in (gpt, emb):
         assert gguf_facts(path, scan=True)["invalid"] is None
+
+
+def test_a_tensor_under_both_names_is_refused(tmp_path):
+    src = archgen.write(tmp_path / "g.gguf", archgen.CASES["gpt-oss"])
+    dst = _ollama_files.gptoss(src, tmp_path / "ollama.gguf")
+    both = rewrite(dst, tmp_path / "both.gguf", add_tensors={"blk.0.attn_output.weight": np.zeros((4, 4), np.float32)})
+    with pytest.raises(InvalidModel, match="both blk.0.attn_out.weight and blk.0.attn_output.weight|"
+                                           "both blk.0.attn_output.weight and blk.0.attn_out.weight"):
+        _load(both, num_ctx=64)
+    assert isinstance(gguf_facts(both)["invalid"], InvalidModel)

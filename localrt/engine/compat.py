@@ -17,9 +17,9 @@ Ollama's files of three families are translated in memory at load, as Ollama's l
   such a file would run with the wrong eps or rope base without a word, or be refused for its vocabulary.
 - EmbeddingGemma from that converter, architecture `gemma3` with a `dense.0.weight`: it is `gemma-embedding` (its
   `gemma3.*` keys under that prefix but `attention.causal` and `attention.sliding_window_pattern`, its rope bases
-  read as above), `dense.0`/`dense.1` are `dense_2`/`dense_3` (their
-  widths from their shapes), `norm.weight` is `output_norm.weight`. Ollama's converter has written llama.cpp's
-  layout since 2026; files pulled earlier keep the old one.
+  read as above), `dense.0`/`dense.1` are `dense_2`/`dense_3` (their widths from their shapes), `norm.weight` is
+  `output_norm.weight`. Ollama's converter writes llama.cpp's layout now; files pulled earlier keep the old one.
+A file holding a tensor under both names is refused: one of the two would be dropped without a word.
 
 Ollama's own converter writes the vision tower and its projector into the text model's GGUF (gemma3: tensors
 `v.*` such as `v.blk.0.attn_q.weight` and `mm.*` such as `mm.mm_input_projection.weight`, metadata
@@ -37,6 +37,8 @@ from collections.abc import Mapping
 from typing import TypeVar
 
 import numpy as np
+
+from ..errors import InvalidModel
 
 log = logging.getLogger("localrt.engine")
 
@@ -131,9 +133,20 @@ def _renamed(name: str, renames) -> str:
     return name
 
 
+def _unique(renamed: list[tuple[str, str]], arch: str) -> None:
+    """Refuses a file where two tensors come to one name ([(file name, new name)])."""
+    seen: dict[str, str] = {}
+    for name, new in renamed:
+        if new in seen:
+            raise InvalidModel(f"{arch} file holds both {seen[new]} and {name}, which name the same tensor")
+        seen[new] = name
+
+
 def _gptoss(metadata: Mapping, tensors: Mapping[str, T]) -> tuple[dict, dict[str, T]]:
     md = dict(metadata)
-    out = {_renamed(name, _GPTOSS_RENAMES): t for name, t in tensors.items()}
+    names = [(name, _renamed(name, _GPTOSS_RENAMES)) for name in tensors]
+    _unique(names, "gptoss")
+    out = {new: tensors[name] for name, new in names}
     gate = out.get("blk.0.ffn_gate_exps.weight")
     shape = getattr(gate, "shape", ())
     if "gptoss.expert_feed_forward_length" not in md and len(shape) == 3:  # (n_expert, n_ff_exp, n_embd)
@@ -150,7 +163,9 @@ def _embeddinggemma(metadata: Mapping, tensors: Mapping[str, T]) -> tuple[dict, 
           for k, v in metadata.items() if k not in ("gemma3.attention.causal", "gemma3.attention.sliding_window_pattern")}
     md["general.architecture"] = "gemma-embedding"
     md.setdefault("gemma-embedding.rope.freq_base_swa", 10000.0)
-    out = {_EMBEDDINGGEMMA_RENAMES.get(name, name): t for name, t in tensors.items()}
+    names = [(name, _EMBEDDINGGEMMA_RENAMES.get(name, name)) for name in tensors]
+    _unique(names, "gemma3 (embeddinggemma)")
+    out = {new: tensors[name] for name, new in names}
     for which in ("2", "3"):
         shape = getattr(out.get(f"dense_{which}.weight"), "shape", ())
         if len(shape) == 2:  # NumPy order: (outputs, inputs)

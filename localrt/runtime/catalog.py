@@ -13,7 +13,7 @@ import store as st
 from store import manifests as mt
 
 from .. import templates
-from ..errors import InvalidRequest, ModelNotFound
+from ..errors import InvalidModel, InvalidRequest, ModelNotFound
 from ..models import library
 from ..models.create import create as create_model
 from .sampling_extras import embedding_only
@@ -108,7 +108,10 @@ class Catalog:
                 tensor_list = [{"name": t.name, "type": gguf_io.GGMLType(t.ggml_type).name,
                                 "shape": [int(d) for d in reversed(t.shape)]} for t in f.tensors.values()]
                 choice = templates.choose_template(f.metadata, rec.template)
-                layout, _ = ollama_layout(f.metadata, f.tensors)  # Ollama's embeddinggemma: gemma-embedding
+                try:
+                    layout, _ = ollama_layout(f.metadata, f.tensors)  # Ollama's embeddinggemma: gemma-embedding
+                except InvalidModel:  # show describes even a file the loader refuses
+                    layout = f.metadata
         else:
             choice = None
         params = dict(rec.params)
