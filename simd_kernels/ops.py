@@ -367,12 +367,13 @@ def _gelu_f16_rows(x, out):
     return out
 
 
-def softmax_rows_team(x):
-    """In place softmax over the last axis of x (n_rows, n) f32, C-contiguous, rows split over the prefill team: e^x
-    by vmath.expf, the sum in float64 and a multiply by its inverse, as ggml's soft_max (the encoders' attention)."""
+def softmax_rows_team(x, split: bool = True):
+    """In place softmax over the last axis of x (n_rows, n) f32, C-contiguous, rows split over the prefill team
+    (`split`; never from inside a team member): e^x by vmath.expf, the sum in float64 and a multiply by its inverse,
+    as ggml's soft_max (the encoders' attention)."""
     checks.dims("x", x, 2)
     n_rows = x.shape[0]
-    if n_rows < TEAM_MIN_ROWS:
+    if n_rows < TEAM_MIN_ROWS or not split:
         return _softmax_exp_rows(x)
     team = threads.team()
     step = -(-n_rows // team.n)

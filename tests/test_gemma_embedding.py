@@ -77,7 +77,7 @@ def test_the_config_reads_gemma_embeddings_keys(tmp_path, tiny):
 
 
 def _one_sided(mode: str):
-    """bert._attention with another mask: "causal" (j <= i, then the window) or "trailing" (gemma3 decoder's
+    """bert.attend_sequences with another mask: "causal" (j <= i, then the window) or "trailing" (gemma3 decoder's
     window: i - window < j <= i)."""
     def attend(cfg, q, k, v, window=0):
         n = len(q)
@@ -89,7 +89,10 @@ def _one_sided(mode: str):
                 att = bert._attention(cfg, q[lo : i + 1], k[lo : i + 1], v[lo : i + 1])
             out[i] = att[-1]
         return out
-    return attend
+
+    def attend_sequences(cfg, q, k, v, starts, window=0):  # as bert.attend_sequences: each sequence alone
+        return np.concatenate([attend(cfg, *m, window) for m in zip(*(np.split(a, starts[1:-1]) for a in (q, k, v)))])
+    return attend_sequences
 
 
 @pytest.mark.parametrize("ablation", ["global", "wider", "narrower", "causal", "trailing"])
@@ -103,7 +106,7 @@ def test_the_symmetric_window_and_bidirectional_attention_matter(tiny, monkeypat
     cfg = tiny.config
     w = bertgen.GEMMA_WINDOW
     if ablation in ("causal", "trailing"):
-        monkeypatch.setattr(gemma_embedding, "_attention", _one_sided(ablation))
+        monkeypatch.setattr(gemma_embedding, "attend_sequences", _one_sided(ablation))
     else:
         local = {"global": 0, "wider": w + 1, "narrower": w - 2}[ablation]
         cfg = dataclasses.replace(cfg, windows=tuple(local if x else 0 for x in cfg.windows))

@@ -14,7 +14,7 @@ from itertools import pairwise
 
 import numpy as np
 
-from simd_kernels import ops
+from simd_kernels import ops, threads
 
 from ...errors import InvalidModel
 from ..backends.backend import QTensor
@@ -137,8 +137,7 @@ def encode(be, cfg, w: EncoderWeights, tokens: np.ndarray, lengths: list[int] | 
     x = layer_norm(x, *w.embd_norm, cfg.norm_eps)
     starts = np.cumsum([0] + lengths)
     for L in w.layers:
-        att = np.concatenate([_attention(cfg, q, k, v) for q, k, v in
-                              zip(*(np.split(_linear(be, L, m, x), starts[1:-1]) for m in ("attn_q", "attn_k", "attn_v")))])
+        att = attend_sequences(cfg, *(_linear(be, L, m, x) for m in ("attn_q", "attn_k", "attn_v")), starts)
         a = _linear(be, L, "attn_output", att)
         x = layer_norm(x + a, *L.attn_output_norm, cfg.norm_eps)
         f = _linear(be, L, "ffn_down", gelu(_linear(be, L, "ffn_up", x)))
@@ -178,10 +177,29 @@ def _linear(be, L: EncoderLayer, name: str, x: np.ndarray) -> np.ndarray:
     return y
 
 
-def _attention(cfg, q: np.ndarray, k: np.ndarray, v: np.ndarray, window: int = 0) -> np.ndarray:
+def attend_sequences(cfg, q: np.ndarray, k: np.ndarray, v: np.ndarray, starts: np.ndarray, window: int = 0) -> np.ndarray:
+    """`_attention` of each sequence laid end to end in q, k, v (n_tok, ...; sequence i is rows starts[i] to
+    starts[i + 1]): (n_tok, n_head * head_dim_v). Several sequences share the prefill team, one a member at a time
+    (each member's BLAS is single-threaded); a sequence alone splits its softmax over the team instead."""
+    seqs = list(zip(*(np.split(m, starts[1:-1]) for m in (q, k, v))))
+    if len(seqs) == 1:
+        return _attention(cfg, *seqs[0], window)
+    team = threads.team()
+    outs: list = [None] * len(seqs)
+
+    def part(i: int) -> None:
+        for j in range(i, len(seqs), team.n):
+            outs[j] = _attention(cfg, *seqs[j], window, split=False)
+
+    team.run(part)
+    return np.concatenate(outs)
+
+
+def _attention(cfg, q: np.ndarray, k: np.ndarray, v: np.ndarray, window: int = 0, split: bool = True) -> np.ndarray:
     """Softmax(q k^T / sqrt(head_dim)) v over all tokens of one sequence, per head; (n_tok, n_head * head_dim_v).
     window > 0: a symmetric sliding window (gemma-embedding's local layers), token i sees token j only where
-    |i - j| <= window // 2 (llama.cpp's LLAMA_SWA_TYPE_SYMMETRIC)."""
+    |i - j| <= window // 2 (llama.cpp's LLAMA_SWA_TYPE_SYMMETRIC). split: the softmax over the prefill team (not
+    from inside a team member)."""
     n, nh, nkv = len(q), cfg.n_head, cfg.n_head_kv
     q = q.reshape(n, nh, cfg.head_dim).transpose(1, 0, 2)  # (n_head, n_tok, head_dim)
     # keys and values at float16, as llama.cpp attends them
@@ -196,7 +214,7 @@ def _attention(cfg, q: np.ndarray, k: np.ndarray, v: np.ndarray, window: int = 0
         if window > 0:
             rows = np.arange(lo, lo + s.shape[1])[:, None]  # (chunk, 1) query positions
             s[:, np.abs(rows - np.arange(n)[None, :]) > window // 2] = -np.inf  # (chunk, n_tok) outside the window
-        ops.softmax_rows_team(s.reshape(-1, n))  # in place: s is matmul's own C-contiguous result
+        ops.softmax_rows_team(s.reshape(-1, n), split)  # in place: s is matmul's own C-contiguous result
         out[:, lo : lo + QUERY_CHUNK] = np.matmul(s, v)
     return out.transpose(1, 0, 2).reshape(n, nh * cfg.head_dim_v)
 

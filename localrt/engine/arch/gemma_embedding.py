@@ -26,7 +26,7 @@ from simd_kernels import ops
 from ...errors import InvalidModel
 from .. import validate
 from ..backends.backend import QTensor
-from .bert import _attention
+from .bert import attend_sequences
 from .common import (
     Layer,
     TensorSource,
@@ -134,8 +134,7 @@ def encode(be, cfg, w: GemmaEmbeddingWeights, tokens: np.ndarray, lengths: list[
         be.ops.rms_norm_heads(k3, L.attn_k_norm, cfg.rms_eps)
         be.ops.rope(q3, positions, cfg.n_rot, base, scale, w.rope_freqs, cfg.rope_mode)
         be.ops.rope(k3, positions, cfg.n_rot, base, scale, w.rope_freqs, cfg.rope_mode)
-        att = np.concatenate([_attention(cfg, qs, ks, vs, window) for qs, ks, vs in
-                              zip(*(np.split(m, starts[1:-1]) for m in (q, k, v)))])  # (n_tok, n_head * head_dim_v)
+        att = attend_sequences(cfg, q, k, v, starts, window)  # (n_tok, n_head * head_dim_v)
         a = be.linear(L.attn_output, att)  # (n_tok, n_embd)
         if L.attn_output_bias is not None:
             a += L.attn_output_bias

@@ -21,7 +21,7 @@ import numpy as np
 from simd_kernels import ops
 
 from ..backends.backend import QTensor
-from .bert import _attention, _linear, layer_norm
+from .bert import _linear, attend_sequences, layer_norm
 from .common import TensorSource, TensorTable, dims
 from .phi3 import (
     check_tensors,  # each block: attn_qkv, or all three of attn_q, attn_k, attn_v
@@ -153,8 +153,7 @@ def encode(be, cfg, w: NomicWeights, tokens: np.ndarray, lengths: list[int] | No
         if cfg.rope_attn_factor != 1.0:  # ggml scales cos and sin: the rotated dims only
             q3[:, :, : cfg.n_rot] *= np.float32(cfg.rope_attn_factor)
             k3[:, :, : cfg.n_rot] *= np.float32(cfg.rope_attn_factor)
-        att = np.concatenate([_attention(cfg, qs, ks, vs) for qs, ks, vs in
-                              zip(*(np.split(m, starts[1:-1]) for m in (q, k, v)))])  # (n_tok, n_o)
+        att = attend_sequences(cfg, q, k, v, starts)  # (n_tok, n_o)
         a = _linear(be, L, "attn_output", att)
         x = layer_norm(x + a, *L.attn_output_norm, cfg.norm_eps)
         gate = be.linear(L.ffn_gate, x)  # (n_tok, n_ff)
