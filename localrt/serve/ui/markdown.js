@@ -23,11 +23,12 @@ const Markdown = (() => {
   }
 
   // Inline spans of one line of text: `code`, **bold**, *italic* / _italic_, [text](url), then math: $$display$$,
-  // \(inline\), \[display\], $inline$.
+  // \(inline\), \[display\], $inline$. A formula holds no opener of its own kind, so a line of many unclosed \( is
+  // scanned once, not once per opener.
   const INLINE = new RegExp([
     /(`+)([^`]|[^`][\s\S]*?[^`])\1/.source, /\*\*([^*]+)\*\*/.source, /\*([^*\s][^*]*)\*/.source,
     /\b_([^_]+)_\b/.source, /\[([^\]]+)\]\(([^)\s]+)\)/.source, /\$\$([^$]+?)\$\$/.source,
-    /\\\((.+?)\\\)/.source, /\\\[(.+?)\\\]/.source, /\$([^\s$\\`]|[^\s$`][^$\n`]*?[^\s$\\`])\$(?![0-9])/.source,
+    /\\\(((?:[^\\]|\\(?!\())+?)\\\)/.source, /\\\[((?:[^\\]|\\(?!\[))+?)\\\]/.source, /\$([^\s$\\`]|[^\s$`][^$\n`]*?[^\s$\\`])\$(?![0-9])/.source,
   ].join("|"), "g");
 
   // A <math> for TeX source, or its text where math.js leaves it as written.
