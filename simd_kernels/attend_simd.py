@@ -4,10 +4,10 @@ F16C).
 
 Why: the kernel's own loops summed each key's dot as a horizontal reduction of its own (a dependent shuffle-and-add
 chain per key) and accumulated the value rows through memory; 16 keys' dots are reduced together as a transpose
-(15 vector adds for 16 keys), and four 16-element chunks of the output stay in registers over the keys. Measured on
-SmolLM2's heads (9 of 64 dims, 500 keys, one thread, us at 1 / 4 rows): 37.3 / 146 -> 31.2 / 121. A key's dot is
-the same sum whether it is taken with 15 others or alone (`key_dot1`): its 16 lanes over the head's 16-element chunks,
-then a tree of halves; a value element's sum is the same chain of FMAs however the keys are split into calls.
+(15 vector adds for 16 keys), and four 16-element chunks of the output stay in registers over the keys (measured:
+docs/measurements.md). A key's dot is the same sum whether it is taken with 15 others or alone (`key_dot1`): its 16
+lanes over the head's 16-element chunks, then a tree of halves; a value element's sum is the same chain of FMAs
+however the keys are split into calls.
 """
 from __future__ import annotations
 

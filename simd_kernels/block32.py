@@ -9,18 +9,10 @@ tokens go in chunks so that their quantized activations stay in cache while ever
 
 The row dots are the prompt kernels' (simd_kernels.block32_prompt: eight blocks transposed in registers, one convert and one
 FMA per eight blocks and token), on every host, so a decoded token, a drafted one and a prompt piece's compute alike,
-and the same bits whatever integer-dot instructions the CPU has (tests/test_kernels_x86.py). Against the row dots these
-kernels had before (one convert, broadcast and FMA per block and token), measured on 2 threads of a Zen 4 EPYC, us per
-call at 1 / 2 / 4 / 8 tokens: SmolLM2's Q4_1 1536 x 576 35 / 51 / 88 / 163 -> 37 / 45 / 61 / 87; 2048 x 2048 Q4_0 106 /
-162 / 254 / 463 -> 73 / 90 / 133 / 191, Q8_0 96 / 121 / 218 / 390 -> 60 / 75 / 105 / 178, Q5_0 128 / 178 / 277 / 501 ->
-92 / 109 / 146 / 204. SmolLM2's whole forward of 1 / 2 / 4 / 8 rows: 9.0 / 11.5 / 17.5 / 30.9 -> 6.6 / 7.2 / 9.0 / 14.0
-ms.
-On AVX2 without VNNI the row dots add the vpmaddubsw pair sums of 8 (Q4) or 4 (Q5) registers as words before one
-vpmaddwd, and dot Q8_0's quants signed (vpsignb) rather than offset (prefill._lane_dots): measured on 2 threads of a
-Zen 3 EPYC (a noisy shared VM, best of two interleaved runs), 2048 x 2048 us per call at 1 / 4 / 8 tokens, Q4_0
-135 / 285 / 470 -> 101 / 183 / 273, Q4_1 125 / 234 / 363 -> 104 / 178 / 289, Q8_0 194 / 533 / 1097 -> 111 / 264 /
-473, Q5_0 and Q5_1 0.98-1.2x; SmolLM2's whole forward of 1 / 2 / 4 / 5 / 8 rows 8.6 / 10.3 / 14.5 / 16.6 / 23.5 ->
-7.9 / 9.7 / 12.9 / 14.4 / 19.6 ms.
+and the same bits whatever integer-dot instructions the CPU has (tests/test_kernels_x86.py). On AVX2 without
+VNNI the row dots add the vpmaddubsw pair sums of 8 (Q4) or 4 (Q5) registers as words before one vpmaddwd, and dot
+Q8_0's quants signed (vpsignb) rather than offset (prefill._lane_dots). The figures behind both choices are in
+docs/measurements.md.
 """
 from __future__ import annotations
 

@@ -18,10 +18,7 @@ all 512-bit (a 512-bit instruction mixed into 256-bit work stops port 1's vector
 kernels before). The activations sit at 64-byte boundaries (`actquant.empty_64`): a load across two cache
 lines cost 10-17%.
 
-Measured (128 tokens, best of 25; 1 thread, then 2; the 1B Q4_K_M file's shapes, Q5_K of our quantizer), against
-the 8-lane 256-bit form with 8 tokens a pass: Q4_K 2048 x 2048 104 -> 141 and 205 -> 275 GMAC/s, 8192 x 2048 103
--> 140 and 200 -> 270; Q6_K 2048 x 8192 87 -> 106-116 and 166 -> 210-220; Q5_K 2048 x 2048 95 -> 129 and 181 -> 240.
-The 512-bit form alone gave 10-12%, 16 tokens a pass the rest.
+The figures behind this form are in docs/measurements.md.
 """
 from __future__ import annotations
 
