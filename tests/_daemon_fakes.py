@@ -201,6 +201,21 @@ def pinned_daemon(models_dir: Path, **overrides):
         service.close()
 
 
+def create_from_file(url: str, name: str, path: Path) -> None:
+    """Creates model `name` on the daemon at url from the GGUF at path, as a client does: the file uploaded as a
+    blob, then /api/create naming it."""
+    import hashlib
+
+    import httpx
+
+    data = Path(path).read_bytes()
+    digest = "sha256:" + hashlib.sha256(data).hexdigest()
+    r = httpx.post(f"{url}/api/blobs/{digest}", content=data, timeout=30)
+    assert r.status_code in (200, 201), r.text
+    r = httpx.post(url + "/api/create", json={"model": name, "files": {"m.gguf": digest}, "stream": False}, timeout=60)
+    assert r.status_code == 200, r.text
+
+
 def raw_request(port: int, data: bytes, timeout: float = 10.0) -> bytes:
     """Send bytes on a fresh socket and read the reply until the server closes or the status line and headers
     (and, with Content-Length, the body) are in."""

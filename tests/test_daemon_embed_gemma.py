@@ -3,14 +3,12 @@
 /api/show, the vectors compared with llama.cpp's on the same file (tests/data/bert/gemma_f32_dense.npz)."""
 from __future__ import annotations
 
-import hashlib
-
 import _ollama_files
 import bertgen
 import httpx
 import numpy as np
 import pytest
-from _daemon_fakes import real_daemon
+from _daemon_fakes import create_from_file, real_daemon
 
 MODEL = "tiny-gemma-embed"
 OLLAMA_MODEL = "tiny-embeddinggemma-ollama"  # the same weights in Ollama's pre-2026 layout (tests/_ollama_files.py)
@@ -22,14 +20,8 @@ def daemon(tmp_path_factory):
     path = bertgen.write_gemma(files / "m.gguf", dense=True)
     ollama = _ollama_files.embeddinggemma(path, files / "ollama.gguf")
     with real_daemon(tmp_path_factory.mktemp("models")) as srv:
-        for name, p in ((MODEL, path), (OLLAMA_MODEL, ollama)):
-            data = p.read_bytes()
-            digest = "sha256:" + hashlib.sha256(data).hexdigest()
-            r = httpx.post(f"{srv.url}/api/blobs/{digest}", content=data, timeout=30)
-            assert r.status_code in (200, 201), r.text
-            r = httpx.post(srv.url + "/api/create", json={"model": name, "files": {"m.gguf": digest}, "stream": False},
-                           timeout=60)
-            assert r.status_code == 200, r.text
+        create_from_file(srv.url, MODEL, path)
+        create_from_file(srv.url, OLLAMA_MODEL, ollama)
         yield srv
 
 

@@ -11,7 +11,7 @@ import bertgen
 import httpx
 import numpy as np
 import pytest
-from _daemon_fakes import real_daemon
+from _daemon_fakes import create_from_file, real_daemon
 
 import gguf_io
 
@@ -20,22 +20,12 @@ SERVED = json.loads((bertgen.DATA / "rerank_server.json").read_text())["plain"]
 BODY = {"model": RERANKER, "query": bertgen.RERANK_QUERY, "documents": bertgen.RERANK_DOCS}
 
 
-def _create(srv, name: str, path) -> None:
-    data = path.read_bytes()
-    digest = "sha256:" + hashlib.sha256(data).hexdigest()
-    r = httpx.post(f"{srv.url}/api/blobs/{digest}", content=data, timeout=30)
-    assert r.status_code in (200, 201), r.text
-    r = httpx.post(srv.url + "/api/create", json={"model": name, "files": {"m.gguf": digest}, "stream": False},
-                   timeout=60)
-    assert r.status_code == 200, r.text
-
-
 @pytest.fixture(scope="module")
 def daemon(tmp_path_factory):
     files = tmp_path_factory.mktemp("files")
     with real_daemon(tmp_path_factory.mktemp("models")) as srv:
-        _create(srv, RERANKER, bertgen.write_reranker(files / "rerank.gguf"))
-        _create(srv, EMBEDDER, bertgen.write(files / "embed.gguf"))
+        create_from_file(srv.url, RERANKER, bertgen.write_reranker(files / "rerank.gguf"))
+        create_from_file(srv.url, EMBEDDER, bertgen.write(files / "embed.gguf"))
         yield srv
 
 

@@ -7,12 +7,10 @@ is not in the store are 400s naming the draft model, and the daemon keeps servin
 """
 from __future__ import annotations
 
-import hashlib
-
 import httpx
 import pytest
 
-from _daemon_fakes import make_config
+from _daemon_fakes import create_from_file, make_config
 from _engine_gguf import Spec, write_model
 from _hostile_gguf import rewrite
 from localrt.runtime.service import Service
@@ -30,12 +28,7 @@ def daemon(tmp_path_factory):
     try:
         with BackgroundServer(service, conf) as srv:
             for name in ("target", "draft", "odd"):
-                data = (root / f"{name}.gguf").read_bytes()
-                digest = "sha256:" + hashlib.sha256(data).hexdigest()
-                assert httpx.post(f"{srv.url}/api/blobs/{digest}", content=data, timeout=30).status_code in (200, 201)
-                r = httpx.post(srv.url + "/api/create", json={"model": name, "files": {"m.gguf": digest}, "stream": False},
-                               timeout=60)
-                assert r.status_code == 200, r.text
+                create_from_file(srv.url, name, root / f"{name}.gguf")
             r = httpx.post(srv.url + "/api/create", json={"model": "paired", "from": "target", "stream": False,
                                                            "parameters": {"draft_model": "draft"}}, timeout=60)
             assert r.status_code == 200, r.text
