@@ -273,18 +273,24 @@ def _swiglu_oai_rows(gate, up, out):
 
 def _on_team(kernel, gate, up, out):
     """kernel(gate, up, out) on row ranges split over the prefill team; small batches on this thread."""
-    n_tok = checks.gated(gate, up, out)
-    if n_tok < TEAM_MIN_ROWS:
-        return kernel(gate, up, out)
+    _rows_on_team(kernel, checks.gated(gate, up, out), gate, up, out)
+    return out
+
+
+def _rows_on_team(kernel, n_rows: int, *arrays) -> None:
+    """kernel(*arrays) on ranges of their first n_rows rows split over the prefill team; under TEAM_MIN_ROWS rows
+    on this thread."""
+    if n_rows < TEAM_MIN_ROWS:
+        kernel(*arrays)
+        return
     team = threads.team()
-    step = -(-n_tok // team.n)
+    step = -(-n_rows // team.n)
 
     def part(i):
-        rows = slice(i * step, min(n_tok, (i + 1) * step))
-        kernel(gate[rows], up[rows], out[rows])
+        rows = slice(i * step, min(n_rows, (i + 1) * step))
+        kernel(*(a[rows] for a in arrays))
 
     team.run(part)
-    return out
 
 
 _GELU_C = np.float32(math.sqrt(2.0 / math.pi))
@@ -322,17 +328,7 @@ def _geglu_rows(gate, up, out):
 def gelu_f16(x, out):
     """out = ggml's GELU of x, both (n_tok, n) f32 (out may be x): the tanh form of the float16-rounded input, rounded
     to float16 (what ggml's lookup table holds), x itself from 10 up and 0 from -10 down; bert's encoders use it."""
-    n_tok = checks.gated(x, x, out)
-    if n_tok < TEAM_MIN_ROWS:
-        return _gelu_f16_rows(x, out)
-    team = threads.team()
-    step = -(-n_tok // team.n)
-
-    def part(i):
-        rows = slice(i * step, min(n_tok, (i + 1) * step))
-        _gelu_f16_rows(x[rows], out[rows])
-
-    team.run(part)
+    _rows_on_team(_gelu_f16_rows, checks.gated(x, x, out), x, out)
     return out
 
 
@@ -372,16 +368,10 @@ def softmax_rows_team(x, split: bool = True):
     (`split`; never from inside a team member): e^x by vmath.expf, the sum in float64 and a multiply by its inverse,
     as ggml's soft_max (the encoders' attention)."""
     checks.dims("x", x, 2)
-    n_rows = x.shape[0]
-    if n_rows < TEAM_MIN_ROWS or not split:
-        return _softmax_exp_rows(x)
-    team = threads.team()
-    step = -(-n_rows // team.n)
-
-    def part(i):
-        _softmax_exp_rows(x[i * step : min(n_rows, (i + 1) * step)])
-
-    team.run(part)
+    if split:
+        _rows_on_team(_softmax_exp_rows, x.shape[0], x)
+    else:
+        _softmax_exp_rows(x)
     return x
 
 
