@@ -71,6 +71,26 @@ def test_export_refuses_existing_and_corrupt(src, tmp_path):
     assert [n for n in os.listdir(tmp_path) if n.startswith(".bad")] == []
 
 
+@pytest.mark.skipif(os.name != "posix", reason="POSIX modes")
+@pytest.mark.parametrize("umask, file_mode, dir_mode", [(0o022, 0o644, 0o755), (0o002, 0o664, 0o775)])
+def test_export_modes_follow_umask(src, tmp_path, umask, file_mode, dir_mode):
+    """A bundle gets the mode the umask gives an ordinary new file/folder, not mkstemp's 0600 / mkdtemp's 0700,
+    so a colleague can import it from a shared folder."""
+    s, _ = src
+    old = os.umask(umask)
+    try:
+        tar = bd.export(s, "tiny:1", tmp_path / "out.tar")
+        folder = bd.export(s, "tiny:1", tmp_path / "out")
+    finally:
+        os.umask(old)
+    assert tar.stat().st_mode & 0o777 == file_mode
+    assert folder.stat().st_mode & 0o777 == dir_mode
+    inside = list(folder.rglob("*"))
+    assert any(p.is_file() for p in inside) and any(p.is_dir() for p in inside)
+    for p in inside:
+        assert p.stat().st_mode & 0o777 == (dir_mode if p.is_dir() else file_mode), p
+
+
 def test_import_verifies_before_registering(src, tmp_path):
     s, manifest = src
     dest = tmp_path / "out"

@@ -20,8 +20,8 @@ import io
 import json
 import os
 import shutil
+import secrets
 import tarfile
-import tempfile
 import threading
 from pathlib import Path
 from typing import BinaryIO, Callable
@@ -52,13 +52,9 @@ class _Writer:
         self.sums: list[tuple[str, str]] = []
         self.as_tar = as_tar
         self.dest = dest
+        self.tmp = _new_temp(dest, as_tar)
         if as_tar:
-            fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent)
-            os.close(fd)
-            self.tmp = Path(tmp)
             self.tar = tarfile.open(self.tmp, mode="w", format=tarfile.PAX_FORMAT)
-        else:
-            self.tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent))
 
     def add_bytes(self, rel: str, data: bytes) -> None:
         self.add_stream(rel, io.BytesIO(data), len(data))
@@ -100,6 +96,24 @@ class _Writer:
             self.tmp.unlink(missing_ok=True)
         else:
             shutil.rmtree(self.tmp, ignore_errors=True)
+
+
+def _new_temp(dest: Path, as_file: bool) -> Path:
+    """A new temp file or folder beside `dest`, made with the mode an ordinary new file (0o666) or folder (0o777)
+    gets under the process's umask, so a team's shared folder can read the bundle; mkstemp/mkdtemp would give
+    0600/0700 whatever the umask. The kernel applies the umask (no os.umask round trip racing other threads)."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0) | getattr(os, "O_NOFOLLOW", 0)
+    for _ in range(100):
+        tmp = dest.parent / f".{dest.name}.{secrets.token_hex(6)}.tmp"
+        try:
+            if as_file:
+                os.close(os.open(tmp, flags, 0o666))
+            else:
+                os.mkdir(tmp, 0o777)
+        except FileExistsError:
+            continue
+        return tmp
+    raise FileExistsError(f"no free temporary name beside {dest}")
 
 
 class _HashingReader:
