@@ -86,6 +86,42 @@ def test_a_replayed_turn_carries_its_reasoning_into_the_template(daemon):
     assert "<think>Be nice.</think>" in script.prompts[-1]
 
 
+@pytest.mark.parametrize("key", ["reasoning_content", "reasoning", "thinking"])
+def test_v1_replayed_reasoning_renders_as_the_native_replay_does(daemon, key):
+    """/v1/chat/completions takes an assistant turn's reasoning under each name clients send it (DeepSeek/vLLM's
+    `reasoning_content`, Ollama's `reasoning`, the native `thinking`): the template renders it, and the prompt the
+    model sees is byte for byte the one of the same history on /api/chat."""
+    srv, client, script = daemon
+    script.answer = "ok"
+    turns = [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello!", "thinking": "Be nice."},
+             {"role": "user", "content": "Bye"}]
+    client.chat(model="thinker", messages=turns)
+    native = script.prompts[-1]
+    assert "<|im_start|>assistant\n<think>Be nice.</think>\n\nHello!<|im_end|>" in native
+    v1 = [turns[0], {"role": "assistant", "content": "Hello!", key: "Be nice."}, turns[2]]
+    r = httpx.post(srv.url + "/v1/chat/completions", json={"model": "thinker", "messages": v1}, timeout=30)
+    assert r.status_code == 200, r.text
+    assert script.prompts[-1] == native
+    # without the reasoning the block is gone: it was the replayed field that put it there
+    httpx.post(srv.url + "/v1/chat/completions", json={"model": "thinker", "messages": [
+        turns[0], {"role": "assistant", "content": "Hello!"}, turns[2]]}, timeout=30).raise_for_status()
+    assert "<think>" not in script.prompts[-1] and "<|im_start|>assistant\nHello!<|im_end|>" in script.prompts[-1]
+
+
+def test_v1_replayed_reasoning_before_a_tool_call_renders_with_the_call(daemon):
+    srv, client, script = daemon
+    script.answer = "ok"
+    oai = openai.OpenAI(base_url=srv.url + "/v1", api_key="unused", max_retries=0)
+    oai.chat.completions.create(model="thinker", tools=TOOLS, messages=[
+        {"role": "user", "content": "Weather in Paris?"},
+        {"role": "assistant", "content": None, "reasoning_content": "I need the weather.",
+         "tool_calls": [{"id": "call_1", "type": "function",
+                         "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}]},
+        {"role": "tool", "tool_call_id": "call_1", "content": "sunny"}])
+    assert ('<|im_start|>assistant\n<think>I need the weather.</think>\n\n<tool_call>\n'
+            '{"name": "get_weather", "arguments": {"city":"Paris"}}\n</tool_call><|im_end|>' in script.prompts[-1])
+
+
 @pytest.mark.parametrize("stream", [False, True])
 def test_tool_calls_come_from_the_answer_never_the_reasoning(daemon, stream):
     srv, client, script = daemon
