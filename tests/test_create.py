@@ -7,7 +7,10 @@ import sys
 import types
 from pathlib import Path
 
+import dataclasses
+
 import pytest
+from typer.testing import CliRunner
 
 import gguf_io
 import modelfile as M
@@ -17,7 +20,11 @@ from localrt.models.create import CreateError, create, human_number
 from store import manifests as mt
 
 sys.path.insert(0, str(Path(__file__).parent))
+from _daemon_fakes import make_config  # noqa: E402
 from _tiny_gguf import n_params, write_tiny_adapter, write_tiny_gguf, write_tiny_split  # noqa: E402
+from cli import app  # noqa: E402
+from localrt.runtime.service import Service  # noqa: E402
+from localrt.serve.daemon import BackgroundServer  # noqa: E402
 
 
 def run(s: st.Store, name: str, text: str, **kw) -> list[dict]:
@@ -310,3 +317,35 @@ def test_create_from_api_request_body(env):
     assert events[-1] == {"status": "success"}
     r = s.model_record("api")
     assert r.system == "hello" and r.params == {"top_k": 3} and r.model_path == s.blob_path(digest)
+
+
+def test_cli_create_errors_name_the_users_file_not_the_blob(tmp_path):
+    """Issue 46: `localrt create` with FROM ./my-model.gguf naming a bad file said
+    `.../models/blobs/sha256-...: not a GGUF file`; the error names the user's file. A request that gives no file
+    name (the legacy `modelfile` form) gets the digest, never the server's store path."""
+    model = write_tiny_gguf(tmp_path / "good.gguf")
+    cases = [(b"hello, this is not a model\n" * 4, "not a GGUF file"), (b"", "empty file"),
+             (model.read_bytes()[:-100], "truncated file")]
+    conf = dataclasses.replace(make_config(tmp_path / "models"), data_dir=tmp_path / "data")
+    service = Service(conf)
+    try:
+        with BackgroundServer(service, conf) as srv:
+            env = {"LOCALRT_HOST": f"127.0.0.1:{conf.port}", "LOCALRT_API_KEY": ""}
+            for content, why in cases:
+                (tmp_path / "my-model.gguf").write_bytes(content)
+                (tmp_path / "Modelfile").write_text("FROM ./my-model.gguf\n")
+                r = CliRunner().invoke(app, ["create", "mine", "-f", str(tmp_path / "Modelfile")], env=env)
+                assert r.exit_code == 1 and why in r.stderr, r.output
+                assert "my-model.gguf" in r.stderr and "blobs" not in r.stderr and "sha256" not in r.stderr, r.stderr
+            (tmp_path / "Modelfile").write_text("FROM ./good.gguf\nADAPTER ./my-model.gguf\n")
+            write_tiny_gguf(tmp_path / "my-model.gguf", seed=2)  # a model, not an adapter
+            r = CliRunner().invoke(app, ["create", "mine", "-f", str(tmp_path / "Modelfile")], env=env)
+            assert r.exit_code == 1 and "ADAPTER 'my-model.gguf' is not a LoRA adapter" in r.stderr, r.output
+
+            import httpx
+            digest = service.store.import_file(tmp_path / "Modelfile").digest  # a blob that is no GGUF
+            r = httpx.post(srv.url + "/api/create", json={"model": "legacy", "modelfile": f"FROM @{digest}\n",
+                                                          "stream": False}, timeout=30)
+            assert r.status_code >= 400 and digest in r.text and "blobs" not in r.text, r.text
+    finally:
+        service.close()

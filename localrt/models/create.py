@@ -17,7 +17,7 @@ import shutil
 import threading
 import time
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Callable, Iterator, Mapping
 
 import gguf_io
 import modelfile as mfile
@@ -140,8 +140,9 @@ def _with_progress(job: Callable[[Callable[[int], None]], object], text: str, to
 class _Build:
     """Layers being assembled, plus one status line per layer in order."""
 
-    def __init__(self, store: st.Store):
+    def __init__(self, store: st.Store, file_names: Mapping[str, str] | None = None):
         self.store = store
+        self.file_names = dict(file_names or {})  # digest -> the client's name of the file it uploaded as that blob
         self.layers: list[mt.Layer] = []
         self.config: dict = {}
         self.params: dict = {}
@@ -177,6 +178,20 @@ class _Build:
         self.layers = [x for x in self.layers if x.media_type not in media_types]
 
 
+def _facts_of(path: Path, label: str, scan: bool = False) -> dict:
+    """gguf_facts(path), its InvalidGGUF naming `label` (the user's file) instead of `path`: a blob's store path
+    means nothing to the user (issue 46), and a remote caller should not learn the server's paths."""
+    try:
+        return gguf_facts(path, scan=scan)
+    except gguf_io.InvalidGGUF as e:
+        text = str(e)
+        if str(path) == label:
+            raise
+        prefix = f"{path}: "
+        text = label + ": " + text[len(prefix):] if text.startswith(prefix) else text.replace(str(path), label)
+        raise gguf_io.InvalidGGUF(text) from None
+
+
 def _import_gguf(b: _Build, path: Path, media_type: str, check: Callable[[dict, str], None]) -> Iterator[dict]:
     """Validate a local GGUF, copy it in (hashed while copied), validate the stored blob; returns facts."""
     yield status("parsing GGUF")
@@ -185,7 +200,8 @@ def _import_gguf(b: _Build, path: Path, media_type: str, check: Callable[[dict, 
     info = yield from _with_progress(lambda cb: b.store.import_file(path, cb), f"copying file {path.name}", total)
     blob = b.store.blob_path(info.digest)
     try:
-        facts = gguf_facts(blob, scan=True)  # the file may have changed while it was copied; the blob is what counts
+        # the file may have changed while it was copied; the blob is what counts, its errors naming the file
+        facts = _facts_of(blob, str(path), scan=True)
         check(facts, repr(path.name))
     except (gguf_io.InvalidGGUF, CreateError, InvalidModel):
         if info.created:
@@ -201,8 +217,9 @@ def _use_blob(b: _Build, digest: str, media_type: str, check: Callable[[dict, st
     path = b.store.blob_path(digest)
     if digest not in b.store.referenced_digests():
         b.created.add(digest)  # an upload made for this create (as `localrt create` and Ollama's clients upload)
-    facts = gguf_facts(path, scan=True)
-    check(facts, digest)
+    name = b.file_names.get(digest)  # the uploaded file's name, where the request said it (`files`, `adapters`)
+    facts = _facts_of(path, name or digest, scan=True)
+    check(facts, repr(name) if name else digest)
     yield b.add_blob(media_type, st.BlobInfo(digest, path.stat().st_size, created=False))
     return facts
 
@@ -379,12 +396,15 @@ def create(
     base_dir: str | os.PathLike | None = None,
     quantize: str | None = None,
     allow_local_paths: bool = True,
+    file_names: Mapping[str, str] | None = None,
 ) -> Iterator[dict]:
     """Create (or replace) model `name` from a Modelfile, yielding Ollama's create progress objects.
 
     FROM may be a local .gguf path (relative to `base_dir`, default the working directory), a stored blob
     (`@sha256:<hex>`), or a model name (its layers are inherited; a built-in model is created on first use).
     With `allow_local_paths=False` (a request from another machine) file paths are refused outright.
+    `file_names` (digest -> file name: a request's `files` / `adapters`) names an uploaded blob in errors about
+    it, so they name the user's file rather than a digest or the blob's store path.
     `quantize` (e.g. "q4_K_M") converts the model layer with localrt.models.quantize.quantize_model.
     Raises ModelfileError, CreateError, gguf_io.InvalidGGUF, store errors (InvalidName, ManifestNotFound, ...)."""
     # Everything that can be refused without touching the store is checked before the first event, so a
@@ -400,7 +420,7 @@ def create(
     yield status("parsing modelfile")
     for w in m.warnings:
         yield status(f"warning: {w}")
-    b = _Build(store)
+    b = _Build(store, file_names)
     written = False
     try:
         yield from _base(b, m.from_, base, allow_local_paths)

@@ -175,12 +175,16 @@ class Catalog:
         quantize = body.get("quantize") or body.get("quantization")
         if quantize is not None and not isinstance(quantize, str):
             raise InvalidRequest("quantize must be a string")
+        file_names: dict[str, str] = {}
         if isinstance(body.get("modelfile"), str) and not (body.get("from") or body.get("files")):
             mf = mfile.parse(body["modelfile"])  # the legacy form: a Modelfile whose FROM names a blob or model
         else:
             mf = _modelfile_from_request(body)
+            for key in ("files", "adapters"):  # validated by _modelfile_from_request: errors name the user's file
+                for fname, digest in (body.get(key) or {}).items():
+                    file_names.setdefault(st.digest.normalize(digest), str(fname))
         # Requests come from the network: a FROM that names a server-side path is refused (CVE-2024-39719).
-        return create_model(self.store, name, mf, quantize=quantize, allow_local_paths=False)
+        return create_model(self.store, name, mf, quantize=quantize, allow_local_paths=False, file_names=file_names)
 
     def blob_exists(self, digest: str) -> bool:
         return self.store.has_blob(digest)  # sha256:<hex> or the URL/file form sha256-<hex>
