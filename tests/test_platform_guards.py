@@ -134,6 +134,35 @@ def test_llvm_pages_without_proc(monkeypatch):
     assert llvm_pages._ranges == []
 
 
+def test_madvise_is_a_no_op_where_ctypes_cannot_open_libc(monkeypatch):
+    """On Windows ctypes.CDLL(None) raises TypeError: the madvise users (llvm_pages.release, the resident weights'
+    page drop) return without raising, and the failed lookup is tried once, not on every call."""
+    import ctypes
+
+    import numpy as np
+
+    from localrt.engine.backends import resident
+    from simd_kernels import llvm_pages
+    from simd_kernels.madvise import libc_madvise
+
+    calls = []
+
+    def windows_cdll(name, *a, **k):
+        calls.append(name)
+        raise TypeError("LoadLibrary() argument 1 must be str, not None")
+
+    libc_madvise.cache_clear()
+    try:
+        monkeypatch.setattr(ctypes, "CDLL", windows_cdll)
+        monkeypatch.setattr(llvm_pages, "_ranges", [(0, 4096)])
+        llvm_pages.release()
+        resident._drop_pages(np.zeros(1 << 16, dtype=np.uint8))
+        assert libc_madvise() is None
+        assert calls == [None]  # remembered after the first try
+    finally:
+        libc_madvise.cache_clear()  # the next caller looks up the real one
+
+
 def test_the_daemon_lock_takes_the_windows_path_without_fcntl(monkeypatch, tmp_path):
     """Without fcntl the lock uses msvcrt.locking (a stand-in here, as Windows' own is not on this machine)."""
     import builtins
