@@ -143,10 +143,24 @@ def serve(
 ) -> None:
     """Start the daemon (LOCALRT_HOST, default 127.0.0.1:11434); one per port and data directory.
 
-    Environment (each read from its OLLAMA_ twin where unset, but for the last six): LOCALRT_HOST, LOCALRT_MODELS,
-    LOCALRT_KEEP_ALIVE (5m), LOCALRT_NUM_PARALLEL (0: automatic), LOCALRT_MAX_LOADED_MODELS (3),
-    LOCALRT_MAX_QUEUE (512), LOCALRT_ORIGINS, LOCALRT_CONTEXT_LENGTH (0: per model), LOCALRT_DATA,
-    LOCALRT_MODELS_READONLY, LOCALRT_API_KEY, LOCALRT_KV_BUDGET, LOCALRT_PREFIX_CACHE (client), LOCALRT_NUM_THREADS.
+    Environment (* also read from its OLLAMA_ twin where unset; defaults in parentheses):
+    LOCALRT_HOST* where it listens and commands find it (127.0.0.1:11434)
+    LOCALRT_MODELS* the model store (LOCALRT_DATA/models)
+    LOCALRT_KEEP_ALIVE* how long an idle model stays loaded (5m)
+    LOCALRT_NUM_PARALLEL* requests one model runs together (0: automatic)
+    LOCALRT_MAX_LOADED_MODELS* models loaded at once (3)
+    LOCALRT_MAX_QUEUE* waiting requests before 503 (512)
+    LOCALRT_ORIGINS* extra allowed browser origins, comma-separated
+    LOCALRT_CONTEXT_LENGTH* default context length (0: per model)
+    LOCALRT_DATA data directory: store, logs, daemon lock, history (the user data dir)
+    LOCALRT_MODELS_READONLY extra read-only stores, os.pathsep-separated
+    LOCALRT_API_KEY bearer token every request must carry; needed to listen beyond loopback
+    LOCALRT_KV_BUDGET KV pool per model, positions or a size such as 2GiB (0: automatic)
+    LOCALRT_PREFIX_CACHE whose cached prompt prefixes a request reuses: client or shared (client)
+    LOCALRT_NUM_THREADS CPU threads (0: all cores)
+    LOCALRT_REGISTRY registry (URL or host) or folder that short model names are pulled from
+    LOCALRT_REGISTRY_TOKEN bearer token sent to registries on pull and push
+    LOCALRT_REGISTRY_PUBLIC true: this store's /v2/ registry serves pulls without the API key, also on the LAN (false)
     """
     from localrt import config
     from localrt.cli import daemon_cmd

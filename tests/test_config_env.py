@@ -72,6 +72,23 @@ def test_each_check_names_its_variable(env, words):
     assert isinstance(e.value, ValueError)  # callers that caught ValueError still do
 
 
+def test_serve_help_lists_every_variable_config_reads():
+    """`serve --help` names every LOCALRT_ variable localrt/config.py reads (the registry's three were missing),
+    the ones with an OLLAMA_ twin marked with *."""
+    import ast
+    import re
+
+    tree = ast.parse(Path(cfg.__file__).read_text(encoding="utf-8"))
+    read = {n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)
+            and re.fullmatch(r"LOCALRT_[A-Z_]+", n.value)}
+    assert {"LOCALRT_REGISTRY", "LOCALRT_REGISTRY_TOKEN", "LOCALRT_REGISTRY_PUBLIC", "LOCALRT_DATA"} <= read
+    r = CliRunner().invoke(app, ["serve", "--help"], terminal_width=200)
+    assert r.exit_code == 0, r.output
+    listed = dict(re.findall(r"^\s*(LOCALRT_[A-Z_]+)(\*?) ", r.stdout, re.MULTILINE))  # one line per variable
+    assert read - set(listed) == set(), r.stdout
+    assert {k for k, star in listed.items() if star} == {f"LOCALRT_{x}" for x in cfg.OLLAMA_TWINS}
+
+
 def test_keep_alive_reads_as_ollama_reads_it():
     assert cfg.load({"LOCALRT_KEEP_ALIVE": "300"}).keep_alive == "300"  # bare seconds, as OLLAMA_KEEP_ALIVE
     assert cfg.load({"LOCALRT_KEEP_ALIVE": "-1"}).keep_alive == "-1"  # forever
