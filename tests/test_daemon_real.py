@@ -97,13 +97,26 @@ def test_bad_requests_get_clear_errors_and_daemon_keeps_serving(daemon, client):
         ({"model": MODEL, "prompt": "x", "options": {"num_ctx": -5}}, 400, "num_ctx"),
         ({"model": MODEL, "prompt": "x", "options": {"top_k": "many"}}, 400, "top_k"),
         ({"model": MODEL, "prompt": "x", "keep_alive": "forever-ish"}, 400, "keep_alive"),
-        ({"model": MODEL, "prompt": "word " * 400, "options": {"num_ctx": 64}}, 400, "context length"),
+        ({"model": MODEL, "prompt": "word " * 400, "truncate": False, "options": {"num_ctx": 64}}, 400,
+         "context length"),
     ]
     for body, status, text in cases:
         r = httpx.post(daemon.url + "/api/generate", json={**body, "stream": False}, timeout=120)
         assert r.status_code == status, (body, r.text)
         assert text in r.json()["error"].lower(), (body, r.text)
     assert client.generate(model=MODEL, prompt="Hi", options=GREEDY).done
+
+
+def test_a_prompt_past_the_context_is_cut_as_ollama_cuts_it(daemon):
+    """/api/generate's `truncate` (Ollama's default true): num_keep first tokens and the newest ones, half of the rest
+    of the context (prompt_fit); a 7 MB text is cut in about a second, its tail tokenized from the end only."""
+    for prompt, n_ctx, keep in [("Tell me more. " * 500_000, 2048, 4), ("word " * 400 + "The end.", 256, 10)]:
+        r = httpx.post(daemon.url + "/api/generate", timeout=120, json={
+            "model": MODEL, "prompt": prompt, "raw": True, "stream": False,
+            "options": {"num_ctx": n_ctx, "num_keep": keep, "num_predict": 1, "temperature": 0}})
+        assert r.status_code == 200, r.text[:300]
+        assert r.json()["prompt_eval_count"] == keep + (n_ctx - keep) // 2
+        assert r.elapsed.total_seconds() < 30
 
 
 def test_disconnect_mid_stream_frees_the_worker(daemon, client):
@@ -133,7 +146,7 @@ def test_openai_client_chat_completions_embeddings_models(daemon):
 
 
 @pytest.mark.parametrize("path, body", [
-    ("/api/generate", {"prompt": "Tell me more. " * 500_000, "raw": True}),  # 7 MB, 2M tokens
+    ("/api/generate", {"prompt": "Tell me more. " * 500_000, "raw": True, "truncate": False}),  # 7 MB, 2M tokens
     ("/api/chat", {"messages": [{"role": "user", "content": "Tell me more. " * 500_000}]}),
 ])
 def test_a_prompt_far_past_the_context_is_refused_without_tokenizing_it_all(daemon, path, body):

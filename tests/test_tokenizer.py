@@ -177,3 +177,19 @@ def test_the_fragment_cache_keeps_no_long_text(tokenizers, name):
     text = "ab" * 50_000 + " hello " + "Zq" * 40_000
     assert tok.encode(text) == tok.encode(text)  # the second call is not served a different answer from cache
     assert max(map(len, tok._encoder._cache)) <= 64
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_a_cut_prompts_tail_is_the_full_answers_tail(tokenizers, name):
+    """prompt_fit tokenizes only a stretch of a long prompt's end, started at a whitespace and its first id dropped:
+    the ids are the full tokenization's last ones, whatever special tokens, spaces and digit runs the text holds."""
+    from localrt.runtime.prompt_fit import _tail_ids
+
+    tok = tokenizers[name]
+    rnd = random.Random(5)
+    parts = ["Hello", " world", " ", "\n", "12345678", " <|im_start|>", " <start_of_turn>", " é", " 日本語", " the"]
+    for _ in range(40):
+        text = "".join(rnd.choice(parts) for _ in range(rnd.randint(50, 3000)))
+        full = tok.encode(text, add_special=False)
+        for n in (1, 5, 64, len(full) // 3):
+            assert _tail_ids(tok, text, n) == full[-n:], (text[-200:], n)

@@ -17,6 +17,7 @@ from ..engine.events import Done, Logprob, TokenLogprob
 from ..errors import ContextLengthExceeded, InvalidRequest
 from ..templates.harmony import HARMONY
 from ..templates.toolcalls import forced_call_format, opened_call_format
+from .prompt_fit import cut_prompt
 
 log = logging.getLogger("localrt.service")
 
@@ -55,6 +56,12 @@ def refuse_embedding_only(model, name: str, what: str) -> None:
         raise InvalidRequest(f"{name} does not support {what}: it is an embedding model (use /api/embed)")
 
 
+def request_ids(model, req, text: str, n_ctx: int, num_keep: int | None) -> list[int]:
+    """A /api/generate or /v1/completions prompt's ids: its token ids as given, else its text's (prompt_ids: cut as
+    Ollama cuts where num_keep is given, refused past the context where it is None)."""
+    return prompt_ids(model, text, n_ctx, num_keep) if req.prompt_tokens is None else given_ids(model, req, n_ctx)
+
+
 def given_ids(model, req, n_ctx: int) -> list[int]:
     """A prompt given as token ids (/v1/completions), checked against the vocabulary and the context."""
     ids = list(req.prompt_tokens)
@@ -66,10 +73,13 @@ def given_ids(model, req, n_ctx: int) -> list[int]:
     return ids
 
 
-def prompt_ids(model, text: str, n_ctx: int) -> list[int]:
-    """The prompt's token ids. One longer than n_ctx is refused with its count, or, past COUNT_UPTO contexts, once
+def prompt_ids(model, text: str, n_ctx: int, num_keep: int | None = None) -> list[int]:
+    """The prompt's token ids. One longer than n_ctx is cut to its first num_keep ids and its newest ones where
+    `num_keep` is given (prompt_fit.cut_prompt), else refused with its count, or, past COUNT_UPTO contexts, once
     tokenizing passes that (a text of megabytes is not tokenized whole only to be refused)."""
-    ids = model.tokenize(text, limit=COUNT_UPTO * n_ctx)
+    ids = model.tokenize(text, limit=(n_ctx if num_keep is not None else COUNT_UPTO * n_ctx))
+    if len(ids) > n_ctx and num_keep is not None:
+        return cut_prompt(model, text, n_ctx, num_keep, ids)
     if len(ids) > n_ctx:
         raise ContextLengthExceeded(len(ids), n_ctx, counted_all=len(ids) <= COUNT_UPTO * n_ctx)
     return ids

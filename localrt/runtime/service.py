@@ -31,7 +31,7 @@ from .catalog import Catalog
 from .jobs import AUTO_PARALLEL, CLIENT, system_available_memory
 from .loading import estimate_memory, kv_counts, load_draft, system_total_memory, with_auto_context, with_draft_need
 from .scheduler import MemoryNeed, Request, Scheduler
-from .sampling_extras import (COUNT_UPTO, Pending, cache_scope, count_tokens, given_ids, prompt_ids,
+from .sampling_extras import (COUNT_UPTO, Pending, cache_scope, count_tokens, prompt_ids, request_ids,
                              refuse_embedding_only, request_constraint)
 from .sampling_extras import sampling_kwargs as _sampling
 from .reasoning import HARMONY, Split, after_reasoning, chat_items, generate_items, tags_for
@@ -285,7 +285,7 @@ class Service:
                 template_override=req.template or "", context_text=context_text, has_context=req.context is not None,
                 num_ctx=n_ctx, count_tokens=lambda t: len(model.tokenize(t, limit=n_ctx)), truncate=req.truncate,
                 think=req.think)
-            ids = prompt_ids(model, prompt.text, n_ctx) if req.prompt_tokens is None else given_ids(model, req, n_ctx)
+            ids = request_ids(model, req, prompt.text, n_ctx, opts.num_keep if req.truncate else None)
             constraint = structured.compile_format(req.format, model.tokenizer) if req.format else None
             constraint = after_reasoning(constraint, tags, prompt.text, req.think)
             events = _run(loaded, ids, opts, cancelled, constraint, cache_scope=scope, **_sampling(req))

@@ -358,8 +358,8 @@ def completion_request(body: dict) -> tuple[list[GenerateRequest], Opts]:
     options = sampling_options(f)
     echo = bool(f.bool("echo", False))
     best_of = f.int("best_of", None, 1, N_MAX)
-    req = GenerateRequest(model=model, suffix=f.str("suffix", "") or "", stream=True,
-                          keep_alive=f.any("keep_alive"), options=options)
+    req = GenerateRequest(model=model, suffix=f.str("suffix", "") or "", stream=True,  # OpenAI never cuts a prompt
+                          keep_alive=f.any("keep_alive"), options=options, truncate=False)
     opts = _extras(f, req, opts, chat=False)
     if echo and req.logprobs:
         raise InvalidRequest("echo with logprobs is not supported: the prompt tokens' logprobs are not computed")
