@@ -75,6 +75,9 @@ def test_a_last_message_that_cannot_fit_is_context_length_exceeded_on_v1(oai):
     assert err.code == "context_length_exceeded" and err.type == "invalid_request_error"
     assert "maximum context length is 8192 tokens" in err.message
     assert int(re.search(r"too long: (\d+) tokens", err.message).group(1)) > 20000  # counted whole
+    with pytest.raises(openai.BadRequestError) as info:  # /v1/completions never cuts a prompt either, as OpenAI
+        oai.completions.create(model=MODEL, prompt="lorem ipsum " * 5000, max_tokens=2)
+    assert info.value.code == "context_length_exceeded" and "maximum context length is 8192" in info.value.message
 
 
 def test_native_context_error_names_both_numbers(daemon):

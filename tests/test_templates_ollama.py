@@ -192,6 +192,21 @@ def test_fitting_drops_oldest_non_system_messages() -> None:
     assert count(t.render([msgs[0]] + msgs[fitted.n_dropped:])) > full // 2
 
 
+def test_fitting_keeps_the_tools() -> None:
+    """Ollama's chatPrompt renders the tools with every candidate: the dropped turns make room for them."""
+    t = load_template(fixture_template("qwen2.5"), "go")
+    assert t.supports_tools
+    msgs = chat_messages(_history(21))
+    tools = [{"type": "function", "function": {"name": "look_up_the_weather", "description": "W" * 300,
+                                                "parameters": {"type": "object", "properties": {}}}}]
+    count = lambda text: len(text) // 10  # noqa: E731
+    full = count(t.render(msgs, tools=tools))
+    fitted = fit_messages(t, msgs, tools=tools, num_ctx=full // 2, count_tokens=count)
+    assert 0 < fitted.n_dropped < 21 and fitted.n_tokens <= full // 2
+    assert "look_up_the_weather" in fitted.text and "W" * 300 in fitted.text and "m020" in fitted.text
+    assert fitted.text == t.render([msgs[0]] + msgs[1 + fitted.n_dropped:], tools=tools)
+
+
 def test_fitting_never_drops_the_latest_message() -> None:
     t = load_template(fixture_template("chatml"), "go")
     msgs = chat_messages(_history(5))
