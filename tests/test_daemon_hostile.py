@@ -190,6 +190,29 @@ def test_pull_of_a_server_path_via_a_local_proxy_is_refused_too(daemon, models_d
     _ok(daemon)
 
 
+def test_a_folder_whose_blob_links_out_is_refused_through_the_daemon(daemon, tmp_path):
+    """A local caller's /api/pull of a folder holding a blob linked to a file it may not read: one error line that
+    tells neither the linked file's size nor its sha256, nothing registered (/api/show 404), the daemon serving."""
+    from _mirror import make_model
+
+    from localrt.distribution import bundle as bd
+
+    s = st.Store(tmp_path / "src")
+    manifest = make_model(s, "linked:1", tmp_path / "work", n_bytes=300_000)
+    bd.export(s, "linked:1", tmp_path / "b")
+    blob = tmp_path / "b" / "blobs" / st.digest.to_filename(manifest.layers[0].digest)
+    secret = tmp_path / "secret.txt"
+    secret.write_bytes(b"root-only secret " * 254 + b"end")  # 4321 bytes
+    digest = hashlib.sha256(secret.read_bytes()).hexdigest()
+    blob.unlink()
+    blob.symlink_to(secret)
+    r = httpx.post(daemon.url + "/api/pull", json={"model": str(tmp_path / "b"), "stream": False}, timeout=30)
+    assert r.status_code >= 400 and "is a link; refused" in r.json()["error"], r.text
+    assert "4321" not in r.text and digest not in r.text
+    assert httpx.post(daemon.url + "/api/show", json={"model": "linked:1"}, timeout=30).status_code == 404
+    _ok(daemon)
+
+
 def test_remote_create_from_a_server_path_is_one_400(models_dir, tmp_path):
     bodies = [{"model": "x", "from": str(models_dir)}, {"model": "x", "from": str(tmp_path / "nope.gguf")},
               {"model": "x", "modelfile": f"FROM {models_dir}"}]

@@ -299,7 +299,7 @@ class TarSource(Source):
     def _open(self, rel: str, size: int) -> Iterator[BinaryIO]:
         m = self._member(rel)
         if m.size != size:
-            raise BlobMismatch(f"{rel} in {self.where} has {m.size} bytes, the manifest says {size}")
+            raise BlobMismatch(f"{rel} in {self.where} does not have the {size} bytes the manifest says")
         f = self.tar.extractfile(m)
         assert f is not None
         with f:
