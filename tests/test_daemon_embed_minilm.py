@@ -75,3 +75,21 @@ def test_localrt_run_prints_the_embedding_as_ollama_run_does(daemon):
     empty = subprocess.run([sys.executable, "-m", "localrt", "run", MODEL], env=env, capture_output=True, text=True,
                            timeout=120, stdin=subprocess.DEVNULL)
     assert empty.returncode == 1 and "embedding models require input text" in empty.stderr
+
+
+def test_dimensions_a_renormalized_prefix_refused_at_0_and_past_the_model(daemon, client):
+    """OpenAI's Matryoshka `dimensions` on /api/embed and /v1/embeddings: a prefix of the vector, renormalized; 0 or
+    more than the model's 384 is a 400 naming it, and the daemon goes on serving."""
+    full = np.asarray(client.embed(model=MODEL, input="hello world").embeddings[0])
+    cut = np.asarray(client.embed(model=MODEL, input="hello world", dimensions=8).embeddings[0])
+    np.testing.assert_allclose(cut, full[:8] / np.linalg.norm(full[:8]), atol=1e-6)
+    oa = openai.OpenAI(base_url=daemon.url + "/v1", api_key="unused", max_retries=0)
+    assert len(oa.embeddings.create(model=MODEL, input="hello world", dimensions=384).data[0].embedding) == 384
+    for dims in (0, 385):
+        with pytest.raises(ollama.ResponseError) as err:
+            client.embed(model=MODEL, input="hello world", dimensions=dims)
+        assert err.value.status_code == 400 and "dimensions" in err.value.error
+        with pytest.raises(openai.BadRequestError) as err:
+            oa.embeddings.create(model=MODEL, input="hello world", dimensions=dims)
+        assert "dimensions" in err.value.message
+    assert len(client.embed(model=MODEL, input="still serving").embeddings[0]) == 384
