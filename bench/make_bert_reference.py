@@ -29,7 +29,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 import bertgen  # noqa: E402
 import llama_cpp  # noqa: E402
 
-POOLING = {"none": 0, "mean": 1, "cls": 2, "rank": 4}  # rank: the n_cls_out scores of a reranker
+POOLING = {"none": 0, "mean": 1, "cls": 2, "last": 3, "rank": 4}  # rank: the n_cls_out scores of a reranker
 
 
 def run(path: Path, ids: list[int], pooling: str, n_embd: int) -> np.ndarray:
@@ -198,8 +198,22 @@ def gemma() -> None:
             print("gemma", label, out["mean"][:4])
 
 
+def qwen3_last() -> None:
+    """qwen3-embedding's layout in miniature: archgen's qwen3 file with `qwen3.pooling_type` 3 (last token)."""
+    import archgen
+
+    with tempfile.TemporaryDirectory() as tmp:
+        for label, wtype in (("f32", archgen.F32), ("q8_0", archgen.Q8_0)):
+            path = archgen.write(Path(tmp) / f"{label}.gguf", archgen.QWEN3_LAST, wtype)
+            ids = archgen.QWEN3_LAST_IDS
+            last = run(path, ids, "last", archgen.QWEN3_LAST.n_embd)
+            tokens = run(path, ids, "none", archgen.QWEN3_LAST.n_embd)
+            np.savez(bertgen.DATA / f"qwen3_last_{label}.npz", ids=np.array(ids), last=last, tokens=tokens)
+            print(label, last[:4])
+
+
 if __name__ == "__main__":
-    # no argument: every reference; else only those named (tiny, minilm, nomic, rerank, gemma)
+    # no argument: every reference; else only those named (tiny, minilm, nomic, rerank, gemma, qwen3_last)
     bertgen.DATA.mkdir(parents=True, exist_ok=True)
-    for name in sys.argv[1:] or ("tiny", "minilm", "nomic", "rerank", "gemma"):
-        {"tiny": tiny, "minilm": minilm, "nomic": nomic, "rerank": rerank, "gemma": gemma}[name]()
+    for name in sys.argv[1:] or ("tiny", "minilm", "nomic", "rerank", "gemma", "qwen3_last"):
+        {"tiny": tiny, "minilm": minilm, "nomic": nomic, "rerank": rerank, "gemma": gemma, "qwen3_last": qwen3_last}[name]()

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import gguf
@@ -187,6 +187,12 @@ def weights(case: Case) -> dict[str, np.ndarray]:
         if case.arch in ("gemma2", "gemma3"):
             w[p + "post_attention_norm.weight"], w[p + "post_ffw_norm.weight"] = norm(case.n_embd), norm(case.n_embd)
     return w
+
+
+# qwen3-embedding's layout in miniature: the qwen3 case with a last-token pooling type (an embedding model), and
+# the ids its llama.cpp reference (tests/data/bert/qwen3_last_*.npz, bench/make_bert_reference.py) was taken on.
+QWEN3_LAST = replace(CASES["qwen3"], name="qwen3_last", extra={"pooling_type": 3})
+QWEN3_LAST_IDS = [3, 17, 42, 99, 7, 250, 31, 64, 12, 5, 200, 77]
 
 
 def write(path: Path, case: Case, wtype: int = F32, more: dict[str, np.ndarray] | None = None) -> Path:

@@ -51,3 +51,26 @@ def test_a_model_that_names_its_pooling_embeds_and_refuses_chat(tmp_path):
         r = httpx.post(srv.url + "/api/chat", json={"model": "emb", "stream": False,
                                                     "messages": [{"role": "user", "content": "hi"}]}, timeout=60)
         assert r.status_code == 400 and "does not support chat" in r.json()["error"], r.text
+
+
+@pytest.mark.parametrize("label, cos_tol", [("f32", 1e-5), ("q8_0", 2e-3)])
+def test_qwen3_embedding_last_token_pooling_matches_llamacpp(tmp_path, label, cos_tol):
+    """qwen3-embedding's layout in miniature (archgen.QWEN3_LAST: qwen3 with pooling type 3) embeds as llama.cpp
+    does: the last token's state after the output norm (tests/data/bert/qwen3_last_*.npz, llama.cpp's pooling last,
+    and none for every token). Q8_0: llama.cpp quantizes activations to 8 bits at other points than we do."""
+    import archgen
+    import bertgen
+
+    ref = np.load(bertgen.DATA / f"qwen3_last_{label}.npz")
+    ids = [int(i) for i in ref["ids"]]
+    assert ids == archgen.QWEN3_LAST_IDS
+    np.testing.assert_array_equal(ref["last"], ref["tokens"][-1])  # llama.cpp's last pooling is its last row
+    wtype = {"f32": archgen.F32, "q8_0": archgen.Q8_0}[label]
+    model = load_model(archgen.write(tmp_path / "m.gguf", archgen.QWEN3_LAST, wtype), num_ctx=64, tokenizer=False)
+    try:
+        got, want = model.embed(ids), ref["last"]
+        assert float(got @ want / np.linalg.norm(got) / np.linalg.norm(want)) > 1 - cos_tol
+        mean = ref["tokens"].mean(axis=0)  # mean pooling would be far off: the test tells them apart
+        assert float(got @ mean / np.linalg.norm(got) / np.linalg.norm(mean)) < 0.99
+    finally:
+        model.close()
