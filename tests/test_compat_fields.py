@@ -93,6 +93,8 @@ def test_a_request_that_ignores_nothing_logs_nothing(daemon, caplog):
     ("/v1/chat/completions", {"repetition_penalty": 0}, "repeat_penalty"),
     ("/v1/chat/completions", {"reasoning_effort": "high"}, "reasoning_effort"),
     ("/v1/chat/completions", {"function_call": "maybe"}, "function_call"),
+    ("/v1/chat/completions", {"functions": [{"description": "no name"}]}, "functions[0].name is required"),
+    ("/v1/chat/completions", {"functions": [{"name": "f"}], "function_call": {}}, "function_call.name is required"),
     ("/v1/chat/completions", {"functions": [{"name": "f"}], "tools": [{"type": "function", "function": {"name": "f"}}]},
      "functions"),
     ("/v1/chat/completions", {"tool_choice": "required", "tools": []}, "tool_choice"),

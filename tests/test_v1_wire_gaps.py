@@ -70,6 +70,11 @@ def test_allowed_tools_limits_what_the_model_may_call(oai):
         {"type": "function", "function": {"name": "nope"}}]}}
     with pytest.raises(openai.BadRequestError, match="nope"):
         oai.chat.completions.create(model=MODEL, messages=ASK, tools=[WEATHER, ADD], tool_choice=bad)
+    auto = {"type": "allowed_tools", "allowed_tools": {"mode": "auto", "tools": [
+        {"type": "function", "function": {"name": "add"}}]}}  # the other tools never reach the prompt
+    usage = [oai.chat.completions.create(model=MODEL, messages=ASK, temperature=0, max_tokens=1, **kw).usage
+             for kw in ({"tools": [WEATHER, ADD], "tool_choice": auto}, {"tools": [ADD]}, {"tools": [WEATHER, ADD]})]
+    assert usage[0].prompt_tokens == usage[1].prompt_tokens < usage[2].prompt_tokens
     resp = oai.responses.create(model=MODEL, input="What is 2 plus 3?", max_output_tokens=60, temperature=0,
                                 tools=[{"type": "function", **ADD["function"]}, {"type": "function",
                                                                                **WEATHER["function"]}],

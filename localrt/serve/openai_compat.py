@@ -211,9 +211,14 @@ def _legacy_functions(f: Fields) -> tuple[list | None, Any]:
     functions, call = f.list("functions"), f.any("function_call")
     if functions is None and call is None:
         return None, None
+    for i, fn in enumerate(functions or []):  # named as the client sent them, not as the tools they become
+        if not isinstance(fn, dict) or not isinstance(fn.get("name"), str) or not fn["name"]:
+            raise InvalidRequest(f"functions[{i}].name is required")
     tools = [{"type": "function", "function": fn} for fn in functions or []]
     if isinstance(call, dict):
-        call = {"type": "function", "function": {"name": call.get("name")}}
+        if not isinstance(call.get("name"), str) or not call["name"]:
+            raise InvalidRequest("function_call.name is required")
+        call = {"type": "function", "function": {"name": call["name"]}}
     elif call not in (None, "none", "auto"):
         raise InvalidRequest('function_call must be "none", "auto" or {"name": ...}')
     return tools, call
