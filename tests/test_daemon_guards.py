@@ -254,6 +254,12 @@ def test_bearer_token_required_when_api_key_set(models_dir):
         # the Host guard still applies on a loopback bind, token or not
         r = httpx.get(srv.url + "/api/tags", headers={"Authorization": "Bearer s3cret-token", "Host": "evil.com"})
         assert r.status_code == 403
+        # a server-side path (issue 48): a local caller without the key may not name one either
+        pull = {"model": str(models_dir), "stream": False}
+        r = httpx.post(srv.url + "/api/pull", json=pull, timeout=10)
+        assert r.status_code == 401 and str(models_dir) not in r.text
+        r = httpx.post(srv.url + "/api/pull", json=pull, headers={"Authorization": "Bearer s3cret-token"}, timeout=30)
+        assert r.status_code != 401
 
 
 def test_non_loopback_bind_without_token_is_refused(models_dir):
