@@ -253,7 +253,7 @@ def test_out_of_range_id_is_rejected():
 
 # -- load errors -----------------------------------------------------------------------------------------
 @pytest.mark.parametrize("mutate, message", [
-    (lambda md: md.update({"tokenizer.ggml.model": "t5"}), "unsupported tokenizer model 't5'"),
+    (lambda md: md.update({"tokenizer.ggml.model": "rwkv"}), "unsupported tokenizer model 'rwkv'"),
     (lambda md: md.pop("tokenizer.ggml.model"), "no tokenizer"),
     (lambda md: md.pop("tokenizer.ggml.tokens"), "no tokenizer vocabulary"),
     (lambda md: md["tokenizer.ggml.tokens"].__setitem__(5, "<0x00>"), "duplicate token"),

@@ -1,4 +1,5 @@
-"""The public tokenizer: llama.cpp's `llama_tokenize` / `llama_detokenize` from GGUF metadata alone (SPM, BPE, WPM)."""
+"""The public tokenizer: llama.cpp's `llama_tokenize` / `llama_detokenize` from GGUF metadata alone (SPM, BPE, WPM,
+UGM)."""
 from __future__ import annotations
 
 from typing import Iterable
@@ -16,10 +17,12 @@ from .vocab import (
     ATTR_USER_DEFINED,
     BPE,
     SPM,
+    UGM,
     WPM,
     Vocab,
     load_vocab,
 )
+from .ugm import UgmEncoder
 from .wpm import WpmEncoder
 
 _HIDDEN = ATTR_CONTROL | ATTR_UNKNOWN  # rendered only when special=True
@@ -35,7 +38,7 @@ class Tokenizer:
     def __init__(self, vocab: Vocab):
         self.vocab = vocab
         self._specials = SpecialMatcher(vocab)
-        self._encoder = {SPM: SpmEncoder, BPE: BpeEncoder, WPM: WpmEncoder}[vocab.kind](vocab)
+        self._encoder = {SPM: SpmEncoder, BPE: BpeEncoder, WPM: WpmEncoder, UGM: UgmEncoder}[vocab.kind](vocab)
         self._pieces: dict[int, bytes] = {}
         self.clean_spaces = vocab.kind == WPM or (vocab.kind == BPE and vocab.pretok.clean_spaces)
 
@@ -156,7 +159,7 @@ class Tokenizer:
         if attr & (_HIDDEN | ATTR_USER_DEFINED):
             return text.encode("utf-8")
         if attr & ATTR_NORMAL:
-            if self.vocab.kind != BPE:  # SPM and WPM: the U+2581 word marker is a space
+            if self.vocab.kind != BPE:  # SPM, WPM and UGM: the U+2581 word marker is a space
                 return text.replace(SPACE, " ").encode("utf-8")
             return _gpt2_decode(text)
         if attr & ATTR_BYTE:

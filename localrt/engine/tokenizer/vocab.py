@@ -17,6 +17,7 @@ from gguf_io import StringArray
 from ...errors import ModelLoadError
 from .index import RenamedTexts, TokenIndex
 from .pretokenize import PreTokenizer, pre_tokenizer
+from .ugm import build_tables
 
 # llama_token_attr bits.
 ATTR_UNDEFINED = 0
@@ -35,8 +36,8 @@ _TYPE_TO_ATTR = np.array(
     dtype=np.int32,
 )
 
-SPM, BPE, WPM = "spm", "bpe", "wpm"
-_MODEL_KIND = {"llama": SPM, "gpt2": BPE, "bert": WPM}
+SPM, BPE, WPM, UGM = "spm", "bpe", "wpm", "ugm"
+_MODEL_KIND = {"llama": SPM, "gpt2": BPE, "bert": WPM, "t5": UGM}
 
 _EOT_TEXTS = ("<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>", "<|end_of_text|>",
               "<EOT>", "_<EOT>", "[EOT]", "<\uff5cend\u2581of\u2581sentence\uff5c>", "<end_of_utterance>")
@@ -71,12 +72,13 @@ _DEFAULT_IDS = {
     SPM: {"bos": 1, "eos": 2, "unk": 0},
     BPE: {"bos": 11, "eos": 11},
     WPM: {"bos": 101, "unk": 100, "sep": 102, "pad": 0, "mask": 103},  # bert-base: [CLS] [UNK] [SEP] [PAD] [MASK]
+    UGM: {"eos": 1, "unk": 2, "pad": 0},  # T5
 }
 
 
 @dataclass
 class Vocab:
-    kind: str                      # SPM, BPE or WPM
+    kind: str                      # SPM, BPE, WPM or UGM
     model: str                     # tokenizer.ggml.model
     pre: str                       # tokenizer.ggml.pre ("" when absent)
     tokens: Sequence[str]          # (n_vocab,) token texts: a list, or a StringArray over the mapped file
@@ -92,6 +94,8 @@ class Vocab:
     add_space_prefix: bool = False
     lowercase: bool = True         # WPM normalizer options (tokenizer.ggml.normalizer.*)
     strip_accents: bool = True
+    remove_extra_whitespaces: bool = False  # UGM normalizer option
+    ugm: object | None = None      # UGM only: ugm.UgmTables (charsmap, the Viterbi's tokens, unknown score)
     eog_ids: frozenset[int] = frozenset()
     special_ids: list[int] = field(default_factory=list)  # CONTROL|USER_DEFINED|UNKNOWN, longest text first
 
@@ -256,7 +260,8 @@ def load_vocab(md: dict) -> Vocab:
         raise ModelLoadError("model file has no tokenizer (tokenizer.ggml.model)")
     kind = _MODEL_KIND.get(model)
     if kind is None:
-        raise ModelLoadError(f"unsupported tokenizer model {model!r} (supported: llama/SPM, gpt2/BPE, bert/WPM)")
+        raise ModelLoadError(f"unsupported tokenizer model {model!r} "
+                             "(supported: llama/SPM, gpt2/BPE, bert/WPM, t5/UGM)")
     pre = str(_get(md, "pre", "") or "")
     tokens, token_to_id = _token_texts(md)
     n = len(tokens)
@@ -276,10 +281,13 @@ def load_vocab(md: dict) -> Vocab:
     v.add_space_prefix = _bool(md, "add_space_prefix", kind == SPM)
     # WPM ignores add_bos/add_eos when tokenizing (add_special always gives [CLS] ... [SEP]); they are kept as read.
     v.add_bos = _bool(md, "add_bos_token", kind in (SPM, WPM) or (v.pretok is not None and v.pretok.add_bos_default))
-    v.add_eos = _bool(md, "add_eos_token", False)
+    v.add_eos = _bool(md, "add_eos_token", kind == UGM)
     v.add_sep = _bool(md, "add_sep_token", kind == WPM)
     v.lowercase = _bool(md, "normalizer.lowercase", True)
     v.strip_accents = _bool(md, "normalizer.strip_accents", v.lowercase)  # BertNormalizer: follows lowercase
+    v.remove_extra_whitespaces = _bool(md, "remove_extra_whitespaces", False)
+    if kind == UGM:  # built, as llama.cpp builds it, from the file's token types before the overrides below
+        v.ugm = build_tables(md, tokens, attrs.copy(), scores)
     # WPM does not read the flags when tokenizing; its missing [CLS]/[SEP] is refused by encode(add_special=True).
     for flag, name in ((v.add_bos, "bos"), (v.add_eos, "eos"), (v.add_sep, "sep")):
         if flag and v.ids[name] is None and kind != WPM:
