@@ -2,9 +2,9 @@
 the model (up to LOCALRT_NUM_PARALLEL of them) are stepped together (continuous batching).
 
 `submit` (any thread) queues a sequence and returns an iterator of its events (Token ... Done); the driver
-admits queued sequences while the Batcher has a free slot, steps, and routes each sequence's events to its
-queue. `exclusive()` runs work that uses slot 0 on its own (embeddings): it waits until no sequence holds a
-slot, and nothing is admitted while it runs. The Batcher keeps each sequence's numerics the same alone or
+admits queued sequences while the Batcher has a free slot, steps, and sends each sequence's events to its
+channel (runtime.channel). `exclusive()` runs work that uses slot 0 on its own (embeddings): it waits until no
+sequence holds a slot, and nothing is admitted while it runs. The Batcher keeps each sequence's numerics the same alone or
 batched, so a request's greedy output does not depend on what runs beside it.
 
 Slots are shared by client (the scheduler's job thread sets CLIENT): a free slot goes to the waiting request of the
@@ -17,7 +17,6 @@ import collections
 import contextlib
 import itertools
 import logging
-import queue
 import threading
 from dataclasses import dataclass
 from typing import Any, Iterator
@@ -26,9 +25,9 @@ from ..engine.batch import Batcher
 from ..engine.preempt import parkable
 from ..errors import Cancelled
 from . import fairness
+from .channel import END, ERROR, Channel
 from .jobs import CLIENT
 
-_EVENTS, _END, _ERROR = "events", "end", "error"
 log = logging.getLogger("localrt.service")
 MAX_CLIENTS = 4096  # clients whose last admission is remembered for the order of the waiting ones
 
@@ -39,7 +38,7 @@ class _Ticket:
 
     client: str
     arrival: int
-    out: queue.SimpleQueue
+    out: Channel  # lists of events, then the end (True: dropped before its prompt was evaluated) or an error
     call: tuple  # (args, kwargs) of Batcher.add
     seq: Any = None  # its Sequence once admitted; kept while it is parked for fairness
 
@@ -89,7 +88,7 @@ class BatchDriver:
         Raises as `Batcher.add` does (ContextLengthExceeded, ...), and Cancelled if cancelled during its prompt.
         `sampling`: Batcher.add's logprobs and logit_bias."""
         flag = _Either(cancelled)
-        out: queue.SimpleQueue = queue.SimpleQueue()
+        out = Channel()
         with self._cv:
             if self._closed:
                 raise Cancelled("the model is being unloaded")
@@ -99,18 +98,17 @@ class BatchDriver:
             self._cv.notify_all()
         return self._events(out, flag)
 
-    def _events(self, out: queue.SimpleQueue, flag: _Either) -> Iterator:
+    def _events(self, out: Channel, flag: _Either) -> Iterator:
         try:
             while True:
                 kind, value = out.get()
-                if kind == _EVENTS:
-                    yield from value
-                elif kind == _ERROR:
+                if kind == ERROR:
                     raise value
-                else:
+                if kind == END:
                     if value:  # dropped before its prompt was evaluated
                         raise Cancelled()
                     return
+                yield from value
         finally:
             flag.inner.set()  # a consumer that stops early frees the slot
             with self._cv:
@@ -181,7 +179,7 @@ class BatchDriver:
         try:
             t.seq = self._batcher.add(*args, **kwargs)
         except Exception as exc:  # noqa: BLE001 - the request's own error (context length, bad ids)
-            t.out.put((_ERROR, exc))
+            t.out.fail(exc)
             return
         self._routes[id(t.seq)] = t
 
@@ -204,7 +202,7 @@ class BatchDriver:
         if t.seq is not None:
             del self._routes[id(t.seq)]
             t.seq.state = "cancelled"
-        t.out.put((_END, t.seq is None or not t.seq.prefilled))
+        t.out.end(t.seq is None or not t.seq.prefilled)
 
     def _loop(self) -> None:
         b = self._batcher
@@ -216,7 +214,7 @@ class BatchDriver:
                         break
                     if self._closed:
                         for t in self._pending:
-                            t.out.put((_ERROR, Cancelled("the model is being unloaded")))
+                            t.out.fail(Cancelled("the model is being unloaded"))
                         self._pending.clear()
                         return
                     self._cv.wait()
@@ -225,7 +223,7 @@ class BatchDriver:
             except BaseException as exc:  # noqa: BLE001 - every sequence in the batch fails with it
                 b.close()
                 for t in self._routes.values():  # the parked ones too: their batch failed under them
-                    t.out.put((_ERROR, exc))
+                    t.out.fail(exc)
                 self._routes.clear()
                 with self._cv:
                     self._pending = [t for t in self._pending if t.seq is None]
@@ -239,7 +237,7 @@ class BatchDriver:
             for seq, events in results:
                 out = self._routes[id(seq)].out
                 if events:
-                    out.put((_EVENTS, events))
+                    out.send(events)
                 if seq.finished:
                     del self._routes[id(seq)]
-                    out.put((_END, seq.state == "cancelled" and not seq.prefilled))
+                    out.end(seq.state == "cancelled" and not seq.prefilled)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import collections
 import contextvars
-import queue
 import threading
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -12,6 +11,7 @@ from typing import Any, Callable, Iterable, Iterator, Mapping
 
 from ..api.options import LOAD_TIME, Options, resolve
 from ..errors import NonFiniteOutput
+from .channel import END, ERROR, Channel
 
 _UNSET = object()  # a request that did not say keep_alive
 # Who sent the request being handled: set by the HTTP edge (serve/security.py) for the task of each request and
@@ -21,7 +21,6 @@ CLIENT: contextvars.ContextVar[str] = contextvars.ContextVar("localrt_client", d
 # Whether the request comes from this machine itself (a loopback peer, not forwarding for someone else): only
 # such a caller may name paths on the server (pull from a folder). True outside HTTP (the CLI, tests).
 LOCAL_CALLER: contextvars.ContextVar[bool] = contextvars.ContextVar("localrt_local_caller", default=True)
-_EVENT, _ERROR, _END = "event", "error", "end"
 DEFAULT_MAX_LOADED = 3  # Ollama's "auto" on a CPU-only machine
 AUTO_PARALLEL = 4  # LOCALRT_NUM_PARALLEL=0 (the default): 4 requests per model where 4 KV slots fit in memory, as Ollama
 
@@ -107,13 +106,13 @@ class _Job:
         self.need_error: BaseException | None = None  # the estimate failed: the job fails with this
         self.estimating = False  # an estimate runs in a helper thread
         self.cancelled = threading.Event()
-        self.out: queue.SimpleQueue = queue.SimpleQueue()  # (kind, value) items for the consumer
+        self.out = Channel()  # the work's events for the consumer, then its end or error
 
     def fail(self, exc: BaseException) -> None:
-        self.out.put((_ERROR, exc))
+        self.out.fail(exc)
 
     def end(self) -> None:
-        self.out.put((_END, None))
+        self.out.end()
 
 
 class _Runner:
@@ -147,13 +146,15 @@ class _Runner:
 
 
 class Stream:
-    """The consumer's side of one request: iterate for events; `cancel()` (or `close()`) from any thread stops
-    the work at its next step. An exception raised by the load or the work is re-raised here."""
+    """The consumer's side of one request: iterate for events (blocking), or `await drain()` for all that are waiting
+    (from an event loop, with no thread waiting); `cancel()` (or `close()`) from any thread stops the work at its next
+    step. An exception raised by the load or the work is re-raised here."""
 
     def __init__(self, scheduler, job: _Job):  # scheduler: the Scheduler that queued the job
         self._scheduler = scheduler
         self._job = job
         self._finished = False
+        self._held: collections.deque = collections.deque()  # entries drained but not yet handed out
 
     def __iter__(self) -> Iterator[Any]:
         return self
@@ -161,11 +162,36 @@ class Stream:
     def __next__(self) -> Any:
         if self._finished:
             raise StopIteration
-        kind, value = self._job.out.get()
-        if kind == _EVENT:
+        kind, value = self._held.popleft() if self._held else self._job.out.get()
+        if kind not in (END, ERROR):
             return value
+        self._finish(kind, value)
+
+    async def drain(self) -> tuple[list, bool]:
+        """(every event waiting, at least one unless the stream ended; whether it ended). An error is raised once
+        the events before it are out."""
+        if self._finished:
+            return [], True
+        if not self._held:
+            self._held.extend(await self._job.out.drain())
+        items = []
+        while self._held:
+            kind, value = self._held[0]
+            if kind == ERROR and items:
+                break  # raised on the next call, after these are out
+            self._held.popleft()
+            if kind not in (END, ERROR):
+                items.append(value)
+                continue
+            try:
+                self._finish(kind, value)
+            except StopIteration:
+                return items, True
+        return items, False
+
+    def _finish(self, kind: str, value: Any):
         self._finished = True
-        if kind == _ERROR:
+        if kind == ERROR:
             if isinstance(value, NonFiniteOutput) and not value.model:
                 value.model = self._job.model  # the engine knows its file, not the name the request used
             raise value
@@ -189,6 +215,27 @@ class Stream:
     def __del__(self) -> None:
         if not self._finished:
             self._job.cancelled.set()  # a dropped stream must not keep a worker busy
+
+
+class Events:
+    """What the service hands the HTTP layer: an iterator of reply dicts over a scheduler stream (or over one reply),
+    with a thread-safe cancel(), and the stream's `drain` where the dicts are the stream's own events."""
+
+    def __init__(self, it: Iterator[dict], stream=None):
+        self._it = it
+        self._stream = stream
+        if stream is not None and it is stream:
+            self.drain = stream.drain  # read from an event loop: every event waiting per wake-up (jobs.Stream)
+
+    def __iter__(self):
+        return self
+
+    def __next__(self) -> dict:
+        return next(self._it)
+
+    def cancel(self) -> None:
+        if self._stream is not None:
+            self._stream.cancel()
 
 
 def _load_options(options: Options | Mapping[str, Any] | None) -> dict[str, Any]:

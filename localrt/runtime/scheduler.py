@@ -42,7 +42,7 @@ from typing import Any, Callable
 from ..api.options import parse_duration
 from ..errors import Busy, Cancelled, InvalidRequest, ModelLoadError
 from . import fairness
-from .jobs import (_END, _ERROR, _EVENT, _UNSET, AUTO_PARALLEL, CLIENT, DEFAULT_MAX_LOADED, MemoryNeed, Request,
+from .jobs import (_UNSET, AUTO_PARALLEL, CLIENT, DEFAULT_MAX_LOADED, MemoryNeed, Request,
                    RunnerInfo, Stream, _gib, _Job, _load_options, _Runner, system_available_memory)
 
 MAX_CLIENTS = 4096  # clients whose last service is remembered for fairness
@@ -433,18 +433,21 @@ class Scheduler:
 
     def _job_thread(self, r: _Runner, job: _Job) -> None:
         CLIENT.set(job.client)  # whose the work is, for the model's driver: it shares its slots by client
-        last = self._run(r, job)
+        failure = self._run(r, job)
         with self._cv:
             r.active.discard(job)
             if r.idle():
                 self._after_work(r)
             self._dispatch()
-        job.out.put(last)  # after the bookkeeping, so a finished consumer sees the model idle
+        if failure is not None:  # after the bookkeeping, so a finished consumer sees the model idle
+            job.fail(failure)
+        else:
+            job.end()
 
-    def _run(self, r: _Runner, job: _Job) -> tuple[str, Any]:
-        """Run one job, streaming its events; returns the last item for its consumer (end or error)."""
+    def _run(self, r: _Runner, job: _Job) -> BaseException | None:
+        """Run one job, sending its events to its consumer; returns what it failed with, if it did."""
         if job.cancelled.is_set():
-            return _END, None
+            return None
         req = job.request
         try:
             it = req.work(r.loaded, req, job.cancelled) if req.work is not None else r.loaded.run(req, job.cancelled)
@@ -453,12 +456,12 @@ class Scheduler:
                 for event in it:
                     if job.cancelled.is_set():
                         break
-                    job.out.put((_EVENT, event))
+                    job.out.send(event)
             finally:
                 getattr(it, "close", lambda: None)()  # a generator stops at the yield where it waits
         except Exception as exc:
-            return _ERROR, exc
-        return _END, None
+            return exc
+        return None
 
     def _info(self, r: _Runner, now: float, wall: float) -> RunnerInfo:
         if r.keep_alive is None:

@@ -28,7 +28,7 @@ from ..templates.toolcalls import ToolCallParser, tag_for_template
 from . import rerank
 from .batch_driver import BatchDriver
 from .catalog import Catalog
-from .jobs import AUTO_PARALLEL, CLIENT, system_available_memory
+from .jobs import AUTO_PARALLEL, CLIENT, Events, system_available_memory
 from .loading import estimate_memory, kv_counts, load_draft, system_total_memory, with_auto_context, with_draft_need
 from .scheduler import MemoryNeed, Request, Scheduler
 from .sampling_extras import (COUNT_UPTO, Pending, cache_scope, count_tokens, prompt_ids, request_ids,
@@ -91,24 +91,6 @@ class Loaded:
         self.model.close()
         if self.draft is not None:
             self.draft.close()
-
-
-class Events:
-    """An iterator of reply dicts over a scheduler stream, with a thread-safe cancel() for the HTTP layer."""
-
-    def __init__(self, it: Iterator[dict], stream=None):
-        self._it = it
-        self._stream = stream
-
-    def __iter__(self):
-        return self
-
-    def __next__(self) -> dict:
-        return next(self._it)
-
-    def cancel(self) -> None:
-        if self._stream is not None:
-            self._stream.cancel()
 
 
 def _once(item: dict) -> Events:

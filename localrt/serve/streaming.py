@@ -4,6 +4,7 @@ replies, and cancellation when the client goes away."""
 from __future__ import annotations
 
 import asyncio
+import collections
 import json
 from typing import Any, Callable, Iterator
 
@@ -32,13 +33,30 @@ def _public(item: Any) -> Any:
 
 
 class EventPump:
-    """Pulls a blocking event iterator from a worker thread one item at a time, and cancels it on disconnect."""
+    """Reads a reply's events from the event loop. A scheduler stream (one with `drain`, runtime.jobs.Stream) is read
+    from its channel: every event waiting per wake-up, with no thread waiting on it. Any other blocking iterator (n
+    choices merged, one reply) is pulled one item per worker-thread call."""
 
     def __init__(self, it: Iterator[dict]):
         self.it = it
+        self._drain = getattr(it, "drain", None)
+        self._ready: collections.deque = collections.deque()  # drained, not yet taken
+
+    async def batch(self) -> list:
+        """The events waiting, at least one; the last one is _END once the iterator is done."""
+        if self._ready:
+            out = list(self._ready)
+            self._ready.clear()
+            return out
+        if self._drain is None:
+            return [await run_in_threadpool(next, self.it, _END)]
+        items, ended = await self._drain()
+        return [*items, _END] if ended else items
 
     async def next(self) -> Any:
-        return await run_in_threadpool(next, self.it, _END)
+        items = await self.batch()
+        self._ready.extend(items[1:])
+        return items[0]
 
     def cancel(self) -> None:
         cancel = getattr(self.it, "cancel", None)
@@ -102,11 +120,16 @@ async def _disconnected(request: Request) -> None:
 def _stream(pump: EventPump, first: Any, frame: Callable[[Any], bytes], tail: Callable[[], bytes] | None = None,
             error_frame: Callable[[str], bytes] | None = None):
     async def body():
-        item = first
+        batch = [first]
         try:
-            while item is not _END:
-                yield frame(item)
-                item = await pump.next()
+            while True:  # the events of one wake-up go out as one write
+                done = any(item is _END for item in batch)
+                chunk = b"".join(frame(item) for item in batch if item is not _END)
+                if chunk:
+                    yield chunk
+                if done:
+                    break
+                batch = await pump.batch()
             if tail is not None:
                 yield tail()
         except Exception as exc:  # after the first byte: one error line, then the stream ends
@@ -119,16 +142,17 @@ def _stream(pump: EventPump, first: Any, frame: Callable[[Any], bytes], tail: Ca
 
 async def _drain(pump: EventPump, request: Request, first: Any) -> list:
     """Collect a whole non-streamed reply, cancelling the work if the client goes away meanwhile."""
-    items, item = [], first
+    items, batch = [], [first]
     try:
-        while item is not _END:
-            items.append(item)
+        while True:
+            items.extend(item for item in batch if item is not _END)
+            if any(item is _END for item in batch):
+                return items
             if await request.is_disconnected():
                 raise errors.Cancelled()
-            item = await pump.next()
+            batch = await pump.batch()
     finally:
         pump.cancel()
-    return items
 
 
 async def json_body(request: Request) -> dict:
