@@ -11,7 +11,8 @@ q/k/v and biases), the per-token states and mean pooling of two id sequences (`.
 records only these). For the tiny reranker (bertgen.write_reranker), the head's scores of bertgen.RERANK_PAIRS and
 llama-server's /v1/rerank replies (`... make_bert_reference.py rerank`). For the tiny gemma-embedding
 (bertgen.write_gemma: F32 and Q8_0, with and without the Dense projections), per-token outputs and mean pooling
-(`... make_bert_reference.py gemma`).
+(`... make_bert_reference.py gemma`). For the tiny bert with a UGM vocabulary (bertgen.write_ugm), llama.cpp's ids
+for bertgen.UGM_TEXTS and their mean pooling (`... make_bert_reference.py ugm`).
 """
 from __future__ import annotations
 
@@ -212,8 +213,24 @@ def qwen3_last() -> None:
             print(label, last[:4])
 
 
+def ugm() -> None:
+    """The tiny bert with the UGM vocabulary (bertgen.write_ugm): llama.cpp's ids for bertgen.UGM_TEXTS (add_bos,
+    special) and their mean-pooled embeddings."""
+    with tempfile.TemporaryDirectory() as tmp:
+        path = bertgen.write_ugm(Path(tmp) / "ugm.gguf")
+        llm = llama_cpp.Llama(str(path), vocab_only=True, verbose=False)
+        ids = [llm.tokenize(t.encode(), add_bos=True, special=True) for t in bertgen.UGM_TEXTS]
+        llm.close()
+        vectors = [run(path, i, "mean", bertgen.N_EMBD) for i in ids]
+        width = max(map(len, ids))
+        padded = np.array([i + [-1] * (width - len(i)) for i in ids])  # (n_text, width), -1 past each text's end
+        np.savez(bertgen.DATA / "ugm.npz", ids=padded, mean=np.stack(vectors))
+        print("ugm", [len(i) for i in ids])
+
+
 if __name__ == "__main__":
-    # no argument: every reference; else only those named (tiny, minilm, nomic, rerank, gemma, qwen3_last)
+    # no argument: every reference; else only those named (tiny, minilm, nomic, rerank, gemma, qwen3_last, ugm)
     bertgen.DATA.mkdir(parents=True, exist_ok=True)
-    for name in sys.argv[1:] or ("tiny", "minilm", "nomic", "rerank", "gemma", "qwen3_last"):
-        {"tiny": tiny, "minilm": minilm, "nomic": nomic, "rerank": rerank, "gemma": gemma, "qwen3_last": qwen3_last}[name]()
+    for name in sys.argv[1:] or ("tiny", "minilm", "nomic", "rerank", "gemma", "qwen3_last", "ugm"):
+        {"tiny": tiny, "minilm": minilm, "nomic": nomic, "rerank": rerank, "gemma": gemma, "qwen3_last": qwen3_last,
+         "ugm": ugm}[name]()

@@ -260,3 +260,27 @@ def write_gemma(path: Path, wtype: int = F32, *, dense: bool = False, pooling: i
                    f"{a}.dense_3_feat_in": GEMMA_DENSE, f"{a}.dense_3_feat_out": N_EMBD,
                    f"{a}.rope.freq_base_swa": GEMMA_SWA_BASE})
     return _write(path, md, gemma_weights(dense=dense), wtype, ())
+
+
+# -- the tiny bert with an XLM-R-style unigram (UGM, "t5") vocabulary -------------------------------------------------
+UGM_VOCAB = Path(__file__).parent / "data" / "ugm_nfkc.gguf"  # bench/make_ugm_golden.py's nmt_nfkc vocabulary
+UGM_SEED = 46
+UGM_TEXTS = ["hello world", "  Ｆｕｌｌ-width ﬁne\u3000text, é! è <s> and </s>", "Привет, мир! 日本語 🙂"]
+
+
+def write_ugm(path: Path, wtype: int = F32) -> Path:
+    """The tiny bert of `write` with tests/data/ugm_nfkc.gguf's tokenizer keys (bge-m3's layout: <s> 0, </s> 2,
+    add_bos and add_eos, nmt_nfkc charsmap) and a token embedding drawn from UGM_SEED for its vocabulary."""
+    with gguf_io.open(UGM_VOCAB) as f:
+        vocab_md = {k: v for k, v in f.metadata.items() if k.startswith("tokenizer.")}
+    n_vocab = len(vocab_md["tokenizer.ggml.tokens"])
+    md = {
+        "general.architecture": "bert", "general.name": f"bertgen ugm {UGM_SEED}", "general.file_type": wtype,
+        "bert.context_length": N_CTX, "bert.embedding_length": N_EMBD, "bert.feed_forward_length": N_FF,
+        "bert.block_count": N_LAYER, "bert.attention.head_count": N_HEAD, "bert.attention.layer_norm_epsilon": EPS,
+        "bert.attention.causal": False, "bert.pooling_type": 1, **vocab_md,
+        "tokenizer.ggml.token_type_count": N_TYPES,
+    }
+    w = weights()
+    w["token_embd.weight"] = np.random.default_rng(UGM_SEED).standard_normal((n_vocab, N_EMBD)).astype(np.float32)
+    return _write(path, md, w, wtype, ("position_embd.weight", "token_types.weight"))

@@ -206,3 +206,20 @@ def test_rerank_pair_is_xlm_r_s():
     assert pair_ids(q, d, Specials.of(tok)) == [0, *q, 2, 2, *d, 2]  # <s> q </s></s> d </s>
     plain = Tokenizer.from_gguf(_metadata("nfkc"))
     assert pair_ids(q, d, Specials.of(plain)) == [0, *q, 2, *d, 2]
+
+
+# -- end to end: a bert with this vocabulary loads, tokenizes and embeds as llama.cpp does ----------------------------
+def test_bert_with_a_ugm_vocabulary_embeds_as_llamacpp_does(tmp_path):
+    import bertgen
+    from localrt.engine.loader import load_model
+
+    ref = np.load(DATA / "bert" / "ugm.npz")
+    model = load_model(bertgen.write_ugm(tmp_path / "ugm.gguf"))
+    try:
+        for text, ids, want in zip(bertgen.UGM_TEXTS, ref["ids"], ref["mean"]):
+            ids = [int(i) for i in ids if i >= 0]
+            assert model.tokenizer.encode(text) == ids, text
+            got = model.embed(ids)
+            assert float(got @ want / np.linalg.norm(got) / np.linalg.norm(want)) > 0.99999, text
+    finally:
+        model.close()
