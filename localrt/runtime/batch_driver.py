@@ -4,8 +4,8 @@ the model (up to LOCALRT_NUM_PARALLEL of them) are stepped together (continuous 
 `submit` (any thread) queues a sequence and returns an iterator of its events (Token ... Done); the driver
 admits queued sequences while the Batcher has a free slot, steps, and sends each sequence's events to its
 channel (runtime.channel). `exclusive()` runs work that uses slot 0 on its own (embeddings): it waits until no
-sequence holds a slot, and nothing is admitted while it runs. The Batcher keeps each sequence's numerics the same alone or
-batched, so a request's greedy output does not depend on what runs beside it.
+sequence holds a slot, and nothing is admitted while it runs. The Batcher keeps each sequence's numerics the same
+alone or batched, so a request's greedy output does not depend on what runs beside it.
 
 Slots are shared by client (the scheduler's job thread sets CLIENT): a free slot goes to the waiting request of the
 client holding the fewest, and while a client holds more than its share and another waits below its own, the

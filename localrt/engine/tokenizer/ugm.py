@@ -16,8 +16,9 @@ its own may be the unknown token at (lowest normal score - 10), and consecutive 
 
 The charsmap is `uint32 size`, a XOR-compressed double array of `size` bytes, then NUL-terminated values. It is
 checked whole at load (every unit a walk from any reachable node may read), so that a hostile file is refused then
-(ModelLoadError naming the key), not mid-request; it is walked as llama.cpp walks it. When no vocabulary token holds U+2581 after its first character, no
-token crosses the start of a U+2581 and each such word is segmented (and cached) on its own: the same ids.
+(ModelLoadError naming the key), not mid-request; it is walked as llama.cpp walks it. When no vocabulary token
+holds U+2581 after its first character, no token crosses the start of a U+2581 and each such word is segmented (and
+cached) on its own: the same ids.
 """
 from __future__ import annotations
 
