@@ -207,10 +207,22 @@ def cache_scope(run):
     return "shared cache", rows, []
 
 
-VIEWS = {"decode": decode, "embed": embed, "cache_scope": cache_scope, "generate": generate, "batch": batch, "serve_load": serve_load, "spec": spec,
-         "spec_draft": spec_draft, "kernels": kernels, "attention": attention, "iq4_matvec": iq4_matvec,
-         "kv_pool": kv_pool, "pull": pull, "serve": serve, "structured": structured, "spec_replay": spec_replay,
-         "gpu": gpu}
+def serve_ab(run):
+    """Two source trees through the daemon (ours: the newer, the peer column: the one before), medians of rounds."""
+    rows = []
+    for n, e in run.get("clients", {}).items():
+        after, before = e.get("after") or {}, e.get("before") or {}
+        for key, label in (("ttft_p50_s", "TTFT p50 s"), ("ttft_p95_s", "TTFT p95 s"),
+                           ("aggregate_tok_s", "aggregate tok/s")):
+            rows.append((f"{n} clients: {label}", after.get(key), before.get(key)))
+    commits = (run.get("setup") or {}).get("commits") or {}
+    return f"before ({commits.get('before', '?')})", rows, []
+
+
+VIEWS = {"decode": decode, "embed": embed, "cache_scope": cache_scope, "generate": generate, "batch": batch,
+         "serve_load": serve_load, "serve_ab": serve_ab, "spec": spec, "spec_draft": spec_draft, "kernels": kernels,
+         "attention": attention, "iq4_matvec": iq4_matvec, "kv_pool": kv_pool, "pull": pull, "serve": serve,
+         "structured": structured, "spec_replay": spec_replay, "gpu": gpu}
 
 
 def fmt(v) -> str:
