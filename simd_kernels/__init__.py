@@ -12,7 +12,8 @@ Adding a block format (IQ4_NL, IQ4_XS and MXFP4 came in this way):
    bit for bit against `gguf.quants` (tests/test_quant_dequant.py); a quantizer in `quant/` if `create -q` writes it.
 3. `simd_kernels/dequant.py`: `rows_<name>` (ROWS: embedding rows), bit-exact with the reference.
 4. The fused kernel: row-dot intrinsics for 1-4 (and 8) tokens in the module of its family (`block32`, `kquants`,
-   `iquants`), made into `mul_<name>` by `simd.fused_kernel`, the loop nest every format shares (which keeps a row's
+   `iquants`), their LLVM IR built from `simd_kernels.ir`'s helpers (types, block loads, shuffles, the int8 lane dots),
+   made into `mul_<name>` by `simd.fused_kernel`, the loop nest every format shares (which keeps a row's
    numbers independent of how many tokens share the call, and makes EXPERTS, GROUPED and MULTI beside it); then its
    module and name in `api._MUL_MODULES` and `api._NAMES`. A new module also goes in `_cache_guard.MODULES`.
 5. Optionally a prompt kernel (`prefill.prefill_kernel`) in PREFILL, for 64+ token pieces.

@@ -1,7 +1,7 @@
 """Drop this package's cached kernels when any of their sources changed.
 
 Numba's on-disk cache checks only the timestamp of the file that defines a kernel, not of the files it
-inlines from (simd.py's intrinsics, actquant.py, half.py, ...): editing simd.py alone would leave stale
+inlines from (ir.py's IR, actquant.py, half.py, ...): editing ir.py alone would leave stale
 machine code in use. A hash of all kernel sources is kept beside the cache; on a mismatch the cached
 kernels of these modules are deleted and recompile on first use.
 """
@@ -12,9 +12,9 @@ from pathlib import Path
 
 from numba.core.caching import FunctionCache
 
-# the @njit / @intrinsic sources
+# the @njit / @intrinsic sources, and ir (the LLVM IR their intrinsics generate)
 MODULES = ("actquant", "attend", "attend_simd", "block32", "block32_prompt", "checks", "dequant", "floats", "half",
-           "iquants", "kquants", "kquants_prompt", "kquants_rowdots", "ops", "paged", "prefill", "rows", "simd",
+           "iquants", "ir", "kquants", "kquants_prompt", "kquants_rowdots", "ops", "paged", "prefill", "rows", "simd",
            "vmath")
 _STAMP = "simd_kernels.sources.sha256"
 

@@ -14,7 +14,7 @@ import numpy as np
 from gguf_io.constants import BLOCK_SIZES
 
 from .checks import KernelArgumentError
-from .simd import _X86
+from .ir import X86
 from .simd import EXPERTS as _EXPERTS_BY_NAME
 from .simd import GROUPED as _GROUPED_BY_NAME
 from .simd import MULTI as _MULTI_BY_NAME
@@ -95,8 +95,8 @@ ROWS = KernelTable({t: ("dequant", f"rows_{name}") for t, name in _NAMES.items()
 # Q8_0 92 (43), Q4_0 92 (40), Q5_0 82 (40), Q4_1 93 (34), Q5_1 85 (33). Q8_0's unsigned weights (q + 128) pass
 # vpmaddubsw's range, so it takes the kernel only with VNNI.
 _PREFILL_MODULES = ({Q4_K: "kquants_prompt", Q5_K: "kquants_prompt", Q6_K: "kquants_prompt", Q4_0: "block32_prompt", Q4_1: "block32_prompt",
-                     Q5_0: "block32_prompt", Q5_1: "block32_prompt", MXFP4: "block32_prompt"} if "avx2" in _X86 else {}) | (
-    {Q8_0: "block32_prompt"} if {"avx512vnni", "avx512vl"} <= _X86 else {})
+                     Q5_0: "block32_prompt", Q5_1: "block32_prompt", MXFP4: "block32_prompt"} if "avx2" in X86 else {}) | (
+    {Q8_0: "block32_prompt"} if {"avx512vnni", "avx512vl"} <= X86 else {})
 PREFILL = KernelTable({t: (module, f"PREFILL_{_NAMES[t].upper()}") for t, module in _PREFILL_MODULES.items()})
 
 # Batches at least this large go through dequantized row tiles and BLAS; smaller ones use the fused

@@ -16,27 +16,27 @@ from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-from .simd import _F32, _I8, _I16, _I32, _c, _intrinsic, _shuffle, _splat
+from .ir import F32, I8, I16, I32, call_intrinsic, i64, shuffle, splat
 
 LANES = 16  # float32 lanes of a vector: a head's dims go 16 at a time
-_V16F = ir.VectorType(_F32, LANES)
+_V16F = ir.VectorType(F32, LANES)
 _CACHE = (types.uint16, types.float32)  # a cache's element types: float16 bits, or float32
 
 
 def _ptr(builder, base, offset, ty):
-    return builder.bitcast(builder.gep(builder.bitcast(base, _I8.as_pointer()), [offset]), ty.as_pointer())
+    return builder.bitcast(builder.gep(builder.bitcast(base, I8.as_pointer()), [offset]), ty.as_pointer())
 
 
 def _load16(builder, base, offset, half):
     """16 cache elements at base + offset bytes as <16 x float> (float16 bits widened exactly, or float32)."""
     if half:
-        v = builder.load(_ptr(builder, base, offset, ir.VectorType(_I16, LANES)), align=2)
+        v = builder.load(_ptr(builder, base, offset, ir.VectorType(I16, LANES)), align=2)
         return builder.fpext(builder.bitcast(v, ir.VectorType(ir.HalfType(), LANES)), _V16F)
     return builder.load(_ptr(builder, base, offset, _V16F), align=4)
 
 
 def _fma(builder, a, b, c):
-    return _intrinsic(builder, "llvm.fma.v16f32", _V16F, [a, b, c])
+    return call_intrinsic(builder, "llvm.fma.v16f32", _V16F, [a, b, c])
 
 
 def _halves(builder, accs):
@@ -51,7 +51,7 @@ def _halves(builder, accs):
             lo = [i * width + l for i in range(keys) for l in range(half)]
             lo += [LANES + i * width + l for i in range(keys) for l in range(half)]
             hi = [x + half for x in lo]
-            nxt.append(builder.fadd(_shuffle(builder, a, b, lo), _shuffle(builder, a, b, hi)))
+            nxt.append(builder.fadd(shuffle(builder, a, b, lo), shuffle(builder, a, b, hi)))
         groups, width, keys = nxt, half, keys * 2
     return groups[0]
 
@@ -82,16 +82,16 @@ def key_dots16(typingctx, q, k, scores, t, h, b, kvh, r, j, scale):
         ko = builder.add(builder.add(builder.mul(b_, ks[0]), builder.mul(kvh_, ks[1])), builder.mul(r_, ks[2]))
         accs = [cgutils.alloca_once_value(builder, ir.Constant(_V16F, [0.0] * LANES)) for _ in range(LANES)]
         elem = 2 if half else 4
-        with cgutils.for_range(builder, builder.udiv(hd, _c(LANES))) as loop:
+        with cgutils.for_range(builder, builder.udiv(hd, i64(LANES))) as loop:
             c = loop.index
-            qv = builder.load(_ptr(builder, qa.data, builder.add(qo, builder.mul(c, _c(64))), _V16F), align=4)
-            kc = builder.add(ko, builder.mul(c, _c(LANES * elem)))
+            qv = builder.load(_ptr(builder, qa.data, builder.add(qo, builder.mul(c, i64(64))), _V16F), align=4)
+            kc = builder.add(ko, builder.mul(c, i64(LANES * elem)))
             for u in range(LANES):
-                kv = _load16(builder, ka.data, builder.add(kc, builder.mul(_c(u), ks[2])), half)
+                kv = _load16(builder, ka.data, builder.add(kc, builder.mul(i64(u), ks[2])), half)
                 builder.store(_fma(builder, qv, kv, builder.load(accs[u])), accs[u])
         tot = _halves(builder, [builder.load(a) for a in accs])
-        tot = builder.fmul(tot, _splat(builder, args[9], LANES))
-        builder.store(tot, _ptr(builder, sa.data, builder.mul(j_, _c(4)), _V16F), align=4)
+        tot = builder.fmul(tot, splat(builder, args[9], LANES))
+        builder.store(tot, _ptr(builder, sa.data, builder.mul(j_, i64(4)), _V16F), align=4)
         return context.get_dummy_value()
 
     return sig, codegen
@@ -113,13 +113,13 @@ def key_dot1(typingctx, q, k, t, h, b, kvh, r):
         ko = builder.add(builder.add(builder.mul(b_, ks[0]), builder.mul(kvh_, ks[1])), builder.mul(r_, ks[2]))
         acc = cgutils.alloca_once_value(builder, ir.Constant(_V16F, [0.0] * LANES))
         elem = 2 if half else 4
-        with cgutils.for_range(builder, builder.udiv(hd, _c(LANES))) as loop:
+        with cgutils.for_range(builder, builder.udiv(hd, i64(LANES))) as loop:
             c = loop.index
-            qv = builder.load(_ptr(builder, qa.data, builder.add(qo, builder.mul(c, _c(64))), _V16F), align=4)
-            kv = _load16(builder, ka.data, builder.add(ko, builder.mul(c, _c(LANES * elem))), half)
+            qv = builder.load(_ptr(builder, qa.data, builder.add(qo, builder.mul(c, i64(64))), _V16F), align=4)
+            kv = _load16(builder, ka.data, builder.add(ko, builder.mul(c, i64(LANES * elem))), half)
             builder.store(_fma(builder, qv, kv, builder.load(acc)), acc)
         tot = _halves(builder, [builder.load(acc)])
-        return builder.extract_element(tot, ir.Constant(_I32, 0))
+        return builder.extract_element(tot, ir.Constant(I32, 0))
 
     return sig, codegen
 
@@ -146,20 +146,20 @@ def mix_values(typingctx, v, w, out, t, h, b, kvh, r, j, n):
         vo = builder.add(builder.add(builder.mul(b_, vs[0]), builder.mul(kvh_, vs[1])), builder.mul(r_, vs[2]))
         elem = 2 if half else 4
         accs = [cgutils.alloca_once(builder, _V16F) for _ in range(4)]
-        with cgutils.for_range(builder, builder.udiv(hd_v, _c(4 * LANES))) as groups:
+        with cgutils.for_range(builder, builder.udiv(hd_v, i64(4 * LANES))) as groups:
             g = groups.index
-            optrs = [_ptr(builder, oa.data, builder.add(builder.add(oo, builder.mul(g, _c(256))), _c(64 * u)), _V16F)
+            optrs = [_ptr(builder, oa.data, builder.add(builder.add(oo, builder.mul(g, i64(256))), i64(64 * u)), _V16F)
                      for u in range(4)]
             for u in range(4):
                 builder.store(builder.load(optrs[u], align=4), accs[u])
-            vg = builder.add(vo, builder.mul(g, _c(4 * LANES * elem)))
+            vg = builder.add(vo, builder.mul(g, i64(4 * LANES * elem)))
             with cgutils.for_range(builder, n_) as keys:
                 i = keys.index
-                wi = _splat(builder, builder.load(_ptr(builder, wa.data, builder.mul(builder.add(j_, i), _c(4)), _F32)),
+                wi = splat(builder, builder.load(_ptr(builder, wa.data, builder.mul(builder.add(j_, i), i64(4)), F32)),
                             LANES)
                 vi = builder.add(vg, builder.mul(i, vs[2]))
                 for u in range(4):
-                    vv = _load16(builder, va.data, builder.add(vi, _c(u * LANES * elem)), half)
+                    vv = _load16(builder, va.data, builder.add(vi, i64(u * LANES * elem)), half)
                     builder.store(_fma(builder, wi, vv, builder.load(accs[u])), accs[u])
             for u in range(4):
                 builder.store(builder.load(accs[u]), optrs[u], align=4)

@@ -28,38 +28,38 @@ from numba.extending import intrinsic
 from . import block32_prompt
 from .actquant import quantize_q8_0, quantize_q8_k
 from .dequant import KVALUES_IQ4NL
-from .simd import (
-    _I8, _I16, _I32, _V8F, _Acts, _byte_ptr, _c, _const_vec, _data, _load_half, _load_vec, _prefetch, _reduce_f,
-    _shuffle, ROW_TOKENS, _splat, _token_indices, fused_kernel,
+from .ir import (
+    I8, I16, I32, V8F, V8I, Acts, array_data, byte_ptr, const_vec, i64, load_half, load_vec, prefetch, reduce_f,
+    shuffle, splat, token_indices,
 )
+from .simd import ROW_TOKENS, fused_kernel
 
-_V8I = ir.VectorType(_I32, 8)
-_V16I = ir.VectorType(_I32, 16)
+_V16I = ir.VectorType(I32, 16)
 NL_BYTES, XS_BYTES = 18, 136  # IQ4_NL block (32 elements), IQ4_XS super-block (256 elements)
 
 
 def _lookup16(builder, idx, values=KVALUES_IQ4NL):
     """<16 x i8> indices in 0..15 -> <16 x i8> levels values[idx] (one pshufb on x86)."""
-    table = _const_vec(_I8, values)
-    out = ir.Constant(ir.VectorType(_I8, 16), ir.Undefined)
+    table = const_vec(I8, values)
+    out = ir.Constant(ir.VectorType(I8, 16), ir.Undefined)
     for i in range(16):
-        level = builder.extract_element(table, builder.extract_element(idx, ir.Constant(_I32, i)))
-        out = builder.insert_element(out, level, ir.Constant(_I32, i))
+        level = builder.extract_element(table, builder.extract_element(idx, ir.Constant(I32, i)))
+        out = builder.insert_element(out, level, ir.Constant(I32, i))
     return out
 
 
 def _levels(builder, wd, o, values=KVALUES_IQ4NL):
     """The 16 quant bytes at o -> (levels of elements 0..15, levels of elements 16..31), each <16 x i8>."""
-    v = _load_vec(builder, wd, o, 16)
-    lo = builder.and_(v, _const_vec(_I8, [15] * 16))
-    hi = builder.lshr(v, _const_vec(_I8, [4] * 16))
+    v = load_vec(builder, wd, o, 16)
+    lo = builder.and_(v, const_vec(I8, [15] * 16))
+    hi = builder.lshr(v, const_vec(I8, [4] * 16))
     return _lookup16(builder, lo, values), _lookup16(builder, hi, values)
 
 
 def _dot16(builder, q, xv):
     """<16 x i8> . <16 x i8> -> <8 x i32>, lane i = q[2i]*x[2i] + q[2i+1]*x[2i+1] (exact)."""
     p = builder.mul(builder.sext(q, _V16I), builder.sext(xv, _V16I), flags=["nsw"])
-    return builder.add(_shuffle(builder, p, p, range(0, 16, 2)), _shuffle(builder, p, p, range(1, 16, 2)))
+    return builder.add(shuffle(builder, p, p, range(0, 16, 2)), shuffle(builder, p, p, range(1, 16, 2)))
 
 
 def _dot32(builder, halves, xqd, xo):
@@ -67,14 +67,14 @@ def _dot32(builder, halves, xqd, xo):
 
     Lane i sums elements 2i, 2i+1, 2i+16, 2i+17 (its own partition: no other path has to match it)."""
     lo, hi = halves
-    return builder.add(_dot16(builder, lo, _load_vec(builder, xqd, xo, 16)),
-                       _dot16(builder, hi, _load_vec(builder, xqd, builder.add(xo, _c(16)), 16)))
+    return builder.add(_dot16(builder, lo, load_vec(builder, xqd, xo, 16)),
+                       _dot16(builder, hi, load_vec(builder, xqd, builder.add(xo, i64(16)), 16)))
 
 
 def _token_rows(context, builder, sig, args, n_tok):
     """(activation quants row, activation scales row) pointers of tokens t0..t0+n_tok-1."""
-    acts = _Acts(context, builder, sig, args, 1)
-    return acts, [(acts.row(0, t), acts.row(1, t)) for t in _token_indices(builder, args[4], n_tok)]
+    acts = Acts(context, builder, sig, args, 1)
+    return acts, [(acts.row(0, t), acts.row(1, t)) for t in token_indices(builder, args[4], n_tok)]
 
 
 def _make_nl_rowdot(n_tok):
@@ -88,29 +88,29 @@ def _make_nl_rowdot(n_tok):
         sig = types.UniTuple(types.float32, n_tok)(w, xq, xd, xs, t0)
 
         def codegen(context, builder, sig, args):
-            wd = _data(context, builder, sig.args[0], args[0])
+            wd = array_data(context, builder, sig.args[0], args[0])
             acts, toks = _token_rows(context, builder, sig, args, n_tok)
             # two accumulator sets, for even and odd blocks: halves the float-add dependency chain
-            accs = [[cgutils.alloca_once_value(builder, ir.Constant(_V8F, [0.0] * 8)) for _ in toks] for _ in "eo"]
+            accs = [[cgutils.alloca_once_value(builder, ir.Constant(V8F, [0.0] * 8)) for _ in toks] for _ in "eo"]
 
             def block(blk, k):
-                o = builder.mul(blk, _c(NL_BYTES))
-                halves = _levels(builder, wd, builder.add(o, _c(2)))
-                dw = _load_half(builder, wd, o)
+                o = builder.mul(blk, i64(NL_BYTES))
+                halves = _levels(builder, wd, builder.add(o, i64(2)))
+                dw = load_half(builder, wd, o)
                 for (xqd, xdd), acc in zip(toks, accs[k]):
                     dx = builder.load(builder.gep(xdd, [blk]))
-                    isum = _dot32(builder, halves, xqd, builder.mul(blk, _c(32)))
-                    part = builder.fmul(_splat(builder, builder.fmul(dw, dx), 8), builder.sitofp(isum, _V8F))
+                    isum = _dot32(builder, halves, xqd, builder.mul(blk, i64(32)))
+                    part = builder.fmul(splat(builder, builder.fmul(dw, dx), 8), builder.sitofp(isum, V8F))
                     builder.store(builder.fadd(builder.load(acc), part), acc)
 
-            with cgutils.for_range(builder, builder.udiv(acts.n_blocks, _c(2))) as loop:
+            with cgutils.for_range(builder, builder.udiv(acts.n_blocks, i64(2))) as loop:
                 pair = 2 * NL_BYTES
-                _prefetch(builder, wd, builder.mul(loop.index, _c(pair)), pair)  # the pair's lines
-                block(builder.mul(loop.index, _c(2)), 0)
-                block(builder.add(builder.mul(loop.index, _c(2)), _c(1)), 1)
+                prefetch(builder, wd, builder.mul(loop.index, i64(pair)), pair)  # the pair's lines
+                block(builder.mul(loop.index, i64(2)), 0)
+                block(builder.add(builder.mul(loop.index, i64(2)), i64(1)), 1)
             with builder.if_then(builder.trunc(acts.n_blocks, ir.IntType(1))):  # odd count: the last block
-                block(builder.sub(acts.n_blocks, _c(1)), 0)
-            totals = [_reduce_f(builder, builder.fadd(builder.load(even), builder.load(odd)), 8)
+                block(builder.sub(acts.n_blocks, i64(1)), 0)
+            totals = [reduce_f(builder, builder.fadd(builder.load(even), builder.load(odd)), 8)
                       for even, odd in zip(*accs)]
             return context.make_tuple(builder, sig.return_type, totals)
 
@@ -125,14 +125,14 @@ def _xs_scales(builder, wd, o):
 
     ls_j: low 4 bits = nibble j % 2 of scales_l[j // 2] (bytes 4..7), high 2 bits = bits 2j, 2j+1 of scales_h (2..3).
     """
-    sl = _load_vec(builder, wd, builder.add(o, _c(4)), 4)
-    low = builder.zext(_shuffle(builder, sl, sl, [j // 2 for j in range(8)]), _V8I)
-    low = builder.and_(builder.lshr(low, _const_vec(_I32, [4 * (j % 2) for j in range(8)])), _const_vec(_I32, [15] * 8))
-    sh_ptr = builder.bitcast(_byte_ptr(builder, wd, builder.add(o, _c(2))), _I16.as_pointer())
-    sh = _splat(builder, builder.zext(builder.load(sh_ptr, align=1), _I32), 8)
-    high = builder.and_(builder.lshr(sh, _const_vec(_I32, [2 * j for j in range(8)])), _const_vec(_I32, [3] * 8))
-    ls = builder.or_(low, builder.shl(high, _const_vec(_I32, [4] * 8)))
-    return builder.sub(ls, _const_vec(_I32, [32] * 8))
+    sl = load_vec(builder, wd, builder.add(o, i64(4)), 4)
+    low = builder.zext(shuffle(builder, sl, sl, [j // 2 for j in range(8)]), V8I)
+    low = builder.and_(builder.lshr(low, const_vec(I32, [4 * (j % 2) for j in range(8)])), const_vec(I32, [15] * 8))
+    sh_ptr = builder.bitcast(byte_ptr(builder, wd, builder.add(o, i64(2))), I16.as_pointer())
+    sh = splat(builder, builder.zext(builder.load(sh_ptr, align=1), I32), 8)
+    high = builder.and_(builder.lshr(sh, const_vec(I32, [2 * j for j in range(8)])), const_vec(I32, [3] * 8))
+    ls = builder.or_(low, builder.shl(high, const_vec(I32, [4] * 8)))
+    return builder.sub(ls, const_vec(I32, [32] * 8))
 
 
 def _make_xs_rowdot(n_tok):
@@ -148,28 +148,28 @@ def _make_xs_rowdot(n_tok):
         sig = types.UniTuple(types.float32, n_tok)(w, xq, xd, bsums, t0)
 
         def codegen(context, builder, sig, args):
-            wd = _data(context, builder, sig.args[0], args[0])
+            wd = array_data(context, builder, sig.args[0], args[0])
             acts, toks = _token_rows(context, builder, sig, args, n_tok)
-            accs = [cgutils.alloca_once_value(builder, ir.Constant(_V8F, [0.0] * 8)) for _ in toks]
+            accs = [cgutils.alloca_once_value(builder, ir.Constant(V8F, [0.0] * 8)) for _ in toks]
             with cgutils.for_range(builder, acts.n_blocks) as loop:
                 blk = loop.index
-                o = builder.mul(blk, _c(XS_BYTES))
-                _prefetch(builder, wd, o, XS_BYTES)
-                d = _load_half(builder, wd, o)
+                o = builder.mul(blk, i64(XS_BYTES))
+                prefetch(builder, wd, o, XS_BYTES)
+                d = load_half(builder, wd, o)
                 scales = _xs_scales(builder, wd, o)
-                xo = builder.mul(blk, _c(256))
-                isums = [ir.Constant(_V8I, [0] * 8) for _ in toks]
+                xo = builder.mul(blk, i64(256))
+                isums = [ir.Constant(V8I, [0] * 8) for _ in toks]
                 for j in range(8):  # sub-block j: elements 32j..32j+31, quant bytes 8+16j..8+16j+15
-                    halves = _levels(builder, wd, builder.add(o, _c(8 + 16 * j)))
-                    sc = _splat(builder, builder.extract_element(scales, ir.Constant(_I32, j)), 8)
+                    halves = _levels(builder, wd, builder.add(o, i64(8 + 16 * j)))
+                    sc = splat(builder, builder.extract_element(scales, ir.Constant(I32, j)), 8)
                     for i, (xqd, _) in enumerate(toks):
-                        part = _dot32(builder, halves, xqd, builder.add(xo, _c(32 * j)))
+                        part = _dot32(builder, halves, xqd, builder.add(xo, i64(32 * j)))
                         isums[i] = builder.add(isums[i], builder.mul(sc, part))
                 for (_, xdd), acc, isum in zip(toks, accs, isums):
                     dx = builder.load(builder.gep(xdd, [blk]))
-                    part = builder.fmul(_splat(builder, builder.fmul(d, dx), 8), builder.sitofp(isum, _V8F))
+                    part = builder.fmul(splat(builder, builder.fmul(d, dx), 8), builder.sitofp(isum, V8F))
                     builder.store(builder.fadd(builder.load(acc), part), acc)
-            totals = [_reduce_f(builder, builder.load(a), 8) for a in accs]
+            totals = [reduce_f(builder, builder.load(a), 8) for a in accs]
             return context.make_tuple(builder, sig.return_type, totals)
 
         return sig, codegen

@@ -1,171 +1,18 @@
-"""LLVM vector code for the hot loops, as Numba intrinsics (Numba itself widens int8 math to int64 lanes).
-
-Written in generic LLVM IR, so LLVM picks AVX-512, AVX2 or SSE as the host has; the int8 dots alone use x86's
-integer dot instructions (VNNI, AVX2) where the host has them, summing exactly what the generic code sums.
-Here: the shared pieces of the formats' row dots (block loads, nibble and fifth-bit decoding, f16 scales read as
-LLVM `half`, one vcvtph2ps with F16C; prefetch; the activations' pointers) and `fused_kernel`, which makes each
-format's matmul kernel from one loop nest over tokens and rows around its row dots: rowdot<n>(w_row, xq, xd, xs, t)
-dots one whole weight row against the Q8 activations of n = 1-4 or 8 tokens, decoding each weight block once. The
-row dots are the format's own: the 32-element formats' in simd_kernels.block32_prompt, the K-quants' in kquants_rowdots, IQ4's in
-iquants.
+"""The fused kernel every block format's matmul is made of: `fused_kernel` puts one loop nest over tokens and rows
+around a format's row dots: rowdot<n>(w_row, xq, xd, xs, t) dots one whole weight row against the Q8 activations of
+n = 1-4 or 8 tokens, decoding each weight block once. The row dots are the format's own, Numba intrinsics built from
+simd_kernels.ir: the 32-element formats' in simd_kernels.block32_prompt, the K-quants' in kquants_rowdots, IQ4's in
+iquants; plain-Numba ones go through `scalar_rowdots`.
 """
 from __future__ import annotations
 
-import os
 from types import FunctionType
 
 import numpy as np
-from llvmlite import ir
-from numba import prange, types
-from numba.core import cgutils
-from numba.extending import intrinsic
+from numba import prange
 
+from .ir import X86 as _X86  # noqa: F401 - tests/test_kernels_x86.py and test_kernels_prefill.py read simd._X86
 from .jit import njit
-
-_I8, _I16, _I32, _F32 = ir.IntType(8), ir.IntType(16), ir.IntType(32), ir.FloatType()
-_V8F = ir.VectorType(_F32, 8)
-
-
-def _data(context, builder, aryty, ary):
-    return context.make_array(aryty)(context, builder, ary).data
-
-
-def _byte_ptr(builder, base, offset):
-    return builder.gep(builder.bitcast(base, _I8.as_pointer()), [offset])
-
-
-def _load_vec(builder, base, offset, n):
-    ptr = builder.bitcast(_byte_ptr(builder, base, offset), ir.VectorType(_I8, n).as_pointer())
-    return builder.load(ptr, align=1)
-
-
-def _u32_at(builder, base, offset):
-    ptr = builder.bitcast(_byte_ptr(builder, base, offset), _I32.as_pointer())
-    return builder.load(ptr, align=1)
-
-
-def _load_half(builder, base, offset):
-    ptr = builder.bitcast(_byte_ptr(builder, base, offset), _I16.as_pointer())
-    return builder.fpext(builder.bitcast(builder.load(ptr, align=1), ir.HalfType()), _F32)
-
-
-# Bytes ahead of the block being decoded that a row dot asks the cache to fetch (prefetcht0). A decode step streams
-# each weight from memory once, and the hardware prefetcher alone left the 1B Q4_K_M's linears at 10 GB/s where a
-# plain sum reads 34. Measured on all its linears in turn (2 threads, 2 vCPUs of a Xeon with AVX-512): none 68 ms,
-# 512 B ahead 52, 1024 42, 2048 37, 4096 37.5, 8192 39; the 1B Q8_0 66 -> 58 ms at 2048 and 4096.
-PREFETCH_AHEAD = 2048
-
-
-def _prefetch(builder, base, offset, nbytes):
-    """Hint the cache lines of nbytes from offset + PREFETCH_AHEAD of base (prefetch never faults past the end)."""
-    fnty = ir.FunctionType(ir.VoidType(), [_I8.as_pointer(), _I32, _I32, _I32])
-    fn = cgutils.get_or_insert_function(builder.module, fnty, "llvm.prefetch.p0i8")
-    for k in range(0, nbytes, 64):
-        ptr = _byte_ptr(builder, base, builder.add(offset, _c(PREFETCH_AHEAD + k)))
-        builder.call(fn, [ptr, ir.Constant(_I32, 0), ir.Constant(_I32, 3), ir.Constant(_I32, 1)])
-
-
-def _const_vec(elem, values):
-    return ir.Constant(ir.VectorType(elem, len(values)), list(values))
-
-
-def _shuffle(builder, a, b, idx):
-    return builder.shuffle_vector(a, b, _const_vec(_I32, idx))
-
-
-def _splat(builder, value, n):
-    vt = ir.VectorType(value.type, n)
-    one = builder.insert_element(ir.Constant(vt, ir.Undefined), value, ir.Constant(_I32, 0))
-    return _shuffle(builder, one, one, [0] * n)
-
-
-def _host_features() -> frozenset:
-    """The x86 features the row dots may use. LOCALRT_SIMD_X86 (a comma list; empty: none) narrows them, for
-    tests that compare the paths: set it only with a private NUMBA_CACHE_DIR, as Numba's cache key cannot see it."""
-    try:
-        import llvmlite.binding as llvm
-
-        features = llvm.get_host_cpu_features()
-        have = frozenset(k for k in ("avx2", "avx512vnni", "avx512vl", "avx512bw") if features.get(k))
-    except Exception:  # noqa: BLE001 - not x86, or llvmlite cannot tell: the generic code below
-        return frozenset()
-    narrowed = os.environ.get("LOCALRT_SIMD_X86")
-    return have if narrowed is None else have & {f.strip() for f in narrowed.split(",")}
-
-
-# Numba compiles (and caches) for the host CPU, so the kernels may use its integer dot instructions.
-_X86 = _host_features()
-_V16S = ir.VectorType(_I16, 16)
-_V8I = ir.VectorType(_I32, 8)
-
-
-def _intrinsic(builder, name, ret, args):
-    fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(ret, [a.type for a in args]), name)
-    return builder.call(fn, args)
-
-
-def _vnni(builder, acc, a, b):
-    """acc + Σ of 4 unsigned a bytes x 4 signed b bytes per i32 lane (lane i: bytes 4i..4i+3), one vpdpbusd."""
-    args = [acc, builder.bitcast(a, _V8I), builder.bitcast(b, _V8I)]
-    return _intrinsic(builder, "llvm.x86.avx512.vpdpbusd.256", _V8I, args)
-
-
-def _nibbles(builder, base, offset):
-    """16 bytes -> <32 x i8>: low nibbles (elements 0..15) then high nibbles (16..31)."""
-    v = _load_vec(builder, base, offset, 16)
-    lo = builder.and_(v, _const_vec(_I8, [15] * 16))
-    hi = builder.lshr(v, _const_vec(_I8, [4] * 16))
-    return _shuffle(builder, lo, hi, range(32))
-
-
-def _fifth_bits(builder, base, offset):
-    """The little-endian uint32 qh at offset -> <32 x i8> with 16 where bit i is set.
-
-    With AVX-512 BW/VL, qh is the select's <32 x i1> mask itself (a kmovd and one zero-masked byte move); else
-    each byte of qh is spread over the lanes of its 8 bits and tested (a shuffle, an and, a compare)."""
-    if {"avx512bw", "avx512vl"} <= _X86:
-        is_set = builder.bitcast(_u32_at(builder, base, offset), ir.VectorType(ir.IntType(1), 32))  # bit i -> lane i
-    else:
-        qh = _load_vec(builder, base, offset, 4)
-        spread = _shuffle(builder, qh, qh, [i // 8 for i in range(32)])  # lane i holds byte i // 8
-        bit = builder.and_(spread, _const_vec(_I8, [1 << (i % 8) for i in range(32)]))
-        is_set = builder.icmp_unsigned("!=", bit, _const_vec(_I8, [0] * 32))
-    return builder.select(is_set, _const_vec(_I8, [16] * 32), _const_vec(_I8, [0] * 32))
-
-
-def _c(v):
-    return ir.Constant(ir.IntType(64), v)
-
-
-class _Acts:
-    """Pointers into one call's activation arrays (2-D, C-contiguous: one row per token)."""
-
-    def __init__(self, context, builder, sig, args, first):
-        self.builder = builder
-        self.rows = []
-        for ty, val in zip(sig.args[first:first + 3], args[first:first + 3]):
-            ary = context.make_array(ty)(context, builder, val)
-            self.rows.append((ary.data, cgutils.unpack_tuple(builder, ary.strides, 2)[0]))
-        xd = context.make_array(sig.args[first + 1])(context, builder, args[first + 1])
-        self.n_blocks = cgutils.unpack_tuple(builder, xd.shape, 2)[1]
-
-    def row(self, which, t):
-        """Element pointer to row t of activation array which (0: quants, 1: scales, 2: sums)."""
-        data, stride = self.rows[which]
-        b = self.builder
-        return b.bitcast(b.gep(b.bitcast(data, _I8.as_pointer()), [b.mul(t, stride)]), data.type)
-
-
-def _token_indices(builder, t0, n_tok):
-    t0 = builder.sext(t0, ir.IntType(64)) if t0.type.width < 64 else t0
-    return [builder.add(t0, _c(k)) for k in range(n_tok)]
-
-
-def _reduce_f(builder, vec, n):
-    total = builder.extract_element(vec, ir.Constant(_I32, 0))
-    for i in range(1, n):
-        total = builder.fadd(total, builder.extract_element(vec, ir.Constant(_I32, i)))
-    return total
 
 
 # The token counts a row dot is made for: a call's tokens go 8 (or 4) per pass over a row, the last 1-3 in one more.
@@ -313,10 +160,10 @@ def fused_kernel(name, doc, quantize, rowdots, module):
     _cache_guard's check of this package's sources covers it.
     """
     binds = {"QUANTIZE": quantize, **rowjob_binds(rowdots, f"rowjob_{name}")}
-    EXPERTS[name] = _kernel_copy(_experts_template, name.replace("mul_", "experts_", 1), binds, module)
-    GROUPED[name] = _kernel_copy(_grouped_template, name.replace("mul_", "grouped_", 1), binds, module)
-    MULTI[name] = _kernel_copy(_multi_template, name.replace("mul_", "multi_", 1), binds, module)
-    return _kernel_copy(_fused_template, name, binds, module, doc)
+    EXPERTS[name] = kernel_copy(_experts_template, name.replace("mul_", "experts_", 1), binds, module)
+    GROUPED[name] = kernel_copy(_grouped_template, name.replace("mul_", "grouped_", 1), binds, module)
+    MULTI[name] = kernel_copy(_multi_template, name.replace("mul_", "multi_", 1), binds, module)
+    return kernel_copy(_fused_template, name, binds, module, doc)
 
 
 def rowjob_binds(rowdots, name) -> dict:
@@ -343,7 +190,7 @@ def _inline_copy(template, name, binds):
     return njit(inline="always")(_copy(template, name, binds))
 
 
-def _kernel_copy(template, name, binds, module, doc=None):
+def kernel_copy(template, name, binds, module, doc=None):
     """@njit(cache=True, nogil=True, parallel=True) of a copy of template named name, with binds as its globals."""
     fn = _copy(template, name, binds)
     fn.__module__, fn.__doc__ = module, doc
