@@ -2,7 +2,7 @@
 
 Q8_0 and Q8_1 follow ggml's x86 AVX path (`id = 127/amax`, round half to even, d stored as f16);
 Q8_K follows the reference quantizer (largest-|x| element becomes -127, d kept in float32).
-Serial on purpose: it is ~1% of a prefill call, and a parallel region here would cost each small
+Serial on purpose: it is a small share of a prefill call, and a parallel region here would cost each small
 decode call another thread wake-up. `quantize_q8_k_interleaved` is Q8_K for the Q4_K and Q6_K prompt
 kernels (simd_kernels.kquants_prompt): the same values, each super-block's dwords reordered, and the scales
 and group sums laid out token-minor. `quantize_q8_0_interleaved` and `quantize_q8_1_interleaved` are Q8_0 and
@@ -148,7 +148,7 @@ Q6K_DWORDS = _interleaved_dwords(lambda i, h: 4 * h + i)
 def empty_64(n_tok, cols):
     """An uninitialized int8 (n_tok, cols) array at a 64-byte boundary (Numba's own are at 32): a 64-byte load
     from one crosses no cache line when cols is a multiple of 64 (the prompt kernels' zmm loads; one that does
-    costs two, measured 10-17% of a Q4_K or Q6_K prompt kernel)."""
+    costs two, a measurable share of a Q4_K or Q6_K prompt kernel: docs/measurements.md)."""
     buf = np.empty(n_tok * cols + 64, np.int8)
     start = (64 - buf.ctypes.data % 64) % 64
     return buf[start:start + n_tok * cols].reshape((n_tok, cols))

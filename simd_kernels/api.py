@@ -90,10 +90,8 @@ ROWS = KernelTable({t: ("dequant", f"rows_{name}") for t, name in _NAMES.items()
 # prefill(w, xq, xd, sums, out) with (xq, xd, sums) = quantize(x): a prompt piece's kernel for these formats
 # (simd_kernels.kquants_prompt, block32_prompt). The K-quants' have numbers of their own (not the per-row kernel's), so they serve
 # only the pieces; the 32-element formats' MUL kernels (and MXFP4's, simd_kernels.iquants) share their row dots
-# (simd_kernels.block32) on every host.
-# Measured (2048x2048, 128 tokens, 1 thread, GMAC/s): Q4_K 105 (the per-row kernel 60), Q5_K 94 (59), Q6_K 87 (36);
-# Q8_0 92 (43), Q4_0 92 (40), Q5_0 82 (40), Q4_1 93 (34), Q5_1 85 (33). Q8_0's unsigned weights (q + 128) pass
-# vpmaddubsw's range, so it takes the kernel only with VNNI.
+# (simd_kernels.block32) on every host. Each is faster than the per-row kernel on a prompt piece (docs/measurements.md).
+# Q8_0's unsigned weights (q + 128) pass vpmaddubsw's range, so it takes the kernel only with VNNI.
 _PREFILL_MODULES = ({Q4_K: "kquants_prompt", Q5_K: "kquants_prompt", Q6_K: "kquants_prompt", Q4_0: "block32_prompt", Q4_1: "block32_prompt",
                      Q5_0: "block32_prompt", Q5_1: "block32_prompt", MXFP4: "block32_prompt"} if "avx2" in X86 else {}) | (
     {Q8_0: "block32_prompt"} if {"avx512vnni", "avx512vl"} <= X86 else {})

@@ -7,9 +7,9 @@ float16 bits. Paged, position p of slot s is row p % B of block table[s, p // B]
 sliding-window layers).
 
 A job is one (query token, head). Tried: a job per KV head that converts each key row once for the query heads
-sharing it (GQA); it was slower here (1B, 1024 keys: 268 against 247 us), the row copy costing more than the
-conversions it saved. So was a job per run of a sequence's rows (a draft's) and head, converting each key once for
-the rows (SmolLM2, 250 keys: 50 against 24 us at 1 row, 140 against 95 at 4): the dots, not the loads, cost.
+sharing it (GQA); it was slower here, the row copy costing more than the conversions it saved. So was a job per
+run of a sequence's rows (a draft's) and head, converting each key once for the rows: the dots, not the loads, cost
+(docs/measurements.md).
 """
 from __future__ import annotations
 
@@ -33,12 +33,12 @@ NO_TABLE = np.zeros((0, 0), np.int32)  # the `table` argument of a contiguous ca
 NO_SINKS = np.zeros(0, np.float32)  # the `sinks` argument of a model without attention sinks
 KEYS = 4  # keys a step of `_attend_loops` takes together (its code is written out for four)
 # Value rows per attend_simd.mix_values call: it goes through them once per four 16-element chunks of the head, so they should
-# stay in L1 (Gemma 3's 256-dim heads over 1000 keys: one call a block ran its four passes from L3, 6% slower a step).
+# stay in L1 (Gemma 3's 256-dim heads over 1000 keys: one call a block ran its four passes from L3, a slower step).
 MIX_KEYS = 32
 
 
 # e^x is taken at x >= -87, where it is a normal float32 (1.6e-38): below, expf's last multiply makes a subnormal,
-# which x86 takes through a microcode assist (the -inf padding alone made softmax_causal 2.5x slower). A key that far
+# which x86 takes through a microcode assist (the -inf padding alone made softmax_causal much slower). A key that far
 # below the maximum gets 1.6e-38 / total instead of less: no sum can see it.
 _EXP_FLOOR = np.float32(-87.0)
 
@@ -286,8 +286,8 @@ def softmax_causal(sc, scale: float, softcap: float, positions, k0: int, window:
 
 # Written so that each loop vectorizes, over a buffer of whole 64-key blocks padded with -inf: LLVM runs the
 # remainder of a vectorized loop scalar, and a row's remainder (up to 63 keys) ran expf one key at a time; the
-# maximum as 16 running lanes (a max reduction over one accumulator stayed scalar). (4, 64, 128) takes 25 us, where
-# the numpy expressions it replaced took 70.
+# maximum as 16 running lanes (a max reduction over one accumulator stayed scalar). It is faster than the numpy
+# expressions it replaced (docs/measurements.md).
 @njit(cache=True, nogil=True, error_model="numpy", fastmath=_REDUCE)
 def _softmax_causal(sc, scale, softcap, positions, k0, window, sinks):
     group, m, n = sc.shape

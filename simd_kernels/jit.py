@@ -2,10 +2,10 @@
 
 Numba's cache loader refreshes its CPU target before it reads a kernel from disk: it imports and installs every typing
 and lowering registry (numba.np.linalg, arraymath, random, typed containers, jitclass, ...). In a fresh process that
-took 0.11-0.15 s of a 0.24-0.35 s load-to-first-token here, and 11 MB of private memory. Loading machine code needs
+was about half of load-to-first-token (docs/measurements.md), and private memory. Loading machine code needs
 none of it, since registries type and lower *source*. What the code needs is symbols:
 - the NRT's C entry points (allocation, meminfo): `runtime_symbols`, here. Not the NRT's own library (reference
-  counts and atomics, which LLVM compiles anew in each process: 40 ms and 25 MB of LLVM's code touched here): every
+  counts and atomics, which LLVM compiles anew in each process, touching much of LLVM's code): every
   kernel links a private copy of it (Numba's CPU target does, in `post_lowering`), so its object code defines those
   functions itself. A compile still initializes the NRT in full, in the refresh;
 - the helper library's and C math's: registered when the target context is made;
@@ -16,8 +16,8 @@ pipeline, which refreshes the target first, as before. Without cache=True this i
 
 A loaded kernel's library is a `LeanLibrary`: it keeps the LLVM bitcode that came with the object code unparsed until
 something links against it (a compile that calls the kernel), instead of parsing it at load, and the JIT engine's
-table of defined symbols takes its names at the first lookup. Parsing and walking those modules was 45 of the 65 ms
-that loading SmolLM2's 13 kernels took.
+table of defined symbols takes its names at the first lookup. Parsing and walking those modules was most of the time
+that loading a model's kernels took (docs/measurements.md).
 
 Processes sharing a cache compile a kernel once: a top-level compile of a cache=True kernel holds an advisory lock
 file beside its cache index (`OneCompile`), so a second process wanting the same kernel waits, then loads the first

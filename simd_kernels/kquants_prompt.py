@@ -16,7 +16,7 @@ token-minor (vpmaddwd over token pairs), not once per token. Tokens go 16 at a t
 a super-block is decoded once per 16 tokens, and their activations stay in L1 (L2 for 8192 columns). A token's work is
 all 512-bit (a 512-bit instruction mixed into 256-bit work stops port 1's vector work, which cost the 256-bit
 kernels before). The activations sit at 64-byte boundaries (`actquant.empty_64`): a load across two cache
-lines cost 10-17%.
+lines cost a measurable share.
 
 The figures behind this form are in docs/measurements.md.
 """
@@ -148,7 +148,7 @@ def _pair_lanes(builder, fmt, regs, xqd, xo):
     """Σ over the four register pairs of q . x per 32-bit lane (four elements each, exact) -> <16 x i32>. The
     activations of registers (m, 0), (m, 1) are the 64 bytes at 64m: with VNNI one 512-bit vpdpbusd a pair, else
     each half as eight lanes of its own."""
-    if VNNI:  # one chain: the 16 tokens of a pass are 16 chains (two chains of two measured 3% slower)
+    if VNNI:  # one chain: the 16 tokens of a pass are 16 chains (two chains of two measured slower)
         acc = ir.Constant(_LANES, [0] * 16)
         for m, (q0, q1) in enumerate(regs):
             q = shuffle(builder, q0, q1, range(64))

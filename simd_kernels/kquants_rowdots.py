@@ -1,13 +1,12 @@
 """K-quant row dots: one row of 256-element super-blocks against Q8_K activations, as LLVM vector code.
 
-ir.py's conventions (generic LLVM IR; x86 integer dot instructions where the host has them, summing exactly what
-the generic code sums). `K_ROWDOTS[<type>]` = (rowdot1, .., rowdot4, rowdot8) for Q4_K, Q5_K and Q6_K. Every path's
-numbers are the ones tests/test_kquant_lanes.py states. All three: 8 lanes over natural-order activations, each
-32-element piece one 256-bit vpmaddubsw + vpdpwssd per token, the weights decoded with 256-bit ANDs and shifts
-(_k8_row_loop). Measured at one token (16384x4096, 2 threads), Q4_K does 50 GMAC/s where its 16-lane form
-(zero-extended, paired activations) did 40. Q5_K had that 16-lane form, in 512-bit vectors, until its 8-lane one
-(Q4_K's plus the fifth bits): 8192x2048 at 1 / 16 / 64 tokens 38.6 / 74 / 74 GMAC/s before (2 threads, the weight
-in cache). No 512-bit instruction belongs in these loops: while one is in flight, port 1 takes no vector work.
+simd_kernels.ir's conventions (generic LLVM IR; x86 integer dot instructions where the host has them, summing
+exactly what the generic code sums). `K_ROWDOTS[<type>]` = (rowdot1, .., rowdot4, rowdot8) for Q4_K, Q5_K and Q6_K.
+Every path's numbers are the ones tests/test_kquant_lanes.py states. All three: 8 lanes over natural-order
+activations, each 32-element piece one 256-bit vpmaddubsw + vpdpwssd per token, the weights decoded with 256-bit ANDs
+and shifts (_k8_row_loop), faster than the 16-lane form (zero-extended, paired activations) they replaced; Q5_K had
+that form in 512-bit vectors (docs/measurements.md). No 512-bit instruction belongs in these loops: while one is in
+flight, port 1 takes no vector work.
 """
 from __future__ import annotations
 

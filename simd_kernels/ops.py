@@ -20,8 +20,7 @@ ROPE_NORMAL = 0  # pairs (x[2i], x[2i+1]); GGUF llama q/k rows are permuted for 
 ROPE_NEOX = 2  # pairs (x[i], x[i + n_rot/2]), as HF rotate_half
 # Token rows from which element-wise FFN kernels split over the prefill team: the rows from which a forward's linears
 # run on that team too (the backend's BLAS_MIN_TOKENS). Below it the linears run on Numba's threads, and handing a
-# SwiGLU to the team's pool between two of them cost 100-200 us a call (measured, SmolLM2 at 16-48 rows: SwiGLU 3.1-8.8
-# ms a forward on the team, 0.85-2.3 on the calling thread).
+# SwiGLU to the team's pool between two of them cost more than the SwiGLU itself (docs/measurements.md).
 TEAM_MIN_ROWS = 64
 
 
@@ -229,7 +228,7 @@ def swiglu(gate, up, out):
 
 # error_model="numpy": a float division is not checked for zero (1 + e^-g >= 1), which lets the loop vectorize.
 # Callers pass out=gate (in place), and LLVM's runtime overlap check sends a loop that writes out while reading gate
-# down its scalar path (measured 54 us against 6.2 for (8, 1536)): so silu goes into a buffer of its own first,
+# down its scalar path (several times slower: docs/measurements.md): so silu goes into a buffer of its own first,
 # and the second loop multiplies it by up into out. The roundings are the one-loop form's, (g / (1 + e^-g)) * up.
 @njit(cache=True, nogil=True, error_model="numpy")
 def _swiglu_rows(gate, up, out):
@@ -307,7 +306,7 @@ def geglu_tanh(gate, up, out):
 
 # error_model="numpy": tanhf's division is not checked for zero (1 + e^-2u >= 1), which lets the loop vectorize. As in
 # _swiglu_rows, gelu goes into a row buffer first (callers pass out=gate, and a loop that writes out while reading gate
-# fails LLVM's overlap check and runs scalar: 10.5 ns an element in place against 2.5), with the one-loop form's
+# fails LLVM's overlap check and runs scalar, several times slower), with the one-loop form's
 # roundings, ((0.5 g) (1 + tanh)) up.
 @njit(cache=True, nogil=True, error_model="numpy")
 def _geglu_rows(gate, up, out):
@@ -440,8 +439,8 @@ def softcap(x, cap):
     return _softcap(x, cap)
 
 
-# error_model="numpy" and vmath.tanhf: the loop vectorizes (libm's tanhf took 14 ns a logit, 3.7 ms of every decode
-# step over Gemma 2's 256k vocabulary)
+# error_model="numpy" and vmath.tanhf: the loop vectorizes (libm's tanhf kept it scalar, a noticeable share of every
+# decode step over Gemma 2's 256k vocabulary: docs/measurements.md)
 @njit(cache=True, nogil=True, error_model="numpy")
 def _softcap(x, cap):
     flat = x.reshape(-1)

@@ -16,8 +16,8 @@ from .jit import njit
 
 
 # The token counts a row dot is made for: a call's tokens go 8 (or 4) per pass over a row, the last 1-3 in one more.
-# Eight decode each weight block once per 8 tokens; measured (4096x2048, 2 threads, VNNI, best of 3 interleaved) it
-# lifts Q4_K 95 -> 110 GMAC/s at 8 tokens, Q6_K 86 -> 96, IQ4_XS 61 -> 75. A format with row dots for 1-4 tokens
+# Eight decode each weight block once per 8 tokens, which is faster than two passes of 4 (docs/measurements.md).
+# A format with row dots for 1-4 tokens
 # only takes 8 as two passes of 4 (_rowdot8_of_4). A format with a row dot for every count 1-8 (EVERY_COUNT) takes
 # the last 1-7 in one pass (_rowjob_every): a verified draft of 4-6 tokens is one pass over the weights, not two.
 ROW_TOKENS = (1, 2, 3, 4, 8)
@@ -45,7 +45,7 @@ def _multi_template(w0, w1, w2, x, out0, out1, out2):
         t1 = min(t0 + TOKEN_CHUNK, x.shape[0])
         for j in prange(n01 + w2.shape[0]):  # the three weights' rows as one range, evenly split over threads
             # the row's weight and output chosen first and the row job written once: three inlined copies of it
-            # tripled the kernel's code and its compile (31 s against 10 s for Q4_1's)
+            # tripled the kernel's code and its compile time (docs/measurements.md)
             if j < n0:
                 w, out, first = w0, out0, 0
             elif j < n01:
@@ -201,7 +201,7 @@ def scalar_rowdots(inline_dot):
     """(rowdot1, .., rowdot4) for fused_kernel from a plain-Numba row dot(w_row, xq, xd, xs, t) -> float32.
 
     The row dots call one compiled copy of the dot: inlined into each of the kernel's ten call sites it took minutes
-    to compile (Q2_K: 191 s cold), for no speed, as a call per row and token is small beside its super-blocks."""
+    to compile (docs/measurements.md), for no speed, as a call per row and token is small beside its super-blocks."""
 
     @njit
     def dot(row, xq, xd, xs, t):

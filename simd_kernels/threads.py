@@ -1,10 +1,10 @@
 """Thread count per kernel call: small calls run on the calling thread alone.
 
 Waking Numba's OpenMP workers costs microseconds on an idle machine, and a scheduler time slice
-(measured 12-20 ms per call here) while other processes keep the cores busy; so a call whose work is
-below PARALLEL_MIN_BYTES (about 25 us of single-thread work) runs its parallel loops on one thread.
-Numba's thread count is per calling thread; switching it costs ~1.5 us, so the last value set is
-remembered per thread and only changed when a call needs the other one.
+while other processes keep the cores busy; so a call whose work is below PARALLEL_MIN_BYTES (tens of
+microseconds of single-thread work) runs its parallel loops on one thread. Numba's thread count is per
+calling thread and switching it is not free, so the last value set is remembered per thread and only
+changed when a call needs the other one. The figures: docs/measurements.md.
 """
 from __future__ import annotations
 
@@ -64,7 +64,7 @@ def blas_single_thread() -> bool:
 
     Prefill runs its BLAS calls from a `Team` of threads instead: OpenBLAS's own workers spin-wait
     after every call, and alternating them with Numba's OpenMP workers on the same cores starved both
-    (measured: a 512-token gate/up/GELU sequence took twice as long as the same work split by hand).
+    (a prompt's gate/up/GELU ran much slower than the same work split by hand: docs/measurements.md).
     """
     global _blas_single
     with _blas_lock:

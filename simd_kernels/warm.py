@@ -2,10 +2,10 @@
 
 Loading a cached kernel needs Numba's CPU target context (LLVM's JIT, the helper and C math symbols), its runtime's C
 symbols (simd_kernels.jit.runtime_symbols), its threading layer, and the modules its environment names
-(numba.np.arrayobj, 26-31 ms); `init_target` does all of it, and a daemon can pay that at start, on a background
+(numba.np.arrayobj); `init_target` does all of it, and a daemon can pay that at start, on a background
 thread, instead of in its first request. Compiling needs more: Numba's pipeline first loads every typing
-and lowering registry of the target, 0.2-0.6 s of CPU here. Our kernels' cached loads skip that (simd_kernels.jit),
-so a process pays it only on a cache miss.
+and lowering registry of the target, a large cost. Our kernels' cached loads skip that (simd_kernels.jit),
+so a process pays it only on a cache miss. The figures: docs/measurements.md.
 """
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ class _NoBlasProbe(importlib.abc.MetaPathFinder):
 
     Part of Numba's start-up is that probe: numba.np.arraymath imports scipy.linalg when the module loads, only
     to choose how np.correlate / np.convolve take inner products. Where SciPy is installed that import alone
-    cost 0.16 s and 17 MB of peak RSS here, and no kernel of ours uses either function. Any other import of
+    costs time and peak RSS (docs/measurements.md), and no kernel of ours uses either function. Any other import of
     scipy.linalg, Numba's own when it types np.dot included, works as before."""
 
     def find_spec(self, fullname, path=None, target=None):

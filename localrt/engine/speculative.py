@@ -45,34 +45,30 @@ from .events import Done
 N_MAX, N_MIN = 3, 1  # n-gram sizes the lookup tries, longest first
 # A match whose occurrence's preceding tokens agree with the sequence's over at least LONG_AGREE tokens (its own
 # n-gram included) counts as its own class, LONG: the sequence is copying a passage there, and such drafts run on
-# (measured over bench/spec.py's replies, every position: a drafted token is accepted at 0.92-1.0 after 8+ agreeing
-# tokens, at 0.72-0.79 for a 3-gram with less), so its evidence is kept apart from the short matches'.
+# (their tokens are accepted far more often than a short match's: docs/measurements.md), so its evidence is kept
+# apart from the short matches'.
 LONG_AGREE = 8
 LONG = N_MAX + 1
 CLASSES = LONG + 1  # 0 (a draft model's drafts), 1..N_MAX (n-gram sizes), LONG
 SCAN = 16  # the most recent occurrences of the matching n-gram whose context is compared
 CONTEXT = 16  # tokens of context compared (the n-gram's own included)
 PRIOR_ACCEPT, PRIOR_REJECT = 3.0, 1.0  # pseudo-counts: a new n-gram match is trusted at 0.75 per token
-# ... and a LONG match at 0.9 (the acceptance measured above). The planner, replayed on those greedy replies at the
-# forward costs bench/results/spec.jsonl measured (SmolLM2: 4 rows cost 1.9 one-row forwards), drafts 5-8 tokens there where it
-# drafted 3, for a modelled speedup of (before the LONG class -> with it): SmolLM2 quote 1.56 -> 1.89x, edit
-# 1.85 -> 1.82x, rename 1.21 -> 1.23x; Gemma 3 edit 2.41 -> 2.59x, quote 2.68 -> 2.73x, rename 1.49 -> 1.53x;
-# free writing 0.95 -> 0.95x and 2.29 -> 2.23x.
+# ... and a LONG match at 0.9 (near the acceptance measured for it). With it the planner drafts longer where a
+# passage is copied, which pays there and costs free writing nothing (replayed on greedy replies at measured forward
+# costs: docs/measurements.md).
 LONG_PRIOR_ACCEPT = 9.0
 PRIOR = np.array([PRIOR_ACCEPT] * LONG + [LONG_PRIOR_ACCEPT])  # (CLASSES,) accepted pseudo-counts per class
 # The model's own record across requests (`Evidence`) replaces those priors as a sequence's prior once drafts were
 # verified: a 64-token reply is too short to unlearn an optimistic prior on its own, and at 8 sequences a
-# rejected draft row costs most of a token (measured: 8 streaming SmolLM2 clients, 103-117 tok/s drafting on
-# the fixed prior, 125 without drafts).
+# rejected draft row costs most of a token (docs/measurements.md).
 SHARED_DECAY = 0.98  # per verified draft: the model's record of ~35 drafts ago counts half
 SHARED_FLOOR = 0.05  # the shared prior never falls below this, so a sequence that copies can still show it
 DECAY = 0.97  # per decode step: evidence of ~23 steps ago counts half
 MARGIN = 1.05  # a draft must promise this much more throughput than the plain step
 # Until a row count is measured, its forward is guessed from the measured ones: between two, on the line through them;
 # past the largest below it, on the slope from the smallest measured count to that one, or GUESS_SLOPE one-row
-# forwards a row where that is less. Optimistic for a CPU, so that drafting gets tried and the real cost measured:
-# an extra row measured 0.14 (SmolLM2 Q4_1, 2-4 rows) and 0.1 (Gemma 3) one-row forwards on a 2-core Zen 4, 0.6-0.65
-# before the 32-element formats' per-row kernels took the prompt kernels' row dots (simd_kernels.block32).
+# forwards a row where that is less. Optimistic for a CPU, so that drafting gets tried and the real cost measured
+# (what an extra row measured: docs/measurements.md).
 GUESS_SLOPE = 0.2
 SAMPLES = 15  # forwards kept per row count; the median is the estimate (robust to a busy machine)
 HORIZON = 256  # forwards after which a sample expires (a few seconds of decode): a busy spell is soon forgotten
@@ -294,8 +290,7 @@ class Speculator:
                 if not best_k and not fixed:
                     # A step without a draft relaxes the cap a rejection set (DraftState.length): below the
                     # shortest draft that pays (on a CPU 3 tokens, a 4-row forward) the sequence would never
-                    # draft, so never raise it again (measured: Gemma 3 renaming a variable copied 16-token
-                    # stretches one token a step after each renamed identifier).
+                    # draft, so never raise it again (seen in a rename: docs/measurements.md).
                     state.length = min(2 * state.length, state.max_draft)
             groups[-1].append((seq, n, draft[:best_k]))
             rows += 1 + best_k

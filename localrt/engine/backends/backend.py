@@ -24,12 +24,11 @@ F32 = 0
 # numerics depend on the row alone. Prompt chunks end at multiples of num_batch positions (`prefill_end`), so a
 # position's piece, and therefore its keys, depend only on the prompt and num_batch: never on how the prompt
 # was resumed, on what ran beside it or on what was cached (prefix reuse is exact: localrt.engine.batch).
-# Measured (prefill forward of one chunk, 2 threads, best of 3; fused / BLAS ms): SmolLM2 32: 113 / 145,
-# 64: 216 / 186, 128: 441 / 285, 255: 922 / 548; Gemma 3 32: 115 / 163, 64: 225 / 216, 128: 485 / 329. One
-# product per 256 rows costs 1.09x one per 512 (per 64: 1.6x), measured on SmolLM2-sized tiles.
+# From 64 rows BLAS beats the fused kernel on a prompt chunk, and a 256-row piece costs little more than a 512-row
+# one (docs/measurements.md).
 # A format with a prompt kernel of its own (simd_kernels.PREFILL: Q4_K, Q5_K, Q6_K; Q4_0, Q4_1, Q5_0, Q5_1; Q8_0
-# with VNNI) takes it in the pieces instead of BLAS, and a piece's rows do not depend on each other (pp128, 2
-# threads: 1B Q4_K_M 99 -> 155 tok/s, 1B Q8_0 80 -> 155). The K-quants' numbers are their own, as BLAS's are; the
+# with VNNI) takes it in the pieces instead of BLAS (faster: docs/measurements.md), and a piece's rows do not depend
+# on each other. The K-quants' numbers are their own, as BLAS's are; the
 # 32-element formats' per-row kernels compute with the same row dots (simd_kernels.block32), so there a piece's
 # linears give what per-row kernels would (its attention still differs).
 BLAS_MIN_TOKENS = 64

@@ -39,7 +39,8 @@ ALIGN = 4096  # each tensor's copy starts on a page: its kernels read 64-byte bl
 _PAGE = mmap.PAGESIZE
 _MADV_COLLAPSE = 25  # Linux 6.1+
 # bytes a madvise call collapses: one huge page, at its alignment. A 64 MiB call held the process's memory map long
-# enough that a fresh process's first token (kernels loading from the cache, mapping code) waited 0.6-1.6 s for it
+# enough that a fresh process's first token (kernels loading from the cache, mapping code) waited on it
+# (docs/measurements.md)
 _COLLAPSE_CHUNK = 2 << 20
 MIN_PRIVATE = 256 << 20  # bytes of weights from which use_mmap=None copies them
 COPY_WORKERS = min(4, os.cpu_count() or 1)  # threads that copy: page faults in parallel
