@@ -11,7 +11,7 @@
 # What it does, writing everything under $OUT (or ./gpu_check_out when $OUT is unset):
 #   1. installs cupy-cuda12x[ctk] from shared/wheels without the network, unless CuPy already imports;
 #   2. prints the GPU CuPy sees (nvidia-smi and localrt.engine.backends.devices.probe);
-#   3. runs tests/test_gpu_backend.py (per-format kernels, layer ops, whole-model logits with 0/half/all
+#   3. runs tests/engine/backends/test_gpu_backend.py (per-format kernels, layer ops, whole-model logits with 0/half/all
 #      layers on the GPU vs all-CPU, greedy decode) and the always-on CPU seam tests -> $OUT/pytest_gpu.txt;
 #   4. runs bench/gpu.py (prefill/decode tok/s at 0, half, all layers; llama.cpp CPU beside) -> $OUT/gpu.jsonl
 #      (one record, as bench/results/gpu.jsonl holds them: append it there to keep it).
@@ -39,8 +39,9 @@ print("probe:", r.gpu if r.gpu is not None else "no GPU: " + r.reason)
 EOF
 
 # The real models' packages must be importable (the project's own install provides them).
-python3 -m pytest -q -rs tests/test_gpu_backend.py tests/test_backend_seam.py tests/test_placement.py \
-    tests/test_devices.py tests/test_cuda_source.py tests/test_cuda_glue.py 2>&1 | tee "$OUT/pytest_gpu.txt" | tail -40
+B=tests/engine/backends
+python3 -m pytest -q -rs $B/test_gpu_backend.py $B/test_backend_seam.py $B/test_placement.py \
+    $B/test_devices.py $B/test_cuda_source.py $B/test_cuda_glue.py 2>&1 | tee "$OUT/pytest_gpu.txt" | tail -40
 status=${PIPESTATUS[0]}
 
 timeout 300 python3 bench/gpu.py --out "$OUT/gpu.jsonl" > "$OUT/bench_gpu.log" 2>&1 || echo "bench/gpu.py failed: see bench_gpu.log"

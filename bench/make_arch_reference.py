@@ -1,4 +1,5 @@
-"""Record llama.cpp's logits on tiny random-weight models of each architecture, for tests/test_arch_fixtures.py.
+"""Record llama.cpp's logits on tiny random-weight models of each architecture, for
+tests/engine/arch/test_arch_fixtures.py.
 
     python3 bench/make_arch_reference.py            # writes tests/data/arch/{tokenizer.json,<case>.npz}
     python3 bench/make_arch_reference.py qwen3moe   # only the named cases (the others' files stay as they are)

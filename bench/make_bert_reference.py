@@ -1,4 +1,4 @@
-"""Record llama.cpp's embeddings of bert files, for tests/test_bert.py.
+"""Record llama.cpp's embeddings of bert files, for tests/engine/arch/test_bert.py.
 
     LLAMA_CPP_LIB_PATH=<llama.cpp build>/bin python3 bench/make_bert_reference.py   # writes tests/data/bert/*.npz
 

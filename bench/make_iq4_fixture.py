@@ -5,7 +5,7 @@
 Writes tests/data/iq4_tiny.gguf (with gguf_io's writer; weights quantized by quant, which is byte-exact with
 ggml's quantizers) and tests/data/iq4_llamacpp.json: for fixed prompts (token ids), llama.cpp's top-8 logits at
 every position of one batched prefill, and its greedy continuation by single-token decode steps with the top-2
-logits of each step. tests/test_iq4_model.py checks the engine against them; it needs no llama.cpp.
+logits of each step. tests/engine/test_iq4_model.py checks the engine against them; it needs no llama.cpp.
 Needs `llama-cpp-python` (tests never do).
 
 Shapes: n_embd 64, 4 query heads and 1 KV head of 64 (so attn_output and ffn_down have rows of 256, IQ4_XS's

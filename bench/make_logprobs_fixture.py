@@ -1,4 +1,5 @@
-"""llama.cpp's log-probabilities on SmolLM2-135M Q4_1 for a greedy continuation, the oracle of tests/test_logprobs.py.
+"""llama.cpp's log-probabilities on SmolLM2-135M Q4_1 for a greedy continuation, the oracle of
+tests/e2e/test_logprobs.py.
 
     LLAMA_CPP_LIB_PATH=... PYTHONPATH=.:<llama-cpp-python> python3 bench/make_logprobs_fixture.py
 

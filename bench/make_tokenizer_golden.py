@@ -1,4 +1,4 @@
-"""Record llama.cpp's own tokenizer output as golden data for tests/test_tokenizer*.py.
+"""Record llama.cpp's own tokenizer output as golden data for tests/engine/tokenizer/test_tokenizer*.py.
 
     python3 bench/make_tokenizer_golden.py            # writes tests/data/tokenizer_golden.json
 

@@ -1,4 +1,4 @@
-"""Child process of tests/test_model_fuzz.py: for each GGUF path given, estimate its memory, load it and
+"""Child process of tests/engine/test_model_fuzz.py: for each GGUF path given, estimate its memory, load it and
 generate two tokens, printing one line per case, flushed, so that a death by signal names the case it was in:
 
   START i            before case i

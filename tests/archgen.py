@@ -1,10 +1,11 @@
 """Tiny random-weight GGUF files of every architecture family the engine runs, rebuilt bit for bit from a seed.
 
 `bench/make_arch_reference.py` runs llama.cpp once on each (F32 and Q8_0 weights, and the F32 file through our
-quantizer at Q4_K_M and IQ4_XS; gpt-oss: F32, Q8_0 and MXFP4 experts) and stores its logits in `tests/data/arch/`; `tests/test_arch_fixtures.py` rebuilds the same files here and compares the engine with
-them, so the tests never need llama.cpp. The tokenizer is SmolLM2's own byte-level BPE (`tokenizer.ggml.*`),
-cut to its first VOCAB tokens and the merges among them (`tests/data/arch/tokenizer.json`, written by the
-bench script from the installed SmolLM2 file), so both runtimes load a real tokenizer of a small vocabulary.
+quantizer at Q4_K_M and IQ4_XS; gpt-oss: F32, Q8_0 and MXFP4 experts) and stores its logits in `tests/data/arch/`;
+`tests/engine/arch/test_arch_fixtures.py` rebuilds the same files here and compares the engine with them, so the
+tests never need llama.cpp. The tokenizer is SmolLM2's own byte-level BPE (`tokenizer.ggml.*`), cut to its first
+VOCAB tokens and the merges among them (`tests/data/arch/tokenizer.json`, written by the bench script from the
+installed SmolLM2 file), so both runtimes load a real tokenizer of a small vocabulary.
 
 Each Case names what it exercises: q/k/v biases (qwen2), llama3 rope factors (`rope_freqs`), q/k norms
 (qwen3), fused qkv and gate+up with longrope factors and partial rotary (phi3), soft-capping, sandwich norms

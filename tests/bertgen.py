@@ -1,8 +1,8 @@
 """Tiny random-weight `bert` GGUF files, rebuilt bit for bit from a seed, and the real all-MiniLM-L6-v2 file.
 
 `bench/make_bert_reference.py` runs llama.cpp on each (matrices at F32, F16 and Q8_0) and stores its embeddings in
-`tests/data/bert/`; `tests/test_bert.py` rebuilds the same files and compares the engine with them, so the tests
-never need llama.cpp. The vocabulary is a small synthetic WordPiece one (the five bert specials, word starts
+`tests/data/bert/`; `tests/engine/arch/test_bert.py` rebuilds the same files and compares the engine with them, so
+the tests never need llama.cpp. The vocabulary is a small synthetic WordPiece one (the five bert specials, word starts
 "\u2581wN" and continuations "cN"): the ids are fed directly, the tokenizer has its own golden test.
 """
 from __future__ import annotations
