@@ -1,6 +1,6 @@
 """The chat page's main states as PNGs under docs/, for the README: a conversation (Markdown, code, math, reasoning
 folded), a reply streaming, and a failed request. Against a real daemon with the built-in SmolLM2, in Debian's
-chromium driven by Playwright (as tests/test_chat_page.py).
+chromium driven by Playwright (as tests/e2e/test_chat_page.py).
 
     python3 docs/screenshots.py
 """

@@ -4,7 +4,7 @@
 Per block: the exponent byte e = floor(log2(amax)) - 2 + 127, so the largest E2M1 value (6) times the scale
 2^(e - 127) is 1.5 * 2^floor(log2(amax)) and the top quarter of the range is clipped; then each element gets the
 code of the nearest doubled value KVALUES_MXFP4[q] * 2^(e - 128), the first code on a tie (so code 0, never 8,
-for zero). Byte-exact with ggml (tests/test_quant_mxfp4.py); nothing in `create --quantize` writes it (see
+for zero). Byte-exact with ggml (tests/quant/test_quant_mxfp4.py); nothing in `create --quantize` writes it (see
 quant.recipe), it serves tests and tools that build MXFP4 tensors.
 """
 from __future__ import annotations

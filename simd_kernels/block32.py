@@ -9,7 +9,7 @@ tokens go in chunks so that their quantized activations stay in cache while ever
 
 The row dots are the prompt kernels' (simd_kernels.block32_prompt: eight blocks transposed in registers, one convert and one
 FMA per eight blocks and token), on every host, so a decoded token, a drafted one and a prompt piece's compute alike,
-and the same bits whatever integer-dot instructions the CPU has (tests/test_kernels_x86.py). On AVX2 without
+and the same bits whatever integer-dot instructions the CPU has (tests/simd_kernels/test_kernels_x86.py). On AVX2 without
 VNNI the row dots add the vpmaddubsw pair sums of 8 (Q4) or 4 (Q5) registers as words before one vpmaddwd, and dot
 Q8_0's quants signed (vpsignb) rather than offset (ir.lane_dots). The figures behind both choices are in
 docs/measurements.md.

@@ -2,7 +2,7 @@
 
 simd_kernels.ir's conventions (generic LLVM IR; x86 integer dot instructions where the host has them, summing
 exactly what the generic code sums). `K_ROWDOTS[<type>]` = (rowdot1, .., rowdot4, rowdot8) for Q4_K, Q5_K and Q6_K.
-Every path's numbers are the ones tests/test_kquant_lanes.py states. All three: 8 lanes over natural-order
+Every path's numbers are the ones tests/simd_kernels/test_kquant_lanes.py states. All three: 8 lanes over natural-order
 activations, each 32-element piece one 256-bit vpmaddubsw + vpdpwssd per token, the weights decoded with 256-bit ANDs
 and shifts (_k8_row_loop), faster than the 16-lane form (zero-extended, paired activations) they replaced; Q5_K had
 that form in 512-bit vectors (docs/measurements.md). No 512-bit instruction belongs in these loops: while one is in
@@ -161,7 +161,7 @@ def _q6k_finish(builder, acc, isum, extra, dx, bsd, blk):
 
 
 def _k8_row_loop(context, builder, sig, args, block_bytes, decode, finish, n_tok):
-    """Row loop of a K-quant row dot in 8 int32 lanes over natural-order Q8_K activations (tests/test_kquant_lanes.py
+    """Row loop of a K-quant row dot in 8 int32 lanes over natural-order Q8_K activations (tests/simd_kernels/test_kquant_lanes.py
     states each format's lanes): per super-block, decode(builder, wd, o) -> (extra, 8 pieces of (32 quants, scale
     dwords)), once for the n_tok tokens; per token the pieces' _lanes8 in two accumulators (two short dependency
     chains, the same integers), then finish(builder, acc, lanes, extra, dx, bsums row, block) -> the new <8 x float>

@@ -4,7 +4,7 @@ each sequence's block table says which block holds its positions [i * B, (i + 1)
 k_pool (n_blocks, n_kv, B, head_dim), v_pool (n_blocks, n_kv, B, head_dim_v): float32, or uint16 float16 bits;
 table (n_slots, max_blocks) int32, -1 where a slot has no block. Position p of slot s is row p % B of block
 table[s, p // B]. The attention runs `ops.attention`'s kernel (simd_kernels.attend), so a paged cache gives
-bit-identical outputs to a contiguous one holding the same values (tests/test_kv_pool.py checks it).
+bit-identical outputs to a contiguous one holding the same values (tests/engine/test_kv_pool.py checks it).
 """
 from __future__ import annotations
 

@@ -11,7 +11,6 @@ from types import FunctionType
 import numpy as np
 from numba import prange
 
-from .ir import X86 as _X86  # noqa: F401 - tests/test_kernels_x86.py and test_kernels_prefill.py read simd._X86
 from .jit import njit
 
 

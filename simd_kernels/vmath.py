@@ -4,12 +4,12 @@
 softmax of a decode step's attention were slow for it (docs/measurements.md). llama.cpp computes the same
 two functions with its own vectorized exp; this one is ours (Cody-Waite range reduction, a degree-7 Taylor
 polynomial by explicit FMAs, 2^n from the exponent bits) and is within 1 ulp of the exact value on the whole float32
-range, subnormal results included (tests/test_vmath.py measures it against float64 exp).
+range, subnormal results included (tests/simd_kernels/test_vmath.py measures it against float64 exp).
 
 `tanhf` is GELU's tanh (Gemma's GeGLU). libm's tanhf kept that loop scalar, a large share of a Gemma 3 prompt's
 time; this one runs in a vectorized loop, several times faster, and is closer to the exact value than libm's: it
 works in float64 and rounds once, so it gives the correctly rounded float32 on all but ~1e-5 of inputs (1 ulp off
-there), where glibc 2.36's tanhf is off by 1-2 ulp on a quarter of them (tests/test_vmath.py).
+there), where glibc 2.36's tanhf is off by 1-2 ulp on a quarter of them (tests/simd_kernels/test_vmath.py).
 """
 from __future__ import annotations
 

@@ -17,7 +17,7 @@ the BLAS path only inside a prompt chunk's pieces (`backends.backend.blas_pieces
 positions, pieces of 64+ rows, each chunk a forward of its own); every other row (decode, drafts, a short piece)
 goes through per-row kernels whose reduction order does not depend on the number of rows: the fused 8-bit
 `simd_kernels.MUL` path (or `MULTI` for weights sharing an input, each row as MUL computes it; bit-identical per row
-for any row count below the backend's `invariant_rows`, tests/test_batch_engine.py checks it) and the per-(token,
+for any row count below the backend's `invariant_rows`, tests/engine/test_batch_engine.py checks it) and the per-(token,
 head) attention kernel. Chunks end at multiples of num_batch positions, so a position's path depends only on the
 prompt. Prefix reuse is exact: a cached position is reused only where it was computed on the path a fresh evaluation
 of the new prompt takes (`backends.backend.exact_reuse`), from any finished sequence's cached prefix or any running

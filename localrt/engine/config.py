@@ -80,7 +80,7 @@ PARTIAL_ROTARY = ("phi3",)  # families whose rope may rotate fewer dims than the
 FACTOR_SCALING = {"llama": "llama3", "phi3": "longrope"}  # rope.scaling.type carried by factor tensors
 MOE = ("qwen3moe", *GPT_OSS)  # families whose FFN is a mixture of experts
 NORM_TOPK = ("qwen3moe",)  # MoE families whose graph renormalises the top-k weights (no key read, as llama.cpp)
-# Families whose rope may be YaRN, checked against llama.cpp (tests/test_arch_fixtures.py); others refuse it by name.
+# Families whose rope may be YaRN, checked against llama.cpp (tests/engine/arch/test_arch_fixtures.py); others refuse it by name.
 YARN = ("qwen2", "qwen3", *GPT_OSS)
 YARN_BETA_FAST, YARN_BETA_SLOW = 32.0, 1.0  # llama.cpp's defaults (llama_hparams); these families read no keys for them
 

@@ -13,7 +13,7 @@ logits before the sampler sees them) and a format's mask do.
 The draw reproduces llama.cpp's `dist` stage with libstdc++: `std::mt19937(seed)` and
 `uniform_real_distribution<double>` built from two 32-bit outputs; probabilities are f32 exponentials
 summed in double, and the pick is the first candidate whose running sum reaches u * sum. With the same
-seed and logits the tokens equal llama.cpp's (tests/test_sampler.py drives its sampler chain as the oracle).
+seed and logits the tokens equal llama.cpp's (tests/engine/test_sampler.py drives its sampler chain as the oracle).
 One known difference: top_p over a whole unsorted vocabulary (top_k 0) sums probabilities in double where
 llama.cpp sums in float, so near the cut the two may keep a few tokens more or less.
 """

@@ -20,7 +20,7 @@ from _kernel_blocks import random_weights
 from test_kernels import check
 
 import simd_kernels as sk
-import simd_kernels.simd as simd
+from simd_kernels import ir
 from localrt.engine.backends.backend import CPUBackend, QTensor
 from simd_kernels import block32_prompt
 from simd_kernels.actquant import Q4K_DWORDS, Q6K_DWORDS, quantize_q8_0, quantize_q8_1, quantize_q8_k
@@ -147,7 +147,7 @@ print(json.dumps(out))
 def _host_path(features: str) -> bool:
     """Whether LOCALRT_SIMD_X86=features selects what this host runs unset: that path's kernels are the ones in the
     shared Numba cache (compiled by the rest of the suite), so its subprocess needs no cold compile of its own."""
-    return "LOCALRT_SIMD_X86" not in os.environ and {f for f in features.split(",") if f} == set(simd._X86)
+    return "LOCALRT_SIMD_X86" not in os.environ and {f for f in features.split(",") if f} == set(ir.X86)
 
 
 def _bits(tmp_path: Path, features: str) -> np.ndarray:
@@ -162,10 +162,10 @@ def _bits(tmp_path: Path, features: str) -> np.ndarray:
 
 
 @pytest.mark.slow  # every kernel compiled cold once per instruction set, in subprocesses
-@pytest.mark.skipif("avx2" not in simd._X86, reason="the host has no AVX2: only the generic code runs here")
+@pytest.mark.skipif("avx2" not in ir.X86, reason="the host has no AVX2: only the generic code runs here")
 def test_every_x86_path_gives_the_generic_codes_bits(tmp_path: Path) -> None:
     generic = _bits(tmp_path, "")
-    paths = ["avx2"] + (["avx2,avx512vnni,avx512vl"] if {"avx512vnni", "avx512vl"} <= simd._X86 else [])
+    paths = ["avx2"] + (["avx2,avx512vnni,avx512vl"] if {"avx512vnni", "avx512vl"} <= ir.X86 else [])
     for features in paths:
         assert np.array_equal(_bits(tmp_path, features), generic), features
 

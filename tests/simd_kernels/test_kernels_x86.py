@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import simd_kernels.simd as simd
+from simd_kernels import ir
 from _testpaths import REPO
 
 ROOT = REPO
@@ -54,7 +54,7 @@ print(json.dumps(out))
 def _host_path(features: str) -> bool:
     """Whether LOCALRT_SIMD_X86=features selects what this host runs unset: that path's kernels are the ones in the
     shared Numba cache (compiled by the rest of the suite), so its subprocess needs no cold compile of its own."""
-    return "LOCALRT_SIMD_X86" not in os.environ and {f for f in features.split(",") if f} == set(simd._X86)
+    return "LOCALRT_SIMD_X86" not in os.environ and {f for f in features.split(",") if f} == set(ir.X86)
 
 
 def _products(tmp_path: Path, features: str | None) -> dict:
@@ -70,11 +70,11 @@ def _products(tmp_path: Path, features: str | None) -> dict:
 
 
 @pytest.mark.slow  # every kernel compiled cold once per instruction set, in subprocesses
-@pytest.mark.skipif("avx2" not in simd._X86, reason="the host has no AVX2: only the generic code runs here")
+@pytest.mark.skipif("avx2" not in ir.X86, reason="the host has no AVX2: only the generic code runs here")
 def test_every_x86_path_gives_the_generic_codes_bits(tmp_path):
     generic = _products(tmp_path, "")
-    paths = ["avx2"] + (["avx2,avx512vnni,avx512vl"] if {"avx512vnni", "avx512vl"} <= simd._X86 else [])
-    paths += ["avx2,avx512vnni,avx512vl,avx512bw"] if {"avx512vnni", "avx512vl", "avx512bw"} <= simd._X86 else []
+    paths = ["avx2"] + (["avx2,avx512vnni,avx512vl"] if {"avx512vnni", "avx512vl"} <= ir.X86 else [])
+    paths += ["avx2,avx512vnni,avx512vl,avx512bw"] if {"avx512vnni", "avx512vl", "avx512bw"} <= ir.X86 else []
     for features in paths:
         got = _products(tmp_path, features)
         for key, bits in generic.items():

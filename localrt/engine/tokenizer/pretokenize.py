@@ -203,7 +203,7 @@ class _Jais2:
     a point with more than 1024 of its blanks still ahead, no alternative before `\\s{512}(?!\\S)` can match, and
     that one takes the next 512: those chunks are cut here, the rest (and everything else) is the regex's. Its
     matches depend only on the text from their start on (no look-behind), and a run starts where a match ends, so the
-    matches are the regex's own (tests/test_pretokenize_growth.py compares them on random text)."""
+    matches are the regex's own (tests/engine/tokenizer/test_pretokenize_growth.py compares them on random text)."""
 
     _RUNS = regex.compile(r"[^\S\r\n]{2048,}", regex.V0)
     CHUNK, KEEP = 512, 1024
