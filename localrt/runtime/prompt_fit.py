@@ -13,19 +13,21 @@ log = logging.getLogger("localrt.service")
 _CHARS_PER_TOKEN = 8  # the first stretch of text tried per tail token (English runs about 4); doubled while short
 
 
-def kept_counts(n_ctx: int, num_keep: int) -> tuple[int, int]:
-    """(head, tail) tokens a cut prompt keeps: num_keep (clamped to the context's first half; -1: that half) and
-    half of what is left of the context."""
+def kept_counts(n_ctx: int, num_keep: int, bos: bool = False) -> tuple[int, int]:
+    """(head, tail) tokens a cut prompt keeps: num_keep (clamped to the context's first half; -1: that half), plus
+    the BOS the tokenizer put first (llama.cpp's n_keep + add_bos), and half of what is left of the context."""
     half = n_ctx // 2
-    head = half if num_keep < 0 else min(num_keep, half)
+    head = min((half if num_keep < 0 else num_keep) + bos, half)
     return head, (n_ctx - head) // 2
 
 
 def cut_prompt(model, text: str, n_ctx: int, num_keep: int, first: list[int]) -> list[int]:
     """The ids of `text`, known to be longer than n_ctx (`first`: its first ids, more than n_ctx of them, BOS
     included), cut to num_keep head ids and the newest tail ids (kept_counts)."""
-    head, tail = kept_counts(n_ctx, num_keep)
-    ids = first[:head] + _tail_ids(model.tokenizer, text, tail)
+    tok = model.tokenizer
+    bos = bool(tok.vocab.add_bos) and tok.bos_id is not None and first[0] == tok.bos_id
+    head, tail = kept_counts(n_ctx, num_keep, bos)
+    ids = first[:head] + _tail_ids(tok, text, tail)
     log.warning("truncating input prompt: longer than the context of %d tokens; kept its first %d (num_keep) and "
                 "its last %d", n_ctx, head, tail)
     return ids
