@@ -1,0 +1,61 @@
+"""Issue 44 through the daemon with Ollama's published qwen3 template (tests/fixtures/ollama_qwen3.gotmpl, the
+registry blob sha256:ae370d884f10...) as the model's TEMPLATE and a scripted model that records its prompt:
+/api/show lists `thinking` (and `tools`), think false renders "/no_think" and the empty think block, think true
+"/think", and no think at all is think true for a thinking model, as Ollama's ChatHandler sets it."""
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import ollama
+import pytest
+
+from localrt import config as cfg
+from localrt.runtime.service import Service
+from localrt.serve.daemon import BackgroundServer, free_port
+from _daemon_fakes import Script
+from _testpaths import FIXTURES
+
+QWEN3 = (FIXTURES / "ollama_qwen3.gotmpl").read_text()
+REASONED = "<think>\nThe user greets me.\n</think>\n\nHello there!"
+HEAD = "<|im_start|>user\nHi"
+
+
+@pytest.fixture(scope="module")
+def daemon(tmp_path_factory):
+    script = Script(answer=REASONED, piece=3)
+    conf = dataclasses.replace(cfg.load({}), port=free_port(), models_dir=Path(tmp_path_factory.mktemp("m")))
+    service = Service(conf, load_model=script.load)
+    with BackgroundServer(service, conf) as srv:
+        client = ollama.Client(host=srv.url)
+        client.create(model="qwen3-tmpl", from_="smollm2:135m", template=QWEN3)
+        yield client, script
+    service.close()
+
+
+def test_show_lists_thinking_and_the_template_verbatim(daemon):
+    client, _ = daemon
+    shown = client.show("qwen3-tmpl")
+    assert "thinking" in shown.capabilities and "tools" in shown.capabilities
+    assert shown.template == QWEN3
+
+
+@pytest.mark.parametrize("think, tail", [
+    (False, " /no_think<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n"),
+    (True, " /think<|im_end|>\n<|im_start|>assistant\n"),
+    # Ollama's ChatHandler (server/routes.go) sets req.Think = true when none is sent and the model has the
+    # thinking capability, so IsThinkSet is true and qwen3's last user message gets " /think". Our daemon leaves
+    # think unset (IsThinkSet false): the prompt lacks " /think" (the model still thinks; qwen3 does by default).
+    pytest.param(None, " /think<|im_end|>\n<|im_start|>assistant\n", marks=pytest.mark.xfail(
+        strict=True, reason="daemon does not default think to true for a thinking model as Ollama does")),
+])
+def test_think_reaches_the_template(daemon, think, tail):
+    client, script = daemon
+    script.answer = REASONED
+    r = client.chat(model="qwen3-tmpl", messages=[{"role": "user", "content": "Hi"}], think=think)
+    assert script.prompts[-1].endswith(HEAD + tail)
+    assert r.message.content == "Hello there!"
+    if think is False:
+        assert not r.message.thinking
+    else:
+        assert r.message.thinking == "The user greets me."
