@@ -63,7 +63,7 @@ def decode_tok_s(model, width: int) -> float:
     """Aggregate tok/s of `width` sequences decoding together, one run."""
     from localrt.engine.batch import Batcher
 
-    model._slot_tokens.clear()
+    model.cache.forget_prefixes()
     batcher = Batcher(model, width)
     budget = DECODE_STEPS + width + 2  # no sequence ends inside the timed steps
     seqs = [batcher.add(ids, {"temperature": 0, "num_predict": budget}) for ids in prompts(model, width)]
@@ -133,7 +133,7 @@ def prefix_divergence(model, tok_offset: int) -> dict:
 
     def run(ids, n=24, fresh=True):
         if fresh:
-            model._slot_tokens.clear()
+            model.cache.forget_prefixes()
         ev = list(model.generate(ids, {"temperature": 0, "num_predict": n}))
         return [e.token for e in ev[:-1]]
 

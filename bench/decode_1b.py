@@ -99,7 +99,7 @@ def run_ours(path: str, repeats: int = REPEATS, depth: int = 0) -> dict:
 
     def reset():
         model.cache.clear(0)
-        model._slot_tokens.clear()
+        model.cache.forget_prefixes()
 
     reset()  # warm-up: compiles (or loads from cache) every kernel both paths use
     model.forward(model.batch(pp_ids, 0), model.cache, output_rows=last(N_PP))

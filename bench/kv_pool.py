@@ -38,7 +38,7 @@ def decode_steps(model, n: int, repeats: int) -> dict:
 
     best, medians = float("inf"), []
     for _ in range(repeats):
-        model._slot_tokens.clear()
+        model.cache.forget_prefixes()
         b = Batcher(model)
         seqs = [b.add(model.tokenize(f"{i}: " + TEXT * 6)[:200],
                       {"temperature": 0, "num_predict": 400, "draft_num_predict": 0}) for i in range(n)]

@@ -121,12 +121,12 @@ def calibrate(model, counter: Counting, ids: list[int], reps: int = 7) -> dict[i
             t0 = time.perf_counter()
             counter._forward(model.batch(ids[:rows], len(ids)), cache, None)
             out[rows] = min(out[rows], time.perf_counter() - t0)
-    model._slot_tokens.clear()
+    model.cache.forget_prefixes()
     return out
 
 
 def run_once(model, counter: Counting, ids: list[int], tokens: int, spec: bool) -> dict:
-    model._slot_tokens.clear()
+    model.cache.forget_prefixes()
     counter.sizes = []
     opts = {"temperature": 0, "num_predict": tokens, **({} if spec else {"draft_num_predict": 0})}
     events = list(model.generate(ids, opts))
@@ -170,6 +170,7 @@ def lookup_ceiling(prompt: list[int], gen: list[int], k: int = 16) -> float:
 def bench_model(name: str, tokens: int, repeats: int, seen: dict | None = None) -> dict:
     """Our figures per task; `seen` gets task -> (user message, rendered prompt, token ids, greedy text on)."""
     from localrt import load_model
+    from localrt.engine.speculative import priors
 
     model = load_model(model_path(name), num_ctx=1024, num_batch=256)
     counter = Counting(model)
@@ -214,7 +215,7 @@ def bench_model(name: str, tokens: int, repeats: int, seen: dict | None = None) 
         }
         shown = {k: v for k, v in out[task].items() if k not in ("text_head", "rows_histogram_on")}
         print(name, task, shown, flush=True)
-    costs = model.forward_costs
+    costs = priors(model).costs
     out["calibrated_forward_ms_by_rows"] = {r: round(t * 1e3, 2) for r, t in quiet.items()}
     out["planner_measured_forward_ms_by_rows"] = {r: round(t * 1e3, 1) for r, t in sorted(costs.measured().items())}
     model.close()
@@ -239,7 +240,7 @@ def pair_files(name: str, workdir: Path) -> tuple[Path, Path]:
 def bench_pair(name: str, tokens: int, repeats: int, workdir: Path, seen: dict | None = None) -> dict:
     from localrt import load_model
     from localrt.engine.draft_model import ModelDrafter
-    from localrt.engine.speculative import CostModel
+    from localrt.engine.speculative import CostModel, priors
 
     class Flat(CostModel):  # every forward the same: drafting always pays (the "forced" mode)
         def cost(self, rows: int) -> float:
@@ -248,15 +249,15 @@ def bench_pair(name: str, tokens: int, repeats: int, workdir: Path, seen: dict |
     target_path, draft_path = pair_files(name, workdir)
     target = load_model(target_path, num_ctx=1024, num_batch=256)
     drafter = ModelDrafter(target, load_model(draft_path, num_ctx=1024, num_batch=256), "draft")
-    planner_costs, planner_step = target.forward_costs, drafter.draft_costs
+    planner_costs, planner_step = priors(target).costs, drafter.draft_costs
     modes = {"off": {"draft_num_predict": 0}, "lookup": {}, "draft": {"draft_model": "draft"},
              "draft_forced": {"draft_model": "draft"}}
 
     def run(ids: list[int], mode: str) -> dict:
         forced = mode == "draft_forced"
-        target.forward_costs = Flat() if forced else planner_costs
+        priors(target).costs = Flat() if forced else planner_costs
         drafter.draft_costs = (lambda seq, costs: (0.0, 0.0)) if forced else planner_step
-        target._slot_tokens.clear()
+        target.cache.forget_prefixes()
         drafter.cached.clear()
         events = list(target.generate(ids, {"temperature": 0, "num_predict": tokens, **modes[mode]}, draft=drafter))
         done = events[-1]
@@ -290,8 +291,8 @@ def bench_pair(name: str, tokens: int, repeats: int, workdir: Path, seen: dict |
         out[task] = row
         print(name, "pair", task, row, flush=True)
     out["planner_target_forward_ms_by_rows"] = {r: round(t * 1e3, 1) for r, t in sorted(planner_costs.measured().items())}
-    out["draft_forward_ms_by_rows"] = {r: round(t * 1e3, 1) for r, t in sorted(drafter.model.forward_costs.measured().items())
-                                       if r <= 16}
+    draft_costs = priors(drafter.model).costs.measured()
+    out["draft_forward_ms_by_rows"] = {r: round(t * 1e3, 1) for r, t in sorted(draft_costs.items()) if r <= 16}
     drafter.close()
     target.close()
     return out

@@ -111,7 +111,7 @@ def replies(name: str) -> dict[str, tuple[list[int], list[int]]]:
     out = {}
     for task, text in spec_bench.TASKS.items():
         ids = model.tokenize(spec_bench.chat(name, text))
-        model._slot_tokens.clear()
+        model.cache.forget_prefixes()
         events = list(model.generate(ids, {"temperature": 0, "num_predict": N_TOKENS, "draft_num_predict": 0}))
         out[task] = (ids, events[-1].context[len(ids):])
     return out

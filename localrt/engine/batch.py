@@ -42,7 +42,7 @@ from .draft_model import attach, check_drafts, sync_prompt
 from .events import Done, Token
 from .logprobs import LogprobTracker
 from .sampler import BiasedSampler, make_sampler
-from .speculative import DraftState, Speculator, draft_limit, kept_positions
+from .speculative import DraftState, Speculator, draft_limit, kept_positions, priors
 from .stop import StopMatcher
 
 PREFILL, DECODE, DONE, CANCELLED, WAITING = "prefill", "decode", "done", "cancelled", "waiting"
@@ -221,7 +221,7 @@ class Batcher:
         # no more than a ring layer of the cache can take back (trim) after a rejected draft.
         max_run = min(min(getattr(d, "invariant_run", getattr(d, "invariant_rows", 1)) for d in devices), model.cache.n_batch)
         self.max_run = max_run  # also the rows of one forward replaying a preempted sequence's decoded tokens
-        self._spec = Speculator(self.max_rows, max_run, getattr(model, "forward_costs", None))
+        self._spec = Speculator(self.max_rows, max_run, priors(model).costs)  # shared by the model's Batchers
         self._held: dict[int, Sequence] = {}  # slot -> its sequence, in the order they were added
         self._last_used = [0] * n  # slot -> step count when it was last released (least recently used goes first)
         self._steps = 0
@@ -254,7 +254,7 @@ class Batcher:
         attach(seq, self.drafter)  # a request naming the draft model drafts with it instead of prompt lookup
         seq.slot = slot
         if seq.draft is not None:
-            seq.draft.shared = getattr(self.model, "draft_evidence", None)
+            seq.draft.shared = priors(self.model).evidence
         seq.progress.computed = self._reuse(slot, seq, seq.prompt)
         if seq.draft is not None and seq.draft.source is not None:
             # its own slot: reuse what the draft's cache holds of the prompt, if this client's

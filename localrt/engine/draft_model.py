@@ -32,7 +32,7 @@ from ..errors import DraftModelMismatch, InvalidRequest
 from .backends.backend import BLAS_MIN_TOKENS, exact_reuse, prefill_end, prompt_pieces
 from .events import Done
 from .sampler import Sampler
-from .speculative import verify
+from .speculative import priors, verify
 
 MODEL = 0  # the match class a draft model's drafts count under in DraftState (n-gram matches: 1..speculative.LONG)
 
@@ -99,7 +99,7 @@ class ModelDrafter:
         target's bonus token to catch up on (measured, Gemma 3 270M Q4_K_M: 13.5 ms for those 2 rows, 12.1 for 1),
         one that did not, every token since."""
         lag = max(1, len(seq.history) - len(self.cached.get(seq.slot, ())))  # the cache holds a prefix (settle)
-        own = self.model.forward_costs
+        own = priors(self.model).costs
         if 1 in own.measured() and target_costs.measured():
             return own.cost(lag), own.cost(1)
         return target_costs.cost(lag) * self.ratio, target_costs.cost(1) * self.ratio
@@ -157,7 +157,7 @@ class ModelDrafter:
             t0 = time.perf_counter()
             logits = model.forward(batch, model.cache, output_rows=np.array([len(chunk) - 1]))[0]  # (n_vocab,)
             if per_row:  # a draft's forwards, what the planner prices (a prompt's BLAS pieces are not)
-                model.forward_costs.record(len(chunk), time.perf_counter() - t0)
+                priors(model).costs.record(len(chunk), time.perf_counter() - t0)
             have.extend(chunk)
         return logits
 

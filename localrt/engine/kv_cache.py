@@ -320,6 +320,11 @@ class KVCache:
         out = [Prefix(e.tokens, e.pieces, e.blocks, e.slot, e, e.scope) for e in self.pool.entries] + list(running)
         return out if scope is None else [p for p in out if p.scope == scope]
 
+    def forget_prefixes(self) -> None:
+        """Forget every cached prefix of finished sequences: the next prompt reuses none of them and is evaluated
+        fresh (what a running sequence holds stays; their blocks go back to the free list unless one holds them)."""
+        self.pool.clear_entries()
+
     def reusable(self, source: Prefix, target: list[int], pieces: list[tuple[int, int]], reuse_min: int = 1) -> int:
         """How many leading positions of target (a prompt whose BLAS pieces are `pieces`) source gives with the
         numerics a fresh evaluation has (backends.backend.exact_reuse); 0 below reuse_min. At least the last

@@ -14,7 +14,6 @@ from .arch.common import Batch, layer_devices
 from .backends.backend import prefill_end
 from .config import ModelConfig, config_from_metadata
 from .kv_cache import KVCache, budget_positions, pool_blocks, pool_position_bytes
-from .speculative import CostModel, Evidence
 
 __all__ = ["Model", "ModelConfig", "config_from_metadata"]
 
@@ -39,8 +38,6 @@ class Model:
             n_blocks=pool_blocks(num_ctx, n_slots, kv_budget),
         )
         self.load_duration_ns = 0
-        self.forward_costs = CostModel()  # decode forwards' seconds by row count, for every Batcher's draft planning
-        self.draft_evidence = Evidence()  # every sequence's verified drafts: the prior of a new sequence's drafting
         self._source = source  # the open GGUF file: keeps the mmap the weights view alive
         self.num_thread = num_thread  # Ollama's option: the most threads a forward uses (0: all; simd_kernels.threads)
         self.huge_pages = None  # the thread moving private weights onto huge pages (backends.resident), once started
@@ -50,11 +47,6 @@ class Model:
         if self._source is not None:
             self._source.close()
             self._source = None
-
-    @property
-    def _slot_tokens(self):
-        """The cached prefixes of finished sequences (`.clear()` forgets them all: the next prompt runs fresh)."""
-        return _Prefixes(self.cache.pool)
 
     # -- compute ---------------------------------------------------------------------------------
 
@@ -187,10 +179,3 @@ def check_finite_output(values: np.ndarray, what: str) -> np.ndarray:
         raise NonFiniteOutput(f"non-finite {what} ({bad.size} of {values.size} values NaN or infinite, the first {bad[0]})")
     return values
 
-
-class _Prefixes:
-    def __init__(self, pool) -> None:
-        self._pool = pool
-
-    def clear(self) -> None:
-        self._pool.clear_entries()

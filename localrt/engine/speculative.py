@@ -35,8 +35,10 @@ from __future__ import annotations
 
 import collections
 import statistics
+import threading
 import time
-from dataclasses import replace
+import weakref
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -137,7 +139,8 @@ class Evidence:
 class DraftState:
     """One sequence's drafting: its n-gram index, acceptance evidence per match size, counts for Done.
 
-    `shared`: the model's `Evidence`, the prior of this sequence's own (None: the fixed 0.75 prior)."""
+    `shared`: the model's `Evidence` (priors(model).evidence), the prior of this sequence's own (None: the fixed
+    0.75 prior)."""
 
     def __init__(self, max_draft: int, shared: Evidence | None = None) -> None:
         self.max_draft = max_draft  # the request's draft_num_predict (the backend may allow fewer)
@@ -228,6 +231,35 @@ class CostModel:
         return known[lo] + row * (rows - lo)
 
 
+@dataclass
+class Priors:
+    """What every Batcher of one loaded model measures and learns, shared by all of them (the BatchDriver's and
+    engine.generate's one-off ones): `costs`, decode forwards' seconds by row count, which prices every Batcher's
+    drafts (and a draft model's own forwards: draft_model.ModelDrafter); `evidence`, every sequence's verified
+    drafts, the prior of a new sequence's drafting (DraftState.shared). Replace a field to change what every
+    Batcher created after it uses (tests force drafting on with a flat CostModel)."""
+
+    costs: CostModel = field(default_factory=CostModel)
+    evidence: Evidence = field(default_factory=Evidence)
+
+
+# model -> its Priors. Kept here rather than on Model: they are the speculative planner's bookkeeping, which the
+# model's weights, cache and forward never read. A weak key lets them go with the model, and the model needs no
+# attribute for them (any weak-referenceable object can be a key: a Batcher's model is one, and so is a draft
+# model). The lock makes the first use from two threads (the BatchDriver's and a one-off generate) create one.
+_PRIORS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_PRIORS_LOCK = threading.Lock()
+
+
+def priors(model) -> Priors:
+    """model's Priors, created on first use and shared by every later caller while the model lives."""
+    with _PRIORS_LOCK:
+        got = _PRIORS.get(model)
+        if got is None:
+            got = _PRIORS[model] = Priors()
+        return got
+
+
 def expected_tokens(rate: float, k: int) -> float:
     """Tokens a verify step of k drafted tokens emits on average: 1 + rate + ... + rate**k."""
     return float(sum(rate**i for i in range(k + 1)))
@@ -242,7 +274,7 @@ class Speculator:
     def __init__(self, max_rows: int, max_run: int, costs: CostModel | None = None) -> None:
         self.max_rows = max_rows
         self.max_run = max_run
-        self.costs = costs if costs is not None else CostModel()  # the model's, shared with its other Batchers
+        self.costs = costs if costs is not None else CostModel()  # priors(model).costs: shared with its other Batchers
 
     def plan(self, seqs: list, limits: list[int]) -> list[list[tuple]]:
         """The step's forwards: groups of (sequence, match size, draft), at most max_rows rows per group and

@@ -88,7 +88,7 @@ def pair(request):
 
 def _alone(model, ids, options) -> list:
     """The events of ids run alone from an empty cache."""
-    model._slot_tokens.clear()
+    model.cache.forget_prefixes()
     return list(model.generate(ids, {"temperature": 0, **options}))
 
 
@@ -172,7 +172,7 @@ def _greedy(model, ids, n: int, fresh: bool) -> tuple[list[int], Done, list]:
     """Greedy tokens, Done and every token's logprob entries (raw-logit log-softmax: bit-equal logits give equal
     entries), from an empty cache when `fresh`, else reusing what the cache holds."""
     if fresh:
-        model._slot_tokens.clear()
+        model.cache.forget_prefixes()
     events = list(model.generate(ids, {"temperature": 0, "num_predict": n}, logprobs=4))
     return [e.token for e in events[:-1]], events[-1], [e.logprobs for e in events[:-1]]
 
@@ -221,7 +221,7 @@ def test_a_prefix_copied_from_another_running_slot_is_exact(smollm2_path):
     system = model.tokenize(PROSE * 12)[:300]
     a, b = system + model.tokenize(" Summary:"), system + model.tokenize(" In one word:")
     alone = _greedy(model, b, 12, fresh=True)
-    model._slot_tokens.clear()
+    model.cache.forget_prefixes()
     batcher = Batcher(model)
     first = batcher.add(a, {"temperature": 0, "num_predict": 40})
     for _ in range(3):  # a's prompt (two chunks) and its first decode step

@@ -22,7 +22,7 @@ from localrt.api.options import resolve
 from localrt.engine.batch import Batcher
 from localrt.engine.draft_model import ModelDrafter, _accept, _pick, check_tokenizers
 from localrt.engine.sampler import Mt19937, Sampler
-from localrt.engine.speculative import CostModel
+from localrt.engine.speculative import CostModel, priors
 from localrt.errors import DraftModelMismatch, InvalidRequest
 
 
@@ -48,7 +48,7 @@ def files(tmp_path_factory):
 
 def _load(path):
     m = load_model(path, num_ctx=128, num_batch=32, n_slots=4)
-    m.forward_costs = FlatCosts()
+    priors(m).costs = FlatCosts()
     return m
 
 
@@ -81,7 +81,7 @@ def untied(target, files):
 def _many(model, drafter, ids, options: list[dict], check=None) -> list[list]:
     """The events of one request per options, stepped through one Batcher as slots free up; check(seq) runs
     after every step on every sequence still holding a slot."""
-    model._slot_tokens.clear()
+    model.cache.forget_prefixes()
     b, waiting, out = Batcher(model, drafter=drafter), list(range(len(options))), [[] for _ in options]
     which: dict[int, int] = {}
     while waiting or b.sequences:
@@ -163,7 +163,7 @@ def test_greedy_identical_with_a_draft_model(target, which, request):
 def test_several_sequences_with_a_draft_model(target, untied):
     prompts = [PROMPT, [41, 42, 43, 44], list(range(60, 70))]
     refs = [_tokens(_many(target, None, p, [{"temperature": 0, "num_predict": 12}])[0]) for p in prompts]
-    target._slot_tokens.clear()
+    target.cache.forget_prefixes()
     b = Batcher(target, drafter=untied)
     seqs = [b.add(p, {"temperature": 0, "num_predict": 12, "draft_model": "untied"}) for p in prompts]
     events = {id(s): [] for s in seqs}
@@ -232,7 +232,7 @@ def test_the_drafts_cache_is_reused_only_by_the_same_client(target, same):
     opts = {"temperature": 0, "num_predict": 4, "draft_model": "same"}
 
     def finish(scope: str) -> int:
-        target._slot_tokens.clear()
+        target.cache.forget_prefixes()
         b = Batcher(target, drafter=same)
         seq = b.add(prompt, opts, cache_scope=scope)
         while b.sequences:

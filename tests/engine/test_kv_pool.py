@@ -195,6 +195,22 @@ def test_sequences_take_blocks_as_they_grow_share_prefixes_and_copy_on_write():
     assert cache.pool.n_in_use == 0 and cache.pool.n_cached == 2
 
 
+
+def test_forget_prefixes_drops_the_cached_ones_and_keeps_what_runs():
+    cache = _cache(n_blocks=8)
+    _write(cache, 0, 6, 1.0)
+    cache.share(1, cache.blocks_of(0), 6)
+    _write(cache, 1, 7, 2.0)
+    cache.retire(1, list(range(7)), [])
+    _write(cache, 2, 3, 3.0)
+    cache.retire(2, [9, 9, 9], [])
+    assert len(cache.prefixes()) == 2 and cache.pool.n_cached == 1  # slot 0 holds the first entry's blocks
+    running = cache.blocks_of(0)
+    cache.forget_prefixes()
+    assert cache.prefixes() == [] and cache.pool.n_cached == 0
+    assert cache.blocks_of(0) == running and list(cache.pool.refs[running]) == [1, 1]  # slot 0 still holds its own
+    assert cache.pool.n_in_use == 2 and cache.pool.n_free == 6
+
 def test_two_sequences_appending_at_one_shared_frontier_in_one_batch_each_get_their_own():
     cache = _cache(n_blocks=8)
     _write(cache, 0, 6, 1.0)
@@ -298,9 +314,9 @@ def test_a_shared_system_prompt_is_referenced_not_copied(tiny_path):
     model = load_model(tiny_path, num_ctx=256, num_batch=64, n_slots=2)
     system = list(range(40, 140))  # 100 positions: a BLAS piece 0..63 (attention gathered from blocks), per-row after
     a, b = system + [7, 8, 9], system + [10, 11]
-    model._slot_tokens.clear()
+    model.cache.forget_prefixes()
     alone = list(model.generate(b, {"temperature": 0, "num_predict": 12}, logprobs=2))
-    model._slot_tokens.clear()
+    model.cache.forget_prefixes()
     batcher = Batcher(model)
     first = batcher.add(a, {"temperature": 0, "num_predict": 30})
     while first.state != "decode":
@@ -358,9 +374,9 @@ def test_when_the_pool_runs_dry_the_newest_waits_and_every_output_is_unchanged(t
         opts["temperature"] = opts.get("temperature", 0)
     alone = []
     for ids, opts in requests:
-        model._slot_tokens.clear()
+        model.cache.forget_prefixes()
         alone.append(list(model.generate(ids, opts, logprobs=2)))
-    model._slot_tokens.clear()
+    model.cache.forget_prefixes()
 
     def within(cache):
         assert cache.pool.n_in_use <= cache.pool.n_blocks == 4
@@ -383,9 +399,9 @@ def test_sliding_window_rings_stay_per_slot(tmp_path):
     assert cache.slot_bound and any(cache.paged) and not all(cache.paged)
     assert cache.table_of(cache.paged.index(False)) is None
     prompt = list(range(3, 40))
-    model._slot_tokens.clear()
+    model.cache.forget_prefixes()
     alone = list(model.generate(prompt + [5, 6], {"temperature": 0, "num_predict": 8}))
-    model._slot_tokens.clear()
+    model.cache.forget_prefixes()
     b = Batcher(model)
     first = b.add(prompt + [9], {"temperature": 0, "num_predict": 20})
     while first.state != "decode":

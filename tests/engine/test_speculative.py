@@ -30,6 +30,7 @@ from localrt.engine.speculative import (
     agreement,
     expected_tokens,
     kept_positions,
+    priors,
     verify,
 )
 from localrt.errors import InvalidRequest
@@ -228,15 +229,15 @@ def test_the_draft_models_first_forward_catches_up(tmp_path):
     target, draft = load_model(tmp_path / "m.gguf", num_ctx=64), load_model(tmp_path / "m.gguf", num_ctx=64)
     drafter = ModelDrafter(target, draft, "m")
     for rows, s in ((1, 0.010), (2, 0.012), (4, 0.016)):
-        draft.forward_costs.record(rows, s)
-        target.forward_costs.record(rows, s)
+        priors(draft).costs.record(rows, s)
+        priors(target).costs.record(rows, s)
     seq = SimpleNamespace(slot=0, history=[1, 2, 3, 4, 5])
     drafter.cached[0] = [1, 2, 3, 4, 5]  # all seen: the pending token's logits are evaluated again
-    assert drafter.draft_costs(seq, target.forward_costs) == (0.010, 0.010)
+    assert drafter.draft_costs(seq, priors(target).costs) == (0.010, 0.010)
     drafter.cached[0] = [1, 2, 3]
-    assert drafter.draft_costs(seq, target.forward_costs) == (0.012, 0.010)
+    assert drafter.draft_costs(seq, priors(target).costs) == (0.012, 0.010)
     drafter.cached[0] = [1]
-    assert drafter.draft_costs(seq, target.forward_costs) == (0.016, 0.010)
+    assert drafter.draft_costs(seq, priors(target).costs) == (0.016, 0.010)
     drafter.close()
     target.close()
 
@@ -277,12 +278,35 @@ def test_modelfile_draft_parameters():
 # -- a tiny random model -----------------------------------------------------------------------------
 
 
+
+def test_a_models_batchers_share_its_priors_which_go_with_it(tmp_path):
+    """priors(model): one cost model and one acceptance record per loaded model, for every Batcher of it, not kept
+    on the model and not keeping it alive."""
+    import gc
+    import weakref
+
+    write_model(tmp_path / "m.gguf", Spec(seed=3))
+    model, other = load_model(tmp_path / "m.gguf", num_ctx=64), load_model(tmp_path / "m.gguf", num_ctx=64)
+    assert not hasattr(model, "forward_costs") and not hasattr(model, "draft_evidence")
+    mine = priors(model)
+    assert priors(model) is mine and priors(other) is not mine
+    first, second = Batcher(model), Batcher(model)
+    assert first._spec.costs is mine.costs and second._spec.costs is mine.costs
+    assert first.add([40, 41, 42], {"temperature": 0}).draft.shared is mine.evidence
+    gone = weakref.ref(mine)
+    del first, second, mine
+    model.close()
+    del model
+    gc.collect()
+    assert gone() is None and priors(other).costs is not None
+    other.close()
+
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
     path = tmp_path_factory.mktemp("spec") / "tiny.gguf"
     write_model(path, Spec(seed=3))
     model = load_model(path, num_ctx=128, num_batch=32, n_slots=4)
-    model.forward_costs = FlatCosts()  # drafting forced on wherever a match exists
+    priors(model).costs = FlatCosts()  # drafting forced on wherever a match exists
     return model
 
 
@@ -293,7 +317,7 @@ PROMPT = [40, 40, 41, 40, 40]  # after a sampled 40 the 1-gram (40,) drafts 40, 
 
 
 def _run(model, ids, options) -> list:
-    model._slot_tokens.clear()
+    model.cache.forget_prefixes()
     return list(model.generate(ids, options))
 
 

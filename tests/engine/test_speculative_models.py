@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from localrt import load_model
-from localrt.engine.speculative import CostModel
+from localrt.engine.speculative import CostModel, priors
 
 PARAGRAPH = ("The committee met on Tuesday to review the budget. After a long discussion, the members agreed to "
              "increase funding for the library by ten percent and to postpone the decision on the new parking lot.")
@@ -37,13 +37,13 @@ def _chat(name: str, text: str) -> str:
 @pytest.fixture(scope="module", params=["smollm2", "gemma3"])
 def model(request):
     m = load_model(request.getfixturevalue(f"{request.param}_path"), num_ctx=512, num_batch=64)
-    m.forward_costs = FlatCosts()
+    priors(m).costs = FlatCosts()
     m.name = request.param
     return m
 
 
 def _run(model, text: str, options: dict, constraint=None) -> list:
-    model._slot_tokens.clear()
+    model.cache.forget_prefixes()
     return list(model.generate(model.tokenize(_chat(model.name, text)), options, constraint=constraint))
 
 
@@ -70,7 +70,7 @@ def test_verify_rows_equal_one_token_decode(model):
     verified = model.forward(model.batch(steps, len(ids)), cache)  # (15, n_vocab)
     for i in range(model_rows):
         assert np.array_equal(verified[i], rows[i]), f"row {i}"
-    model._slot_tokens.clear()
+    model.cache.forget_prefixes()
 
 
 def test_greedy_identical_and_drafts_accepted(model):

@@ -122,9 +122,9 @@ def tiny(request, tmp_path_factory):
 
 
 def _alone(model, ids, opts):
-    model._slot_tokens.clear()
+    model.cache.forget_prefixes()
     out = list(model.generate(ids, opts, logprobs=2))
-    model._slot_tokens.clear()
+    model.cache.forget_prefixes()
     return out
 
 

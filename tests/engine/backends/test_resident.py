@@ -51,7 +51,7 @@ def test_a_copy_holds_the_bytes_read_only_on_its_own_pages(tmp_path: Path):
 
 def _logits(model):
     model.cache.clear(0)
-    model._slot_tokens.clear()
+    model.cache.forget_prefixes()
     return model.forward(model.batch([1, 2, 3, 4], 0), model.cache, output_rows=np.array([3]))[0]
 
 
