@@ -37,6 +37,12 @@ def tags_for(template, req, model_name: str):
     return tags
 
 
+def default_think(think, tags):
+    """The request's think value, or true where it sent none and the model can think: Ollama sets it so (its
+    templates then see .IsThinkSet and .Think, e.g. qwen3's " /think"), and the reasoning goes to its own field."""
+    return True if think is None and tags is not None else think
+
+
 class Split:
     """One request's output as (reasoning, answer) pieces; the reasoning is dropped under think false (but for a
     harmony model's); a harmony model's tool calls are taken with take_calls()."""

@@ -34,7 +34,7 @@ from .scheduler import MemoryNeed, Request, Scheduler
 from .sampling_extras import (COUNT_UPTO, Pending, cache_scope, count_tokens, prompt_ids, request_ids,
                              refuse_embedding_only, request_constraint)
 from .sampling_extras import sampling_kwargs as _sampling
-from .reasoning import HARMONY, Split, after_reasoning, chat_items, generate_items, tags_for
+from .reasoning import HARMONY, Split, after_reasoning, chat_items, default_think, generate_items, tags_for
 
 log = logging.getLogger("localrt.service")
 
@@ -261,17 +261,18 @@ class Service:
             refuse_embedding_only(model, rec.name.full, "generate")
             n_ctx = min(opts.num_ctx, model.num_ctx)
             tags = None if req.raw else tags_for(loaded.template, req, rec.name.full)
+            think = default_think(req.think, tags)
             prompt = templates.generate_prompt(
                 None if req.template else loaded.template, req.prompt, system=req.system or "",
                 model_system=rec.system or "", model_messages=rec.messages, suffix=req.suffix, raw=req.raw,
                 template_override=req.template or "", context_text=context_text, has_context=req.context is not None,
                 num_ctx=n_ctx, count_tokens=lambda t: len(model.tokenize(t, limit=n_ctx)), truncate=req.truncate,
-                think=req.think)
+                think=think)
             ids = request_ids(model, req, prompt.text, n_ctx, opts.num_keep if req.truncate else None)
             constraint = structured.compile_format(req.format, model.tokenizer) if req.format else None
-            constraint = after_reasoning(constraint, tags, prompt.text, req.think)
+            constraint = after_reasoning(constraint, tags, prompt.text, think)
             events = _run(loaded, ids, opts, cancelled, constraint, cache_scope=scope, **_sampling(req))
-            yield from generate_items(events, Split(tags, prompt.text, req.think), Pending(req.logprobs), base,
+            yield from generate_items(events, Split(tags, prompt.text, think), Pending(req.logprobs), base,
                                       req.raw, loaded.take_load_ns)
 
         return self._submit(name, opts, req.keep_alive, work, rec)
@@ -305,10 +306,11 @@ class Service:
                 raise InvalidRequest(f"{rec.name.full} does not support tools")
             n_ctx = min(opts.num_ctx, model.num_ctx)  # the request's, not the load's
             tags = tags_for(loaded.template, req, rec.name.full)
+            think = default_think(req.think, tags)
             prompt = templates.chat_prompt(
                 loaded.template, messages, model_system=rec.system or "", model_messages=rec.messages,
                 tools=req.tools or None, num_ctx=n_ctx, count_tokens=lambda t: len(model.tokenize(t, limit=n_ctx)),
-                truncate=req.truncate, think=req.think)
+                truncate=req.truncate, think=think)
             if prompt.n_dropped:  # as Ollama: the oldest turns go, the system prompt, tools and last message stay
                 log.warning("%s: truncating input messages which exceed the context length: %d of %d dropped, "
                             "%s tokens kept of %d", name, prompt.n_dropped, len(messages), prompt.n_tokens, n_ctx)
@@ -317,10 +319,10 @@ class Service:
                 return
             ids = prompt_ids(model, prompt.text, n_ctx)
             tag = tag_for_template(loaded.template)
-            constraint = after_reasoning(request_constraint(tag, req, model, tags), tags, prompt.text, req.think)
+            constraint = after_reasoning(request_constraint(tag, req, model, tags), tags, prompt.text, think)
             parser = ToolCallParser(tag, req.tools) if req.tools and tags is not HARMONY else None
             events = _run(loaded, ids, opts, cancelled, constraint, cache_scope=scope, **_sampling(req))
-            yield from chat_items(events, Split(tags, prompt.text, req.think), parser, Pending(req.logprobs), reply,
+            yield from chat_items(events, Split(tags, prompt.text, think), parser, Pending(req.logprobs), reply,
                                   loaded.take_load_ns)
 
         return self._submit(name, opts, req.keep_alive, work, rec)

@@ -43,11 +43,9 @@ def test_show_lists_thinking_and_the_template_verbatim(daemon):
 @pytest.mark.parametrize("think, tail", [
     (False, " /no_think<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n"),
     (True, " /think<|im_end|>\n<|im_start|>assistant\n"),
-    # Ollama's ChatHandler (server/routes.go) sets req.Think = true when none is sent and the model has the
-    # thinking capability, so IsThinkSet is true and qwen3's last user message gets " /think". Our daemon leaves
-    # think unset (IsThinkSet false): the prompt lacks " /think" (the model still thinks; qwen3 does by default).
-    pytest.param(None, " /think<|im_end|>\n<|im_start|>assistant\n", marks=pytest.mark.xfail(
-        strict=True, reason="daemon does not default think to true for a thinking model as Ollama does")),
+    # none sent: Ollama's handlers (server/routes.go) set think true for a model with the thinking capability, so
+    # IsThinkSet is true and qwen3's last user message gets " /think" (runtime.reasoning.default_think)
+    (None, " /think<|im_end|>\n<|im_start|>assistant\n"),
 ])
 def test_think_reaches_the_template(daemon, think, tail):
     client, script = daemon
