@@ -45,7 +45,8 @@ def test_a_hundred_refused_8mb_prompts_leave_rss_within_ten_percent(tmp_path):
             "model": MODEL, "prompt": "hi", "stream": False, "options": {"num_predict": 2}})
         assert first.status_code == 200, first.text
         start = _rss_mb(daemon.pid)
-        body = {"model": MODEL, "prompt": "Tell me more. " * 600_000, "raw": True, "stream": False}  # 8.4 MB
+        body = {"model": MODEL, "prompt": "Tell me more. " * 600_000, "raw": True, "stream": False,
+                "truncate": False}  # 8.4 MB, refused (truncate: true would cut it as Ollama does)
         for _ in range(100):
             r = httpx.post(url + "/api/generate", json=body, timeout=300)
             assert r.status_code == 400 and "context length" in r.json()["error"]
