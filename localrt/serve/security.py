@@ -99,13 +99,20 @@ def origin_allowed(origin: str, extra: tuple[str, ...]) -> bool:
 
 
 def client_key(scope, headers: dict[str, str]) -> str:
-    """Who a request is from, for the scheduler's fair share of the queue: the peer's address (an IPv6 peer by
-    its /64, the block one machine gets). A loopback peer may name the client it forwards for in
-    X-Forwarded-For (a reverse proxy on this machine); from anywhere else that header is ignored, so a remote
-    caller cannot claim more than its own share."""
+    """Who a request is from, for the scheduler's fair share of the queue and the prefix cache's scope: the peer's
+    address (an IPv6 peer by its /64, the block one machine gets). A loopback peer may name the client it forwards
+    for in X-Forwarded-For (a reverse proxy on this machine); such a client is named apart ("forwarded:ADDR"), so
+    what a process on this machine claims never joins the scope of a client that connects itself. From anywhere
+    else the header is ignored, so a remote caller cannot claim more than its own share."""
     peer = (scope.get("client") or ("",))[0] or ""
     if is_loopback(peer) and headers.get("x-forwarded-for"):
-        peer = headers["x-forwarded-for"].split(",")[0].strip()[:64] or peer
+        claimed = headers["x-forwarded-for"].split(",")[0].strip()[:64]
+        if claimed:
+            return "forwarded:" + _address_key(claimed)
+    return _address_key(peer)
+
+
+def _address_key(peer: str) -> str:
     try:
         ip = ipaddress.ip_address(peer)
     except ValueError:
