@@ -22,7 +22,7 @@ from localrt.api.options import resolve
 from localrt.engine.batch import Batcher
 from localrt.engine.draft_model import ModelDrafter, _accept, _pick, check_tokenizers
 from localrt.engine.sampler import Mt19937, Sampler
-from localrt.engine.speculative import CostModel, priors
+from localrt.engine.speculative import CostModel, Evidence, priors
 from localrt.errors import DraftModelMismatch, InvalidRequest
 
 
@@ -164,6 +164,9 @@ def test_several_sequences_with_a_draft_model(target, untied):
     prompts = [PROMPT, [41, 42, 43, 44], list(range(60, 70))]
     refs = [_tokens(_many(target, None, p, [{"temperature": 0, "num_predict": 12}])[0]) for p in prompts]
     target.cache.forget_prefixes()
+    # a fresh prior: the module's earlier tests (this drafter's rejections among them, in whatever order xdist ran
+    # them) would otherwise teach the model's shared evidence that drafts fail, and a sequence might never draft
+    priors(target).evidence = Evidence()
     b = Batcher(target, drafter=untied)
     seqs = [b.add(p, {"temperature": 0, "num_predict": 12, "draft_model": "untied"}) for p in prompts]
     events = {id(s): [] for s in seqs}
