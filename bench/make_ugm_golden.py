@@ -21,11 +21,10 @@ import json
 import random
 from pathlib import Path
 
-import gguf
 import llama_cpp
 import sentencepiece as spm
 from make_tokenizer_golden import _detokenize, _piece  # llama.cpp's detokenize and token_to_piece, as there
-from make_wpm_golden import TEXTS as WPM_TEXTS, _tokenize, write_vocab_gguf  # noqa: F401
+from make_wpm_golden import TEXTS as WPM_TEXTS, _tokenize, write_vocab_gguf
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "tests" / "data"
@@ -149,39 +148,6 @@ def vocab_metadata(sp: spm.SentencePieceProcessor, charsmap: bytes, opts: dict) 
     return md
 
 
-def write_gguf(path: Path, md: dict) -> None:
-    """write_vocab_gguf's bert header, then the UGM keys (scores as float32, the charsmap as a uint8 array)."""
-    w = gguf.GGUFWriter(str(path), "bert")
-    w.add_context_length(512)
-    w.add_embedding_length(8)
-    w.add_feed_forward_length(8)
-    w.add_block_count(1)
-    w.add_head_count(1)
-    w.add_layer_norm_eps(1e-12)
-    w.add_causal_attention(False)
-    w.add_pooling_type(gguf.PoolingType.MEAN)
-    w.add_token_type_count(1)
-    for key, value in md.items():
-        if key == "tokenizer.ggml.tokens":
-            w.add_token_list(value)
-        elif key == "tokenizer.ggml.scores":
-            w.add_token_scores(value)
-        elif key == "tokenizer.ggml.token_type":
-            w.add_token_types(value)
-        elif key == "tokenizer.ggml.precompiled_charsmap":
-            w.add_precompiled_charsmap(value)
-        elif isinstance(value, bool):
-            w.add_bool(key, value)
-        elif isinstance(value, int):
-            w.add_uint32(key, value)
-        else:
-            w.add_string(key, value)
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
-
-
 def record(path: Path) -> dict:
     llm = llama_cpp.Llama(model_path=str(path), vocab_only=True, verbose=False)
     vocab = llama_cpp.llama_model_get_vocab(llm.model)
@@ -215,7 +181,7 @@ def main() -> None:
     for name, opts in MODELS.items():
         sp, charsmap = train(name, opts, text)
         path = DATA / f"ugm_{name}.gguf"
-        write_gguf(path, vocab_metadata(sp, charsmap, opts))
+        write_vocab_gguf(str(path), vocab_metadata(sp, charsmap, opts), token_type_count=1)
         golden["models"][name] = record(path)
         print(f"wrote {path} ({path.stat().st_size} bytes, charsmap {len(charsmap)} bytes)")
     OUT.write_text(json.dumps(golden, ensure_ascii=False, indent=None, separators=(",", ":")) + "\n")

@@ -110,8 +110,9 @@ def _tokenize(vocab, text: str, add_special: bool, parse_special: bool) -> list[
     return list(buf[:n])
 
 
-def write_vocab_gguf(path: str, md: dict) -> None:
-    """A vocab-only GGUF: the bert.* hyperparameters llama.cpp reads before it reaches the vocabulary, then md."""
+def write_vocab_gguf(path: str, md: dict, token_type_count: int = 2) -> None:
+    """A vocab-only GGUF: the bert.* hyperparameters llama.cpp reads before it reaches the vocabulary, then md
+    (WordPiece's keys, and a unigram vocabulary's scores and charsmap: make_ugm_golden.py)."""
     w = gguf.GGUFWriter(path, "bert")
     w.add_context_length(512)
     w.add_embedding_length(8)
@@ -121,13 +122,17 @@ def write_vocab_gguf(path: str, md: dict) -> None:
     w.add_layer_norm_eps(1e-12)
     w.add_causal_attention(False)
     w.add_pooling_type(gguf.PoolingType.MEAN)
-    w.add_token_type_count(2)
+    w.add_token_type_count(token_type_count)
     for key, value in md.items():
         name = key.removeprefix("tokenizer.ggml.")
         if key == "tokenizer.ggml.tokens":
             w.add_token_list(value)
+        elif key == "tokenizer.ggml.scores":
+            w.add_token_scores(value)
         elif key == "tokenizer.ggml.token_type":
             w.add_token_types(value)
+        elif key == "tokenizer.ggml.precompiled_charsmap":
+            w.add_precompiled_charsmap(value)
         elif isinstance(value, bool):
             w.add_bool(key, value)
         elif isinstance(value, int):
