@@ -6,7 +6,7 @@ import asyncio
 import threading
 
 import pytest
-from test_scheduler import make, req, wait_until
+from test_scheduler import req, sched, wait_until  # noqa: F401 - sched: the scheduler fixture, shared
 
 from localrt.runtime import channel as ch
 from localrt.serve import streaming
@@ -46,26 +46,26 @@ def _finished_job(sched, **payload):
     return stream
 
 
-def test_a_stream_drains_every_waiting_event_at_once_then_ends(sched_factory):
-    stream = _finished_job(sched_factory, steps=5)
+def test_a_stream_drains_every_waiting_event_at_once_then_ends(sched):
+    stream = _finished_job(sched, steps=5)
     assert asyncio.run(stream.drain()) == ([("a", 1, i) for i in range(5)], True)
     assert asyncio.run(stream.drain()) == ([], True)
     assert list(stream) == []
 
 
-def test_a_streams_error_comes_after_the_events_before_it(sched_factory):
-    stream = _finished_job(sched_factory, steps=5, fail_at=2)
+def test_a_streams_error_comes_after_the_events_before_it(sched):
+    stream = _finished_job(sched, steps=5, fail_at=2)
     assert asyncio.run(stream.drain()) == ([("a", 1, 0), ("a", 1, 1)], False)
     with pytest.raises(ValueError, match="boom at 2"):
         asyncio.run(stream.drain())
 
 
-def test_the_pump_reads_a_stream_with_no_worker_thread_call(sched_factory, monkeypatch):
+def test_the_pump_reads_a_stream_with_no_worker_thread_call(sched, monkeypatch):
     def refuse(*a, **k):
         raise AssertionError("a worker-thread call per event")
 
     monkeypatch.setattr(streaming, "run_in_threadpool", refuse)
-    stream = _finished_job(sched_factory, steps=4)
+    stream = _finished_job(sched, steps=4)
     pump = streaming.EventPump(stream)
 
     async def read():
@@ -73,17 +73,3 @@ def test_the_pump_reads_a_stream_with_no_worker_thread_call(sched_factory, monke
         return [first, *await pump.batch()]
 
     assert asyncio.run(read()) == [("a", 1, i) for i in range(4)] + [streaming._END]
-
-
-@pytest.fixture
-def sched_factory():
-    made = []
-
-    def factory(**kw):
-        s, zoo, clock = make(**kw)
-        made.append(s)
-        return s, zoo, clock
-
-    yield factory
-    for s in made:
-        s.stop(timeout=2)
