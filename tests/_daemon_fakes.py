@@ -187,6 +187,18 @@ def real_daemon(models_dir: Path, service_kw: dict | None = None, **overrides):
 
 
 @contextlib.contextmanager
+def scripted_daemon(models_dir: Path, script: "Script", name: str, template: str):
+    """real_daemon over a Script's loader, with model `name` created from smollm2:135m under `template` (what the
+    model says is the script's; the prompt it was given, the script's `prompts`). Yields (server, ollama client)."""
+    import ollama
+
+    with real_daemon(models_dir, service_kw={"load_model": script.load}) as srv:
+        client = ollama.Client(host=srv.url)
+        client.create(model=name, from_="smollm2:135m", template=template)
+        yield srv, client
+
+
+@contextlib.contextmanager
 def pinned_daemon(models_dir: Path, **overrides):
     """A real daemon over a real Service (the real loader, quantizer and templates) with make_config's pinned
     settings (one request at a time, a fixed 4096 context) but for `overrides`. Yields the server, its `service`

@@ -4,19 +4,13 @@ harmony (in pieces that split the markers): reasoning, answer and tool calls in 
 replayed tool-call turn's reasoning rendered; the capabilities /api/show reports."""
 from __future__ import annotations
 
-import dataclasses
 import json
-from pathlib import Path
 
 import httpx
-import ollama
 import openai
 import pytest
-from _daemon_fakes import Script
+from _daemon_fakes import Script, scripted_daemon
 
-from localrt import config as cfg
-from localrt.runtime.service import Service
-from localrt.serve.daemon import BackgroundServer, free_port
 from _testpaths import DATA
 
 OLLAMA_GPT_OSS = (DATA / "templates" / "gpt-oss" / "template.gotmpl").read_text()
@@ -33,13 +27,8 @@ HI = [{"role": "user", "content": "Hi"}]
 @pytest.fixture(scope="module")
 def daemon(tmp_path_factory):
     script = Script(answer=ANSWER, piece=3)
-    conf = dataclasses.replace(cfg.load({}), port=free_port(), models_dir=Path(tmp_path_factory.mktemp("m")))
-    service = Service(conf, load_model=script.load)
-    with BackgroundServer(service, conf) as srv:
-        client = ollama.Client(host=srv.url)
-        client.create(model="oss", from_="smollm2:135m", template=OLLAMA_GPT_OSS)
+    with scripted_daemon(tmp_path_factory.mktemp("m"), script, "oss", OLLAMA_GPT_OSS) as (srv, client):
         yield srv, client, script
-    service.close()
 
 
 def test_chat_splits_reasoning_and_answer_whole_and_streamed(daemon):

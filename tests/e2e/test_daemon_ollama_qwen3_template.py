@@ -4,16 +4,9 @@ registry blob sha256:ae370d884f10...) as the model's TEMPLATE and a scripted mod
 "/think", and no think at all is think true for a thinking model, as Ollama's ChatHandler sets it."""
 from __future__ import annotations
 
-import dataclasses
-from pathlib import Path
-
-import ollama
 import pytest
 
-from localrt import config as cfg
-from localrt.runtime.service import Service
-from localrt.serve.daemon import BackgroundServer, free_port
-from _daemon_fakes import Script
+from _daemon_fakes import Script, scripted_daemon
 from _testpaths import FIXTURES
 
 QWEN3 = (FIXTURES / "ollama_qwen3.gotmpl").read_text()
@@ -24,13 +17,8 @@ HEAD = "<|im_start|>user\nHi"
 @pytest.fixture(scope="module")
 def daemon(tmp_path_factory):
     script = Script(answer=REASONED, piece=3)
-    conf = dataclasses.replace(cfg.load({}), port=free_port(), models_dir=Path(tmp_path_factory.mktemp("m")))
-    service = Service(conf, load_model=script.load)
-    with BackgroundServer(service, conf) as srv:
-        client = ollama.Client(host=srv.url)
-        client.create(model="qwen3-tmpl", from_="smollm2:135m", template=QWEN3)
+    with scripted_daemon(tmp_path_factory.mktemp("m"), script, "qwen3-tmpl", QWEN3) as (srv, client):
         yield client, script
-    service.close()
 
 
 def test_show_lists_thinking_and_the_template_verbatim(daemon):

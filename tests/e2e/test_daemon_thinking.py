@@ -4,18 +4,11 @@ field on /api/generate and /api/chat, `reasoning_content` on /v1, tool calls par
 false, and the 400s."""
 from __future__ import annotations
 
-import dataclasses
-from pathlib import Path
-
 import httpx
-import ollama
 import openai
 import pytest
 
-from localrt import config as cfg
-from localrt.runtime.service import Service
-from localrt.serve.daemon import BackgroundServer, free_port
-from _daemon_fakes import Script
+from _daemon_fakes import Script, scripted_daemon
 
 # the shape of Ollama's qwen3 template: reasoning rendered for assistant turns, an empty block under think false
 QWEN3 = (
@@ -38,13 +31,8 @@ CALL = ('<think>I need the weather. <tool_call>{"name": "nope", "arguments": {}}
 @pytest.fixture(scope="module")
 def daemon(tmp_path_factory):
     script = Script(answer=REASONED, piece=3)
-    conf = dataclasses.replace(cfg.load({}), port=free_port(), models_dir=Path(tmp_path_factory.mktemp("m")))
-    service = Service(conf, load_model=script.load)
-    with BackgroundServer(service, conf) as srv:
-        client = ollama.Client(host=srv.url)
-        client.create(model="thinker", from_="smollm2:135m", template=QWEN3)
+    with scripted_daemon(tmp_path_factory.mktemp("m"), script, "thinker", QWEN3) as (srv, client):
         yield srv, client, script
-    service.close()
 
 
 def test_chat_reasoning_is_its_own_field_whole_and_streamed(daemon):

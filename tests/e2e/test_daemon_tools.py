@@ -19,7 +19,7 @@ import pytest
 from localrt import config as cfg
 from localrt.serve.daemon import BackgroundServer, free_port
 from localrt.runtime.service import Service
-from _daemon_fakes import Script
+from _daemon_fakes import Script, scripted_daemon
 
 HERMES = (
     "{{- if .Tools }}<|im_start|>system\nTools:\n{{- range .Tools }}\n{{ json .Function }}{{ end }}<|im_end|>\n{{ end }}"
@@ -37,13 +37,8 @@ CALL = 'Let me check.<tool_call>\n{"name": "get_weather", "arguments": {"city": 
 @pytest.fixture(scope="module")
 def scripted(tmp_path_factory):
     script = Script(answer=CALL)
-    conf = dataclasses.replace(cfg.load({}), port=free_port(), models_dir=Path(tmp_path_factory.mktemp("m")))
-    service = Service(conf, load_model=script.load)
-    with BackgroundServer(service, conf) as srv:
-        client = ollama.Client(host=srv.url)
-        client.create(model="tooly", from_="smollm2:135m", template=HERMES)
+    with scripted_daemon(tmp_path_factory.mktemp("m"), script, "tooly", HERMES) as (srv, client):
         yield srv, client, script
-    service.close()
 
 
 def test_native_tool_calls_whole_and_streamed(scripted):
