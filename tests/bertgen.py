@@ -27,6 +27,11 @@ TEXTS = ["hello world", "The quick brown fox jumps over the lazy dog.",
          "Quarterly revenue grew 12% while operating costs fell; see the attached report for details."]
 
 
+def cosine(a: np.ndarray, b: np.ndarray) -> float:
+    """The cosine of two vectors: how the encoder tests compare an embedding with llama.cpp's."""
+    return float(a @ b / np.linalg.norm(a) / np.linalg.norm(b))
+
+
 def _draws(seed: int):
     """(mat, vec): random float32 matrices (scaled by 1/sqrt(cols) unless given) and vectors, all from one generator
     in the order they are called."""

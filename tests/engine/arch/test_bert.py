@@ -16,10 +16,6 @@ from localrt.models import hf_bert
 CASES = {"f32": (bertgen.F32, 2e-4), "f16": (bertgen.F16, 2e-3), "q8_0": (bertgen.Q8_0, 2e-2)}
 
 
-def _cos(a: np.ndarray, b: np.ndarray) -> float:
-    return float(a @ b / np.linalg.norm(a) / np.linalg.norm(b))
-
-
 @pytest.mark.parametrize("label", CASES)
 def test_tiny_bert_matches_llamacpp_token_by_token(tmp_path, label):
     wtype, tol = CASES[label]
@@ -31,8 +27,8 @@ def test_tiny_bert_matches_llamacpp_token_by_token(tmp_path, label):
         # LayerNorm output: values of order 1; llama.cpp quantizes activations for Q8_0 as we do not
         assert np.abs(hidden - ref["tokens"]).max() < tol * 10
         for i in range(len(hidden)):
-            assert _cos(hidden[i], ref["tokens"][i]) > 1 - tol
-        assert _cos(model.embed(ref["ids"]), ref["mean"]) > 1 - tol
+            assert bertgen.cosine(hidden[i], ref["tokens"][i]) > 1 - tol
+        assert bertgen.cosine(model.embed(ref["ids"]), ref["mean"]) > 1 - tol
     finally:
         model.close()
 
@@ -44,7 +40,7 @@ def test_the_files_pooling_type_picks_cls(tmp_path):
         assert model.pooling == "cls"
         got = model.embed(ref["ids"])
         np.testing.assert_allclose(got, ref["cls"], atol=2e-3)  # keys and values at f16 in both
-        assert _cos(got, ref["cls"]) > 1 - 2e-4 and _cos(got, ref["mean"]) < 0.99
+        assert bertgen.cosine(got, ref["cls"]) > 1 - 2e-4 and bertgen.cosine(got, ref["mean"]) < 0.99
     finally:
         model.close()
 
@@ -119,7 +115,7 @@ def test_all_minilm_embeds_as_llamacpp_does(minilm):
     ref = np.load(bertgen.DATA / "minilm.npz")
     for ids, want in zip(ref["ids"], ref["mean"]):
         ids = [int(i) for i in ids if i >= 0]
-        assert _cos(minilm.embed(ids), want) > 0.99999
+        assert bertgen.cosine(minilm.embed(ids), want) > 0.99999
 
 
 def test_all_minilm_converted_file_reads_as_llamacpp_writes_it(minilm):

@@ -30,10 +30,6 @@ CASES = {
 A = "gemma-embedding"
 
 
-def _cos(a: np.ndarray, b: np.ndarray) -> float:
-    return float(a @ b / np.linalg.norm(a) / np.linalg.norm(b))
-
-
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
     model = load_model(bertgen.write_gemma(tmp_path_factory.mktemp("gemma") / "m.gguf"), tokenizer=False)
@@ -53,8 +49,8 @@ def test_tiny_gemma_embedding_matches_llamacpp_token_by_token(tmp_path, label):
             tokens = model._project(model.hidden(ref[key + "ids"]))  # (n_tok, n_embd), as llama.cpp's pooling none
             assert np.abs(tokens - ref[key + "tokens"]).max() < max_abs  # values up to about 4
             for got, want in zip(tokens, ref[key + "tokens"]):
-                assert _cos(got, want) > 1 - tol_tok
-            assert _cos(model.embed(ref[key + "ids"]), ref[key + "mean"]) > 1 - tol_mean
+                assert bertgen.cosine(got, want) > 1 - tol_tok
+            assert bertgen.cosine(model.embed(ref[key + "ids"]), ref[key + "mean"]) > 1 - tol_mean
     finally:
         model.close()
 
@@ -102,7 +98,7 @@ def test_the_symmetric_window_and_bidirectional_attention_matter(tiny, monkeypat
     window."""
     ref = np.load(bertgen.DATA / "gemma_f32.npz")
     exact = gemma_embedding.encode(tiny.backend, tiny.config, tiny.weights, ref["long_ids"])  # (n_tok, n_embd)
-    assert min(_cos(a, b) for a, b in zip(exact, ref["long_tokens"])) > 1 - 2e-4
+    assert min(bertgen.cosine(a, b) for a, b in zip(exact, ref["long_tokens"])) > 1 - 2e-4
     cfg = tiny.config
     w = bertgen.GEMMA_WINDOW
     if ablation in ("causal", "trailing"):
@@ -111,7 +107,7 @@ def test_the_symmetric_window_and_bidirectional_attention_matter(tiny, monkeypat
         local = {"global": 0, "wider": w + 1, "narrower": w - 2}[ablation]
         cfg = dataclasses.replace(cfg, windows=tuple(local if x else 0 for x in cfg.windows))
     got = gemma_embedding.encode(tiny.backend, cfg, tiny.weights, ref["long_ids"])  # (n_tok, n_embd)
-    worst = min(_cos(a, b) for a, b in zip(got, ref["long_tokens"]))
+    worst = min(bertgen.cosine(a, b) for a, b in zip(got, ref["long_tokens"]))
     assert worst < 0.99 and np.abs(got - ref["long_tokens"]).max() > 0.5
 
 
@@ -132,7 +128,7 @@ def test_text_is_tokenized_and_embedded_as_llamacpp_does(tmp_path):
     try:
         ids = model.tokenize(bertgen.GEMMA_TEXT)
         assert ids == [int(i) for i in ref["text_ids"]]
-        assert _cos(model.embed(ids), ref["text_mean"]) > 1 - 2e-4
+        assert bertgen.cosine(model.embed(ids), ref["text_mean"]) > 1 - 2e-4
         with pytest.raises(InvalidRequest):
             model.generate(ids)
     finally:
@@ -143,7 +139,7 @@ def test_a_file_without_pooling_type_is_mean_pooled(tmp_path):
     ref = np.load(bertgen.DATA / "gemma_f32.npz")
     model = load_model(bertgen.write_gemma(tmp_path / "m.gguf", pooling=None), tokenizer=False)
     try:
-        assert model.pooling == "mean" and _cos(model.embed(ref["ids"]), ref["mean"]) > 1 - 2e-4
+        assert model.pooling == "mean" and bertgen.cosine(model.embed(ref["ids"]), ref["mean"]) > 1 - 2e-4
     finally:
         model.close()
 

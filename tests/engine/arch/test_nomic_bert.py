@@ -27,10 +27,6 @@ CASES = {
 }
 
 
-def _cos(a: np.ndarray, b: np.ndarray) -> float:
-    return float(a @ b / np.linalg.norm(a) / np.linalg.norm(b))
-
-
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
     model = load_model(bertgen.write_nomic(tmp_path_factory.mktemp("nomic") / "m.gguf"), tokenizer=False)
@@ -50,8 +46,8 @@ def test_tiny_nomic_bert_matches_llamacpp_token_by_token(tmp_path, label):
             # LayerNorm output: values of order 1; llama.cpp quantizes activations for Q8_0 as we do not
             assert np.abs(hidden - ref[key + "tokens"]).max() < tol * 10
             for i in range(len(hidden)):
-                assert _cos(hidden[i], ref[key + "tokens"][i]) > 1 - tol
-            assert _cos(model.embed(ref[key + "ids"]), ref[key + "mean"]) > 1 - tol
+                assert bertgen.cosine(hidden[i], ref[key + "tokens"][i]) > 1 - tol
+            assert bertgen.cosine(model.embed(ref[key + "ids"]), ref[key + "mean"]) > 1 - tol
     finally:
         model.close()
 
