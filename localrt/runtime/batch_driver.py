@@ -1,13 +1,13 @@
 """One loaded model's decode loop: a thread that owns the model and a `Batcher`, so that the requests running on
 the model (up to LOCALRT_NUM_PARALLEL of them) are stepped together (continuous batching).
 
-`submit` (any thread) queues a sequence and returns an iterator of its events (Token ... Done); the driver
+`submit` (any thread) queues a sequence and returns its events (Token ... Done) as a `Submission`; the driver
 admits queued sequences while the Batcher has a free slot, steps, and sends each sequence's events to its
-channel (runtime.channel). `exclusive()` runs work that uses slot 0 on its own (embeddings): it waits until no
+channel (runtime.channel), which the caller reads directly: a thread blocking, an event loop per wake-up. `exclusive()` runs work that uses slot 0 on its own (embeddings): it waits until no
 sequence holds a slot, and nothing is admitted while it runs. The Batcher keeps each sequence's numerics the same
 alone or batched, so a request's greedy output does not depend on what runs beside it.
 
-Slots are shared by client (the scheduler's job thread sets CLIENT): a free slot goes to the waiting request of the
+Slots are shared by client (jobs.Stream sets CLIENT around the work that submits): a free slot goes to the waiting request of the
 client holding the fewest, and while a client holds more than its share and another waits below its own, the
 first one's newest request is paused (localrt.runtime.fairness): parked out of its slot, preempted as when the KV
 pool runs dry, and back in line to resume with the tokens it would have given anyway (localrt.engine.preempt)."""
@@ -19,7 +19,7 @@ import itertools
 import logging
 import threading
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import Any
 
 from ..engine.batch import Batcher
 from ..engine.preempt import parkable
@@ -57,6 +57,68 @@ class _Either:
         return self.inner.is_set() or (self.outer is not None and self.outer.is_set())
 
 
+class Submission:
+    """One sequence's events as the driver sends them: iterate it (blocking) or `await drain()` from an event loop
+    (every event waiting, per wake-up); `close()` drops the sequence at the driver's next step. It ends when the
+    sequence finishes, raising the sequence's error, or Cancelled where it was dropped before its prompt ran."""
+
+    def __init__(self, driver: "BatchDriver", out: Channel, flag: _Either) -> None:
+        self._driver = driver
+        self._out = out  # lists of events, then the end (True: dropped before its prompt ran) or an error
+        self._flag = flag
+        self._ready: collections.deque = collections.deque()  # events received, not yet handed out
+        self._ended = False
+        self._error: BaseException | None = None  # raised once the events before it are out
+
+    def __iter__(self) -> "Submission":
+        return self
+
+    def __next__(self):
+        while not self._ready:
+            if self._ended:
+                self._raise_end()
+            self._take(self._out.get())
+        return self._ready.popleft()
+
+    async def drain(self) -> tuple[list, bool]:
+        """(every event waiting, at least one unless it ended; whether it ended)."""
+        if not self._ready and not self._ended:
+            for entry in await self._out.drain():
+                self._take(entry)
+        items = list(self._ready)
+        self._ready.clear()
+        if items:
+            return items, self._ended and self._error is None
+        try:
+            self._raise_end()
+        except StopIteration:
+            return [], True
+
+    def _take(self, entry: tuple) -> None:
+        kind, value = entry
+        if kind not in (END, ERROR):
+            self._ready.extend(value)
+            return
+        self._ended = True
+        self._error = value if kind == ERROR else Cancelled() if value else None
+        self.close()
+
+    def _raise_end(self):
+        err, self._error = self._error, None
+        if err is not None:
+            raise err
+        raise StopIteration
+
+    def close(self) -> None:
+        """Stop reading: the driver drops the sequence at its next step (a no-op once it ended)."""
+        if not self._flag.inner.is_set():
+            self._flag.inner.set()
+            self._driver._wake()
+
+    def __del__(self) -> None:
+        self._flag.inner.set()  # a dropped reader must not keep a slot (the driver sees it at its next step)
+
+
 class BatchDriver:
     pauses = True  # a client over its share of the slots gives one back (fairness.pausable)
 
@@ -83,10 +145,10 @@ class BatchDriver:
         return self._held
 
     def submit(self, ids, options, constraint=None, cancelled: threading.Event | None = None,
-               load_duration_ns: int = 0, **sampling) -> Iterator:
-        """The events of one sequence; closing the iterator early drops the sequence at the next step.
-        Raises as `Batcher.add` does (ContextLengthExceeded, ...), and Cancelled if cancelled during its prompt.
-        `sampling`: Batcher.add's logprobs and logit_bias."""
+               load_duration_ns: int = 0, **sampling) -> "Submission":
+        """The events of one sequence (a Submission: iterate it, or drain it from an event loop); closing it early
+        drops the sequence at the next step. Raises as `Batcher.add` does (ContextLengthExceeded, ...), and
+        Cancelled if cancelled during its prompt. `sampling`: Batcher.add's logprobs and logit_bias."""
         flag = _Either(cancelled)
         out = Channel()
         with self._cv:
@@ -96,23 +158,11 @@ class BatchDriver:
                                          **sampling))
             self._pending.append(_Ticket(CLIENT.get(), next(self._arrivals), out, call))
             self._cv.notify_all()
-        return self._events(out, flag)
+        return Submission(self, out, flag)
 
-    def _events(self, out: Channel, flag: _Either) -> Iterator:
-        try:
-            while True:
-                kind, value = out.get()
-                if kind == ERROR:
-                    raise value
-                if kind == END:
-                    if value:  # dropped before its prompt was evaluated
-                        raise Cancelled()
-                    return
-                yield from value
-        finally:
-            flag.inner.set()  # a consumer that stops early frees the slot
-            with self._cv:
-                self._cv.notify_all()
+    def _wake(self) -> None:
+        with self._cv:
+            self._cv.notify_all()
 
     @contextlib.contextmanager
     def exclusive(self):

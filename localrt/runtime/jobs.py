@@ -2,6 +2,7 @@
 reads, and the memory a load needs. Plain data plus the little logic each owns; the rules live in scheduler.py."""
 from __future__ import annotations
 
+import asyncio
 import collections
 import contextvars
 import threading
@@ -13,10 +14,13 @@ from ..api.options import LOAD_TIME, Options, resolve
 from ..errors import NonFiniteOutput
 from .channel import END, ERROR, Channel
 
+_END = object()  # a plain work's iterator is done
+_CLOSED = iter(())  # a stream's source once closed: reads as empty
+
 _UNSET = object()  # a request that did not say keep_alive
 # Who sent the request being handled: set by the HTTP edge (serve/security.py) for the task of each request and
-# carried into the worker threads it calls the service from, and by the scheduler in each job's thread (the model's
-# BatchDriver shares its slots by it); "" outside HTTP (one client: arrival order).
+# carried into the worker threads it calls the service from, and by each job's Stream around the work it runs (the
+# model's BatchDriver shares its slots by it); "" outside HTTP (one client: arrival order).
 CLIENT: contextvars.ContextVar[str] = contextvars.ContextVar("localrt_client", default="")
 # Whether the request comes from this machine itself (a loopback peer, not forwarding for someone else): only
 # such a caller may name paths on the server (pull from a folder). True outside HTTP (the CLI, tests).
@@ -35,7 +39,9 @@ class MemoryNeed:
 class Request:
     """What `submit` takes. `options`: resolved Options (or an option mapping) whose load-time part picks
     the loaded instance; `keep_alive`: None when the request did not send one, else seconds or a duration
-    string; `work(loaded, request, cancelled)` runs on the worker, defaulting to `loaded.run(request, cancelled)`."""
+    string. `work(loaded, request, cancelled)` runs on the reader's thread once the model is granted (Stream),
+    defaulting to `loaded.run(request, cancelled)`, and returns the request's events: any iterable, or one that can
+    also be drained from an event loop (a Mapped batch-driver Submission), so no thread waits for the reader."""
 
     model: str
     options: Options | Mapping[str, Any] | None = None
@@ -106,7 +112,7 @@ class _Job:
         self.need_error: BaseException | None = None  # the estimate failed: the job fails with this
         self.estimating = False  # an estimate runs in a helper thread
         self.cancelled = threading.Event()
-        self.out = Channel()  # the work's events for the consumer, then its end or error
+        self.out = Channel()  # the scheduler's word to the consumer: the loaded model granted, or the end or an error
 
     def fail(self, exc: BaseException) -> None:
         self.out.fail(exc)
@@ -145,16 +151,53 @@ class _Runner:
         return self.state == "ready" and not self.active and not self.queue
 
 
+class Mapped:
+    """A source of events seen through `fn(event) -> list of items` (one request's replies made from the engine's
+    events as they are read): iterable (blocking), drainable from an event loop where the source is, closable."""
+
+    def __init__(self, source, fn: Callable[[Any], list]) -> None:
+        self.source = source
+        self.fn = fn
+        self._ready: collections.deque = collections.deque()
+        if hasattr(source, "drain"):
+            self.drain = self._drain
+
+    def __iter__(self) -> "Mapped":
+        return self
+
+    def __next__(self) -> Any:
+        while not self._ready:
+            self._ready.extend(self.fn(next(self.source)))
+        return self._ready.popleft()
+
+    async def _drain(self) -> tuple[list, bool]:
+        while True:
+            events, ended = await self.source.drain()
+            items = [*self._ready, *(item for ev in events for item in self.fn(ev))]
+            self._ready.clear()
+            if items or ended:
+                return items, ended
+
+    def close(self) -> None:
+        getattr(self.source, "close", lambda: None)()
+
+
 class Stream:
-    """The consumer's side of one request: iterate for events (blocking), or `await drain()` for all that are waiting
-    (from an event loop, with no thread waiting); `cancel()` (or `close()`) from any thread stops the work at its next
-    step. An exception raised by the load or the work is re-raised here."""
+    """The consumer's side of one request. The scheduler grants the job a loaded model (or fails or withdraws it);
+    the reader then runs the request's work itself (`work(loaded, request, cancelled)`: render, tokenize, submit to
+    the model's batch driver) and reads its events straight from where they are made. Iterate for events
+    (blocking), or `await drain()` for all that are waiting (from an event loop: the work starts in the loop's
+    executor, then its events come with no thread waiting); `cancel()` (or `close()`) from any thread stops the work
+    at its next step and gives the job's slot back. An exception raised by the load or the work is re-raised here."""
 
     def __init__(self, scheduler, job: _Job):  # scheduler: the Scheduler that queued the job
         self._scheduler = scheduler
         self._job = job
         self._finished = False
-        self._held: collections.deque = collections.deque()  # entries drained but not yet handed out
+        self._source: Any = None  # the work's events, once granted and started
+        self._pulling = threading.Lock()  # held while the reader pulls from the source: cancel() closes it only then
+        self._ctx = contextvars.copy_context()  # the work runs as its client's (the driver shares slots by it)
+        self._ctx.run(CLIENT.set, job.client)
 
     def __iter__(self) -> Iterator[Any]:
         return self
@@ -162,49 +205,105 @@ class Stream:
     def __next__(self) -> Any:
         if self._finished:
             raise StopIteration
-        kind, value = self._held.popleft() if self._held else self._job.out.get()
-        if kind not in (END, ERROR):
-            return value
-        self._finish(kind, value)
+        try:
+            if self._source is None:
+                self._start(self._grant(self._job.out.get()))
+            if self._job.cancelled.is_set():
+                raise StopIteration
+            return self._pull()
+        except BaseException as exc:
+            self._end(exc)
+            raise
 
     async def drain(self) -> tuple[list, bool]:
         """(every event waiting, at least one unless the stream ended; whether it ended). An error is raised once
         the events before it are out."""
         if self._finished:
             return [], True
-        if not self._held:
-            self._held.extend(await self._job.out.drain())
-        items = []
-        while self._held:
-            kind, value = self._held[0]
-            if kind == ERROR and items:
-                break  # raised on the next call, after these are out
-            self._held.popleft()
-            if kind not in (END, ERROR):
-                items.append(value)
-                continue
-            try:
-                self._finish(kind, value)
-            except StopIteration:
-                return items, True
-        return items, False
+        try:
+            if self._source is None:
+                loaded = self._grant((await self._job.out.drain())[0])  # one entry: the grant, an end or an error
+                await asyncio.get_running_loop().run_in_executor(None, self._start, loaded)
+            if self._job.cancelled.is_set():
+                raise StopIteration
+            drain = getattr(self._source, "drain", None)
+            if drain is not None:
+                items, ended = await drain()
+            else:  # a plain iterable work (one reply): pulled in the executor
+                item = await asyncio.get_running_loop().run_in_executor(None, self._pull, _END)
+                items, ended = ([], True) if item is _END else ([item], False)
+        except StopIteration as exc:
+            self._end(exc)
+            return [], True
+        except BaseException as exc:
+            self._end(exc)
+            raise
+        if ended:
+            self._end(StopIteration())
+        return items, ended
 
-    def _finish(self, kind: str, value: Any):
-        self._finished = True
+    def _grant(self, entry: tuple[str, Any]) -> Any:
+        """The loaded model the scheduler granted; raises as the job ended before (withdrawn, failed)."""
+        kind, value = entry
         if kind == ERROR:
-            if isinstance(value, NonFiniteOutput) and not value.model:
-                value.model = self._job.model  # the engine knows its file, not the name the request used
             raise value
-        raise StopIteration
+        if kind == END:
+            raise StopIteration
+        return value
+
+    def _start(self, loaded: Any) -> None:
+        req = self._job.request
+        cancelled = self._job.cancelled
+        work = req.work if req.work is not None else lambda loaded, req, cancelled: loaded.run(req, cancelled)
+        self._source = iter(self._ctx.run(work, loaded, req, cancelled))
+
+    def _pull(self, *default: Any) -> Any:
+        """The source's next item (or `default` at its end), on the reader's thread."""
+        with self._pulling:
+            try:
+                return self._ctx.run(next, self._source, *default)
+            finally:
+                if self._job.cancelled.is_set():  # cancelled meanwhile: nobody reads on
+                    self._close_source()
+
+    def _end(self, exc: BaseException) -> None:
+        """The stream is over (exc: StopIteration, or what it fails with): close the work, give the slot back."""
+        if self._finished:
+            return
+        self._finished = True
+        self._job.cancelled.set()  # nothing more is read: a work still running stops at its next step
+        self._close_if_idle()
+        self._scheduler._withdraw(self._job)
+        if isinstance(exc, NonFiniteOutput) and not exc.model:
+            exc.model = self._job.model  # the engine knows its file, not the name the request used
 
     def cancel(self) -> None:
+        """From any thread: the work stops at its next step (the model's driver drops the sequence) and the job's
+        slot is given back now."""
         if not self._job.cancelled.is_set():
             self._job.cancelled.set()
             self._scheduler._withdraw(self._job)
+            self._close_if_idle()
+
+    def _close_if_idle(self) -> None:
+        """Close the work's source now unless the reader is pulling from it (it closes it itself after the pull,
+        seeing the cancel) or it holds the lock itself (the pull's own failure or end)."""
+        if self._pulling.acquire(blocking=False):
+            try:
+                self._close_source()
+            finally:
+                self._pulling.release()
+
+    def _close_source(self) -> None:
+        source = self._source
+        if source is not None and source is not _CLOSED:
+            self._source = _CLOSED
+            getattr(source, "close", lambda: None)()
 
     def close(self) -> None:
+        """The reader is done (from its own thread): cancel, and close the work it was running."""
         self.cancel()
-        self._finished = True
+        self._end(StopIteration())
 
     def __enter__(self) -> "Stream":
         return self
@@ -213,8 +312,9 @@ class Stream:
         self.close()
 
     def __del__(self) -> None:
-        if not self._finished:
-            self._job.cancelled.set()  # a dropped stream must not keep a worker busy
+        if not self._finished and not self._job.cancelled.is_set():
+            self._job.cancelled.set()  # a dropped stream must not keep a slot: given back off the collector's path
+            threading.Thread(target=self._scheduler._withdraw, args=(self._job,), daemon=True).start()
 
 
 class Events:

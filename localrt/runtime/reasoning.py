@@ -15,8 +15,6 @@ A request's constraint (`format`, a forced or an opened tool call) holds only af
 """
 from __future__ import annotations
 
-from typing import Iterator
-
 from ..engine.events import Done
 from ..errors import InvalidRequest
 from ..structured.after import AfterReasoning
@@ -91,12 +89,17 @@ def after_reasoning(constraint, tags, prompt: str, think):
     return AfterReasoning(constraint, tags[1].encode(), tags[0].encode(), opened=opens_reasoning(prompt, tags))
 
 
-def chat_items(events, split: Split, parser, pending, reply, load_ns) -> Iterator[dict]:
-    """The native /api/chat items of a run's events: reasoning, answer text and the tool calls parsed out of the
-    answer (or a harmony model's calls); `reply(content, calls, thinking, **extra)` shapes one, `load_ns()` the load
-    time the last one reports."""
-    for ev in events:
-        pending.add(ev.logprobs)
+class ChatItems:
+    """The native /api/chat items of a run's events, one event at a time: reasoning, answer text and the tool calls
+    parsed out of the answer (or a harmony model's calls); `reply(content, calls, thinking, **extra)` shapes one,
+    `load_ns()` the load time the last one reports."""
+
+    def __init__(self, split: Split, parser, pending, reply, load_ns) -> None:
+        self.split, self.parser, self.pending, self.reply, self.load_ns = split, parser, pending, reply, load_ns
+
+    def __call__(self, ev) -> list[dict]:
+        split, parser = self.split, self.parser
+        self.pending.add(ev.logprobs)
         thinking, text = split.feed(ev.text)
         done = isinstance(ev, Done)
         if done:
@@ -109,23 +112,31 @@ def chat_items(events, split: Split, parser, pending, reply, load_ns) -> Iterato
             content, calls = content + rest_call.content, calls + rest_call.calls
         calls = calls + split.take_calls()
         if done:
-            yield reply(content, calls, thinking, **pending.take(), **metrics(ev, load_ns()))
-        elif content or calls or thinking:
-            yield reply(content, calls, thinking, done=False, **pending.take())
+            return [self.reply(content, calls, thinking, **self.pending.take(), **metrics(ev, self.load_ns()))]
+        if content or calls or thinking:
+            return [self.reply(content, calls, thinking, done=False, **self.pending.take())]
+        return []
 
 
-def generate_items(events, split: Split, pending, base, raw: bool, load_ns) -> Iterator[dict]:
-    """The native /api/generate items of a run's events: `response`, and `thinking` where the model reasons."""
-    for ev in events:
-        pending.add(ev.logprobs)
+class GenerateItems:
+    """The native /api/generate items of a run's events, one event at a time: `response`, and `thinking` where the
+    model reasons."""
+
+    def __init__(self, split: Split, pending, base, raw: bool, load_ns) -> None:
+        self.split, self.pending, self.base, self.raw, self.load_ns = split, pending, base, raw, load_ns
+
+    def __call__(self, ev) -> list[dict]:
+        split = self.split
+        self.pending.add(ev.logprobs)
         thinking, text = split.feed(ev.text)
         said = {"thinking": thinking} if thinking else {}
         if isinstance(ev, Done):
             more, rest = split.flush()
             said = {"thinking": thinking + more} if thinking + more else {}
-            out = {**base(), "response": text + rest, **said, **pending.take(), **metrics(ev, load_ns())}
-            if not raw:
+            out = {**self.base(), "response": text + rest, **said, **self.pending.take(), **metrics(ev, self.load_ns())}
+            if not self.raw:
                 out["context"] = list(ev.context)
-            yield out
-        elif text or thinking or (split.parser is None and split.harmony is None):
-            yield {**base(), "response": text, **said, "done": False, **pending.take()}
+            return [out]
+        if text or thinking or (split.parser is None and split.harmony is None):
+            return [{**self.base(), "response": text, **said, "done": False, **self.pending.take()}]
+        return []

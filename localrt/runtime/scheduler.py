@@ -9,8 +9,9 @@ Ollama's rules (`server/sched.go`, `shared/reference/ollama_spec.md` section 6):
 - A request with a smaller num_ctx than the loaded one is served by it; a larger num_ctx or any other
   changed load-time option (num_batch, num_gpu, main_gpu, use_mmap, num_thread) reloads the model once the
   work before it is done.
-- Up to `num_parallel` requests for one model run at once (each on its own thread; the service steps them
-  together through the model's BatchDriver); the others wait. At most `max_queue` requests wait (not yet running, all
+- Up to `num_parallel` requests for one model run at once (the scheduler grants each a slot and the loaded model;
+  its consumer runs the work and reads its events straight from the model's BatchDriver, which steps them together);
+  the others wait. At most `max_queue` requests wait (not yet running, all
   models together); one more raises Busy (HTTP 503).
 
 Fairness across clients (a client is the caller's address, see serve/security.client_key): the next request
@@ -163,8 +164,12 @@ class Scheduler:
         with self._cv:
             if not self._cv.wait_for(self._all_closed, timeout=timeout):
                 for r in list(self._runners.values()) + self._closing:
-                    for job in r.active:
+                    for job in r.active:  # their consumers stop at their next read
                         job.cancelled.set()
+                    r.active.clear()
+                    if r.idle():
+                        self._after_work(r)
+                self._cv.notify_all()
         threads = [r.thread for r in list(self._runners.values()) + self._closing if r.thread is not None]
         for t in threads + [self._reaper]:
             t.join(timeout=max(0.1, deadline - time.monotonic()))
@@ -355,19 +360,24 @@ class Scheduler:
                 self._retire(r)
 
     def _withdraw(self, job: _Job) -> None:
-        """A consumer cancelled: drop the job if it has not started (a load in progress goes on)."""
+        """A consumer is done with its job: drop it if it has not started (a load in progress goes on), else give
+        its slot back (its work, run by the consumer, has ended or stops at its next step)."""
         with self._cv:
             if job in self._pending:
                 self._pending.remove(job)
                 job.end()
             else:
-                for r in self._runners.values():
+                for r in [*self._runners.values(), *self._closing]:
                     if job in r.queue:
                         r.queue.remove(job)
                         job.end()
-                        if r.idle():
-                            self._after_work(r)
-                        break
+                    elif job in r.active:
+                        r.active.discard(job)
+                    else:
+                        continue
+                    if r.idle():
+                        self._after_work(r)
+                    break
             self._dispatch()
 
     def _after_work(self, r: _Runner) -> None:
@@ -419,7 +429,7 @@ class Scheduler:
                     self._cv.wait_for(lambda: not r.active)
                     break  # retired
                 r.active.add(job)
-            threading.Thread(target=self._job_thread, args=(r, job), name=f"localrt-job-{r.key}", daemon=True).start()
+            job.out.send(loaded)  # granted: the consumer runs the work (jobs.Stream) and gives the slot back
         try:
             getattr(loaded, "close", lambda: None)()
         finally:
@@ -430,38 +440,6 @@ class Scheduler:
                 self._dispatch()
         del loaded  # this thread's last reference: on_unloaded may hand the model's memory back
         self._on_unloaded()
-
-    def _job_thread(self, r: _Runner, job: _Job) -> None:
-        CLIENT.set(job.client)  # whose the work is, for the model's driver: it shares its slots by client
-        failure = self._run(r, job)
-        with self._cv:
-            r.active.discard(job)
-            if r.idle():
-                self._after_work(r)
-            self._dispatch()
-        if failure is not None:  # after the bookkeeping, so a finished consumer sees the model idle
-            job.fail(failure)
-        else:
-            job.end()
-
-    def _run(self, r: _Runner, job: _Job) -> BaseException | None:
-        """Run one job, sending its events to its consumer; returns what it failed with, if it did."""
-        if job.cancelled.is_set():
-            return None
-        req = job.request
-        try:
-            it = req.work(r.loaded, req, job.cancelled) if req.work is not None else r.loaded.run(req, job.cancelled)
-            it = iter(it)
-            try:
-                for event in it:
-                    if job.cancelled.is_set():
-                        break
-                    job.out.send(event)
-            finally:
-                getattr(it, "close", lambda: None)()  # a generator stops at the yield where it waits
-        except Exception as exc:
-            return exc
-        return None
 
     def _info(self, r: _Runner, now: float, wall: float) -> RunnerInfo:
         if r.keep_alive is None:

@@ -28,13 +28,13 @@ from ..templates.toolcalls import ToolCallParser, tag_for_template
 from . import rerank
 from .batch_driver import BatchDriver
 from .catalog import Catalog
-from .jobs import AUTO_PARALLEL, CLIENT, Events, system_available_memory
+from .jobs import AUTO_PARALLEL, CLIENT, Events, Mapped, system_available_memory
 from .loading import estimate_memory, kv_counts, load_draft, system_total_memory, with_auto_context, with_draft_need
 from .scheduler import MemoryNeed, Request, Scheduler
 from .sampling_extras import (COUNT_UPTO, Pending, cache_scope, count_tokens, prompt_ids, request_ids,
                              refuse_embedding_only, request_constraint)
 from .sampling_extras import sampling_kwargs as _sampling
-from .reasoning import HARMONY, Split, after_reasoning, chat_items, default_think, generate_items, tags_for
+from .reasoning import HARMONY, ChatItems, GenerateItems, Split, after_reasoning, default_think, tags_for
 
 log = logging.getLogger("localrt.service")
 
@@ -254,7 +254,7 @@ class Service:
             return self._load_or_unload(name, opts, req.keep_alive,
                                         lambda why: {**base(), "response": "", "done": True, "done_reason": why})
 
-        def work(loaded: Loaded, _req, cancelled: threading.Event) -> Iterator[dict]:
+        def work(loaded: Loaded, _req, cancelled: threading.Event) -> Mapped:
             loaded.use_record(rec)
             model = loaded.model
             context_text = model.detokenize(req.context) if req.context else ""
@@ -272,8 +272,8 @@ class Service:
             constraint = structured.compile_format(req.format, model.tokenizer) if req.format else None
             constraint = after_reasoning(constraint, tags, prompt.text, think)
             events = _run(loaded, ids, opts, cancelled, constraint, cache_scope=scope, **_sampling(req))
-            yield from generate_items(events, Split(tags, prompt.text, think), Pending(req.logprobs), base,
-                                      req.raw, loaded.take_load_ns)
+            return Mapped(events, GenerateItems(Split(tags, prompt.text, think), Pending(req.logprobs), base,
+                                                req.raw, loaded.take_load_ns))
 
         return self._submit(name, opts, req.keep_alive, work, rec)
 
@@ -298,7 +298,7 @@ class Service:
                 msg["tool_calls"] = [c.native() for c in calls]
             return {**base(), "message": msg, **extra}
 
-        def work(loaded: Loaded, _req, cancelled: threading.Event) -> Iterator[dict]:
+        def work(loaded: Loaded, _req, cancelled: threading.Event) -> Mapped | list[dict]:
             loaded.use_record(rec)
             model = loaded.model
             refuse_embedding_only(model, rec.name.full, "chat")
@@ -315,15 +315,14 @@ class Service:
                 log.warning("%s: truncating input messages which exceed the context length: %d of %d dropped, "
                             "%s tokens kept of %d", name, prompt.n_dropped, len(messages), prompt.n_tokens, n_ctx)
             if count_only:  # counted as far as a context-length error would count it
-                yield {"input_tokens": count_tokens(model, prompt.text, n_ctx)}
-                return
+                return [{"input_tokens": count_tokens(model, prompt.text, n_ctx)}]
             ids = prompt_ids(model, prompt.text, n_ctx)
             tag = tag_for_template(loaded.template)
             constraint = after_reasoning(request_constraint(tag, req, model, tags), tags, prompt.text, think)
             parser = ToolCallParser(tag, req.tools) if req.tools and tags is not HARMONY else None
             events = _run(loaded, ids, opts, cancelled, constraint, cache_scope=scope, **_sampling(req))
-            yield from chat_items(events, Split(tags, prompt.text, think), parser, Pending(req.logprobs), reply,
-                                  loaded.take_load_ns)
+            return Mapped(events, ChatItems(Split(tags, prompt.text, think), parser, Pending(req.logprobs), reply,
+                                            loaded.take_load_ns))
 
         return self._submit(name, opts, req.keep_alive, work, rec)
 
@@ -446,19 +445,15 @@ def _unloads(keep_alive, work) -> bool:
 
 def _run(loaded: Loaded, ids: list[int], opts: Options, cancelled: threading.Event,
          constraint=None, **sampling) -> Iterator[Token | Done]:
-    """The engine's events for one request, with the template's stop strings added. The engine checks
-    `cancelled` between prefill chunks and decode steps; the scheduler stops pulling events once it is set."""
+    """The engine's events for one request, with the template's stop strings added: the model's batch driver's
+    Submission (read straight by the request's consumer), or the model's own generator where it has no driver.
+    The engine checks `cancelled` between prefill chunks and decode steps."""
     options = opts.to_dict()
     if not options["stop"] and loaded.template_stop:
         options["stop"] = list(loaded.template_stop)
     if loaded.driver is not None:  # stepped together with the model's other requests
-        gen = loaded.driver.submit(ids, options, constraint, cancelled, **sampling)
-    else:
-        gen = loaded.model.generate(ids, options, cancelled=cancelled, constraint=constraint, **sampling)
-    try:
-        yield from gen
-    finally:
-        gen.close()
+        return loaded.driver.submit(ids, options, constraint, cancelled, **sampling)
+    return loaded.model.generate(ids, options, cancelled=cancelled, constraint=constraint, **sampling)
 
 
 def parameter_count(path) -> int:

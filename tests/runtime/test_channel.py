@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import types
 
 import pytest
-from test_scheduler import req, sched, wait_until  # noqa: F401 - sched: the scheduler fixture, shared
+from test_scheduler import sched  # noqa: F401 - sched: the scheduler fixture, shared
 
+from localrt.runtime import batch_driver, jobs
 from localrt.runtime import channel as ch
+from localrt.runtime.scheduler import Request
 from localrt.serve import streaming
 
 
@@ -38,38 +41,52 @@ def test_drain_waits_for_a_sender_on_another_thread():
     assert asyncio.run(read()) == [(ch.ITEM, "a"), (ch.ITEM, "b")]
 
 
-def _finished_job(sched, **payload):
-    s, zoo, _ = sched()
-    stream = s.submit(req(id=1, **payload))
-    entries = stream._job.out._entries
-    wait_until(lambda: entries and entries[-1][0] != ch.ITEM)  # the work is over: its events wait in the channel
-    return stream
+def _submission(events, error=None):
+    """A batch driver's Submission whose sequence already sent `events` (over two steps), then ended or failed."""
+    out = ch.Channel()
+    out.send(events[:2])
+    out.send(events[2:])
+    out.fail(error) if error is not None else out.end(False)
+    return batch_driver.Submission(types.SimpleNamespace(_wake=lambda: None), out, batch_driver._Either(None))
+
+
+def _granted(sched, source):
+    """A scheduler stream whose work (run by its reader, as the service's is) returns `source`, mapped 1:1."""
+    s, _, _ = sched()
+    return s.submit(Request(model="a", work=lambda loaded, request, cancelled: jobs.Mapped(source, lambda e: [e])))
 
 
 def test_a_stream_drains_every_waiting_event_at_once_then_ends(sched):
-    stream = _finished_job(sched, steps=5)
-    assert asyncio.run(stream.drain()) == ([("a", 1, i) for i in range(5)], True)
+    stream = _granted(sched, _submission(list(range(5))))
+    assert asyncio.run(stream.drain()) == ([0, 1, 2, 3, 4], True)
     assert asyncio.run(stream.drain()) == ([], True)
     assert list(stream) == []
 
 
 def test_a_streams_error_comes_after_the_events_before_it(sched):
-    stream = _finished_job(sched, steps=5, fail_at=2)
-    assert asyncio.run(stream.drain()) == ([("a", 1, 0), ("a", 1, 1)], False)
+    stream = _granted(sched, _submission([0, 1], ValueError("boom at 2")))
+    assert asyncio.run(stream.drain()) == ([0, 1], False)
     with pytest.raises(ValueError, match="boom at 2"):
         asyncio.run(stream.drain())
 
 
-def test_the_pump_reads_a_stream_with_no_worker_thread_call(sched, monkeypatch):
+def test_the_pump_starts_the_work_once_then_reads_with_no_thread(sched, monkeypatch):
+    """The reader's one executor call renders and submits (the work); every event after it comes off the driver's
+    channel on the event loop."""
     def refuse(*a, **k):
         raise AssertionError("a worker-thread call per event")
 
     monkeypatch.setattr(streaming, "run_in_threadpool", refuse)
-    stream = _finished_job(sched, steps=4)
+    stream = _granted(sched, _submission(list(range(4))))
     pump = streaming.EventPump(stream)
 
     async def read():
+        loop = asyncio.get_running_loop()
+        calls, run = [], loop.run_in_executor
+        loop.run_in_executor = lambda *a: calls.append(a[1]) or run(*a)
         first = await pump.next()
-        return [first, *await pump.batch()]
+        return [first, *await pump.batch()], calls
 
-    assert asyncio.run(read()) == [("a", 1, i) for i in range(4)] + [streaming._END]
+    items, calls = asyncio.run(read())
+    assert items == [0, 1, 2, 3, streaming._END]
+    assert calls == [stream._start]

@@ -18,7 +18,7 @@ from localrt.runtime.batch_driver import BatchDriver
 from localrt.runtime.jobs import CLIENT
 
 from _engine_gguf import Spec, write_model
-from test_scheduler import Zoo, make, req, wait_until
+from test_scheduler import Reader, Zoo, make, req, wait_until
 
 # -- the rules ----------------------------------------------------------------------------------------
 
@@ -83,10 +83,10 @@ def test_a_newcomer_starts_beside_a_flood_only_where_the_model_can_pause(pauses)
     s, _, _ = make(zoo, num_parallel=2)
     try:
         gate = threading.Event()
-        flood = [s.submit(_client_req("a", f"a{i}", gate=gate)) for i in range(3)]
+        flood = [Reader(s.submit(_client_req("a", f"a{i}", gate=gate))) for i in range(3)]
         wait_until(lambda: zoo.active == 2)
-        newcomer = s.submit(_client_req("b", "b0", gate=gate))
-        later = s.submit(_client_req("b", "b1", gate=gate))
+        newcomer = Reader(s.submit(_client_req("b", "b0", gate=gate)))
+        later = Reader(s.submit(_client_req("b", "b1", gate=gate)))
         time.sleep(0.1)
         started = [i for _, i in zoo.started]
         assert started == (["a0", "a1", "b0"] if pauses else ["a0", "a1"])  # b1: b is at its cap of 1, a2: a is over
@@ -98,7 +98,7 @@ def test_a_newcomer_starts_beside_a_flood_only_where_the_model_can_pause(pauses)
         s.stop(timeout=2)
 
 
-def test_the_job_thread_runs_under_its_clients_name():
+def test_the_work_runs_under_its_clients_name():
     s, _, _ = make()
     try:
         r = _client_req("198.51.100.7", "x")

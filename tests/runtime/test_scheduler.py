@@ -102,6 +102,34 @@ def req(model="a", id=None, keep_alive=None, options=None, **payload):
     return Request(model=model, options=resolve(options or {}), keep_alive=keep_alive, payload={"id": id, **payload})
 
 
+class Reader:
+    """Reads a stream on its own thread from the start, as a client's connection does (the reader runs the work
+    the scheduler grants it); iterating it waits for the end and gives what was read, or raises what ended it."""
+
+    def __init__(self, stream):
+        self.stream = stream
+        self.items, self.error = [], None
+        self._thread = threading.Thread(target=self._read, daemon=True)
+        self._thread.start()
+
+    def _read(self):
+        try:
+            for item in self.stream:
+                self.items.append(item)
+        except BaseException as exc:  # noqa: BLE001 - raised to the test when it reads
+            self.error = exc
+
+    def __iter__(self):
+        self._thread.join(10)
+        assert not self._thread.is_alive(), "the stream never ended"
+        if self.error is not None:
+            raise self.error
+        return iter(self.items)
+
+    def cancel(self):
+        self.stream.cancel()
+
+
 def names(s):
     return [i.name for i in s.ps()]
 
@@ -220,7 +248,7 @@ def test_lru_eviction(sched):
 def test_a_busy_model_is_never_evicted(sched):
     s, zoo, _ = sched(max_loaded_models=1)
     gate = threading.Event()
-    first = s.submit(req("a", 1, gate=gate, steps=1))
+    first = Reader(s.submit(req("a", 1, gate=gate, steps=1)))
     wait_until(lambda: zoo.active == 1)
     second = s.submit(req("b", 2, steps=1))
     time.sleep(0.05)
@@ -234,7 +262,7 @@ def test_a_busy_model_is_never_evicted(sched):
 def test_queue_full_raises_busy(sched):
     s, zoo, _ = sched(max_queue=2)
     gate = threading.Event()
-    running = s.submit(req(id=1, gate=gate))
+    running = Reader(s.submit(req(id=1, gate=gate)))
     wait_until(lambda: zoo.active == 1)
     w1 = s.submit(req(id=2))
     w2 = s.submit(req(id=3))
@@ -259,10 +287,21 @@ def test_cancellation_stops_the_work_and_frees_the_worker(sched):
     wait_until(lambda: zoo.active == 0)
 
 
+def test_a_cancelled_reader_gives_its_slot_back_at_once(sched):
+    s, zoo, _ = sched()
+    stream = s.submit(req(id=1, forever=True))
+    assert next(stream) == ("a", 1, 0)
+    assert s.ps()[0].busy
+    stream.cancel()  # e.g. the HTTP side, whose client left: it reads no more
+    assert not s.ps()[0].busy
+    with pytest.raises(StopIteration):
+        next(stream)  # the work stops at its next step
+
+
 def test_cancel_from_another_thread_unblocks_a_waiting_consumer(sched):
     s, zoo, _ = sched()
     gate = threading.Event()
-    running = s.submit(req(id=1, gate=gate))
+    running = Reader(s.submit(req(id=1, gate=gate)))
     wait_until(lambda: zoo.active == 1)
     waiting = s.submit(req(id=2))
     got = []
@@ -356,7 +395,7 @@ def test_smaller_num_ctx_never_reloads_larger_does(sched):
 def test_reload_waits_for_earlier_requests_and_keeps_arrival_order(sched):
     s, zoo, _ = sched()
     gate = threading.Event()
-    first = s.submit(req(id=1, gate=gate, steps=1))
+    first = Reader(s.submit(req(id=1, gate=gate, steps=1)))
     wait_until(lambda: zoo.active == 1)
     bigger = s.submit(req(id=2, steps=1, options={"num_ctx": 8192}))
     smaller = s.submit(req(id=3, steps=1, options={"num_ctx": 1024}))
@@ -396,7 +435,7 @@ def test_unload_idle_and_busy(sched):
     assert zoo.closed == [("a", 4096)]
     assert s.unload("nope") is False
     gate = threading.Event()
-    busy = s.submit(req("a", 2, gate=gate, steps=1))
+    busy = Reader(s.submit(req("a", 2, gate=gate, steps=1)))
     wait_until(lambda: zoo.active == 1)
     s.unload("a")
     assert names(s) == ["a"]  # still working
@@ -408,7 +447,7 @@ def test_unload_idle_and_busy(sched):
 def test_stop_fails_waiting_requests_and_releases_models():
     s, zoo, _ = make()
     gate = threading.Event()
-    running = s.submit(req(id=1, gate=gate, steps=1))
+    running = Reader(s.submit(req(id=1, gate=gate, steps=1)))
     wait_until(lambda: zoo.active == 1)
     waiting = s.submit(req(id=2))
     threading.Timer(0.05, gate.set).start()
@@ -454,7 +493,7 @@ def test_env_style_keep_alive_in_seconds(sched):
 def test_a_request_waiting_for_room_is_not_overtaken(sched):
     s, zoo, _ = sched(max_loaded_models=1)
     gate = threading.Event()
-    a1 = s.submit(req("a", 1, gate=gate, steps=1))
+    a1 = Reader(s.submit(req("a", 1, gate=gate, steps=1)))
     wait_until(lambda: zoo.active == 1)
     b = s.submit(req("b", 2, steps=1))
     a2 = s.submit(req("a", 3, steps=1))  # would keep model a busy forever if it could jump ahead of b
@@ -492,7 +531,7 @@ def test_the_reaper_thread_unloads_on_time_with_the_real_clock():
 def test_num_parallel_requests_run_together_and_the_rest_wait():
     s, zoo, _ = make(num_parallel=2)
     gate = threading.Event()
-    streams = [s.submit(req(id=i, gate=gate)) for i in range(3)]
+    streams = [Reader(s.submit(req(id=i, gate=gate))) for i in range(3)]
     wait_until(lambda: zoo.active == 2)
     time.sleep(0.05)
     info = s.ps()[0]

@@ -10,7 +10,7 @@ import time
 import pytest
 
 from localrt.errors import Busy
-from test_scheduler import make, req
+from test_scheduler import Reader, make, req
 
 
 def _req(client: str, id=None, **payload):
@@ -36,13 +36,13 @@ def sched():
 def test_next_job_is_round_robin_across_clients(sched):
     s, zoo = sched(max_queue=16)
     gate = threading.Event()
-    first = s.submit(_req("a", id="a0", gate=gate, steps=1))
+    first = Reader(s.submit(_req("a", id="a0", gate=gate, steps=1)))
     zoo_started = lambda: zoo.started  # noqa: E731
     deadline = time.monotonic() + 5
     while not zoo_started() and time.monotonic() < deadline:
         time.sleep(0.002)
-    streams = [s.submit(_req("a", id=f"a{i}", steps=1)) for i in range(1, 4)]  # one client queues three
-    streams += [s.submit(_req("b", id="b1", steps=1)), s.submit(_req("c", id="c1", steps=1))]
+    streams = [Reader(s.submit(_req("a", id=f"a{i}", steps=1))) for i in range(1, 4)]  # one client queues three
+    streams += [Reader(s.submit(_req("b", id="b1", steps=1))), Reader(s.submit(_req("c", id="c1", steps=1)))]
     gate.set()
     for st in [first] + streams:
         list(st)
@@ -53,14 +53,14 @@ def test_next_job_is_round_robin_across_clients(sched):
 def test_full_queue_newcomer_displaces_the_flooders_newest_job(sched):
     s, zoo = sched(max_queue=4)
     gate = threading.Event()
-    running = s.submit(_req("flood", id="f0", gate=gate, steps=1))
+    running = Reader(s.submit(_req("flood", id="f0", gate=gate, steps=1)))
     deadline = time.monotonic() + 5
     while not zoo.started and time.monotonic() < deadline:
         time.sleep(0.002)
-    queued = [s.submit(_req("flood", id=f"f{i}", steps=1)) for i in range(1, 5)]  # the queue is full
+    queued = [Reader(s.submit(_req("flood", id=f"f{i}", steps=1))) for i in range(1, 5)]  # the queue is full
     with pytest.raises(Busy):
         list(s.submit(_req("flood", id="f5", steps=1)))  # more of the same: refused at the bound
-    newcomer = s.submit(_req("new", id="n1", steps=1))  # never served: takes the place of f4
+    newcomer = Reader(s.submit(_req("new", id="n1", steps=1)))  # never served: takes the place of f4
     gate.set()
     assert list(newcomer) == [("a", "n1", 0)]
     with pytest.raises(Busy):
