@@ -82,14 +82,14 @@ def decode_tok_s(model, width: int) -> float:
 
 def decode_tok_s_blas(model, width: int) -> float:
     """The same with the decode rows forced onto the BLAS path (what a non-invariant engine might do)."""
-    from localrt.engine.backends import backend
+    from localrt.engine.backends import backend, pieces
 
-    saved = backend.BLAS_MIN_TOKENS
-    backend.BLAS_MIN_TOKENS = 1
+    saved = pieces.BLAS_MIN_TOKENS
+    backend.BLAS_MIN_TOKENS = pieces.BLAS_MIN_TOKENS = 1
     try:
         return decode_tok_s(model, width)
     finally:
-        backend.BLAS_MIN_TOKENS = saved
+        backend.BLAS_MIN_TOKENS = pieces.BLAS_MIN_TOKENS = saved
 
 
 def mixed_step(model) -> dict:

@@ -13,14 +13,14 @@ drafted ones, sampled in order while the draws equal the draft, the cache trimme
 or a draft from the draft model beside it (localrt.engine.draft_model, whose own cache follows the same way).
 
 Batch invariance: a sequence's tokens do not depend on what else runs with it, nor on what was cached. A row takes
-the BLAS path only inside a prompt chunk's pieces (`backends.backend.blas_pieces`: the chunk cut at multiples of 256
+the BLAS path only inside a prompt chunk's pieces (`backends.pieces.blas_pieces`: the chunk cut at multiples of 256
 positions, pieces of 64+ rows, each chunk a forward of its own); every other row (decode, drafts, a short piece)
 goes through per-row kernels whose reduction order does not depend on the number of rows: the fused 8-bit
 `simd_kernels.MUL` path (or `MULTI` for weights sharing an input, each row as MUL computes it; bit-identical per row
 for any row count below the backend's `invariant_rows`, tests/engine/test_batch_engine.py checks it) and the per-(token,
 head) attention kernel. Chunks end at multiples of num_batch positions, so a position's path depends only on the
 prompt. Prefix reuse is exact: a cached position is reused only where it was computed on the path a fresh evaluation
-of the new prompt takes (`backends.backend.exact_reuse`), from any finished sequence's cached prefix or any running
+of the new prompt takes (`backends.pieces.exact_reuse`), from any finished sequence's cached prefix or any running
 sequence: its full KV blocks referenced, not copied (localrt.engine.kv_cache: a paged pool; a block is copied only
 before a sequence writes below what another one wrote into it). When the pool runs dry the newest sequence waits and
 is replayed exactly (localrt.engine.preempt).
@@ -36,7 +36,7 @@ import numpy as np
 from ..api.options import Options, resolve
 from ..errors import ContextLengthExceeded, InvalidRequest
 from .arch.common import Batch, layer_devices
-from .backends.backend import blas_pieces, prompt_pieces
+from .backends.pieces import blas_pieces, prompt_pieces
 from . import preempt
 from .draft_model import attach, check_drafts, sync_prompt
 from .events import Done, Token
@@ -372,7 +372,7 @@ class Batcher:
         """Evaluate each sequence's next prompt chunk, cut as `generate` alone cuts it: (sequence, the last row's
         logits if that was the prompt's last chunk, else None) per sequence.
 
-        A chunk with rows on the BLAS path (a piece of 64+ positions, backends.backend.blas_pieces) is a forward of
+        A chunk with rows on the BLAS path (a piece of 64+ positions, backends.pieces.blas_pieces) is a forward of
         its own, as alone; the chunks whose rows are all per-row (short prompts, replays) share one forward, which
         computes each row as alone (a mixed batch is per-row throughout) and reads the weights once for all of them.
         After a preemption the decoded tokens follow, replayed in runs of at most max_run rows (per-row numerics,

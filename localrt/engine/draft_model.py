@@ -29,7 +29,7 @@ from dataclasses import replace
 import numpy as np
 
 from ..errors import DraftModelMismatch, InvalidRequest
-from .backends.backend import BLAS_MIN_TOKENS, exact_reuse, prefill_end, prompt_pieces
+from .backends.pieces import BLAS_MIN_TOKENS, exact_reuse, prefill_end, prompt_pieces
 from .events import Done
 from .sampler import Sampler
 from .speculative import priors, verify
@@ -106,7 +106,7 @@ class ModelDrafter:
 
     def start(self, slot: int, prompt: list[int], num_batch: int, scope: str = "") -> None:
         """A new sequence in slot: keep the longest prefix of the prompt the draft's cache holds exactly (computed on
-        the path a fresh evaluation takes: backend.exact_reuse; one token at least is left to evaluate), else clear
+        the path a fresh evaluation takes: pieces.exact_reuse; one token at least is left to evaluate), else clear
         it. The target's chunks (num_batch) and the draft's own cut its prompt evaluation. Only a sequence of the
         slot's last cache scope (a client's, as the target's prefix cache scopes it) reuses what it left: another
         client's draft would otherwise evaluate a guessed secret faster."""

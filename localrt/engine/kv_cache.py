@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .backends.backend import exact_reuse
+from .backends.pieces import exact_reuse
 from .kv_pool import BlockPool, Entry
 
 KV_TYPES = ("f16", "f32")
@@ -43,7 +43,7 @@ class Prefix:
     """Keys a new sequence may reuse: a cached prefix (`entry`) or a running sequence's computed positions."""
 
     tokens: list[int]  # the ids whose keys it holds, in order
-    pieces: list[tuple[int, int]]  # the positions it computed on the BLAS path (backends.backend.prompt_pieces)
+    pieces: list[tuple[int, int]]  # the positions it computed on the BLAS path (backends.pieces.prompt_pieces)
     blocks: list[int]  # the pool blocks holding them
     slot: int  # the slot whose per-slot layers hold them (-1: none; the cache is not slot-bound)
     entry: Entry | None = None  # the cached prefix, or None for a running sequence
@@ -327,7 +327,7 @@ class KVCache:
 
     def reusable(self, source: Prefix, target: list[int], pieces: list[tuple[int, int]], reuse_min: int = 1) -> int:
         """How many leading positions of target (a prompt whose BLAS pieces are `pieces`) source gives with the
-        numerics a fresh evaluation has (backends.backend.exact_reuse); 0 below reuse_min. At least the last
+        numerics a fresh evaluation has (backends.pieces.exact_reuse); 0 below reuse_min. At least the last
         position of target is always left to evaluate (its logits are needed)."""
         common = _common_prefix(source.tokens, target, min(len(target) - 1, len(source.tokens)))
         keep = exact_reuse(common, source.pieces, pieces)

@@ -23,7 +23,7 @@ from ..errors import KVCacheFull
 @dataclass(eq=False)
 class Entry:
     """A finished sequence's cached prefix: the ids whose keys `blocks` hold, the prompt positions it computed on
-    the BLAS path (for `backends.backend.exact_reuse`) and, where the cache keeps per-slot layers (sliding-window
+    the BLAS path (for `backends.pieces.exact_reuse`) and, where the cache keeps per-slot layers (sliding-window
     rings, offloaded layers), the slot whose arrays hold the rest (-1: the pool holds everything)."""
 
     tokens: list[int]

@@ -11,7 +11,7 @@ from simd_kernels import ops, threads
 from ..errors import ContextLengthExceeded, InvalidRequest, ModelLoadError, NonFiniteOutput
 from . import arch as archs
 from .arch.common import Batch, layer_devices
-from .backends.backend import prefill_end
+from .backends.pieces import prefill_end
 from .config import ModelConfig, config_from_metadata
 from .kv_cache import KVCache, budget_positions, pool_blocks, pool_position_bytes
 
@@ -108,7 +108,7 @@ class Model:
         return out
 
     def _run(self, batch: Batch, cache: KVCache):
-        """The architecture's forward with every device told which rows are canonical blocks (see backend.BLOCK)."""
+        """The architecture's forward with every device told which rows are canonical blocks (see backends.pieces.BLOCK)."""
         with contextlib.ExitStack() as planned:
             for dev in {id(d): d for d in layer_devices(self.backend, self.weights)}.values():
                 if hasattr(dev, "planned"):

@@ -30,7 +30,7 @@ def _need(cache, seq, end: int) -> int:
 
 def chunk_end(seq, max_run: int) -> int:
     """Where seq's next prefill (or replay) forward ends."""
-    from .backends.backend import prefill_end
+    from .backends.pieces import prefill_end
 
     if seq.progress.computed < len(seq.prompt):
         return prefill_end(seq.progress.computed, len(seq.prompt), seq.num_batch)

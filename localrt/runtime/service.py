@@ -9,29 +9,27 @@ import gc
 import logging
 import threading
 import time
-from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, Callable, Iterator
-
-import numpy as np
 
 import store as st
 
 from .. import structured, templates
-from ..api.options import Options, config_layer, parse_duration, resolve
+from ..api.options import Options, config_layer, resolve
 from ..api.types import ChatRequest, EmbedRequest, GenerateRequest
 from ..engine.backends import heap
 from ..engine.events import Done, Token
-from ..errors import Cancelled, ContextLengthExceeded, InvalidRequest, ModelLoadError, ModelNotFound
+from ..errors import Cancelled, InvalidRequest, ModelLoadError, ModelNotFound
 from ..models import library
 from ..templates.toolcalls import ToolCallParser, tag_for_template
-from . import rerank
+from . import embed, rerank
 from .batch_driver import BatchDriver
 from .catalog import Catalog
 from .jobs import AUTO_PARALLEL, CLIENT, Events, Mapped, system_available_memory
-from .loading import estimate_memory, kv_counts, load_draft, system_total_memory, with_auto_context, with_draft_need
+from .loaded import Loaded, now_rfc3339, unloads
+from .loading import estimate_memory, load_draft, system_total_memory, with_auto_context, with_draft_need
 from .scheduler import MemoryNeed, Request, Scheduler
-from .sampling_extras import (COUNT_UPTO, Pending, cache_scope, count_tokens, prompt_ids, request_ids,
+from .sampling_extras import (Pending, cache_scope, count_tokens, prompt_ids, request_ids,
                              refuse_embedding_only, request_constraint)
 from .sampling_extras import sampling_kwargs as _sampling
 from .reasoning import HARMONY, ChatItems, GenerateItems, Split, after_reasoning, default_think, tags_for
@@ -41,56 +39,6 @@ log = logging.getLogger("localrt.service")
 # How long a request waits for the instance of a replaced model (create/copy over its name, other weights) to
 # finish its work and unload, before the new weights are loaded; the same wait as a load-option reload.
 REPLACED_WAIT_S = 600.0
-
-
-def now_rfc3339() -> str:
-    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
-@dataclass
-class Loaded:
-    """A model on a worker: the engine model plus what prompt building needs from the store."""
-
-    name: str
-    model: Any  # localrt.engine.model.Model
-    record: st.ModelRecord
-    template: Any  # templates.ChatTemplate
-    template_stop: tuple[str, ...]
-    unreported_load_ns: int = 0  # the load's duration, reported once, by the request that waited for it
-    driver: Any = None  # the BatchDriver that steps this model's requests together (None: a model without KV slots)
-    draft: Any = None  # the draft model loaded beside it (engine.draft_model.ModelDrafter), or None
-
-    @property
-    def size_vram(self) -> int:
-        plan = getattr(self.model, "placement", None)
-        return int(getattr(plan, "vram_bytes", 0) or 0)
-
-    @property
-    def slots(self) -> dict:
-        """For /api/ps: the KV slots, those running a request, and the KV cache's bytes and blocks (`kv_counts`)."""
-        cache = getattr(self.model, "cache", None)
-        if cache is None or self.driver is None:
-            return {}
-        return {"slots": int(self.driver.n_slots), "slots_in_use": int(self.driver.slots_in_use), **kv_counts(cache)}
-
-    def take_load_ns(self) -> int:
-        ns, self.unreported_load_ns = self.unreported_load_ns, 0
-        return ns
-
-    def use_record(self, rec: st.ModelRecord) -> None:
-        """Serve with the newest manifest of this name (create or copy may have replaced it since the load):
-        its template and the template's stop strings; system, messages and params are read per request."""
-        if rec.template != self.record.template:
-            choice = templates.choose_template(self.model.metadata, rec.template)
-            self.template, self.template_stop = choice.load(), tuple(choice.stop)
-        self.record = rec
-
-    def close(self) -> None:
-        if self.driver is not None:
-            self.driver.close()
-        self.model.close()
-        if self.draft is not None:
-            self.draft.close()
 
 
 def _once(item: dict) -> Events:
@@ -236,7 +184,7 @@ class Service:
         raise Cancelled() if cancel is not None and cancel.is_set() else InvalidRequest("request canceled")
 
     def _load_or_unload(self, name: str, opts: Options, keep_alive, reply: Callable[[str], dict]) -> Events:
-        if _unloads(keep_alive, None):
+        if unloads(keep_alive, None):
             self.scheduler.unload(name)
             return _once(reply("unload"))
         return self._submit(name, opts, keep_alive, lambda loaded, req, cancelled: iter([reply("load")]))
@@ -244,7 +192,7 @@ class Service:
     # ---- inference ---------------------------------------------------------------------------------
 
     def generate(self, req: GenerateRequest) -> Events:
-        rec = self.record(req.model, create_builtin=not _unloads(req.keep_alive, req.prompt or req.suffix))
+        rec = self.record(req.model, create_builtin=not unloads(req.keep_alive, req.prompt or req.suffix))
         name = rec.name.display
         opts = self.options(rec, req.options)
         structured.check_format(req.format)  # a bad schema is a 400 before anything is scheduled
@@ -279,7 +227,7 @@ class Service:
 
     def chat(self, req: ChatRequest, *, count_only: bool = False) -> Events:
         """The reply's events; with count_only one event, {"input_tokens": n}: the prompt as it would run."""
-        rec = self.record(req.model, create_builtin=not _unloads(req.keep_alive, req.messages))
+        rec = self.record(req.model, create_builtin=not unloads(req.keep_alive, req.messages))
         name = rec.name.display
         opts = self.options(rec, req.options)
         structured.check_format(req.format)
@@ -327,46 +275,8 @@ class Service:
         return self._submit(name, opts, req.keep_alive, work, rec)
 
     def embed(self, req: EmbedRequest, cancel=None) -> dict:
-        """/api/embed and its /v1 and legacy shapes; `cancel` stops it between inputs (see _one_result)."""
-        rec = self.record(req.model, create_builtin=not _unloads(req.keep_alive, req.inputs))
-        name = rec.name.display
-        opts = self.options(rec, req.options)
-        t0 = time.perf_counter_ns()
-        if not req.inputs:
-            list(self._load_or_unload(name, opts, req.keep_alive, lambda why: {}))
-            return {"model": req.model, "embedding": []} if req.legacy else {"model": req.model, "embeddings": []}
-
-        def work(loaded: Loaded, _req, cancelled: threading.Event) -> Iterator[dict]:
-            model = loaded.model
-            limit = min(opts.num_ctx, model.num_ctx)  # the request's context, whatever the model was loaded with
-            vectors, count, batched = [], 0, []
-            for text in req.inputs:
-                if cancelled.is_set():
-                    return
-                # /v1 ids: embed checks the vocabulary; a text is tokenized only as far as the context reaches
-                ids = model.tokenize(text, limit=COUNT_UPTO * limit) if isinstance(text, str) else list(text)
-                if len(ids) > limit:
-                    if not req.truncate:  # /v1 (as OpenAI) and /api/embed with "truncate": false
-                        raise ContextLengthExceeded(len(ids), limit, counted_all=len(ids) <= COUNT_UPTO * limit)
-                    ids = ids[:limit]
-                count += len(ids)
-                if hasattr(model, "embed_many"):  # an encoder: the inputs share forwards, after this loop
-                    batched.append(ids)
-                elif loaded.driver is None:
-                    vectors.append(np.asarray(model.embed(ids), dtype=np.float64))
-                else:
-                    with loaded.driver.exclusive():  # embed uses slot 0: never beside running sequences
-                        vectors.append(np.asarray(model.embed(ids), dtype=np.float64))
-            if batched:
-                vectors = [np.asarray(v, dtype=np.float64) for v in model.embed_many(batched)]
-            yield {"vectors": vectors, "count": count, "load": loaded.take_load_ns()}
-
-        result = self._one_result(name, opts, req.keep_alive, work, rec, cancel)
-        if req.legacy:
-            return {"embedding": [float(x) for x in result["vectors"][0]]}
-        embeddings = [_normalize(v, req.dimensions) for v in result["vectors"]]
-        return {"model": req.model, "embeddings": embeddings, "total_duration": time.perf_counter_ns() - t0,
-                "load_duration": result["load"], "prompt_eval_count": result["count"]}
+        """/api/embed and its /v1 and legacy shapes (runtime.embed)."""
+        return embed.run(self, req, cancel)
 
     def rerank(self, req, cancel=None) -> dict:
         """llama-server's /v1/rerank on a reranker model, scheduled as embed is (runtime.rerank)."""
@@ -438,11 +348,6 @@ class Service:
         return _push.push(self.store, name, insecure=insecure, token=self.config.registry_token)
 
 
-def _unloads(keep_alive, work) -> bool:
-    """A request with nothing to do and keep_alive 0 only unloads: it never creates a built-in model."""
-    return not work and keep_alive is not None and parse_duration(keep_alive) == 0
-
-
 def _run(loaded: Loaded, ids: list[int], opts: Options, cancelled: threading.Event,
          constraint=None, **sampling) -> Iterator[Token | Done]:
     """The engine's events for one request, with the template's stop strings added: the model's batch driver's
@@ -461,15 +366,6 @@ def parameter_count(path) -> int:
     from ..models.create import gguf_facts
 
     return int(gguf_facts(path)["parameter_count"])
-
-
-def _normalize(v: np.ndarray, dims: int | None) -> list[float]:
-    if dims is not None:
-        if dims > len(v):
-            raise InvalidRequest(f"dimensions must be at most {len(v)}, got {dims}")
-        v = v[:dims]
-    norm = float(np.linalg.norm(v))
-    return [float(x) for x in (v / norm if norm > 0 else v)]
 
 
 def _release_memory() -> None:

@@ -16,7 +16,8 @@ import pytest
 
 import simd_kernels as sk
 from localrt import load_model
-from localrt.engine.backends.backend import BLAS_MIN_TOKENS, CPUBackend
+from localrt.engine.backends.backend import CPUBackend
+from localrt.engine.backends.pieces import BLAS_MIN_TOKENS
 from localrt.engine.batch import PREFILL_ROWS_PER_STEP, Batcher
 from localrt.engine.events import Done, Token
 from _kernel_blocks import ALL_KERNELS, random_weights

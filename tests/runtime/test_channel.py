@@ -7,7 +7,7 @@ import threading
 import types
 
 import pytest
-from test_scheduler import sched  # noqa: F401 - sched: the scheduler fixture, shared
+from _sched_fakes import sched  # noqa: F401 - sched: the scheduler fixture, shared
 
 from localrt.runtime import batch_driver, jobs
 from localrt.runtime import channel as ch

@@ -18,7 +18,7 @@ from localrt.runtime.batch_driver import BatchDriver
 from localrt.runtime.jobs import CLIENT
 
 from _engine_gguf import Spec, write_model
-from test_scheduler import Reader, Zoo, make, req, wait_until
+from _sched_fakes import Reader, Zoo, make, req, wait_until
 
 # -- the rules ----------------------------------------------------------------------------------------
 
@@ -87,9 +87,10 @@ def test_a_newcomer_starts_beside_a_flood_only_where_the_model_can_pause(pauses)
         wait_until(lambda: zoo.active == 2)
         newcomer = Reader(s.submit(_client_req("b", "b0", gate=gate)))
         later = Reader(s.submit(_client_req("b", "b1", gate=gate)))
-        time.sleep(0.1)
-        started = [i for _, i in zoo.started]
-        assert started == (["a0", "a1", "b0"] if pauses else ["a0", "a1"])  # b1: b is at its cap of 1, a2: a is over
+        want = ["a0", "a1", "b0"] if pauses else ["a0", "a1"]  # b1: b is at its cap of 1, a2: a is over
+        wait_until(lambda: len(zoo.started) >= len(want))
+        time.sleep(0.1)  # and no more start
+        assert [i for _, i in zoo.started] == want
         gate.set()
         for st in flood + [newcomer, later]:
             list(st)

@@ -11,7 +11,7 @@ import httpx
 from _daemon_fakes import MODEL, fake_daemon
 from localrt.runtime.scheduler import MemoryNeed
 from localrt.runtime.service import estimate_memory
-from test_scheduler import Zoo, make, req
+from _sched_fakes import Zoo, make, req
 
 
 def test_a_slow_estimate_does_not_stall_a_loaded_model():

@@ -10,7 +10,7 @@ import time
 import pytest
 
 from localrt.errors import Busy
-from test_scheduler import Reader, make, req
+from _sched_fakes import Reader, make, req
 
 
 def _req(client: str, id=None, **payload):

@@ -8,7 +8,8 @@ import math
 import numpy as np
 import pytest
 
-from localrt.engine.backends.backend import BLAS_MIN_TOKENS, CPUBackend, _block_attention
+from localrt.engine.backends.backend import CPUBackend, _block_attention
+from localrt.engine.backends.pieces import BLAS_MIN_TOKENS
 from simd_kernels import KernelArgumentError, ops, paged
 
 N, N_HEAD, N_KV, CAP = BLAS_MIN_TOKENS + 16, 4, 2, 128  # N rows at positions 0..N-1: one BLAS piece

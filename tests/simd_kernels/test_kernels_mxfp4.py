@@ -13,7 +13,8 @@ from numba import njit
 
 import quant
 import simd_kernels as sk
-from localrt.engine.backends.backend import BLAS_MIN_TOKENS, CPUBackend, QTensor
+from localrt.engine.backends.backend import CPUBackend, QTensor
+from localrt.engine.backends.pieces import BLAS_MIN_TOKENS
 from simd_kernels import dequant, iquants
 from _kernel_blocks import random_weights
 from test_kernels import check
