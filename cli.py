@@ -1,4 +1,5 @@
 """The `localrt` command. Every command but `serve` talks to the daemon through localrt.cli.client."""
+
 from __future__ import annotations
 
 import os
@@ -27,8 +28,13 @@ class _Group(typer.core.TyperGroup):
             raise typer.Exit(1) from None
 
 
-app = typer.Typer(cls=_Group, add_completion=False, no_args_is_help=True, help="Run large language models locally.",
-                  context_settings={"help_option_names": ["-h", "--help"]})
+app = typer.Typer(
+    cls=_Group,
+    add_completion=False,
+    no_args_is_help=True,
+    help="Run large language models locally.",
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
 
 
 def _client():
@@ -63,6 +69,7 @@ def _guard(fn):
             _fail(f"{e}\nIs the daemon running? Start it with: localrt serve")
         except KeyboardInterrupt:
             raise typer.Exit(130)
+
     return wrapper
 
 
@@ -96,8 +103,9 @@ def _version_callback(value: bool) -> None:
 
 @app.callback()
 def main(
-    version: bool = typer.Option(False, "--version", "-v", callback=_version_callback, is_eager=True,
-                                 help="Show the version and exit"),
+    version: bool = typer.Option(
+        False, "--version", "-v", callback=_version_callback, is_eager=True, help="Show the version and exit"
+    ),
 ) -> None:
     """Run large language models locally."""
 
@@ -105,8 +113,11 @@ def main(
 @app.command()
 def kit(
     dest: Path = typer.Argument(..., help="Folder to fill (created)"),
-    platform: Optional[str] = typer.Option(None, "--platform", help="pip platform tag of the offline PC, e.g. "
-                                           "win_amd64 or manylinux2014_x86_64 (default: this machine's)"),
+    platform: Optional[str] = typer.Option(
+        None,
+        "--platform",
+        help="pip platform tag of the offline PC, e.g. win_amd64 or manylinux2014_x86_64 (default: this machine's)",
+    ),
     python_version: Optional[str] = typer.Option(None, "--python-version", help="its Python, e.g. 3.11"),
 ) -> None:
     """Make an offline kit on a connected machine: wheels for localrt, its dependencies and the built-in models,
@@ -119,8 +130,10 @@ def kit(
     except KitError as e:
         _fail(str(e))
     size = sum(p.stat().st_size for p in (dest / "wheels").iterdir()) / 1e6
-    typer.echo(f"kit ready: {dest} ({wheel.name} and {len(list((dest / 'wheels').iterdir())) - 1} more wheels, "
-               f"{size:.0f} MB); install offline with: sh {dest / 'install.sh'}")
+    typer.echo(
+        f"kit ready: {dest} ({wheel.name} and {len(list((dest / 'wheels').iterdir())) - 1} more wheels, "
+        f"{size:.0f} MB); install offline with: sh {dest / 'install.sh'}"
+    )
 
 
 @app.command("help")
@@ -138,10 +151,17 @@ def help_command(ctx: typer.Context, command: Optional[str] = typer.Argument(Non
 
 @app.command()
 def serve(
-    status: bool = typer.Option(False, "--status", help="Tell whether this data directory's daemon runs: its pid, "
-                                                        "address, log and version (exit status 1 when it does not)"),
-    stop_daemon: bool = typer.Option(False, "--stop", help="Stop this data directory's daemon on LOCALRT_HOST's port "
-                                                          "(running replies end with an error)"),
+    status: bool = typer.Option(
+        False,
+        "--status",
+        help="Tell whether this data directory's daemon runs: its pid, "
+        "address, log and version (exit status 1 when it does not)",
+    ),
+    stop_daemon: bool = typer.Option(
+        False,
+        "--stop",
+        help="Stop this data directory's daemon on LOCALRT_HOST's port (running replies end with an error)",
+    ),
 ) -> None:
     """Start the daemon (LOCALRT_HOST, default 127.0.0.1:11434); one per port and data directory.
 
@@ -186,11 +206,13 @@ def run(
     format: Optional[str] = typer.Option(None, "--format", help="Response format (json)"),
     keepalive: Optional[str] = typer.Option(None, "--keepalive", help="How long to keep the model loaded"),
     nowordwrap: bool = typer.Option(False, "--nowordwrap", help="Don't wrap words to the next line"),
-    think: Optional[str] = typer.Option(None, "--think",
-                                        help="Let a thinking model think: --think, --think=low|medium|high, "
-                                             "--think=false"),
+    think: Optional[str] = typer.Option(
+        None, "--think", help="Let a thinking model think: --think, --think=low|medium|high, --think=false"
+    ),
     hidethinking: bool = typer.Option(False, "--hidethinking", help="Don't show the reasoning of a thinking model"),
-    truncate: Optional[bool] = typer.Option(None, "--truncate/--no-truncate", help="Embedding models: cut input to fit"),
+    truncate: Optional[bool] = typer.Option(
+        None, "--truncate/--no-truncate", help="Embedding models: cut input to fit"
+    ),
     dimensions: int = typer.Option(0, "--dimensions", help="Embedding models: truncate the embedding to this size"),
 ) -> None:
     """Run a model: one answer for a prompt (or stdin), else an interactive chat; an embedding model prints the
@@ -210,8 +232,9 @@ def run(
     if is_embedding_model(info):
         return print_embedding(client, model, text, keepalive, truncate, dimensions)
     if text:
-        done = stream_generate(client, model, text, format, keepalive, wordwrap=not nowordwrap, think=think_value,
-                                hide=hidethinking)
+        done = stream_generate(
+            client, model, text, format, keepalive, wordwrap=not nowordwrap, think=think_value, hide=hidethinking
+        )
         if verbose and done:
             from localrt.cli.cli_format import verbose_stats
 
@@ -219,8 +242,16 @@ def run(
         return
     from localrt.cli.repl import Repl
 
-    Repl(client, model, verbose=verbose, format=format, keepalive=keepalive, wordwrap=not nowordwrap,
-         think=think_value, hidethinking=hidethinking).loop()
+    Repl(
+        client,
+        model,
+        verbose=verbose,
+        format=format,
+        keepalive=keepalive,
+        wordwrap=not nowordwrap,
+        think=think_value,
+        hidethinking=hidethinking,
+    ).loop()
 
 
 def _think_value(raw: str | None) -> bool | str | None:
@@ -239,8 +270,11 @@ def list_models(prefix: Optional[str] = typer.Argument(None)) -> None:
     """List models."""
     from localrt.cli.cli_format import ago, human_bytes, table
 
-    rows = [[m["name"], m["digest"][:12], human_bytes(m["size"]), ago(m["modified_at"])]
-            for m in _client().list() if not prefix or m["name"].startswith(prefix)]
+    rows = [
+        [m["name"], m["digest"][:12], human_bytes(m["size"]), ago(m["modified_at"])]
+        for m in _client().list()
+        if not prefix or m["name"].startswith(prefix)
+    ]
     typer.echo(table(["NAME", "ID", "SIZE", "MODIFIED"], rows))
 
 
@@ -253,9 +287,18 @@ def ps() -> None:
     """List running models."""
     from localrt.cli.cli_format import human_bytes, processor, table, until
 
-    rows = [[m["name"], m["digest"][:12], human_bytes(m["size"]), processor(m["size"], m.get("size_vram", 0)),
-             str(m.get("context_length", "")), f'{m["slots_in_use"]}/{m["slots"]}' if "slots" in m else "",
-             until(m["expires_at"])] for m in _client().ps()]
+    rows = [
+        [
+            m["name"],
+            m["digest"][:12],
+            human_bytes(m["size"]),
+            processor(m["size"], m.get("size_vram", 0)),
+            str(m.get("context_length", "")),
+            f"{m['slots_in_use']}/{m['slots']}" if "slots" in m else "",
+            until(m["expires_at"]),
+        ]
+        for m in _client().ps()
+    ]
     typer.echo(table(["NAME", "ID", "SIZE", "PROCESSOR", "CONTEXT", "SLOTS", "UNTIL"], rows))
 
 
@@ -272,8 +315,13 @@ def show(
     full: bool = typer.Option(False, "--full", help="With -v: print whole metadata arrays (tokens, merges)"),
 ) -> None:
     """Show information for a model."""
-    picked = [k for k, v in dict(modelfile=modelfile, parameters=parameters, template=template, system=system,
-                                 license=license).items() if v]
+    picked = [
+        k
+        for k, v in dict(
+            modelfile=modelfile, parameters=parameters, template=template, system=system, license=license
+        ).items()
+        if v
+    ]
     if len(picked) > 1:
         _fail("only one of --license, --modelfile, --parameters, --system, or --template can be specified")
     info = _client().show(model, verbose=verbose)

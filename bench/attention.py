@@ -11,6 +11,7 @@ threads, `_serial` on 1), best of 5 rounds of 100 calls. With --against, simd_ke
 revision REV is loaded beside the current one (its imports of the package's other modules are today's) and timed
 in the same rounds, interleaved: `against_us` and `speedup` beside `us`.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -35,14 +36,19 @@ from simd_kernels import attend  # noqa: E402
 from results_log import append_record  # noqa: E402
 
 # name -> (n_head, n_kv, head_dim, block rows, window): the pool's blocks, or (window > 0) one ring of that many rows
-SHAPES = {"smollm2_paged": (9, 3, 64, 256, 0), "gemma3_paged": (4, 1, 256, 256, 0), "gemma3_ring": (4, 1, 256, 512, 512)}
+SHAPES = {
+    "smollm2_paged": (9, 3, 64, 256, 0),
+    "gemma3_paged": (4, 1, 256, 256, 0),
+    "gemma3_ring": (4, 1, 256, 512, 512),
+}
 KEYS, ROWS, ROUNDS, CALLS = (110, 250, 500, 1000), (1, 2, 4), 5, 100
 
 
 def load_at(rev: str):
     """simd_kernels/attend.py at git revision rev, as a module of its own (relative imports made absolute)."""
-    src = subprocess.run(["git", "show", f"{rev}:simd_kernels/attend.py"], cwd=ROOT, check=True, capture_output=True,
-                         text=True).stdout
+    src = subprocess.run(
+        ["git", "show", f"{rev}:simd_kernels/attend.py"], cwd=ROOT, check=True, capture_output=True, text=True
+    ).stdout
     src = re.sub(r"^from \. import", "from simd_kernels import", src, flags=re.M)
     src = re.sub(r"^from \.(\w+) import", r"from simd_kernels.\1 import", src, flags=re.M)
     path = Path(tempfile.mkdtemp()) / f"attend_{rev[:12]}.py"
@@ -84,15 +90,26 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--against", default=None, metavar="REV", help="also time attend.py as it was at this revision")
     ap.add_argument("--threads", nargs="*", type=int, default=[1, 2])
-    ap.add_argument("--out", default=None, help="append the record to this JSONL file, not bench/results/attention.jsonl")
+    ap.add_argument(
+        "--out", default=None, help="append the record to this JSONL file, not bench/results/attention.jsonl"
+    )
     args = ap.parse_args()
     load_at_start = os.getloadavg()[0]
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout
     other = load_at(args.against) if args.against else None
-    result = {"setup": {"commit": commit.strip(), "against": args.against, "machine": platform.machine(),
-                        "processor": platform.processor(), "cpus": os.cpu_count(), "rounds": ROUNDS, "calls": CALLS,
-                        "note": "best call of rounds x calls; a shared machine's speed drifts, so compare within a run"},
-              "cases": []}
+    result = {
+        "setup": {
+            "commit": commit.strip(),
+            "against": args.against,
+            "machine": platform.machine(),
+            "processor": platform.processor(),
+            "cpus": os.cpu_count(),
+            "rounds": ROUNDS,
+            "calls": CALLS,
+            "note": "best call of rounds x calls; a shared machine's speed drifts, so compare within a run",
+        },
+        "cases": [],
+    }
     for name, (n_head, n_kv, hd, size, window) in SHAPES.items():
         for threads in args.threads:
             numba.set_num_threads(threads)

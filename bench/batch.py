@@ -16,6 +16,7 @@ And how often reusing a slot's cached prefix changes a greedy continuation (24 t
 a re-sent prompt, a follow-up turn (the cache holds the prompt and the decoded answer), a shared 20-sentence
 prefix with a different question.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -40,11 +41,21 @@ LLAMACPP = {  # llama-batched-bench, native llama.cpp, this CPU, 2 threads: aggr
     "smollm2": {1: 106, 4: 146, 8: 171},
     "gemma3": {1: 56, 4: 92, 8: 127},
 }
-TEXT = ("The history of the printing press begins in the fifteenth century, when movable metal type made books "
-        "cheaper and faster to produce than ever before. Within decades, presses spread across Europe, and "
-        "pamphlets, newspapers and scientific journals followed. ")
-TOPICS = ["the ocean", "an old lighthouse keeper", "bread baking", "the moon landing", "a chess game",
-          "winter in Oslo", "how a bicycle works", "the history of tea"]
+TEXT = (
+    "The history of the printing press begins in the fifteenth century, when movable metal type made books "
+    "cheaper and faster to produce than ever before. Within decades, presses spread across Europe, and "
+    "pamphlets, newspapers and scientific journals followed. "
+)
+TOPICS = [
+    "the ocean",
+    "an old lighthouse keeper",
+    "bread baking",
+    "the moon landing",
+    "a chess game",
+    "winter in Oslo",
+    "how a bicycle works",
+    "the history of tea",
+]
 
 
 def model_path(name: str) -> str:
@@ -107,8 +118,11 @@ def mixed_step(model) -> dict:
             model.forward(model.batch(ids, 0, s), model.cache, output_rows=np.array([len(ids) - 1]))
 
     def rows():
-        return Batch(tokens=np.array([ids[-1] for ids in decode_ids], np.int64),
-                     positions=np.full(8, 32, np.int64), slots=np.arange(8, dtype=np.int64))
+        return Batch(
+            tokens=np.array([ids[-1] for ids in decode_ids], np.int64),
+            positions=np.full(8, 32, np.int64),
+            slots=np.arange(8, dtype=np.int64),
+        )
 
     two = one = float("inf")
     for _ in range(REPEATS):
@@ -119,13 +133,19 @@ def mixed_step(model) -> dict:
         two = min(two, time.perf_counter() - t0)
         setup()
         d = rows()
-        merged = Batch(tokens=np.concatenate([d.tokens, chunk]), positions=np.concatenate([d.positions, np.arange(256)]),
-                       slots=np.concatenate([d.slots, np.full(256, 8)]))
+        merged = Batch(
+            tokens=np.concatenate([d.tokens, chunk]),
+            positions=np.concatenate([d.positions, np.arange(256)]),
+            slots=np.concatenate([d.slots, np.full(256, 8)]),
+        )
         t0 = time.perf_counter()
         model.forward(merged, model.cache, output_rows=np.append(np.arange(8), 8 + 255))
         one = min(one, time.perf_counter() - t0)
-    return {"two_forwards_s": round(two, 3), "one_merged_forward_s": round(one, 3),
-            "invariance_overhead": round(two / one - 1, 3)}
+    return {
+        "two_forwards_s": round(two, 3),
+        "one_merged_forward_s": round(one, 3),
+        "invariance_overhead": round(two / one - 1, 3),
+    }
 
 
 def prefix_divergence(model, tok_offset: int) -> dict:
@@ -156,8 +176,12 @@ def bench(name: str, with_prefix: bool) -> dict:
     from localrt import load_model
 
     model = load_model(model_path(name), num_ctx=N_CTX, n_slots=9)
-    out: dict = {"decode_tok_s": {}, "decode_tok_s_rows_on_blas": {}, "llamacpp_decode_tok_s": LLAMACPP[name],
-                 "ratio_to_llamacpp": {}}
+    out: dict = {
+        "decode_tok_s": {},
+        "decode_tok_s_rows_on_blas": {},
+        "llamacpp_decode_tok_s": LLAMACPP[name],
+        "ratio_to_llamacpp": {},
+    }
     # Repeats go round all widths, so a busy spell of the shared machine does not hit one width's every run.
     best = {w: 0.0 for w in WIDTHS}
     best_blas = {w: 0.0 for w in WIDTHS[1:]}
@@ -187,17 +211,32 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=REPEATS, help="best of this many runs per figure (a shared machine)")
     args = ap.parse_args()
     REPEATS = args.repeats
-    results: dict = {"setup": {"threads": THREADS, "n_prompt": N_PROMPT, "decode_steps": DECODE_STEPS, "best_of": REPEATS,
-                               "n_ctx": N_CTX, "machine": platform.machine(), "python": platform.python_version(),
-                               "loadavg_1m_at_start": round(os.getloadavg()[0], 2)},
-                     "models": {}}
+    results: dict = {
+        "setup": {
+            "threads": THREADS,
+            "n_prompt": N_PROMPT,
+            "decode_steps": DECODE_STEPS,
+            "best_of": REPEATS,
+            "n_ctx": N_CTX,
+            "machine": platform.machine(),
+            "python": platform.python_version(),
+            "loadavg_1m_at_start": round(os.getloadavg()[0], 2),
+        },
+        "models": {},
+    }
     for name in args.models:
         results["models"][name] = bench(name, not args.no_prefix)
     results["setup"]["loadavg_1m_at_end"] = round(os.getloadavg()[0], 2)
     print(json.dumps(results, indent=2))
     native = split_native(results, ("models", "*", "llamacpp_decode_tok_s"))
-    append_record("batch", results, native=native, threads=THREADS,
-                  load_at_start=results["setup"]["loadavg_1m_at_start"], out=args.out)
+    append_record(
+        "batch",
+        results,
+        native=native,
+        threads=THREADS,
+        load_at_start=results["setup"]["loadavg_1m_at_start"],
+        out=args.out,
+    )
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ daemons run here one after the other, on the same machine, the same model and th
 TTFT p50/p95, aggregate output tok/s, and the prompt tokens served from the cache (usage's cached_tokens). JSON to
 stdout, one record appended to bench/results/cache_scope.jsonl.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -37,15 +38,22 @@ QUESTION = "Client {c}, question {r}: tell me a short story about a lighthouse k
 
 
 def _one(base: str, model: str, system: str, prompt: str, tokens: int, client: int) -> dict:
-    body = {"model": model, "stream": True, "temperature": 0, "max_tokens": tokens,
-            "messages": [{"role": "system", "content": system}, {"role": "user", "content": prompt}],
-            "stream_options": {"include_usage": True}}
+    body = {
+        "model": model,
+        "stream": True,
+        "temperature": 0,
+        "max_tokens": tokens,
+        "messages": [{"role": "system", "content": system}, {"role": "user", "content": prompt}],
+        "stream_options": {"include_usage": True},
+    }
     transport = httpx.HTTPTransport(local_address=f"127.0.0.{client + 2}")  # its own peer address
     t0 = time.perf_counter()
     first = None
     usage = {}
-    with httpx.Client(transport=transport, timeout=600) as http, \
-            http.stream("POST", base + "/v1/chat/completions", json=body) as r:
+    with (
+        httpx.Client(transport=transport, timeout=600) as http,
+        http.stream("POST", base + "/v1/chat/completions", json=body) as r,
+    ):
         r.raise_for_status()
         for line in r.iter_lines():
             if not line.startswith("data: ") or line == "data: [DONE]":
@@ -55,8 +63,12 @@ def _one(base: str, model: str, system: str, prompt: str, tokens: int, client: i
             if first is None and any((ch.get("delta") or {}).get("content") for ch in obj.get("choices") or []):
                 first = time.perf_counter()
     cached = ((usage.get("prompt_tokens_details") or {}).get("cached_tokens")) or 0
-    return {"ttft": (first or time.perf_counter()) - t0, "tokens": usage.get("completion_tokens", 0),
-            "prompt": usage.get("prompt_tokens", 0), "cached": cached}
+    return {
+        "ttft": (first or time.perf_counter()) - t0,
+        "tokens": usage.get("completion_tokens", 0),
+        "prompt": usage.get("prompt_tokens", 0),
+        "cached": cached,
+    }
 
 
 def _run(base: str, model: str, clients: int, requests: int, tokens: int, system: str) -> dict:
@@ -80,18 +92,28 @@ def _run(base: str, model: str, clients: int, requests: int, tokens: int, system
         t.join()
     wall = time.perf_counter() - t0
     ttft = sorted(r["ttft"] for r in results)
-    return {"requests": len(results), "wall_s": round(wall, 2),
-            "aggregate_tok_s": round(sum(r["tokens"] for r in results) / wall, 1),
-            "ttft_s": {"p50": round(ttft[len(ttft) // 2], 3), "p95": round(ttft[int(0.95 * (len(ttft) - 1))], 3)},
-            "prompt_tokens": sum(r["prompt"] for r in results), "cached_tokens": sum(r["cached"] for r in results)}
+    return {
+        "requests": len(results),
+        "wall_s": round(wall, 2),
+        "aggregate_tok_s": round(sum(r["tokens"] for r in results) / wall, 1),
+        "ttft_s": {"p50": round(ttft[len(ttft) // 2], 3), "p95": round(ttft[int(0.95 * (len(ttft) - 1))], 3)},
+        "prompt_tokens": sum(r["prompt"] for r in results),
+        "cached_tokens": sum(r["cached"] for r in results),
+    }
 
 
 def _daemon(clients: int, store: Path, name: str, scope: str):
     port = _free_port()
-    env = {**os.environ, "LOCALRT_HOST": f"127.0.0.1:{port}", "LOCALRT_MODELS": str(store / "models"),
-           "LOCALRT_DATA": str(store / f"data-{scope}-{clients}"), "LOCALRT_NUM_PARALLEL": str(clients),
-           "LOCALRT_NUM_THREADS": "2", "LOCALRT_KV_BUDGET": str(KV_PER_CLIENT * clients),
-           "LOCALRT_PREFIX_CACHE": scope}
+    env = {
+        **os.environ,
+        "LOCALRT_HOST": f"127.0.0.1:{port}",
+        "LOCALRT_MODELS": str(store / "models"),
+        "LOCALRT_DATA": str(store / f"data-{scope}-{clients}"),
+        "LOCALRT_NUM_PARALLEL": str(clients),
+        "LOCALRT_NUM_THREADS": "2",
+        "LOCALRT_KV_BUDGET": str(KV_PER_CLIENT * clients),
+        "LOCALRT_PREFIX_CACHE": scope,
+    }
     log = open(store / f"serve-{scope}-{clients}.log", "w")
     proc = subprocess.Popen([sys.executable, "-m", "localrt", "serve"], cwd=REPO, env=env, stdout=log, stderr=log)
     base = f"http://127.0.0.1:{port}"
@@ -110,9 +132,17 @@ def main() -> None:
     args = ap.parse_args()
     name, label = MODELS[args.model]
     system = "You are the office assistant. " + " ".join(f"rule{i}" for i in range(args.system_words))
-    out: dict = {"setup": {"model": label, "threads": 2, "requests_per_client": args.requests,
-                           "max_tokens": args.tokens, "system_words": args.system_words,
-                           "loadavg_1m_at_start": os.getloadavg()[0]}, "runs": {}}
+    out: dict = {
+        "setup": {
+            "model": label,
+            "threads": 2,
+            "requests_per_client": args.requests,
+            "max_tokens": args.tokens,
+            "system_words": args.system_words,
+            "loadavg_1m_at_start": os.getloadavg()[0],
+        },
+        "runs": {},
+    }
     with tempfile.TemporaryDirectory() as tmp:
         tmp = os.environ.get("CACHE_SCOPE_TMP") or tmp  # keep the daemons' logs where asked
         for n in args.clients:
@@ -124,8 +154,12 @@ def main() -> None:
                 finally:
                     proc.terminate()
                     proc.wait(timeout=30)
-            row["ttft_p50_client_over_shared"] = round(row["client"]["ttft_s"]["p50"] / row["shared"]["ttft_s"]["p50"], 2)
-            row["tok_s_client_over_shared"] = round(row["client"]["aggregate_tok_s"] / row["shared"]["aggregate_tok_s"], 2)
+            row["ttft_p50_client_over_shared"] = round(
+                row["client"]["ttft_s"]["p50"] / row["shared"]["ttft_s"]["p50"], 2
+            )
+            row["tok_s_client_over_shared"] = round(
+                row["client"]["aggregate_tok_s"] / row["shared"]["aggregate_tok_s"], 2
+            )
             out["runs"][str(n)] = row
             print(json.dumps({n: row}), flush=True)
     out["setup"]["loadavg_1m_at_end"] = os.getloadavg()[0]

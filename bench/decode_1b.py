@@ -19,6 +19,7 @@ embedding is read in full as the output; of a MoE layer's stacked experts (`ffn_
 expert_count are read per token.
 With --quiet each timed process runs under /tmp/prof/quiet.sh (pauses the other processes on a shared machine).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -33,7 +34,9 @@ from pathlib import Path
 from results_log import append_record, latest_record, split_native
 
 ROOT = Path(__file__).resolve().parent.parent
-LLAMA_BENCH = Path(os.environ.get("LLAMA_BENCH", "/work/llama/llama_cpp_python-0.3.36/vendor/llama.cpp/build/bin/llama-bench"))
+LLAMA_BENCH = Path(
+    os.environ.get("LLAMA_BENCH", "/work/llama/llama_cpp_python-0.3.36/vendor/llama.cpp/build/bin/llama-bench")
+)
 QUIET = Path("/tmp/prof/quiet.sh")
 THREADS, N_GEN, N_PP, N_PROMPT, REPEATS = 2, 64, 128, 16, 3
 N_DEPTH_GEN = 32  # steps timed after a --depth context
@@ -118,8 +121,12 @@ def run_ours(path: str, repeats: int = REPEATS, depth: int = 0) -> dict:
         t0 = time.perf_counter()
         model.forward(model.batch(pp_ids, 0), model.cache, output_rows=last(N_PP))
         prefill_s = min(prefill_s, time.perf_counter() - t0)
-    out = {"load_s": round(load_s, 2), "tg64_tok_s": round(N_GEN / decode_s, 2),
-           "pp128_tok_s": round(N_PP / prefill_s, 2), "numba_threads": int(os.environ.get("NUMBA_NUM_THREADS", 0))}
+    out = {
+        "load_s": round(load_s, 2),
+        "tg64_tok_s": round(N_GEN / decode_s, 2),
+        "pp128_tok_s": round(N_PP / prefill_s, 2),
+        "numba_threads": int(os.environ.get("NUMBA_NUM_THREADS", 0)),
+    }
     if depth:
         ctx = (prompt * (depth // len(prompt) + 1))[:depth]
 
@@ -158,7 +165,7 @@ def _native(path: str, quiet: bool, repeats: int, tests: list[str]) -> dict:
     if proc.returncode != 0:
         return {"error": (proc.stderr.strip().splitlines() or [f"exit {proc.returncode}"])[-1]}
     out = {}
-    for test in json.loads(proc.stdout[proc.stdout.index("["):]):
+    for test in json.loads(proc.stdout[proc.stdout.index("[") :]):
         key = f"pp{test['n_prompt']}" if test["n_prompt"] else f"tg{test['n_gen']}"
         if test.get("n_depth"):
             key += f"_d{test['n_depth']}"
@@ -175,8 +182,7 @@ def _wrap(cmd: list[str], quiet: bool) -> list[str]:
 def spawn(mode: str, arg: str, quiet: bool, repeats: int = REPEATS, depth: int = 0) -> dict:
     env = dict(os.environ, NUMBA_NUM_THREADS=str(THREADS), PYTHONPATH=str(ROOT))
     cmd = [sys.executable, __file__, "--worker", mode, arg, "--repeats", str(repeats), "--depth", str(depth)]
-    proc = subprocess.run(_wrap(cmd, quiet),
-                          capture_output=True, text=True, cwd=ROOT, env=env, timeout=600)
+    proc = subprocess.run(_wrap(cmd, quiet), capture_output=True, text=True, cwd=ROOT, env=env, timeout=600)
     if proc.returncode != 0:
         return {"error": (proc.stderr.strip().splitlines() or [f"exit {proc.returncode}"])[-1]}
     return json.loads(proc.stdout.strip().splitlines()[-1])
@@ -194,24 +200,36 @@ def main() -> None:
     ap.add_argument("--worker", nargs=2, metavar=("MODE", "ARG"))
     ap.add_argument("--repeats", type=int, default=REPEATS, help="best of how many runs, both engines")
     ap.add_argument("--depth", type=int, default=0, help="also time 32 steps after a context of this many tokens")
-    ap.add_argument("--no-bandwidth", action="store_true",
-                    help="keep the bandwidth of the latest decode record (in --out if given)")
+    ap.add_argument(
+        "--no-bandwidth", action="store_true", help="keep the bandwidth of the latest decode record (in --out if given)"
+    )
     args = ap.parse_args()
     if args.worker:
         mode, arg = args.worker
         print(json.dumps(bandwidth() if mode == "bandwidth" else run_ours(arg, args.repeats, args.depth)))
         return
     load_at_start = os.getloadavg()[0]
-    results = {"files": {}, "setup": {
-        "threads": THREADS, "n_gen": N_GEN, "n_pp": N_PP, "ours_prompt_tokens": N_PROMPT,
-        "machine": platform.machine(), "cpus": os.cpu_count(), "python": platform.python_version(),
-        "quiet": args.quiet, "loadavg_1m_at_start": round(load_at_start, 2),
-        "note": "random weights from bench/make_model.py, SmolLM2's tokenizer (49152 tokens; gpt-oss's 20b file pads "
-                "it to 201088 rows); tok/s is the best "
-                "of best_of (per file) for both engines (native's mean is *_avg_tok_s); shared 2-core machine, others paused "
-                "when quiet",
-    }}
-    earlier = latest_record("decode", args.out, where=lambda r: "bandwidth" in r["results"]) if args.no_bandwidth else None
+    results = {
+        "files": {},
+        "setup": {
+            "threads": THREADS,
+            "n_gen": N_GEN,
+            "n_pp": N_PP,
+            "ours_prompt_tokens": N_PROMPT,
+            "machine": platform.machine(),
+            "cpus": os.cpu_count(),
+            "python": platform.python_version(),
+            "quiet": args.quiet,
+            "loadavg_1m_at_start": round(load_at_start, 2),
+            "note": "random weights from bench/make_model.py, SmolLM2's tokenizer (49152 tokens; gpt-oss's 20b file pads "
+            "it to 201088 rows); tok/s is the best "
+            "of best_of (per file) for both engines (native's mean is *_avg_tok_s); shared 2-core machine, others paused "
+            "when quiet",
+        },
+    }
+    earlier = (
+        latest_record("decode", args.out, where=lambda r: "bandwidth" in r["results"]) if args.no_bandwidth else None
+    )
     if earlier is not None:
         results["bandwidth"] = bw = earlier["results"]["bandwidth"]
         results["setup"]["bandwidth_from"] = f"the decode record of {earlier['date']} at {earlier['commit']}"

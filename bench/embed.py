@@ -11,6 +11,7 @@ documents of 256 per forward; localrt's num_batch, llama-server's -b/-ub) and ke
 request of each is a warm-up, not timed. JSON goes to stdout, and one record is appended to
 bench/results/embed.jsonl (bench/results_log.py).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -47,22 +48,41 @@ def nomic_file(path: Path, vocab_md: dict) -> Path:
     def vec(n, c=0.0):
         return (c + 0.1 * rng.standard_normal(n, np.float32)).astype(np.float32)
 
-    t = [("token_embd.weight", 1, (n_vocab, e), mat(n_vocab, e)),
-         ("token_types.weight", 0, (2, e), vec(2 * e).reshape(2, e)),
-         ("token_embd_norm.weight", 0, (e,), vec(e, 1.0)), ("token_embd_norm.bias", 0, (e,), vec(e))]
+    t = [
+        ("token_embd.weight", 1, (n_vocab, e), mat(n_vocab, e)),
+        ("token_types.weight", 0, (2, e), vec(2 * e).reshape(2, e)),
+        ("token_embd_norm.weight", 0, (e,), vec(e, 1.0)),
+        ("token_embd_norm.bias", 0, (e,), vec(e)),
+    ]
     for il in range(layers):
         p = f"blk.{il}."
-        t += [(p + "attn_qkv.weight", 1, (3 * e, e), mat(3 * e, e)), (p + "attn_output.weight", 1, (e, e), mat(e, e)),
-              (p + "attn_output_norm.weight", 0, (e,), vec(e, 1.0)), (p + "attn_output_norm.bias", 0, (e,), vec(e)),
-              (p + "ffn_up.weight", 1, (ff, e), mat(ff, e)), (p + "ffn_gate.weight", 1, (ff, e), mat(ff, e)),
-              (p + "ffn_down.weight", 1, (e, ff), mat(e, ff)),
-              (p + "layer_output_norm.weight", 0, (e,), vec(e, 1.0)), (p + "layer_output_norm.bias", 0, (e,), vec(e))]
-    md = {"general.architecture": "nomic-bert", "general.name": "nomic-shaped random", "general.file_type": 1,
-          "nomic-bert.context_length": 2048, "nomic-bert.embedding_length": e, "nomic-bert.feed_forward_length": ff,
-          "nomic-bert.block_count": layers, "nomic-bert.attention.head_count": 12,
-          "nomic-bert.attention.layer_norm_epsilon": 1e-12, "nomic-bert.attention.causal": False,
-          "nomic-bert.pooling_type": 1, "nomic-bert.rope.freq_base": 1000.0, "tokenizer.ggml.token_type_count": 2,
-          **vocab_md}
+        t += [
+            (p + "attn_qkv.weight", 1, (3 * e, e), mat(3 * e, e)),
+            (p + "attn_output.weight", 1, (e, e), mat(e, e)),
+            (p + "attn_output_norm.weight", 0, (e,), vec(e, 1.0)),
+            (p + "attn_output_norm.bias", 0, (e,), vec(e)),
+            (p + "ffn_up.weight", 1, (ff, e), mat(ff, e)),
+            (p + "ffn_gate.weight", 1, (ff, e), mat(ff, e)),
+            (p + "ffn_down.weight", 1, (e, ff), mat(e, ff)),
+            (p + "layer_output_norm.weight", 0, (e,), vec(e, 1.0)),
+            (p + "layer_output_norm.bias", 0, (e,), vec(e)),
+        ]
+    md = {
+        "general.architecture": "nomic-bert",
+        "general.name": "nomic-shaped random",
+        "general.file_type": 1,
+        "nomic-bert.context_length": 2048,
+        "nomic-bert.embedding_length": e,
+        "nomic-bert.feed_forward_length": ff,
+        "nomic-bert.block_count": layers,
+        "nomic-bert.attention.head_count": 12,
+        "nomic-bert.attention.layer_norm_epsilon": 1e-12,
+        "nomic-bert.attention.causal": False,
+        "nomic-bert.pooling_type": 1,
+        "nomic-bert.rope.freq_base": 1000.0,
+        "tokenizer.ggml.token_type_count": 2,
+        **vocab_md,
+    }
     gguf_io.write(path, md, t)
     return path
 
@@ -107,26 +127,45 @@ def throughput(url: str, model: str, docs: list[list[int]], per: int) -> dict:
             r.raise_for_status()
             assert len(r.json()["data"]) == len(docs[i : i + per])
         wall = time.perf_counter() - t0
-    return {"docs": len(docs), "wall_s": round(wall, 2), "docs_per_s": round(len(docs) / wall, 2),
-            "tokens_per_s": round(sum(map(len, docs)) / wall, 1)}
+    return {
+        "docs": len(docs),
+        "wall_s": round(wall, 2),
+        "docs_per_s": round(len(docs) / wall, 2),
+        "tokens_per_s": round(sum(map(len, docs)) / wall, 1),
+    }
 
 
 def ours(path: Path, name: str, docs, per, tmp: Path) -> dict:
     from localrt.serve.daemon import free_port
 
     port = free_port()
-    env = {**os.environ, "LOCALRT_HOST": f"127.0.0.1:{port}", "LOCALRT_MODELS": str(tmp / "models"),
-           "LOCALRT_DATA": str(tmp / "data"), "LOCALRT_KEEP_ALIVE": "-1"}
+    env = {
+        **os.environ,
+        "LOCALRT_HOST": f"127.0.0.1:{port}",
+        "LOCALRT_MODELS": str(tmp / "models"),
+        "LOCALRT_DATA": str(tmp / "data"),
+        "LOCALRT_KEEP_ALIVE": "-1",
+    }
     env.pop("LOCALRT_API_KEY", None)
-    proc = subprocess.Popen([sys.executable, "-m", "cli", "serve"], cwd=REPO, env=env, stdout=subprocess.DEVNULL,
-                            stderr=open(tmp / f"serve-{name}.log", "wb"))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "cli", "serve"],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=open(tmp / f"serve-{name}.log", "wb"),
+    )
     try:
         url = f"http://127.0.0.1:{port}"
         wait(url, proc, "localrt serve")
         mf = tmp / f"Modelfile.{name}"
         mf.write_text(f"FROM {path}\nPARAMETER num_batch {BATCH}\nPARAMETER num_thread {THREADS}\n")
-        subprocess.run([sys.executable, "-m", "cli", "create", name, "-f", str(mf)], cwd=REPO, env=env, check=True,
-                       capture_output=True)
+        subprocess.run(
+            [sys.executable, "-m", "cli", "create", name, "-f", str(mf)],
+            cwd=REPO,
+            env=env,
+            check=True,
+            capture_output=True,
+        )
         return throughput(url, name, docs, per)
     finally:
         proc.terminate()
@@ -138,10 +177,34 @@ def native(server: str, path: Path, docs, per, tmp: Path, name: str) -> dict:
 
     port = free_port()
     slots = BATCH // len(docs[0])
-    proc = subprocess.Popen([server, "-m", str(path), "--embedding", "--pooling", "mean", "-t", str(THREADS),
-                             "-tb", str(THREADS), "-b", str(BATCH), "-ub", str(BATCH), "-c", str(BATCH),
-                             "-np", str(slots), "--host", "127.0.0.1", "--port", str(port)],
-                            stdout=subprocess.DEVNULL, stderr=open(tmp / f"llama-server-{name}.log", "wb"))
+    proc = subprocess.Popen(
+        [
+            server,
+            "-m",
+            str(path),
+            "--embedding",
+            "--pooling",
+            "mean",
+            "-t",
+            str(THREADS),
+            "-tb",
+            str(THREADS),
+            "-b",
+            str(BATCH),
+            "-ub",
+            str(BATCH),
+            "-c",
+            str(BATCH),
+            "-np",
+            str(slots),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=open(tmp / f"llama-server-{name}.log", "wb"),
+    )
     try:
         url = f"http://127.0.0.1:{port}"
         wait(url + "/health", proc, "llama-server")
@@ -169,9 +232,19 @@ def main() -> None:
             if args.llama_server:
                 peers[name] = native(args.llama_server, path, docs, args.per_request, tmp, name)
                 results[name]["ratio_vs_llama_server"] = round(
-                    results[name]["docs_per_s"] / peers[name]["docs_per_s"], 3)
-    out = {"settings": {"chunks": args.chunks, "tokens": args.tokens, "per_request": args.per_request,
-                        "batch": BATCH, "threads": THREADS}, "localrt": results, "llama_server": peers or None}
+                    results[name]["docs_per_s"] / peers[name]["docs_per_s"], 3
+                )
+    out = {
+        "settings": {
+            "chunks": args.chunks,
+            "tokens": args.tokens,
+            "per_request": args.per_request,
+            "batch": BATCH,
+            "threads": THREADS,
+        },
+        "localrt": results,
+        "llama_server": peers or None,
+    }
     print(json.dumps(out, indent=2))
     peer_figures = split_native(out, ("llama_server",))  # the peer's figures, at their path in the run
     append_record("embed", out, native=peer_figures, threads=THREADS, out=args.out)

@@ -27,6 +27,7 @@ Our sources are byte-compiled first (`compileall`), as pip leaves an installed p
 sets PYTHONDONTWRITEBYTECODE, every module our load imports lazily would otherwise be compiled from source
 inside the timed load (22 modules, 0.03 s here).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -135,7 +136,15 @@ def run_llamacpp(model_path: str, ids: list[int], load_only: bool = False) -> di
 
     mem = Memory()
     t0 = time.perf_counter()
-    llm = Llama(model_path, n_ctx=N_CTX, n_threads=THREADS, n_threads_batch=THREADS, n_batch=512, logits_all=False, verbose=False)
+    llm = Llama(
+        model_path,
+        n_ctx=N_CTX,
+        n_threads=THREADS,
+        n_threads_batch=THREADS,
+        n_batch=512,
+        logits_all=False,
+        verbose=False,
+    )
     llm.eval(llm.tokenize(b"Hello"))
     load_s = time.perf_counter() - t0
     start_s = _since_process_start()
@@ -209,7 +218,10 @@ def _read_through(path: str) -> None:
 
 def spawn(engine: str, path: str, ids: list[int], load_only: bool = False) -> dict:
     proc = subprocess.run(
-        [sys.executable, __file__, "--worker", engine], capture_output=True, text=True, cwd=ROOT,
+        [sys.executable, __file__, "--worker", engine],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
         input=json.dumps({"path": path, "ids": ids, "load_only": load_only}),
     )
     if proc.returncode != 0:
@@ -231,7 +243,9 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--models", nargs="*", default=["smollm2", "gemma3"])
     ap.add_argument("--paths", nargs="*", default=[], help="other GGUF files, benched under their file names")
-    ap.add_argument("--out", default=None, help="append the record to this JSONL file, not bench/results/generate.jsonl")
+    ap.add_argument(
+        "--out", default=None, help="append the record to this JSONL file, not bench/results/generate.jsonl"
+    )
     ap.add_argument("--worker", choices=["ours", "ours_warm", "llamacpp"])
     ap.add_argument("--repeats", type=int, default=REPEATS, help="best of N prefill/decode runs (memory needs 1)")
     args = ap.parse_args()
@@ -245,16 +259,25 @@ def main() -> None:
     except ImportError:
         llama_version = None
     results = {
-        "setup": {"n_prompt": N_PROMPT, "n_decode": N_DECODE, "n_ctx": N_CTX, "threads": THREADS, "best_of": args.repeats,
-                  "machine": platform.machine(), "python": platform.python_version(),
-                  "llama_cpp_python": llama_version,
-                  # Both engines spin worker threads: on a shared machine the figures move a lot.
-                  "loadavg_1m_at_start": round(os.getloadavg()[0], 2)},
+        "setup": {
+            "n_prompt": N_PROMPT,
+            "n_decode": N_DECODE,
+            "n_ctx": N_CTX,
+            "threads": THREADS,
+            "best_of": args.repeats,
+            "machine": platform.machine(),
+            "python": platform.python_version(),
+            "llama_cpp_python": llama_version,
+            # Both engines spin worker threads: on a shared machine the figures move a lot.
+            "loadavg_1m_at_start": round(os.getloadavg()[0], 2),
+        },
         "models": {},
     }
     for package in ("localrt", "gguf_io", "quant", "simd_kernels", "modelfile", "store"):
         compileall.compile_dir(ROOT / package, quiet=1)
-    runs = [(model, model_path(model)) for model in args.models] + [(Path(p).name, str(Path(p).resolve())) for p in args.paths]
+    runs = [(model, model_path(model)) for model in args.models] + [
+        (Path(p).name, str(Path(p).resolve())) for p in args.paths
+    ]
     for model, path in runs:
         _read_through(path)  # both engines start with the file in the page cache, as after an earlier load
         ids = prompt_ids(path)
@@ -275,17 +298,25 @@ def main() -> None:
             entry["ratio"]["load_time"] = round(ours["load_to_first_token_s"] / ref["load_to_first_token_s"], 2)
             if "load_to_first_token_after_warm_up_s" in ours:
                 entry["ratio"]["load_time_after_warm_up"] = round(
-                    ours["load_to_first_token_after_warm_up_s"] / ref["load_to_first_token_s"], 2)
+                    ours["load_to_first_token_after_warm_up_s"] / ref["load_to_first_token_s"], 2
+                )
             entry["ratio"]["process_start_to_first_token"] = round(
-                ours["process_start_to_first_token_s"] / ref["process_start_to_first_token_s"], 2)
+                ours["process_start_to_first_token_s"] / ref["process_start_to_first_token_s"], 2
+            )
             for k in ("peak_rss_mb", "rss_anon_mb", "rss_file_mb"):
                 entry["ratio"][k.removesuffix("_mb")] = round(ours[k] / ref[k], 2)
         results["models"][model] = entry
         print(model, json.dumps(entry), flush=True)
     results["setup"]["loadavg_1m_at_end"] = round(os.getloadavg()[0], 2)
     native = split_native(results, ("models", "*", "llamacpp"))
-    append_record("generate", results, native=native, threads=THREADS,
-                  load_at_start=results["setup"]["loadavg_1m_at_start"], out=args.out)
+    append_record(
+        "generate",
+        results,
+        native=native,
+        threads=THREADS,
+        load_at_start=results["setup"]["loadavg_1m_at_start"],
+        out=args.out,
+    )
 
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@ Each (model, placement) runs in a fresh process: a 512-token prompt (logits of t
 too, llama.cpp's numbering). llama.cpp runs on the CPU through llama-cpp-python (n_gpu_layers=0) when it
 is importable, else its entry says why not. Without a usable GPU the script writes the reason and exits 0.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -49,17 +50,31 @@ def run_ours(model_path: str, ids: list[int], num_gpu: int) -> dict:
     for pos in range(len(ids), len(ids) + N_DECODE):
         token = int(np.argmax(model.forward(model.batch([token], pos), model.cache)[0]))
     decode_s = time.perf_counter() - t0
-    return {"num_gpu": plan.n_gpu, "gpu_layers": len(plan.gpu_layers), "output_on_gpu": plan.output,
-            "vram_mb": round(plan.vram_bytes / 2**20, 1), "load_s": round(load_s, 3),
-            "prefill_tok_s": round(len(ids) / prefill_s, 1), "decode_tok_s": round(N_DECODE / decode_s, 1)}
+    return {
+        "num_gpu": plan.n_gpu,
+        "gpu_layers": len(plan.gpu_layers),
+        "output_on_gpu": plan.output,
+        "vram_mb": round(plan.vram_bytes / 2**20, 1),
+        "load_s": round(load_s, 3),
+        "prefill_tok_s": round(len(ids) / prefill_s, 1),
+        "decode_tok_s": round(N_DECODE / decode_s, 1),
+    }
 
 
 def run_llamacpp(model_path: str, ids: list[int], threads: int) -> dict:
     import numpy as np
     from llama_cpp import Llama
 
-    llm = Llama(model_path, n_ctx=N_CTX, n_threads=threads, n_threads_batch=threads, n_batch=512, n_gpu_layers=0,
-                logits_all=False, verbose=False)
+    llm = Llama(
+        model_path,
+        n_ctx=N_CTX,
+        n_threads=threads,
+        n_threads_batch=threads,
+        n_batch=512,
+        n_gpu_layers=0,
+        logits_all=False,
+        verbose=False,
+    )
     n_vocab = llm.n_vocab()
 
     def last_logits():
@@ -74,8 +89,12 @@ def run_llamacpp(model_path: str, ids: list[int], threads: int) -> dict:
         llm.eval([token])
         token = int(np.argmax(last_logits()))
     decode_s = time.perf_counter() - t0
-    return {"num_gpu": 0, "threads": threads, "prefill_tok_s": round(len(ids) / prefill_s, 1),
-            "decode_tok_s": round(N_DECODE / decode_s, 1)}
+    return {
+        "num_gpu": 0,
+        "threads": threads,
+        "prefill_tok_s": round(len(ids) / prefill_s, 1),
+        "decode_tok_s": round(N_DECODE / decode_s, 1),
+    }
 
 
 def worker(engine: str, model: str, num_gpu: int, threads: int) -> None:
@@ -122,9 +141,18 @@ def main() -> None:
     from localrt.engine.backends import devices
 
     report = devices.probe(0)
-    results: dict = {"setup": {"n_prompt": N_PROMPT, "n_decode": N_DECODE, "n_ctx": N_CTX, "threads": args.threads,
-                               "machine": platform.machine(), "python": platform.python_version(),
-                               "gpu": None if report.gpu is None else vars(report.gpu)}, "models": {}}
+    results: dict = {
+        "setup": {
+            "n_prompt": N_PROMPT,
+            "n_decode": N_DECODE,
+            "n_ctx": N_CTX,
+            "threads": args.threads,
+            "machine": platform.machine(),
+            "python": platform.python_version(),
+            "gpu": None if report.gpu is None else vars(report.gpu),
+        },
+        "models": {},
+    }
     if report.gpu is None:
         results["skipped"] = f"no usable GPU: {report.reason}"
         print(results["skipped"])
@@ -138,10 +166,15 @@ def main() -> None:
         results["setup"]["llama_cpp_python"] = llama_version
         for model in args.models:
             n = n_layer_of(model)
-            entry = {f"ours_num_gpu_{k}": spawn("ours", model, str(k), "--threads", str(args.threads))
-                     for k in (0, n // 2, n + 1)}
-            entry["llamacpp_cpu"] = (spawn("llamacpp", model, "0", "--threads", str(args.threads)) if llama_version
-                                     else {"error": "llama-cpp-python is not importable"})
+            entry = {
+                f"ours_num_gpu_{k}": spawn("ours", model, str(k), "--threads", str(args.threads))
+                for k in (0, n // 2, n + 1)
+            }
+            entry["llamacpp_cpu"] = (
+                spawn("llamacpp", model, "0", "--threads", str(args.threads))
+                if llama_version
+                else {"error": "llama-cpp-python is not importable"}
+            )
             results["models"][model] = entry
             print(model, json.dumps(entry), flush=True)
     native = split_native(results, ("models", "*", "llamacpp_cpu"))

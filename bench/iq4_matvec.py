@@ -7,6 +7,7 @@ Q4_K; with one thread and with all of Numba's threads. The formats are timed in 
 timed_together), so load from other processes falls on all of them alike; on a shared machine compare the
 ratios, not the absolute numbers.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -37,8 +38,9 @@ def random_blocks(rng, t: int) -> np.ndarray:
     per, size = sk.BLOCKS[t]
     w = rng.integers(0, 256, (N, N // per, size), dtype=np.uint8)
     for o in SCALE_OFFSETS[t]:
-        w[:, :, o:o + 2] = (rng.standard_normal((N, N // per)) * 0.01).astype(np.float16).view(np.uint8).reshape(
-            N, N // per, 2)
+        w[:, :, o : o + 2] = (
+            (rng.standard_normal((N, N // per)) * 0.01).astype(np.float16).view(np.uint8).reshape(N, N // per, 2)
+        )
     w = w.reshape(N, -1)
     w.flags.writeable = False  # as a model's mmap: the kernel variant the engine runs
     return w
@@ -56,23 +58,38 @@ def main() -> None:
     results = {}
     thread_counts = sorted({1, numba.config.NUMBA_NUM_THREADS})
     for n_threads in thread_counts:
+
         def call(name):
             def run():
                 threads.force(n_threads)
                 sk.MUL[FORMATS[name]](weights[name], x.reshape(1, N), out[name].reshape(1, N))
+
             return run
 
         timed = timed_together({name: call(name) for name in FORMATS}, args.budget)
         base = timed["Q4_K"]["best_s"]
         results[f"threads_{n_threads}"] = {
-            name: {"bytes": weights[name].nbytes, "us_best": t["best_s"] * 1e6, "us_median": t["median_s"] * 1e6,
-                   "GBps_best": weights[name].nbytes / t["best_s"] / 1e9, "time_vs_q4_k": t["best_s"] / base,
-                   "reps": t["reps"]}
-            for name, t in timed.items()}
-    doc = {"machine": {"cpu": platform.machine(), "cores": os.cpu_count(), "numba": numba.__version__,
-                       "loadavg_at_start": list(os.getloadavg())},
-           "note": "random 2048x2048 blocks, one token (decode matvec); 2 shared cores: compare the ratios",
-           "matrix": [N, N], "results": results}
+            name: {
+                "bytes": weights[name].nbytes,
+                "us_best": t["best_s"] * 1e6,
+                "us_median": t["median_s"] * 1e6,
+                "GBps_best": weights[name].nbytes / t["best_s"] / 1e9,
+                "time_vs_q4_k": t["best_s"] / base,
+                "reps": t["reps"],
+            }
+            for name, t in timed.items()
+        }
+    doc = {
+        "machine": {
+            "cpu": platform.machine(),
+            "cores": os.cpu_count(),
+            "numba": numba.__version__,
+            "loadavg_at_start": list(os.getloadavg()),
+        },
+        "note": "random 2048x2048 blocks, one token (decode matvec); 2 shared cores: compare the ratios",
+        "matrix": [N, N],
+        "results": results,
+    }
     print(json.dumps(doc, indent=1))
     append_record("iq4_matvec", doc, threads=thread_counts, load_at_start=load_at_start)
 

@@ -9,6 +9,7 @@ Run: python3 bench/kernels.py [--quick]   (appends a record to bench/results/ker
   matrix. Goal: >= 0.8x, dequantization included.
 OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE slow a current NumPy: this script re-runs itself without them.
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -76,8 +77,7 @@ def openblas_info() -> dict:
     info = {"env_removed_for_this_run": os.environ.get("LOCALRT_BENCH_REEXEC", "")}
     for path in libs:
         lib = ctypes.CDLL(path)
-        for key, symbol in (("corename", "scipy_openblas_get_corename64_"),
-                            ("config", "scipy_openblas_get_config64_")):
+        for key, symbol in (("corename", "scipy_openblas_get_corename64_"), ("config", "scipy_openblas_get_config64_")):
             fn = getattr(lib, symbol, None)
             if fn is not None:
                 fn.restype = ctypes.c_char_p
@@ -94,7 +94,7 @@ def random_blocks(rng, t: int, rows: int, cols: int) -> np.ndarray:
     w = rng.integers(0, 256, (rows, cols // per, size), dtype=np.uint8)  # (rows, blocks, block bytes)
     for o in SCALE_OFFSETS[t]:
         half = (rng.standard_normal((rows, cols // per)) * 0.01).astype(np.float16)
-        w[:, :, o:o + 2] = half.view(np.uint8).reshape(rows, cols // per, 2)
+        w[:, :, o : o + 2] = half.view(np.uint8).reshape(rows, cols // per, 2)
     w = w.reshape(rows, -1)
     w.flags.writeable = False
     return w
@@ -106,8 +106,13 @@ def read_bandwidth(budget_s: float) -> dict:
     v = np.ones(8192, np.float32)  # (8192,)
     out = np.empty(8192, np.float32)  # (8192,)
     r = timed(lambda: np.matmul(a, v, out=out), budget_s)
-    return {"matrix": [8192, 8192], "bytes": a.nbytes, **r,
-            "GBps_best": a.nbytes / r["best_s"] / 1e9, "GBps_median": a.nbytes / r["median_s"] / 1e9}
+    return {
+        "matrix": [8192, 8192],
+        "bytes": a.nbytes,
+        **r,
+        "GBps_best": a.nbytes / r["best_s"] / 1e9,
+        "GBps_median": a.nbytes / r["median_s"] / 1e9,
+    }
 
 
 def matrices(rng) -> list[tuple[str, int, np.ndarray]]:
@@ -139,13 +144,22 @@ def bench_matvec(rng, bandwidth: float, budget_s: float) -> list[dict]:
         forced = timed(lambda: sk.MUL[t](w, x.reshape(1, -1), out.reshape(1, -1)), budget_s)
         threads.force(1)  # and onto one thread: the figure that other processes' load disturbs least
         single = timed(lambda: sk.MUL[t](w, x.reshape(1, -1), out.reshape(1, -1)), budget_s)
-        rows_out.append({"type": NAMES[t], "tensor": label, "shape": [w.shape[0], cols], "bytes": w.nbytes,
-                         "us_per_call_best": r["best_s"] * 1e6, "us_per_call_median": r["median_s"] * 1e6,
-                         "GBps_best": gbps, "GBps_median": w.nbytes / r["median_s"] / 1e9,
-                         "fraction_of_bandwidth": gbps / bandwidth,
-                         "threads_used": 1 if w.nbytes < threads.PARALLEL_MIN_BYTES else numba.config.NUMBA_NUM_THREADS,
-                         "GBps_best_all_threads": w.nbytes / forced["best_s"] / 1e9,
-                         "GBps_best_one_thread": w.nbytes / single["best_s"] / 1e9})
+        rows_out.append(
+            {
+                "type": NAMES[t],
+                "tensor": label,
+                "shape": [w.shape[0], cols],
+                "bytes": w.nbytes,
+                "us_per_call_best": r["best_s"] * 1e6,
+                "us_per_call_median": r["median_s"] * 1e6,
+                "GBps_best": gbps,
+                "GBps_median": w.nbytes / r["median_s"] / 1e9,
+                "fraction_of_bandwidth": gbps / bandwidth,
+                "threads_used": 1 if w.nbytes < threads.PARALLEL_MIN_BYTES else numba.config.NUMBA_NUM_THREADS,
+                "GBps_best_all_threads": w.nbytes / forced["best_s"] / 1e9,
+                "GBps_best_one_thread": w.nbytes / single["best_s"] / 1e9,
+            }
+        )
     return rows_out
 
 
@@ -173,20 +187,30 @@ def bench_matmul(rng, budget_s: float, quick: bool) -> list[dict]:
             x = rng.standard_normal((n_tok, cols)).astype(np.float32)  # (n_tok, cols)
             out = np.empty((n_tok, rows), np.float32)  # (n_tok, rows)
             flops = 2.0 * n_tok * rows * cols
-            r = timed_together({
-                "ours": lambda: sk.matmul(t, w, x, out),
-                "fused": lambda: (threads.use_threads_for(w.nbytes * n_tok), sk.MUL[t](w, x, out)),
-                "tiled": lambda: sk.api._matmul_tiles(sk.ROWS[t], w, x, out),
-                "ref": lambda: np.matmul(x, wd.T, out=out),
-            }, 3 * budget_s)
+            r = timed_together(
+                {
+                    "ours": lambda: sk.matmul(t, w, x, out),
+                    "fused": lambda: (threads.use_threads_for(w.nbytes * n_tok), sk.MUL[t](w, x, out)),
+                    "tiled": lambda: sk.api._matmul_tiles(sk.ROWS[t], w, x, out),
+                    "ref": lambda: np.matmul(x, wd.T, out=out),
+                },
+                3 * budget_s,
+            )
             ours, fused, tiled, ref = r["ours"], r["fused"], r["tiled"], r["ref"]
-            rows_out.append({
-                "type": name, "tensor": label, "shape": [rows, cols], "n_tok": n_tok,
-                "GFLOPs_ours": flops / ours["best_s"] / 1e9, "GFLOPs_numpy_f32": flops / ref["best_s"] / 1e9,
-                "ratio": ref["best_s"] / ours["best_s"],
-                "GFLOPs_fused_int8_path": flops / fused["best_s"] / 1e9, "blas_min_tokens": sk.api.BLAS_MIN_TOKENS,
-                "GFLOPs_tiles_blas_path": flops / tiled["best_s"] / 1e9,
-            })
+            rows_out.append(
+                {
+                    "type": name,
+                    "tensor": label,
+                    "shape": [rows, cols],
+                    "n_tok": n_tok,
+                    "GFLOPs_ours": flops / ours["best_s"] / 1e9,
+                    "GFLOPs_numpy_f32": flops / ref["best_s"] / 1e9,
+                    "ratio": ref["best_s"] / ours["best_s"],
+                    "GFLOPs_fused_int8_path": flops / fused["best_s"] / 1e9,
+                    "blas_min_tokens": sk.api.BLAS_MIN_TOKENS,
+                    "GFLOPs_tiles_blas_path": flops / tiled["best_s"] / 1e9,
+                }
+            )
     return rows_out
 
 
@@ -207,10 +231,15 @@ def main() -> None:
     for m in matvec:
         worst[m["type"]] = min(worst.get(m["type"], 1e9), m["fraction_of_bandwidth"])
     report = {
-        "machine": {"cpu": platform.processor() or platform.machine(), "cores": os.cpu_count(),
-                    "numba_threads": numba.get_num_threads(), "numba": numba.__version__,
-                    "numpy": np.__version__, "openblas": openblas_info(),
-                    "loadavg_at_start": os.getloadavg()},
+        "machine": {
+            "cpu": platform.processor() or platform.machine(),
+            "cores": os.cpu_count(),
+            "numba_threads": numba.get_num_threads(),
+            "numba": numba.__version__,
+            "numpy": np.__version__,
+            "openblas": openblas_info(),
+            "loadavg_at_start": os.getloadavg(),
+        },
         "note": "2 shared cores: other processes' load depresses these figures; best-of-reps is reported",
         "read_bandwidth": bw,
         "matvec": matvec,

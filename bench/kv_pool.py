@@ -12,6 +12,7 @@ the same file from a checkout before the pool (copy it and bench/results_log.py 
 simd_kernels.paged exists, also the per-row attention kernel alone over the same keys, contiguous per slot vs in
 shuffled 64-position blocks (SmolLM2's 9 query / 3 KV heads of 64, 600 keys, f16, one thread, best of 7 x 200).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -40,8 +41,13 @@ def decode_steps(model, n: int, repeats: int) -> dict:
     for _ in range(repeats):
         model.cache.forget_prefixes()
         b = Batcher(model)
-        seqs = [b.add(model.tokenize(f"{i}: " + TEXT * 6)[:200],
-                      {"temperature": 0, "num_predict": 400, "draft_num_predict": 0}) for i in range(n)]
+        seqs = [
+            b.add(
+                model.tokenize(f"{i}: " + TEXT * 6)[:200],
+                {"temperature": 0, "num_predict": 400, "draft_num_predict": 0},
+            )
+            for i in range(n)
+        ]
         while any(s.state != "decode" for s in seqs):
             b.step()
         for _ in range(3):
@@ -75,7 +81,7 @@ def kernel_ab() -> dict | None:
         kp = np.empty((8 * per, n_kv, size, hd), np.uint16)  # (n_blocks, n_kv, B, hd)
         for s in range(8):
             for i in range(per):
-                kp[table[s, i]] = kc[s, :, i * size:(i + 1) * size]
+                kp[table[s, i]] = kc[s, :, i * size : (i + 1) * size]
         q = rng.standard_normal((rows, n_head, hd)).astype(np.float32)
         pos, sl = np.full(rows, 600, np.int64), np.arange(rows, dtype=np.int64)
         o1, o2 = np.empty((rows, n_head, hd), np.float32), np.empty((rows, n_head, hd), np.float32)
@@ -106,12 +112,16 @@ def main() -> None:
     from localrt.models.builtin_models import smollm2_path
 
     model = load_model(smollm2_path(), num_ctx=1024, n_slots=8)
-    result = {"label": args.label, "machine": platform.processor() or platform.machine(),
-              "decode_step": {f"{n}_seq": decode_steps(model, n, args.repeats) for n in (1, 8)},
-              "attention_kernel": kernel_ab()}
+    result = {
+        "label": args.label,
+        "machine": platform.processor() or platform.machine(),
+        "decode_step": {f"{n}_seq": decode_steps(model, n, args.repeats) for n in (1, 8)},
+        "attention_kernel": kernel_ab(),
+    }
     print(json.dumps(result, indent=2))
-    append_record("kv_pool", result, threads=int(os.environ["NUMBA_NUM_THREADS"]), load_at_start=load_at_start,
-                  out=args.out)
+    append_record(
+        "kv_pool", result, threads=int(os.environ["NUMBA_NUM_THREADS"]), load_at_start=load_at_start, out=args.out
+    )
 
 
 if __name__ == "__main__":

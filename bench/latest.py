@@ -6,6 +6,7 @@ Per benchmark: when, at which commit, on what CPU, then our figure, the peer's f
 llama.cpp where the benchmark has it, else what the run compares against, named in the header) and ours / peer.
 A ratio above 1 is better for rates (tok/s, GB/s, speedups) and worse for times, memory and latencies.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -23,7 +24,9 @@ def _num(v) -> bool:
 
 
 def decode(run):
-    notes = [f"read bandwidth {run['bandwidth'].get('read_GB_s')} GB/s"] if isinstance(run.get("bandwidth"), dict) else []
+    notes = (
+        [f"read bandwidth {run['bandwidth'].get('read_GB_s')} GB/s"] if isinstance(run.get("bandwidth"), dict) else []
+    )
     rows = []
     for f, e in run.get("files", {}).items():
         if "ours" in e:
@@ -68,9 +71,16 @@ def serve_load(run):
     for m, by_n in run.get("models", {}).items():
         for n, e in by_n.items():
             ours, peer = e.get("localrt") or {}, e.get("llama_server") or {}
-            rows.append((f"{m}, {n} clients: aggregate tok/s", ours.get("aggregate_tok_s"), peer.get("aggregate_tok_s")))
-            rows.append((f"{m}, {n} clients: TTFT p95 s", (ours.get("ttft_s") or {}).get("p95"),
-                         (peer.get("ttft_s") or {}).get("p95")))
+            rows.append(
+                (f"{m}, {n} clients: aggregate tok/s", ours.get("aggregate_tok_s"), peer.get("aggregate_tok_s"))
+            )
+            rows.append(
+                (
+                    f"{m}, {n} clients: TTFT p95 s",
+                    (ours.get("ttft_s") or {}).get("p95"),
+                    (peer.get("ttft_s") or {}).get("p95"),
+                )
+            )
     return "llama-server", rows, []
 
 
@@ -92,15 +102,19 @@ def spec_draft(run):
     for m, s in (run.get("summary") or {}).items():
         rows += [(f"{m} {k}", v, None) for k, v in s.items() if k.endswith("speedup")]
     for m, e in (run.get("llama_server") or {}).items():
-        rows += [(f"{m} llama-server {k}", None, v) for k, v in (e.get("summary") or {}).items() if k.endswith("speedup")]
+        rows += [
+            (f"{m} llama-server {k}", None, v) for k, v in (e.get("summary") or {}).items() if k.endswith("speedup")
+        ]
     return "llama-server", rows, []
 
 
 def kernels(run):
     bw = (run.get("read_bandwidth") or {}).get("GBps_best")
     rows = [(f"matvec {m['type']} {m['tensor']} GB/s", m.get("GBps_best"), bw) for m in run.get("matvec", [])]
-    rows += [(f"matmul {m['type']} {m['tensor']} x{m['n_tok']} GFLOP/s", m.get("GFLOPs_ours"), m.get("GFLOPs_numpy_f32"))
-             for m in run.get("matmul", [])]
+    rows += [
+        (f"matmul {m['type']} {m['tensor']} x{m['n_tok']} GFLOP/s", m.get("GFLOPs_ours"), m.get("GFLOPs_numpy_f32"))
+        for m in run.get("matmul", [])
+    ]
     return "NumPy (read bandwidth; f32 matmul)", rows, []
 
 
@@ -111,8 +125,10 @@ def attention(run):
         k = (c["shape"], c["threads"], c["rows"])
         if k not in top or c["keys"] > top[k]["keys"]:
             top[k] = c
-    rows = [(f"{c['shape']} t{c['threads']} rows={c['rows']} keys={c['keys']} us", c["us"], c.get("against_us"))
-            for c in top.values()]
+    rows = [
+        (f"{c['shape']} t{c['threads']} rows={c['rows']} keys={c['keys']} us", c["us"], c.get("against_us"))
+        for c in top.values()
+    ]
     against = (run.get("setup") or {}).get("against")
     notes = [f"{len(rows)} of {len(cases)} cases (the largest key count of each); all are in the record"]
     return f"attend.py at {against}" if against else "-", rows, notes
@@ -128,14 +144,22 @@ def iq4_matvec(run):
 
 def kv_pool(run):
     rows = [(f"decode step, {n} best ms", v.get("best_ms"), None) for n, v in (run.get("decode_step") or {}).items()]
-    rows += [(f"attention kernel {k}", v.get("paged"), v.get("contiguous"))
-             for k, v in (run.get("attention_kernel") or {}).items()]
+    rows += [
+        (f"attention kernel {k}", v.get("paged"), v.get("contiguous"))
+        for k, v in (run.get("attention_kernel") or {}).items()
+    ]
     return "contiguous cache", rows, [f"label: {run.get('label')}"]
 
 
 def pull(run):
-    return "file copy", [("MB/s", run.get("pull_MBps"), run.get("copy_MBps")),
-                         ("MB/s vs copy + sha256", run.get("pull_MBps"), run.get("copy_then_sha256_MBps"))], []
+    return (
+        "file copy",
+        [
+            ("MB/s", run.get("pull_MBps"), run.get("copy_MBps")),
+            ("MB/s vs copy + sha256", run.get("pull_MBps"), run.get("copy_then_sha256_MBps")),
+        ],
+        [],
+    )
 
 
 def serve(run):
@@ -183,6 +207,7 @@ def generic(run):
                 walk(v, f"{path}.{k}" if path else str(k))
         elif _num(o):
             rows.append((path, o, None))
+
     walk(run, "")
     return "-", rows, []
 
@@ -200,8 +225,9 @@ def cache_scope(run):
     rows = []
     for n, e in run.get("runs", {}).items():
         ours, shared = e.get("client") or {}, e.get("shared") or {}
-        rows.append((f"{n} clients: TTFT p50 s", (ours.get("ttft_s") or {}).get("p50"),
-                     (shared.get("ttft_s") or {}).get("p50")))
+        rows.append(
+            (f"{n} clients: TTFT p50 s", (ours.get("ttft_s") or {}).get("p50"), (shared.get("ttft_s") or {}).get("p50"))
+        )
         rows.append((f"{n} clients: aggregate tok/s", ours.get("aggregate_tok_s"), shared.get("aggregate_tok_s")))
         rows.append((f"{n} clients: cached prompt tokens", ours.get("cached_tokens"), shared.get("cached_tokens")))
     return "shared cache", rows, []
@@ -212,17 +238,36 @@ def serve_ab(run):
     rows = []
     for n, e in run.get("clients", {}).items():
         after, before = e.get("after") or {}, e.get("before") or {}
-        for key, label in (("ttft_p50_s", "TTFT p50 s"), ("ttft_p95_s", "TTFT p95 s"),
-                           ("aggregate_tok_s", "aggregate tok/s")):
+        for key, label in (
+            ("ttft_p50_s", "TTFT p50 s"),
+            ("ttft_p95_s", "TTFT p95 s"),
+            ("aggregate_tok_s", "aggregate tok/s"),
+        ):
             rows.append((f"{n} clients: {label}", after.get(key), before.get(key)))
     commits = (run.get("setup") or {}).get("commits") or {}
     return f"before ({commits.get('before', '?')})", rows, []
 
 
-VIEWS = {"decode": decode, "embed": embed, "cache_scope": cache_scope, "generate": generate, "batch": batch,
-         "serve_load": serve_load, "serve_ab": serve_ab, "spec": spec, "spec_draft": spec_draft, "kernels": kernels,
-         "attention": attention, "iq4_matvec": iq4_matvec, "kv_pool": kv_pool, "pull": pull, "serve": serve,
-         "structured": structured, "spec_replay": spec_replay, "gpu": gpu}
+VIEWS = {
+    "decode": decode,
+    "embed": embed,
+    "cache_scope": cache_scope,
+    "generate": generate,
+    "batch": batch,
+    "serve_load": serve_load,
+    "serve_ab": serve_ab,
+    "spec": spec,
+    "spec_draft": spec_draft,
+    "kernels": kernels,
+    "attention": attention,
+    "iq4_matvec": iq4_matvec,
+    "kv_pool": kv_pool,
+    "pull": pull,
+    "serve": serve,
+    "structured": structured,
+    "spec_replay": spec_replay,
+    "gpu": gpu,
+}
 
 
 def fmt(v) -> str:
@@ -240,11 +285,16 @@ def header(bench: str, record: dict, count: int) -> list[str]:
     flag_text = " ".join(k for k, on in flags.items() if on) or "none of avx2/avx512/vnni" if flags else "flags ?"
     load = record.get("load") or {}
     src = record.get("source") or {}
-    where = (f"by {src['script']}" if src.get("script") else
-             "converted from " + " ".join(filter(None, [src.get("file"), src.get("key")])))
+    where = (
+        f"by {src['script']}"
+        if src.get("script")
+        else "converted from " + " ".join(filter(None, [src.get("file"), src.get("key")]))
+    )
     first = f"== {bench}: latest of {count} records, {record.get('date') or 'date ?'} at {record.get('commit') or '?'}"
-    second = (f"   cpu {record.get('cpu_model') or '?'} ({flag_text}), threads {fmt(record.get('threads'))}, "
-              f"load {fmt(load.get('1m_at_start'))} -> {fmt(load.get('1m_at_end'))}; {where}")
+    second = (
+        f"   cpu {record.get('cpu_model') or '?'} ({flag_text}), threads {fmt(record.get('threads'))}, "
+        f"load {fmt(load.get('1m_at_start'))} -> {fmt(load.get('1m_at_end'))}; {where}"
+    )
     return [first, second]
 
 
@@ -258,8 +308,10 @@ def table(peer: str, rows: list, limit: int | None) -> list[str]:
         cells.append((item[:64], fmt(ours), fmt(other), ratio))
     n_cols = 4 if any(other is not None for _, _, other in shown) else 2  # no peer in this run: ours only
     widths = [max(len(c[i]) for c in cells) for i in range(n_cols)]
-    lines = ["   " + "  ".join(c[i].ljust(widths[i]) if i == 0 else c[i].rjust(widths[i]) for i in range(n_cols)).rstrip()
-             for c in cells]
+    lines = [
+        "   " + "  ".join(c[i].ljust(widths[i]) if i == 0 else c[i].rjust(widths[i]) for i in range(n_cols)).rstrip()
+        for c in cells
+    ]
     if len(shown) < len(rows):
         lines.append(f"   ... {len(rows) - len(shown)} more rows (--all-rows)")
     return lines

@@ -14,6 +14,7 @@ Labels q4_k_m and iq4_xs are llama.cpp on the F32 file quantized by `localrt cre
 Label mxfp4 is archgen's file with its experts in MXFP4 (gpt-oss's own layout). Each case lists its labels
 (archgen.Case.labels).
 """
+
 from __future__ import annotations
 
 import json
@@ -39,15 +40,26 @@ def write_tokenizer() -> None:
         md = f.metadata
         tokens = list(md["tokenizer.ggml.tokens"][: archgen.VOCAB])
         kept = set(tokens)
-        merges = [m for m in md["tokenizer.ggml.merges"]
-                  if (parts := m.split(" ")) and len(parts) == 2 and parts[0] in kept and parts[1] in kept
-                  and parts[0] + parts[1] in kept]
+        merges = [
+            m
+            for m in md["tokenizer.ggml.merges"]
+            if (parts := m.split(" "))
+            and len(parts) == 2
+            and parts[0] in kept
+            and parts[1] in kept
+            and parts[0] + parts[1] in kept
+        ]
         tok = {
             "source": "SmolLM2-135M-Instruct tokenizer.ggml.*, first %d tokens" % archgen.VOCAB,
-            "model": md["tokenizer.ggml.model"], "pre": md["tokenizer.ggml.pre"],
-            "tokens": tokens, "token_type": [int(t) for t in md["tokenizer.ggml.token_type"][: archgen.VOCAB]],
+            "model": md["tokenizer.ggml.model"],
+            "pre": md["tokenizer.ggml.pre"],
+            "tokens": tokens,
+            "token_type": [int(t) for t in md["tokenizer.ggml.token_type"][: archgen.VOCAB]],
             "merges": merges,
-            **{k: int(md[f"tokenizer.ggml.{k}"]) for k in ("bos_token_id", "eos_token_id", "unknown_token_id", "padding_token_id")},
+            **{
+                k: int(md[f"tokenizer.ggml.{k}"])
+                for k in ("bos_token_id", "eos_token_id", "unknown_token_id", "padding_token_id")
+            },
         }
     archgen.DATA.mkdir(parents=True, exist_ok=True)
     archgen.TOKENIZER_FILE.write_text(json.dumps(tok, ensure_ascii=False, indent=0) + "\n")
@@ -104,8 +116,10 @@ def main() -> None:
                 logits = oracle_logits(path, case.n_ctx)
                 out[label] = logits.astype(np.float16)
                 top2 = np.sort(logits, axis=1)[:, -2:]
-                print(f"{case.name:12s} {label:5s} range {np.ptp(logits, axis=1).mean():6.2f} "
-                      f"top-2 gap min {np.min(top2[:, 1] - top2[:, 0]):.3f}")
+                print(
+                    f"{case.name:12s} {label:5s} range {np.ptp(logits, axis=1).mean():6.2f} "
+                    f"top-2 gap min {np.min(top2[:, 1] - top2[:, 0]):.3f}"
+                )
             np.savez_compressed(npz, **out)
 
 

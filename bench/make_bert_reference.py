@@ -14,6 +14,7 @@ llama-server's /v1/rerank replies (`... make_bert_reference.py rerank`). For the
 (`... make_bert_reference.py gemma`). For the tiny bert with a UGM vocabulary (bertgen.write_ugm), llama.cpp's ids
 for bertgen.UGM_TEXTS and their mean pooling (`... make_bert_reference.py ugm`).
 """
+
 from __future__ import annotations
 
 import json
@@ -35,8 +36,16 @@ POOLING = {"none": 0, "mean": 1, "cls": 2, "last": 3, "rank": 4}  # rank: the n_
 
 def run(path: Path, ids: list[int], pooling: str, n_embd: int) -> np.ndarray:
     """llama.cpp's output for one sequence: (n_tok, n_embd) per token for "none", else (n_embd,) pooled."""
-    llm = llama_cpp.Llama(str(path), embedding=True, n_ctx=512, n_batch=512, n_ubatch=512, n_threads=2,
-                          pooling_type=POOLING[pooling], verbose=False)
+    llm = llama_cpp.Llama(
+        str(path),
+        embedding=True,
+        n_ctx=512,
+        n_batch=512,
+        n_ubatch=512,
+        n_threads=2,
+        pooling_type=POOLING[pooling],
+        verbose=False,
+    )
     try:
         batch = llama_cpp.llama_batch_init(len(ids), 0, 1)
         try:
@@ -50,8 +59,12 @@ def run(path: Path, ids: list[int], pooling: str, n_embd: int) -> np.ndarray:
             llama_cpp.llama_batch_free(batch)
         ctx = llm._ctx.ctx
         if pooling == "none":
-            return np.stack([np.ctypeslib.as_array(llama_cpp.llama_get_embeddings_ith(ctx, i), shape=(n_embd,)).copy()
-                             for i in range(len(ids))])
+            return np.stack(
+                [
+                    np.ctypeslib.as_array(llama_cpp.llama_get_embeddings_ith(ctx, i), shape=(n_embd,)).copy()
+                    for i in range(len(ids))
+                ]
+            )
         return np.ctypeslib.as_array(llama_cpp.llama_get_embeddings_seq(ctx, 0), shape=(n_embd,)).copy()
     finally:
         llm.close()
@@ -62,8 +75,13 @@ def tiny() -> None:
         for label, wtype in (("f32", bertgen.F32), ("f16", bertgen.F16), ("q8_0", bertgen.Q8_0)):
             path = bertgen.write(Path(tmp) / f"{label}.gguf", wtype)
             out = {p: run(path, bertgen.IDS, p, bertgen.N_EMBD) for p in POOLING}
-            np.savez(bertgen.DATA / f"tiny_{label}.npz", ids=np.array(bertgen.IDS), tokens=out["none"],
-                     mean=out["mean"], cls=out["cls"])
+            np.savez(
+                bertgen.DATA / f"tiny_{label}.npz",
+                ids=np.array(bertgen.IDS),
+                tokens=out["none"],
+                mean=out["mean"],
+                cls=out["cls"],
+            )
             print(label, out["mean"][:4])
 
 
@@ -87,7 +105,9 @@ def minilm() -> None:
 
 
 NOMIC_CASES = {  # label -> (wtype, write_nomic keywords)
-    "f32": (bertgen.F32, {}), "f16": (bertgen.F16, {}), "q8_0": (bertgen.Q8_0, {}),
+    "f32": (bertgen.F32, {}),
+    "f16": (bertgen.F16, {}),
+    "q8_0": (bertgen.Q8_0, {}),
     "f32_split_bias": (bertgen.F32, {"fused": False, "biases": True}),  # separate q/k/v, every optional bias
 }
 
@@ -108,9 +128,13 @@ def nomic() -> None:
 
 
 RERANK_CASES = {  # label -> (wtype, bertgen.write_reranker keywords)
-    "f32": (bertgen.F32, {}), "f16": (bertgen.F16, {}), "q8_0": (bertgen.Q8_0, {}),
-    "f32_output": (bertgen.F32, {"head": "output"}), "f32_dense": (bertgen.F32, {"head": "dense"}),
-    "f32_mean": (bertgen.F32, {"classifier_pooling": 1}), "f32_labels": (bertgen.F32, {"labels": ["no", "yes"]}),
+    "f32": (bertgen.F32, {}),
+    "f16": (bertgen.F16, {}),
+    "q8_0": (bertgen.Q8_0, {}),
+    "f32_output": (bertgen.F32, {"head": "output"}),
+    "f32_dense": (bertgen.F32, {"head": "dense"}),
+    "f32_mean": (bertgen.F32, {"classifier_pooling": 1}),
+    "f32_labels": (bertgen.F32, {"labels": ["no", "yes"]}),
 }
 RERANK_SERVED = {"plain": {}, "template": {"template": bertgen.RERANK_TEMPLATE}}  # llama-server runs these (F32)
 
@@ -146,10 +170,27 @@ def _serve_rerank(path: Path) -> dict:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    proc = subprocess.Popen([str(bindir / "llama-server"), "-m", str(path), "--reranking", "--host", "127.0.0.1",
-                             "--port", str(port), "-c", str(bertgen.N_CTX), "-np", "1", "-t", "2"],
-                            env={**os.environ, "LD_LIBRARY_PATH": str(bindir)}, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [
+            str(bindir / "llama-server"),
+            "-m",
+            str(path),
+            "--reranking",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "-c",
+            str(bertgen.N_CTX),
+            "-np",
+            "1",
+            "-t",
+            "2",
+        ],
+        env={**os.environ, "LD_LIBRARY_PATH": str(bindir)},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     url = f"http://127.0.0.1:{port}"
 
     def post(route: str, body: dict) -> dict:
@@ -166,16 +207,20 @@ def _serve_rerank(path: Path) -> dict:
             except OSError:
                 time.sleep(0.1)
         query, docs = bertgen.RERANK_QUERY, bertgen.RERANK_DOCS
-        return {"jina": post("/v1/rerank", {"model": "tiny", "query": query, "documents": docs}),
-                "tei": post("/rerank", {"query": query, "texts": docs, "return_text": True})}
+        return {
+            "jina": post("/v1/rerank", {"model": "tiny", "query": query, "documents": docs}),
+            "tei": post("/rerank", {"query": query, "texts": docs, "return_text": True}),
+        }
     finally:
         proc.terminate()
         proc.wait(timeout=30)
 
 
 GEMMA_CASES = {  # label -> (wtype, bertgen.write_gemma keywords)
-    "f32": (bertgen.F32, {}), "q8_0": (bertgen.Q8_0, {}),
-    "f32_dense": (bertgen.F32, {"dense": True}), "q8_0_dense": (bertgen.Q8_0, {"dense": True}),
+    "f32": (bertgen.F32, {}),
+    "q8_0": (bertgen.Q8_0, {}),
+    "f32_dense": (bertgen.F32, {"dense": True}),
+    "q8_0_dense": (bertgen.Q8_0, {"dense": True}),
 }
 
 
@@ -232,5 +277,12 @@ if __name__ == "__main__":
     # no argument: every reference; else only those named (tiny, minilm, nomic, rerank, gemma, qwen3_last, ugm)
     bertgen.DATA.mkdir(parents=True, exist_ok=True)
     for name in sys.argv[1:] or ("tiny", "minilm", "nomic", "rerank", "gemma", "qwen3_last", "ugm"):
-        {"tiny": tiny, "minilm": minilm, "nomic": nomic, "rerank": rerank, "gemma": gemma, "qwen3_last": qwen3_last,
-         "ugm": ugm}[name]()
+        {
+            "tiny": tiny,
+            "minilm": minilm,
+            "nomic": nomic,
+            "rerank": rerank,
+            "gemma": gemma,
+            "qwen3_last": qwen3_last,
+            "ugm": ugm,
+        }[name]()

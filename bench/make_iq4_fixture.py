@@ -12,6 +12,7 @@ Shapes: n_embd 64, 4 query heads and 1 KV head of 64 (so attn_output and ffn_dow
 super-block), n_ff 256, 2 layers, the 260-token byte-level BPE vocabulary of tests/_engine_gguf.py. IQ4_NL:
 token_embd (tied output), attn_q/k/v, ffn_gate/up; IQ4_XS: attn_output, ffn_down. About 110 KB.
 """
+
 from __future__ import annotations
 
 import json
@@ -51,35 +52,51 @@ def tensors(seed: int = 11) -> list[tuple[str, int, tuple[int, int], np.ndarray]
     out = [mat("token_embd.weight", len(TOKENS), N_EMBD, GGMLType.IQ4_NL, 1.0), norm("output_norm.weight")]
     for il in range(N_LAYER):
         p = f"blk.{il}."
-        out += [norm(p + "attn_norm.weight"),
-                mat(p + "attn_q.weight", q_out, N_EMBD, GGMLType.IQ4_NL),
-                mat(p + "attn_k.weight", kv_out, N_EMBD, GGMLType.IQ4_NL),
-                mat(p + "attn_v.weight", kv_out, N_EMBD, GGMLType.IQ4_NL),
-                mat(p + "attn_output.weight", N_EMBD, q_out, GGMLType.IQ4_XS),
-                norm(p + "ffn_norm.weight"),
-                mat(p + "ffn_gate.weight", N_FF, N_EMBD, GGMLType.IQ4_NL),
-                mat(p + "ffn_up.weight", N_FF, N_EMBD, GGMLType.IQ4_NL),
-                mat(p + "ffn_down.weight", N_EMBD, N_FF, GGMLType.IQ4_XS)]
+        out += [
+            norm(p + "attn_norm.weight"),
+            mat(p + "attn_q.weight", q_out, N_EMBD, GGMLType.IQ4_NL),
+            mat(p + "attn_k.weight", kv_out, N_EMBD, GGMLType.IQ4_NL),
+            mat(p + "attn_v.weight", kv_out, N_EMBD, GGMLType.IQ4_NL),
+            mat(p + "attn_output.weight", N_EMBD, q_out, GGMLType.IQ4_XS),
+            norm(p + "ffn_norm.weight"),
+            mat(p + "ffn_gate.weight", N_FF, N_EMBD, GGMLType.IQ4_NL),
+            mat(p + "ffn_up.weight", N_FF, N_EMBD, GGMLType.IQ4_NL),
+            mat(p + "ffn_down.weight", N_EMBD, N_FF, GGMLType.IQ4_XS),
+        ]
     return out
 
 
 def metadata() -> tuple[dict, dict]:
     a = "llama"
     meta = {
-        "general.architecture": a, "general.name": "iq4-tiny", "general.file_type": 25,  # MOSTLY_IQ4_NL
-        f"{a}.block_count": N_LAYER, f"{a}.context_length": 256, f"{a}.embedding_length": N_EMBD,
-        f"{a}.feed_forward_length": N_FF, f"{a}.attention.head_count": N_HEAD,
-        f"{a}.attention.head_count_kv": N_HEAD_KV, f"{a}.attention.key_length": HEAD_DIM,
-        f"{a}.attention.value_length": HEAD_DIM, f"{a}.rope.dimension_count": HEAD_DIM,
-        f"{a}.rope.freq_base": 10000.0, f"{a}.attention.layer_norm_rms_epsilon": 1e-5,
-        "tokenizer.ggml.model": "gpt2", "tokenizer.ggml.pre": "default", "tokenizer.ggml.tokens": TOKENS,
-        "tokenizer.ggml.token_type": [1] * (len(TOKENS) - 1) + [3], "tokenizer.ggml.merges": MERGES,
-        "tokenizer.ggml.eos_token_id": EOS_ID, "tokenizer.ggml.bos_token_id": EOS_ID,
+        "general.architecture": a,
+        "general.name": "iq4-tiny",
+        "general.file_type": 25,  # MOSTLY_IQ4_NL
+        f"{a}.block_count": N_LAYER,
+        f"{a}.context_length": 256,
+        f"{a}.embedding_length": N_EMBD,
+        f"{a}.feed_forward_length": N_FF,
+        f"{a}.attention.head_count": N_HEAD,
+        f"{a}.attention.head_count_kv": N_HEAD_KV,
+        f"{a}.attention.key_length": HEAD_DIM,
+        f"{a}.attention.value_length": HEAD_DIM,
+        f"{a}.rope.dimension_count": HEAD_DIM,
+        f"{a}.rope.freq_base": 10000.0,
+        f"{a}.attention.layer_norm_rms_epsilon": 1e-5,
+        "tokenizer.ggml.model": "gpt2",
+        "tokenizer.ggml.pre": "default",
+        "tokenizer.ggml.tokens": TOKENS,
+        "tokenizer.ggml.token_type": [1] * (len(TOKENS) - 1) + [3],
+        "tokenizer.ggml.merges": MERGES,
+        "tokenizer.ggml.eos_token_id": EOS_ID,
+        "tokenizer.ggml.bos_token_id": EOS_ID,
         "tokenizer.ggml.add_bos_token": False,
     }
-    types = {f"{a}.rope.freq_base": GGUFValueType.FLOAT32,
-             f"{a}.attention.layer_norm_rms_epsilon": GGUFValueType.FLOAT32,
-             "tokenizer.ggml.token_type": (GGUFValueType.ARRAY, GGUFValueType.INT32)}
+    types = {
+        f"{a}.rope.freq_base": GGUFValueType.FLOAT32,
+        f"{a}.attention.layer_norm_rms_epsilon": GGUFValueType.FLOAT32,
+        "tokenizer.ggml.token_type": (GGUFValueType.ARRAY, GGUFValueType.INT32),
+    }
     return meta, types
 
 
@@ -118,9 +135,13 @@ def main() -> None:
     gguf_io.write(OUT_GGUF, meta, tensors(), metadata_types=types)
     import llama_cpp
 
-    doc = {"note": "llama.cpp's logits on tests/data/iq4_tiny.gguf; made by bench/make_iq4_fixture.py",
-           "llama_cpp_python": llama_cpp.__version__, "n_threads": 2, "top": TOP,
-           "entries": llama_cpp_outputs(OUT_GGUF)}
+    doc = {
+        "note": "llama.cpp's logits on tests/data/iq4_tiny.gguf; made by bench/make_iq4_fixture.py",
+        "llama_cpp_python": llama_cpp.__version__,
+        "n_threads": 2,
+        "top": TOP,
+        "entries": llama_cpp_outputs(OUT_GGUF),
+    }
     OUT_JSON.write_text(json.dumps(doc, separators=(",", ":")) + "\n")
     print(f"{OUT_GGUF.name}: {OUT_GGUF.stat().st_size} bytes; {OUT_JSON.name}: {OUT_JSON.stat().st_size} bytes")
 

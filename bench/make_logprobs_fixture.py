@@ -8,6 +8,7 @@ decode (n_ctx 512, 2 threads), each with the chosen id, its log-probability and 
 log-probability), from the log-softmax (in double) of llama.cpp's logits at that step. Writes
 tests/data/logprobs_llamacpp.json; tests need no llama.cpp. Needs `llama-cpp-python`.
 """
+
 from __future__ import annotations
 
 import json
@@ -48,7 +49,9 @@ def main() -> None:
             steps.append({"id": tok, "logprob": float(lp[tok]), "top": [[int(t), float(lp[t])] for t in order]})
             llm.eval([tok])
         cases.append({"prompt": text, "ids": [int(i) for i in ids], "steps": steps})
-    OUT.write_text(json.dumps({"model": path.name, "n_predict": N_PREDICT, "top": TOP, "cases": cases}, indent=1) + "\n")
+    OUT.write_text(
+        json.dumps({"model": path.name, "n_predict": N_PREDICT, "top": TOP, "cases": cases}, indent=1) + "\n"
+    )
     print("wrote", OUT)
 
 

@@ -27,6 +27,7 @@ Our NumPy K-quantizer takes ~15 min for a 1B Q4_K_M model on this machine, so by
 DIR/_blocks): every layer still has its own bytes in the file, so the bytes a decode step reads are the same as
 with distinct draws; `--distinct` draws every tensor afresh.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -51,11 +52,31 @@ SHAPES = {
     "1b": dict(n_embd=2048, n_layer=16, n_head=32, n_head_kv=8, n_ff=8192),
     "3b": dict(n_embd=3072, n_layer=28, n_head=24, n_head_kv=8, n_ff=8192),
     # Qwen3-30B-A3B's own layer (head_dim 128 > n_embd / n_head; feed_forward_length 6144 is unused by qwen3moe)
-    "a3b": dict(n_embd=2048, n_layer=8, n_head=32, n_head_kv=4, head_dim=128, n_ff=6144,
-                n_expert=64, n_expert_used=8, n_ff_exp=768),
+    "a3b": dict(
+        n_embd=2048,
+        n_layer=8,
+        n_head=32,
+        n_head_kv=4,
+        head_dim=128,
+        n_ff=6144,
+        n_expert=64,
+        n_expert_used=8,
+        n_ff_exp=768,
+    ),
     # gpt-oss-20b's own layer (64 heads of 64 > n_embd 2880, 128-token windows on even layers), 4 of its 24 layers
-    "20b": dict(n_embd=2880, n_layer=4, n_head=64, n_head_kv=8, head_dim=64, n_ff=2880,
-                n_expert=32, n_expert_used=4, n_ff_exp=2880, n_vocab=201088, window=128),
+    "20b": dict(
+        n_embd=2880,
+        n_layer=4,
+        n_head=64,
+        n_head_kv=8,
+        head_dim=64,
+        n_ff=2880,
+        n_expert=32,
+        n_expert_used=4,
+        n_ff_exp=2880,
+        n_vocab=201088,
+        window=128,
+    ),
 }
 ARCHS = ("llama", "qwen2", "qwen3", "phi3", "gemma2", "gemma3", "qwen3moe", "gpt-oss")
 MOE_SHAPES = {"qwen3moe": ("a3b",), "gpt-oss": ("20b",)}  # the archs with experts, each with its own shapes only
@@ -142,15 +163,23 @@ def metadata(arch: str, s: dict, shape_name: str, qname: str) -> tuple[dict, dic
     hd = head_dim(s)
     # not the arch in the name: llama.cpp (and we, as it does) key Phi-3's EOG token attributes on "phi3" in it
     md = {"general.architecture": arch, "general.name": f"random weights, {shape_name} shape"}
-    u32 = {"block_count": s["n_layer"], "context_length": N_CTX_TRAIN, "embedding_length": s["n_embd"],
-           "feed_forward_length": s["n_ff"], "attention.head_count": s["n_head"],
-           "attention.head_count_kv": s["n_head_kv"], "rope.dimension_count": hd, "vocab_size": s["n_vocab"]}
+    u32 = {
+        "block_count": s["n_layer"],
+        "context_length": N_CTX_TRAIN,
+        "embedding_length": s["n_embd"],
+        "feed_forward_length": s["n_ff"],
+        "attention.head_count": s["n_head"],
+        "attention.head_count_kv": s["n_head_kv"],
+        "rope.dimension_count": hd,
+        "vocab_size": s["n_vocab"],
+    }
     f32 = {"rope.freq_base": base, "attention.layer_norm_rms_epsilon": eps}
     if hd != s["n_embd"] // s["n_head"]:
         u32["attention.key_length"] = u32["attention.value_length"] = hd
     if "n_expert" in s:
-        u32.update(expert_count=s["n_expert"], expert_used_count=s["n_expert_used"],
-                   expert_feed_forward_length=s["n_ff_exp"])
+        u32.update(
+            expert_count=s["n_expert"], expert_used_count=s["n_expert_used"], expert_feed_forward_length=s["n_ff_exp"]
+        )
     if arch == "gemma2":  # Gemma 2's own values
         u32["attention.sliding_window"] = 4096
         f32["attn_logit_softcapping"], f32["final_logit_softcapping"] = 50.0, 30.0
@@ -198,7 +227,7 @@ def _kind(name: str) -> str:
 
 def draw(kind: str, shape: tuple[int, ...], seed: int) -> np.ndarray:
     rng = np.random.default_rng([seed, zlib.crc32(f"{kind}{shape}".encode())])
-    return (rng.standard_normal(shape, dtype=np.float32) * np.float32(STD))  # shape, float32
+    return rng.standard_normal(shape, dtype=np.float32) * np.float32(STD)  # shape, float32
 
 
 def blocks(name: str, shape: tuple[int, ...], target: int, cache: Path | None, seed: int) -> np.ndarray:
@@ -211,7 +240,7 @@ def blocks(name: str, shape: tuple[int, ...], target: int, cache: Path | None, s
     out = np.empty((rows, quant.row_bytes(target, cols)), np.uint8)  # (rows, target row bytes)
     step = max(1, _CHUNK_ELEMENTS // cols)
     for a in range(0, rows, step):
-        out[a:a + step] = quant.quantize(x[a:a + step], target)
+        out[a : a + step] = quant.quantize(x[a : a + step], target)
     out = out.reshape(*shape[:-1], out.shape[-1])  # (..., rows, target row bytes)
     if path is not None:
         np.save(path, out)
@@ -273,8 +302,10 @@ def main() -> None:
     moe = {sh for shapes in MOE_SHAPES.values() for sh in shapes}
     if args.shape not in MOE_SHAPES.get(args.arch, tuple(sorted(set(SHAPES) - moe))):
         takes = ", ".join(f"{a} takes {sh[0]}" for a, sh in MOE_SHAPES.items())
-        sys.exit(f"--shape {args.shape} is not a shape for --arch {args.arch} ({takes}, the others "
-                 f"{', '.join(sorted(set(SHAPES) - moe))})")
+        sys.exit(
+            f"--shape {args.shape} is not a shape for --arch {args.arch} ({takes}, the others "
+            f"{', '.join(sorted(set(SHAPES) - moe))})"
+        )
     args.quant = args.quant or (["q8_0"] if args.arch == "gpt-oss" else ["q8_0", "q4_K_M"])
     args.out.mkdir(parents=True, exist_ok=True)
     if ROOT in args.out.resolve().parents or args.out.resolve() == ROOT:

@@ -11,6 +11,7 @@ Needs `llama-cpp-python` (tests never do). Three parts:
   texts with a merge for every way to cut it, so llama.cpp merges each pre-token fragment into exactly one
   token and the token sequence *is* the fragment sequence.
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -110,12 +111,14 @@ def model_golden(name: str) -> dict:
     cases = []
     for text in TEXTS:
         ids = llm.tokenize(text.encode(), add_bos=True, special=True)
-        cases.append({
-            "text": text,
-            "ids": ids,
-            "ids_plain": llm.tokenize(text.encode(), add_bos=False, special=False),
-            "detok_hex": _detokenize(vocab, ids).hex(),
-        })
+        cases.append(
+            {
+                "text": text,
+                "ids": ids,
+                "ids_plain": llm.tokenize(text.encode(), add_bos=False, special=False),
+                "detok_hex": _detokenize(vocab, ids).hex(),
+            }
+        )
     sample = _sample_ids(n_vocab)
     return {
         "file": path.name,
@@ -131,11 +134,38 @@ def model_golden(name: str) -> dict:
 
 # -- pre-tokenizers --------------------------------------------------------------------------------------
 PRE_TEXTS = [
-    "Hello world's 123456", "I'M don't WE'LL", "a  b   c\n\n d", "\t\tx \r\n y", " 3.14159 ,; !!",
-    "한국어 텍스트", "日本語のカナ", "中文。测试", "مرحبا ١٢٣", "👨‍👩‍👧 ok🙂", "x\u00a0y\u3000z", "snake_case+=<=>",
-    "CamelCaseWORDSx", "1,000,000 ok", "  \n  \n", "é Ça ñandú", "IMGIMGABZ <sentinel:12>", "a'b 'C' 's",
-    "foo/bar\n/// x", "हिन्दी ok", "ǅx Ǆy ǆ", "a\u0301b\u0300 c", "...---___", "[]{}()<>", "$5 ^2 ~x |y `z`",
-    "\x0b\x0c\x1c\x85 w", "12345678901", "Ⅻ½² x", "ก ข ค", "tab\tend\t", "x    \n\n   y", "'s's 'll'LL",
+    "Hello world's 123456",
+    "I'M don't WE'LL",
+    "a  b   c\n\n d",
+    "\t\tx \r\n y",
+    " 3.14159 ,; !!",
+    "한국어 텍스트",
+    "日本語のカナ",
+    "中文。测试",
+    "مرحبا ١٢٣",
+    "👨‍👩‍👧 ok🙂",
+    "x\u00a0y\u3000z",
+    "snake_case+=<=>",
+    "CamelCaseWORDSx",
+    "1,000,000 ok",
+    "  \n  \n",
+    "é Ça ñandú",
+    "IMGIMGABZ <sentinel:12>",
+    "a'b 'C' 's",
+    "foo/bar\n/// x",
+    "हिन्दी ok",
+    "ǅx Ǆy ǆ",
+    "a\u0301b\u0300 c",
+    "...---___",
+    "[]{}()<>",
+    "$5 ^2 ~x |y `z`",
+    "\x0b\x0c\x1c\x85 w",
+    "12345678901",
+    "Ⅻ½² x",
+    "ก ข ค",
+    "tab\tend\t",
+    "x    \n\n   y",
+    "'s's 'll'LL",
 ]
 
 

@@ -14,6 +14,7 @@ Recorded per model and text: `llama_tokenize` ids for add_special x parse_specia
 (remove_special=False, unparse_special=False) of the add_special+parse_special ids; the pieces of every token
 with special off and on; the detokenized bytes of random id sequences.
 """
+
 from __future__ import annotations
 
 import io
@@ -43,20 +44,51 @@ TEXTS = WPM_TEXTS + [
     "ﬁnance ﬂow ﬀ ﬃ ﬄ ﬅ ﬆ and ㍿ ㌔ ™ ℡ ℃ ㎏",
     "ＦＵＬＬ　ＷＩＤＴＨ　ｔｅｘｔ，ｗｉｔｈ　ｐｕｎｃｔｕａｔｉｏｎ！",
     "e\u0301e\u0300 o\u0302 u\u0308 C\u0327 n\u0303 \u0041\u030a \u00c5 \u212b",
-    "<s>", "</s>", "<s> text </s>", "<s></s><s>", "a<s>b</s>c", "<pad><unk><mask> x",
-    "<url> https://x.y <url><url>", " <url> ", "é! è! ê é", "éé!!", "<ur", "<url",
-    "\u00e8", "\u00e9", "[PAD1503] [PAD",
-    "\x00nul\x00 inside", "\x01\x02\x03\x04\x05\x06\x07\x08", "\ufeffBOM start", "trailing nul\x00",
-    "🙂", "🙂🙂🙂 👩\u200d💻 🇯🇵",
-    " ", "  ", "\t", "\n", "\u2581", " \u2581 ", "\u2581\u2581x",
-    "x", "xx", "qqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqq", "zzz" * 50,
-    "Тест ТЕСТ тест", "ǅ ǆ Ǆ", "Ⅻ ⅻ ⑦ ½ ¼ ² ₂ ª º",
-    "日本語とEnglishのmixed文章です。", "한국어와 English 혼합",
+    "<s>",
+    "</s>",
+    "<s> text </s>",
+    "<s></s><s>",
+    "a<s>b</s>c",
+    "<pad><unk><mask> x",
+    "<url> https://x.y <url><url>",
+    " <url> ",
+    "é! è! ê é",
+    "éé!!",
+    "<ur",
+    "<url",
+    "\u00e8",
+    "\u00e9",
+    "[PAD1503] [PAD",
+    "\x00nul\x00 inside",
+    "\x01\x02\x03\x04\x05\x06\x07\x08",
+    "\ufeffBOM start",
+    "trailing nul\x00",
+    "🙂",
+    "🙂🙂🙂 👩\u200d💻 🇯🇵",
+    " ",
+    "  ",
+    "\t",
+    "\n",
+    "\u2581",
+    " \u2581 ",
+    "\u2581\u2581x",
+    "x",
+    "xx",
+    "qqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqq",
+    "zzz" * 50,
+    "Тест ТЕСТ тест",
+    "ǅ ǆ Ǆ",
+    "Ⅻ ⅻ ⑦ ½ ¼ ² ₂ ª º",
+    "日本語とEnglishのmixed文章です。",
+    "한국어와 English 혼합",
 ]
 
 
 def corpus() -> str:
-    parts = [(ROOT / "README.md").read_text(encoding="utf-8"), (ROOT / "docs" / "measurements.md").read_text(encoding="utf-8")]
+    parts = [
+        (ROOT / "README.md").read_text(encoding="utf-8"),
+        (ROOT / "docs" / "measurements.md").read_text(encoding="utf-8"),
+    ]
     parts += WPM_TEXTS * 3
     return "\n".join(line for part in parts for line in part.splitlines() if line.strip())
 
@@ -71,11 +103,11 @@ def _proto_fields(buf: bytes):
             value, i = _varint(buf, i)
         elif wire == 2:
             size, i = _varint(buf, i)
-            value, i = buf[i:i + size], i + size
+            value, i = buf[i : i + size], i + size
         elif wire == 5:
-            value, i = buf[i:i + 4], i + 4
+            value, i = buf[i : i + 4], i + 4
         elif wire == 1:
-            value, i = buf[i:i + 8], i + 8
+            value, i = buf[i : i + 8], i + 8
         else:
             raise ValueError(f"wire type {wire}")
         yield field, wire, value
@@ -105,11 +137,24 @@ def charsmap_of(model_proto: bytes) -> bytes:
 def train(name: str, opts: dict, text: str) -> tuple[spm.SentencePieceProcessor, bytes]:
     out = io.BytesIO()
     spm.SentencePieceTrainer.train(
-        sentence_iterator=iter(text.splitlines()), model_writer=out, model_type="unigram",
-        vocab_size=opts["vocab"], hard_vocab_limit=False, normalization_rule_name=opts["rule"],
-        add_dummy_prefix=bool(opts["prefix"]), remove_extra_whitespaces=bool(opts["extra_ws"]),
-        byte_fallback=False, character_coverage=0.9995, unk_id=0, bos_id=1, eos_id=2, pad_id=-1,
-        num_threads=1, seed_sentencepiece_size=100000, minloglevel=2)
+        sentence_iterator=iter(text.splitlines()),
+        model_writer=out,
+        model_type="unigram",
+        vocab_size=opts["vocab"],
+        hard_vocab_limit=False,
+        normalization_rule_name=opts["rule"],
+        add_dummy_prefix=bool(opts["prefix"]),
+        remove_extra_whitespaces=bool(opts["extra_ws"]),
+        byte_fallback=False,
+        character_coverage=0.9995,
+        unk_id=0,
+        bos_id=1,
+        eos_id=2,
+        pad_id=-1,
+        num_threads=1,
+        seed_sentencepiece_size=100000,
+        minloglevel=2,
+    )
     proto = out.getvalue()
     return spm.SentencePieceProcessor(model_proto=proto), charsmap_of(proto)
 
@@ -133,12 +178,21 @@ def vocab_metadata(sp: spm.SentencePieceProcessor, charsmap: bytes, opts: dict) 
     tokens.append("<mask>")
     scores.append(0.0)
     types.append(3)
-    md = {"tokenizer.ggml.model": "t5", "tokenizer.ggml.pre": "default", "tokenizer.ggml.tokens": tokens,
-          "tokenizer.ggml.scores": scores, "tokenizer.ggml.token_type": types,
-          "tokenizer.ggml.bos_token_id": 0, "tokenizer.ggml.eos_token_id": 2,
-          "tokenizer.ggml.unknown_token_id": 3, "tokenizer.ggml.seperator_token_id": 2,
-          "tokenizer.ggml.padding_token_id": 1, "tokenizer.ggml.mask_token_id": len(tokens) - 1,
-          "tokenizer.ggml.add_bos_token": opts["add_bos"], "tokenizer.ggml.add_eos_token": True}
+    md = {
+        "tokenizer.ggml.model": "t5",
+        "tokenizer.ggml.pre": "default",
+        "tokenizer.ggml.tokens": tokens,
+        "tokenizer.ggml.scores": scores,
+        "tokenizer.ggml.token_type": types,
+        "tokenizer.ggml.bos_token_id": 0,
+        "tokenizer.ggml.eos_token_id": 2,
+        "tokenizer.ggml.unknown_token_id": 3,
+        "tokenizer.ggml.seperator_token_id": 2,
+        "tokenizer.ggml.padding_token_id": 1,
+        "tokenizer.ggml.mask_token_id": len(tokens) - 1,
+        "tokenizer.ggml.add_bos_token": opts["add_bos"],
+        "tokenizer.ggml.add_eos_token": True,
+    }
     if opts["prefix"] is not None:
         md["tokenizer.ggml.add_space_prefix"] = opts["prefix"]
     if opts["extra_ws"] is not None:
@@ -158,8 +212,10 @@ def record(path: Path) -> dict:
         cases.append({"text": text, "ids": ids, "detok_hex": _detokenize(vocab, ids["11"]).hex()})
     rng = random.Random(20240611)
     random_ids = [[rng.randrange(n_vocab) for _ in range(rng.randint(1, 16))] for _ in range(150)]
-    random_ids += [[rng.choice([0, 1, 2, 3, n_vocab - 1, n_vocab - 2, n_vocab - 3, 4, 5, 6, 7])
-                    for _ in range(rng.randint(1, 6))] for _ in range(50)]
+    random_ids += [
+        [rng.choice([0, 1, 2, 3, n_vocab - 1, n_vocab - 2, n_vocab - 3, 4, 5, 6, 7]) for _ in range(rng.randint(1, 6))]
+        for _ in range(50)
+    ]
     out = {
         "n_vocab": n_vocab,
         "bos": llama_cpp.llama_vocab_bos(vocab),
@@ -176,8 +232,10 @@ def record(path: Path) -> dict:
 
 def main() -> None:
     text = corpus()
-    golden = {"producer": f"llama.cpp via llama-cpp-python {llama_cpp.__version__}, bench/make_ugm_golden.py",
-              "models": {}}
+    golden = {
+        "producer": f"llama.cpp via llama-cpp-python {llama_cpp.__version__}, bench/make_ugm_golden.py",
+        "models": {},
+    }
     for name, opts in MODELS.items():
         sp, charsmap = train(name, opts, text)
         path = DATA / f"ugm_{name}.gguf"

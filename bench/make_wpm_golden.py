@@ -9,6 +9,7 @@ loads. Recorded per text: `llama_tokenize` ids for add_special x parse_special, 
 localrt's decode: remove_special=False, unparse_special=False) of the add_special+parse_special ids; then the
 pieces of a sample of ids and the detokenized bytes of random id sequences.
 """
+
 from __future__ import annotations
 
 import importlib.util
@@ -164,9 +165,37 @@ def main() -> None:
         sample = sorted(set(range(1100)) | set(range(n_vocab - 50, n_vocab)) | set(range(0, n_vocab, 97)))
         random_ids = [[rng.randrange(n_vocab) for _ in range(rng.randint(1, 24))] for _ in range(200)]
         # near the specials and the punctuation-led rows, so that clean_spaces has something to do
-        random_ids += [[rng.choice([100, 101, 102, 103, 0, 1005, 1010, 1012, 1029, 999, 1055, 1056, 1049, 2310,
-                                    2128, 2222, 1521, 2063, 2050, 1040, 2094]) for _ in range(rng.randint(1, 12))]
-                       for _ in range(200)]
+        random_ids += [
+            [
+                rng.choice(
+                    [
+                        100,
+                        101,
+                        102,
+                        103,
+                        0,
+                        1005,
+                        1010,
+                        1012,
+                        1029,
+                        999,
+                        1055,
+                        1056,
+                        1049,
+                        2310,
+                        2128,
+                        2222,
+                        1521,
+                        2063,
+                        2050,
+                        1040,
+                        2094,
+                    ]
+                )
+                for _ in range(rng.randint(1, 12))
+            ]
+            for _ in range(200)
+        ]
         golden = {
             "producer": f"llama.cpp via llama-cpp-python {llama_cpp.__version__}, bench/make_wpm_golden.py",
             "package": PACKAGE,

@@ -8,6 +8,7 @@ reported for both, as bytes per second, with the ratio. Appends one record per r
 
     python bench/pull.py [--mb 256] [--runs 3] [--streams 4]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -43,8 +44,10 @@ def make_mirror_store(root: Path, n_bytes: int) -> tuple[st.Store, str]:
     s = st.Store(root)
     blob = s.write_blob(_random_stream(n_bytes))
     conf = s.write_blob(mf.config_blob(model_family="llama"))
-    s.put_manifest("bench:1", mf.build(mf.Layer(mf.CONFIG_MEDIA_TYPE, conf.digest, conf.size),
-                                       [mf.Layer(mf.MODEL, blob.digest, blob.size)]))
+    s.put_manifest(
+        "bench:1",
+        mf.build(mf.Layer(mf.CONFIG_MEDIA_TYPE, conf.digest, conf.size), [mf.Layer(mf.MODEL, blob.digest, blob.size)]),
+    )
     return s, blob.digest
 
 
@@ -66,8 +69,9 @@ def serve_forever(root: str, port: int) -> None:
     s = st.Store(root)
     config = cfg.load({"LOCALRT_HOST": f"127.0.0.1:{port}"})
     app = Starlette(routes=registry_routes(lambda: s, config))
-    uvicorn.Server(uvicorn.Config(app, host=config.host, port=port, log_level="warning", access_log=False,
-                                  lifespan="off")).run()
+    uvicorn.Server(
+        uvicorn.Config(app, host=config.host, port=port, log_level="warning", access_log=False, lifespan="off")
+    ).run()
 
 
 def start_mirror(root: Path) -> tuple[subprocess.Popen, str]:
@@ -147,9 +151,9 @@ def main() -> None:
         "goal_ratio": 0.7,
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform()},
         "notes": "pull = HTTP range download from a mirror process (uvicorn/h11) read with http.client, sha256 "
-                 "trailing + fsync + rename; copy = shutil.copyfile + fsync (in-kernel, no hashing); copy_then_sha256 "
-                 "adds the hash a verified copy needs. Both read from the page cache. The mirror process, the "
-                 "client and the hash share the machine's cores.",
+        "trailing + fsync + rename; copy = shutil.copyfile + fsync (in-kernel, no hashing); copy_then_sha256 "
+        "adds the hash a verified copy needs. Both read from the page cache. The mirror process, the "
+        "client and the hash share the machine's cores.",
     }
     print(json.dumps(result, indent=1))
     append_record("pull", result, load_at_start=load_at_start, out=args.out)

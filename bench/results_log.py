@@ -14,6 +14,7 @@ converted from the old per-session JSON files say where each field came from in 
 
 `python3 bench/latest.py [BENCHMARK]` prints the latest record of each benchmark as a table.
 """
+
 from __future__ import annotations
 
 import copy
@@ -58,8 +59,11 @@ def cpu_info() -> tuple[str | None, dict | None]:
             flags = set(value.split())
     if flags is None:  # e.g. an ARM kernel: "Features", no x86 flags to report
         return model or platform.processor() or platform.machine() or None, None
-    return model, {"avx2": "avx2" in flags, "avx512": "avx512f" in flags,
-                   "vnni": "avx512_vnni" in flags or "avx_vnni" in flags}
+    return model, {
+        "avx2": "avx2" in flags,
+        "avx512": "avx512f" in flags,
+        "vnni": "avx512_vnni" in flags or "avx_vnni" in flags,
+    }
 
 
 def _threads() -> int | None:
@@ -77,8 +81,9 @@ def _loadavg() -> float | None:
         return None
 
 
-def make_record(benchmark: str, results: dict, *, native: dict | None = None, threads=None,
-                load_at_start: float | None = None) -> dict:
+def make_record(
+    benchmark: str, results: dict, *, native: dict | None = None, threads=None, load_at_start: float | None = None
+) -> dict:
     model, flags = cpu_info()
     commit = _git("rev-parse", "HEAD")
     dirty = _git("status", "--porcelain", "--untracked-files=no") if commit else None
@@ -93,14 +98,25 @@ def make_record(benchmark: str, results: dict, *, native: dict | None = None, th
         "load": {"1m_at_start": None if load_at_start is None else round(load_at_start, 2), "1m_at_end": _loadavg()},
         "results": results,
         "native": native,
-        "source": {"script": os.path.relpath(os.path.abspath(sys.argv[0]), ROOT) if sys.argv and sys.argv[0] else None,
-                   "argv": sys.argv[1:], "tree_dirty": None if dirty is None else bool(dirty),
-                   "python": platform.python_version(), "machine": platform.machine()},
+        "source": {
+            "script": os.path.relpath(os.path.abspath(sys.argv[0]), ROOT) if sys.argv and sys.argv[0] else None,
+            "argv": sys.argv[1:],
+            "tree_dirty": None if dirty is None else bool(dirty),
+            "python": platform.python_version(),
+            "machine": platform.machine(),
+        },
     }
 
 
-def append_record(benchmark: str, results: dict, *, native: dict | None = None, threads=None,
-                  load_at_start: float | None = None, out: str | os.PathLike | None = None) -> Path:
+def append_record(
+    benchmark: str,
+    results: dict,
+    *,
+    native: dict | None = None,
+    threads=None,
+    load_at_start: float | None = None,
+    out: str | os.PathLike | None = None,
+) -> Path:
     """Append one run to bench/results/<benchmark>.jsonl (or `out`); returns the path written."""
     record = make_record(benchmark, results, native=native, threads=threads, load_at_start=load_at_start)
     path = Path(out) if out else results_path(benchmark)

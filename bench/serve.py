@@ -9,6 +9,7 @@ API runs alternate, each repetition with its own prompt (so neither side gets th
 medians are compared. JSON goes to stdout, and one record per run is appended to bench/results/serve.jsonl
 (bench/results_log.py; --out: another JSONL file).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -30,8 +31,10 @@ from results_log import append_record  # noqa: E402
 MODEL = "smollm2:135m"
 NUM_CTX = 2048
 STOP = ["<|im_start|>", "<|im_end|>"]  # what the daemon adds from the model's params; the direct call gets the same
-PROMPT = ("Run {i}. The following is a short story about a lighthouse keeper who finds a message in a bottle. "
-          "Once upon a time, on a rocky island far from the coast,")
+PROMPT = (
+    "Run {i}. The following is a short story about a lighthouse keeper who finds a message in a bottle. "
+    "Once upon a time, on a rocky island far from the coast,"
+)
 
 
 def options(n: int) -> dict:
@@ -76,11 +79,21 @@ def run_api(client, prompt: str, n: int) -> dict:
 
 
 def start_daemon(tmp: Path, port: int) -> subprocess.Popen:
-    env = {**os.environ, "LOCALRT_HOST": f"127.0.0.1:{port}", "LOCALRT_MODELS": str(tmp / "models"),
-           "LOCALRT_DATA": str(tmp / "data"), "LOCALRT_KEEP_ALIVE": "-1"}
+    env = {
+        **os.environ,
+        "LOCALRT_HOST": f"127.0.0.1:{port}",
+        "LOCALRT_MODELS": str(tmp / "models"),
+        "LOCALRT_DATA": str(tmp / "data"),
+        "LOCALRT_KEEP_ALIVE": "-1",
+    }
     env.pop("LOCALRT_API_KEY", None)
-    proc = subprocess.Popen([sys.executable, "-m", "cli", "serve"], cwd=REPO, env=env, stdout=subprocess.DEVNULL,
-                            stderr=open(tmp / "serve.log", "wb"))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "cli", "serve"],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=open(tmp / "serve.log", "wb"),
+    )
     import httpx
 
     deadline = time.monotonic() + 60
@@ -128,10 +141,16 @@ def concurrency(host: str, clients: int, requests: int) -> dict:
         t.join()
     wall = time.perf_counter() - t0
     latencies.sort()
-    return {"clients": clients, "requests": requests, "completed": len(latencies), "errors": errors[:5],
-            "wall_s": round(wall, 3), "requests_per_s": round(len(latencies) / wall, 3),
-            "latency_p50_s": round(statistics.median(latencies), 3) if latencies else None,
-            "latency_p95_s": round(latencies[int(0.95 * (len(latencies) - 1))], 3) if latencies else None}
+    return {
+        "clients": clients,
+        "requests": requests,
+        "completed": len(latencies),
+        "errors": errors[:5],
+        "wall_s": round(wall, 3),
+        "requests_per_s": round(len(latencies) / wall, 3),
+        "latency_p50_s": round(statistics.median(latencies), 3) if latencies else None,
+        "latency_p95_s": round(latencies[int(0.95 * (len(latencies) - 1))], 3) if latencies else None,
+    }
 
 
 def _median(runs: list[dict], key: str, digits: int = 4) -> float:
@@ -139,11 +158,15 @@ def _median(runs: list[dict], key: str, digits: int = 4) -> float:
 
 
 def summary(runs: list[dict]) -> dict:
-    return {"ttft_s_median": _median(runs, "ttft_s"), "decode_tok_s_median": _median(runs, "decode_tok_s", 2),
-            "engine_prompt_eval_s_median": _median(runs, "engine_prompt_eval_s"),
-            "engine_eval_tok_s_median": _median(runs, "engine_eval_tok_s", 2),
-            "ttft_minus_prompt_eval_s_median": _median(runs, "ttft_minus_prompt_eval_s"),
-            "tokens": [r["tokens"] for r in runs], "runs": runs}
+    return {
+        "ttft_s_median": _median(runs, "ttft_s"),
+        "decode_tok_s_median": _median(runs, "decode_tok_s", 2),
+        "engine_prompt_eval_s_median": _median(runs, "engine_prompt_eval_s"),
+        "engine_eval_tok_s_median": _median(runs, "engine_eval_tok_s", 2),
+        "ttft_minus_prompt_eval_s_median": _median(runs, "ttft_minus_prompt_eval_s"),
+        "tokens": [r["tokens"] for r in runs],
+        "runs": runs,
+    }
 
 
 def _pct(worse: float, base: float) -> float:
@@ -162,8 +185,9 @@ def main() -> None:
     ap.add_argument("--tokens", type=int, default=32)
     ap.add_argument("--clients", type=int, default=8)
     ap.add_argument("--requests", type=int, default=32)
-    ap.add_argument("--out", type=Path, default=None,
-                    help="append the record to this JSONL file, not bench/results/serve.jsonl")
+    ap.add_argument(
+        "--out", type=Path, default=None, help="append the record to this JSONL file, not bench/results/serve.jsonl"
+    )
     args = ap.parse_args()
 
     import ollama
@@ -186,9 +210,11 @@ def main() -> None:
             direct, api = [], []
             for i in range(args.reps):
                 prompt = PROMPT.format(i=i)
-                pair = [(direct, lambda: run_direct(model, prompt, args.tokens)),
-                        (api, lambda: run_api(client, prompt, args.tokens))]
-                for dest, fn in (pair if i % 2 == 0 else pair[::-1]):  # alternate who goes first
+                pair = [
+                    (direct, lambda: run_direct(model, prompt, args.tokens)),
+                    (api, lambda: run_api(client, prompt, args.tokens)),
+                ]
+                for dest, fn in pair if i % 2 == 0 else pair[::-1]:  # alternate who goes first
                     dest.append({k: (round(v, 4) if isinstance(v, float) else v) for k, v in fn().items()})
             model.close()
             conc = concurrency(host, args.clients, args.requests)
@@ -210,20 +236,28 @@ def main() -> None:
             "decode_end_to_end": _slower(a["decode_tok_s_median"], d["decode_tok_s_median"]),
             # compute-independent: what each path adds before the first token beyond the engine's own prompt
             # eval (client TTFT - engine prompt_eval_duration), the difference relative to the direct TTFT
-            "ttft_path": round(100 * (a["ttft_minus_prompt_eval_s_median"] - d["ttft_minus_prompt_eval_s_median"])
-                               / d["ttft_s_median"], 2),
-            "ttft_path_added_ms": round(1000 * (a["ttft_minus_prompt_eval_s_median"]
-                                                - d["ttft_minus_prompt_eval_s_median"]), 1),
+            "ttft_path": round(
+                100
+                * (a["ttft_minus_prompt_eval_s_median"] - d["ttft_minus_prompt_eval_s_median"])
+                / d["ttft_s_median"],
+                2,
+            ),
+            "ttft_path_added_ms": round(
+                1000 * (a["ttft_minus_prompt_eval_s_median"] - d["ttft_minus_prompt_eval_s_median"]), 1
+            ),
             # same runs: tokens/s the client sees vs the daemon engine's own eval rate
             "decode_path": round(statistics.median(_slower(r["decode_tok_s"], r["engine_eval_tok_s"]) for r in api), 2),
             "goal": "< 5",
         },
         "concurrent_generate_16": conc,
-        "machine": {"cpus": os.cpu_count(), "loadavg_before": [round(x, 2) for x in load_before],
-                    "loadavg_after": [round(x, 2) for x in os.getloadavg()],
-                    "note": "shared development machine (2 cores, other helpers' tests and builds running): "
-                            "absolute figures are noisy and low; the direct/API comparison alternates runs to "
-                            "share the noise"},
+        "machine": {
+            "cpus": os.cpu_count(),
+            "loadavg_before": [round(x, 2) for x in load_before],
+            "loadavg_after": [round(x, 2) for x in os.getloadavg()],
+            "note": "shared development machine (2 cores, other helpers' tests and builds running): "
+            "absolute figures are noisy and low; the direct/API comparison alternates runs to "
+            "share the noise",
+        },
         "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
     print(json.dumps(result, indent=1))

@@ -13,6 +13,7 @@ Peak RSS (VmHWM) of each server beside its KV allocation and the weights. JSON t
 appended to bench/results/serve_load.jsonl (bench/results_log.py), llama-server's figures as the record's
 `native`.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -59,8 +60,14 @@ def _wait(url: str, proc: subprocess.Popen, timeout: float = 180) -> None:
 
 
 def _one(base: str, model: str, prompt: str, tokens: int) -> dict:
-    body = {"model": model, "messages": [{"role": "user", "content": prompt}], "stream": True, "temperature": 0,
-            "max_tokens": tokens, "stream_options": {"include_usage": True}}
+    body = {
+        "model": model,
+        "messages": [{"role": "user", "content": prompt}],
+        "stream": True,
+        "temperature": 0,
+        "max_tokens": tokens,
+        "stream_options": {"include_usage": True},
+    }
     t0 = time.perf_counter()
     first = last = None
     chunks = 0
@@ -123,11 +130,13 @@ def _run(base: str, model: str, clients: int, requests: int, tokens: int) -> dic
 
     good = sum(1 for r in results if r["ttft"] <= SLO_TTFT_S and r["tpot"] <= SLO_TPOT_S)
     return {
-        "requests": len(results), "wall_s": round(wall, 2),
+        "requests": len(results),
+        "wall_s": round(wall, 2),
         "aggregate_tok_s": round(sum(r["tokens"] for r in results) / wall, 1),
         "ttft_s": {"p50": pct("ttft", 0.5), "p95": pct("ttft", 0.95), "p99": pct("ttft", 0.99)},
         "tpot_s": {"p50": pct("tpot", 0.5), "p95": pct("tpot", 0.95), "p99": pct("tpot", 0.99)},
-        "goodput_req_s": round(good / wall, 3), "met_slo": f"{good}/{len(results)}",
+        "goodput_req_s": round(good / wall, 3),
+        "met_slo": f"{good}/{len(results)}",
         "mean_tokens": round(statistics.mean(r["tokens"] for r in results), 1),
     }
 
@@ -137,11 +146,22 @@ MODELS = {"smollm2": ("smollm2:135m", "SmolLM2-135M-Instruct Q4_1"), "gemma3": (
 
 def _localrt(clients: int, store: Path, name: str):
     port = _free_port()
-    env = {**os.environ, "LOCALRT_HOST": f"127.0.0.1:{port}", "LOCALRT_MODELS": str(store / "models"),
-           "LOCALRT_DATA": str(store / "data"), "LOCALRT_NUM_PARALLEL": str(clients), "LOCALRT_NUM_THREADS": "2",
-           "LOCALRT_KV_BUDGET": str(CTX_PER_SLOT * clients)}
-    proc = subprocess.Popen([sys.executable, "-m", "localrt", "serve"], cwd=REPO, env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    env = {
+        **os.environ,
+        "LOCALRT_HOST": f"127.0.0.1:{port}",
+        "LOCALRT_MODELS": str(store / "models"),
+        "LOCALRT_DATA": str(store / "data"),
+        "LOCALRT_NUM_PARALLEL": str(clients),
+        "LOCALRT_NUM_THREADS": "2",
+        "LOCALRT_KV_BUDGET": str(CTX_PER_SLOT * clients),
+    }
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "localrt", "serve"],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     base = f"http://127.0.0.1:{port}"
     _wait(base + "/", proc)
     httpx.post(base + "/api/pull", json={"model": name, "stream": False}, timeout=600).raise_for_status()
@@ -150,9 +170,26 @@ def _localrt(clients: int, store: Path, name: str):
 
 def _llama_server(clients: int, path: str, gguf: Path, ctx: int):
     port = _free_port()
-    proc = subprocess.Popen([path, "-m", str(gguf), "-np", str(clients), "-c", str(ctx * clients), "-t", "2",
-                             "--host", "127.0.0.1", "--port", str(port), "-cb"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [
+            path,
+            "-m",
+            str(gguf),
+            "-np",
+            str(clients),
+            "-c",
+            str(ctx * clients),
+            "-t",
+            "2",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "-cb",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     base = f"http://127.0.0.1:{port}"
     _wait(base + "/health", proc)
     return proc, base, "model"
@@ -168,10 +205,17 @@ def main() -> None:
     args = ap.parse_args()
     from localrt.models import builtin_models
 
-    out: dict = {"setup": {"threads": 2, "requests_per_client": args.requests, "max_tokens": args.tokens,
-                           "kv_positions_per_client": CTX_PER_SLOT,
-                           "slo": {"ttft_s": SLO_TTFT_S, "tpot_s": SLO_TPOT_S},
-                           "loadavg_1m_at_start": os.getloadavg()[0]}, "models": {}}
+    out: dict = {
+        "setup": {
+            "threads": 2,
+            "requests_per_client": args.requests,
+            "max_tokens": args.tokens,
+            "kv_positions_per_client": CTX_PER_SLOT,
+            "slo": {"ttft_s": SLO_TTFT_S, "tpot_s": SLO_TPOT_S},
+            "loadavg_1m_at_start": os.getloadavg()[0],
+        },
+        "models": {},
+    }
     with tempfile.TemporaryDirectory() as tmp:
         for key in args.models:
             name, label = MODELS[key]
@@ -180,8 +224,10 @@ def main() -> None:
             out["models"][label] = runs
             for n in args.clients:
                 row = {}
-                for server, start in (("localrt", lambda: _localrt(n, Path(tmp), name)),
-                                      ("llama_server", lambda: _llama_server(n, args.llama_server, gguf, CTX_PER_SLOT))):
+                for server, start in (
+                    ("localrt", lambda: _localrt(n, Path(tmp), name)),
+                    ("llama_server", lambda: _llama_server(n, args.llama_server, gguf, CTX_PER_SLOT)),
+                ):
                     proc, base, model = start()
                     try:
                         row[server] = _run(base, model, n, args.requests, args.tokens)
@@ -189,8 +235,10 @@ def main() -> None:
                         if server == "localrt":
                             ps = httpx.get(base + "/api/ps", timeout=10).json()["models"][0]
                             row[server]["kv_cache_mib"] = round(ps["kv_cache_bytes"] / (1 << 20), 1)
-                            row[server]["kv_blocks_after"] = {k: ps.get(k) for k in ("kv_blocks", "kv_blocks_in_use",
-                                                                                      "kv_blocks_cached", "kv_block_size")}
+                            row[server]["kv_blocks_after"] = {
+                                k: ps.get(k)
+                                for k in ("kv_blocks", "kv_blocks_in_use", "kv_blocks_cached", "kv_block_size")
+                            }
                             row[server]["weights_mib"] = round(gguf.stat().st_size / (1 << 20), 1)
                     finally:
                         proc.terminate()
@@ -203,8 +251,13 @@ def main() -> None:
     out["setup"]["loadavg_1m_at_end"] = os.getloadavg()[0]
     print(json.dumps(out, indent=2))
     native = split_native(out, ("models", "*", "*", "llama_server"))
-    append_record("serve_load", out, native=native, threads=out["setup"]["threads"],
-                  load_at_start=out["setup"]["loadavg_1m_at_start"])
+    append_record(
+        "serve_load",
+        out,
+        native=native,
+        threads=out["setup"]["threads"],
+        load_at_start=out["setup"]["loadavg_1m_at_start"],
+    )
 
 
 if __name__ == "__main__":

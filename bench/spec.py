@@ -31,6 +31,7 @@ what drafting on every step costs, and the acceptance rate a draft of these weig
 ours in the same run (bench/spec_llama.py: its n-gram types, and its draft model for --pairs), under
 "llama_server" in the same JSON (the record's `native`).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -50,11 +51,13 @@ sys.path.insert(0, str(ROOT))
 import numpy as np  # noqa: E402
 from results_log import append_record, split_native  # noqa: E402
 
-PARAGRAPH = ("The committee met on Tuesday to review the annual budget. After a long discussion, the members agreed "
-             "to increase funding for the public library by ten percent, to repair the roof of the community "
-             "centre before the winter, and to postpone the decision on the new parking lot until the spring. "
-             "The chair thanked everyone for their patience and closed the meeting at nine o'clock.")
-CODE = '''def summarize(values):
+PARAGRAPH = (
+    "The committee met on Tuesday to review the annual budget. After a long discussion, the members agreed "
+    "to increase funding for the public library by ten percent, to repair the roof of the community "
+    "centre before the winter, and to postpone the decision on the new parking lot until the spring. "
+    "The chair thanked everyone for their patience and closed the meeting at nine o'clock."
+)
+CODE = """def summarize(values):
     total = 0
     count = 0
     for v in values:
@@ -63,19 +66,21 @@ CODE = '''def summarize(values):
         total += v
         count += 1
     mean = total / count if count else 0.0
-    return {"total": total, "count": count, "mean": mean}'''
-CONTEXT = ("The Old Town Bridge was designed by the engineer Maria Keller in 1871. Construction began in 1874 and "
-           "took six years, because two floods destroyed the wooden scaffolding. The bridge was opened to traffic "
-           "on the first of May 1880, and for forty years it was the only crossing of the river within twenty "
-           "miles. In 1921 the city added a second lane, and in 1987 the bridge was closed to cars and became a "
-           "footpath.")
+    return {"total": total, "count": count, "mean": mean}"""
+CONTEXT = (
+    "The Old Town Bridge was designed by the engineer Maria Keller in 1871. Construction began in 1874 and "
+    "took six years, because two floods destroyed the wooden scaffolding. The bridge was opened to traffic "
+    "on the first of May 1880, and for forty years it was the only crossing of the river within twenty "
+    "miles. In 1921 the city added a second lane, and in 1987 the bridge was closed to cars and became a "
+    "footpath."
+)
 TASKS = {
     "edit_paragraph": f"Rewrite the following paragraph, changing Tuesday to Friday and keeping everything else "
-                      f"exactly the same:\n\n{PARAGRAPH}",
+    f"exactly the same:\n\n{PARAGRAPH}",
     "rename_variable": f"Rename the variable `total` to `running_sum` in this Python function. Reply with the "
-                       f"complete code only.\n\n```python\n{CODE}\n```",
+    f"complete code only.\n\n```python\n{CODE}\n```",
     "quote_context": f"Context: {CONTEXT}\n\nQuestion: What happened to the bridge between 1874 and 1921? Answer by "
-                     f"quoting the sentences of the context word for word.",
+    f"quoting the sentences of the context word for word.",
     "free_writing": "Write a short story about a lighthouse keeper who finds a message in a bottle.",
 }
 COPY_TASKS = ("edit_paragraph", "rename_variable", "quote_context")
@@ -140,7 +145,7 @@ def run_once(model, counter: Counting, ids: list[int], tokens: int, spec: bool) 
         "sizes": counter.sizes,
         "draft_count": done.draft_count,
         "draft_accepted_count": done.draft_accepted_count,
-        "generated": done.context[len(ids):],
+        "generated": done.context[len(ids) :],
     }
 
 
@@ -182,7 +187,7 @@ def bench_model(name: str, tokens: int, repeats: int, seen: dict | None = None) 
         ids = model.tokenize(chat(name, text))
         best: dict[str, dict] = {}
         for r in range(repeats):
-            for spec in ((True, False) if r % 2 == 0 else (False, True)):
+            for spec in (True, False) if r % 2 == 0 else (False, True):
                 got = run_once(model, counter, ids, tokens, spec)
                 key = "on" if spec else "off"
                 if key not in best or got["decode_tok_s"] > best[key]["decode_tok_s"]:
@@ -250,8 +255,12 @@ def bench_pair(name: str, tokens: int, repeats: int, workdir: Path, seen: dict |
     target = load_model(target_path, num_ctx=1024, num_batch=256)
     drafter = ModelDrafter(target, load_model(draft_path, num_ctx=1024, num_batch=256), "draft")
     planner_costs, planner_step = priors(target).costs, drafter.draft_costs
-    modes = {"off": {"draft_num_predict": 0}, "lookup": {}, "draft": {"draft_model": "draft"},
-             "draft_forced": {"draft_model": "draft"}}
+    modes = {
+        "off": {"draft_num_predict": 0},
+        "lookup": {},
+        "draft": {"draft_model": "draft"},
+        "draft_forced": {"draft_model": "draft"},
+    }
 
     def run(ids: list[int], mode: str) -> dict:
         forced = mode == "draft_forced"
@@ -261,10 +270,14 @@ def bench_pair(name: str, tokens: int, repeats: int, workdir: Path, seen: dict |
         drafter.cached.clear()
         events = list(target.generate(ids, {"temperature": 0, "num_predict": tokens, **modes[mode]}, draft=drafter))
         done = events[-1]
-        return {"text": "".join(e.text for e in events[:-1]) + done.text, "eval_count": done.eval_count,
-                "generated": done.context[len(ids):],
-                "decode_tok_s": round(done.eval_count / (done.eval_duration / 1e9), 1),
-                "draft_count": done.draft_count, "draft_accepted_count": done.draft_accepted_count}
+        return {
+            "text": "".join(e.text for e in events[:-1]) + done.text,
+            "eval_count": done.eval_count,
+            "generated": done.context[len(ids) :],
+            "decode_tok_s": round(done.eval_count / (done.eval_duration / 1e9), 1),
+            "draft_count": done.draft_count,
+            "draft_accepted_count": done.draft_accepted_count,
+        }
 
     run(target.tokenize(chat(name, TASKS["edit_paragraph"])), "draft_forced")  # compile kernels, measure forwards
     run(target.tokenize(chat(name, TASKS["edit_paragraph"])), "draft")
@@ -273,14 +286,17 @@ def bench_pair(name: str, tokens: int, repeats: int, workdir: Path, seen: dict |
         ids = target.tokenize(chat(name, text))
         best: dict[str, dict] = {}
         for r in range(repeats):
-            for mode in (modes if r % 2 == 0 else list(modes)[::-1]):
+            for mode in modes if r % 2 == 0 else list(modes)[::-1]:
                 got = run(ids, mode)
                 if mode not in best or got["decode_tok_s"] > best[mode]["decode_tok_s"]:
                     best[mode] = got
         if seen is not None:
             seen[task] = (text, chat(name, text), ids, best["off"]["text"])
-        row = {"prompt_tokens": len(ids), "eval_count": best["off"]["eval_count"],
-               "identical_text": all(b["text"] == best["off"]["text"] for b in best.values())}
+        row = {
+            "prompt_tokens": len(ids),
+            "eval_count": best["off"]["eval_count"],
+            "identical_text": all(b["text"] == best["off"]["text"] for b in best.values()),
+        }
         for mode, b in best.items():
             row[f"decode_tok_s_{mode}"] = b["decode_tok_s"]
             if mode != "off":
@@ -290,7 +306,9 @@ def bench_pair(name: str, tokens: int, repeats: int, workdir: Path, seen: dict |
                 row[f"draft_count_{mode}"] = dc
         out[task] = row
         print(name, "pair", task, row, flush=True)
-    out["planner_target_forward_ms_by_rows"] = {r: round(t * 1e3, 1) for r, t in sorted(planner_costs.measured().items())}
+    out["planner_target_forward_ms_by_rows"] = {
+        r: round(t * 1e3, 1) for r, t in sorted(planner_costs.measured().items())
+    }
     draft_costs = priors(drafter.model).costs.measured()
     out["draft_forward_ms_by_rows"] = {r: round(t * 1e3, 1) for r, t in sorted(draft_costs.items()) if r <= 16}
     drafter.close()
@@ -311,8 +329,16 @@ def run_llama(args, seen: dict[str, dict]) -> dict:
             gguf, draft = pair_files(name, Path(args.pair_dir))
             configs = {c: [str(draft) if a == "{draft}" else a for a in extra] for c, extra in PAIR_CONFIGS.items()}
         prompts = {t: (user, rendered, ids) for t, (user, rendered, ids, _) in tasks.items()}
-        rows = run_configs(args.llama_server, gguf, configs, prompts, {t: v[3] for t, v in tasks.items()},
-                           args.tokens, args.repeats, prompts["edit_paragraph"][2])
+        rows = run_configs(
+            args.llama_server,
+            gguf,
+            configs,
+            prompts,
+            {t: v[3] for t, v in tasks.items()},
+            args.tokens,
+            args.repeats,
+            prompts["edit_paragraph"][2],
+        )
         out[key] = {"summary": summary(rows, COPY_TASKS, configs), **rows}
     return out
 
@@ -321,50 +347,84 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--models", nargs="*", default=["smollm2", "gemma3"])
     ap.add_argument("--pairs", nargs="*", default=[], help="draft-model pairs (Q8_0 target, Q4 draft) of these models")
-    ap.add_argument("--pair-dir", default=str(Path(tempfile.gettempdir()) / "localrt-spec-pairs"),
-                    help="where the Q8_0 targets are written (kept for the next run)")
+    ap.add_argument(
+        "--pair-dir",
+        default=str(Path(tempfile.gettempdir()) / "localrt-spec-pairs"),
+        help="where the Q8_0 targets are written (kept for the next run)",
+    )
     ap.add_argument("--tokens", type=int, default=96)
     ap.add_argument("--repeats", type=int, default=2)
-    ap.add_argument("--llama-server", default=None, metavar="PATH",
-                    help="also run llama.cpp's llama-server (bench/spec_llama.py) on the same files and prompts")
-    ap.add_argument("--out", default=None, help="append the record to this JSONL file, not bench/results/spec.jsonl "
-                                                "(spec_draft.jsonl with only --pairs)")
+    ap.add_argument(
+        "--llama-server",
+        default=None,
+        metavar="PATH",
+        help="also run llama.cpp's llama-server (bench/spec_llama.py) on the same files and prompts",
+    )
+    ap.add_argument(
+        "--out",
+        default=None,
+        help="append the record to this JSONL file, not bench/results/spec.jsonl (spec_draft.jsonl with only --pairs)",
+    )
     args = ap.parse_args()
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # unwind, so that llama-servers started are stopped
     benchmark = "spec_draft" if args.pairs and not args.models else "spec"
-    setup = {"threads": 2, "num_predict": args.tokens, "best_of": args.repeats, "temperature": 0,
-             "machine": platform.machine(), "python": platform.python_version(),
-             "loadavg_1m_at_start": round(os.getloadavg()[0], 2),
-             "note": "shared 2-core machine (other jobs running): tok/s are noisy, forwards/rows per token are not"}
+    setup = {
+        "threads": 2,
+        "num_predict": args.tokens,
+        "best_of": args.repeats,
+        "temperature": 0,
+        "machine": platform.machine(),
+        "python": platform.python_version(),
+        "loadavg_1m_at_start": round(os.getloadavg()[0], 2),
+        "note": "shared 2-core machine (other jobs running): tok/s are noisy, forwards/rows per token are not",
+    }
     t0 = time.time()
     seen: dict[str, dict] = {name: {} for name in [*args.models, *(f"{p}_pair" for p in args.pairs)]}
     results = {name: bench_model(name, args.tokens, args.repeats, seen[name]) for name in args.models}
-    pairs = {name: bench_pair(name, args.tokens, args.repeats, Path(args.pair_dir), seen[f"{name}_pair"])
-             for name in args.pairs}
+    pairs = {
+        name: bench_pair(name, args.tokens, args.repeats, Path(args.pair_dir), seen[f"{name}_pair"])
+        for name in args.pairs
+    }
     llama = run_llama(args, seen) if args.llama_server else {}
     setup["loadavg_1m_at_end"] = round(os.getloadavg()[0], 2)
     setup["wall_s"] = round(time.time() - t0, 1)
     summary = {}
     for name, tasks in pairs.items():
-        summary[f"{name}_pair"] = {f"{m}_speedup": [tasks[t][f"speedup_{m}"] for t in TASKS]
-                                   for m in ("lookup", "draft", "draft_forced")}
+        summary[f"{name}_pair"] = {
+            f"{m}_speedup": [tasks[t][f"speedup_{m}"] for t in TASKS] for m in ("lookup", "draft", "draft_forced")
+        }
         summary[f"{name}_pair"]["draft_forced_acceptance"] = [tasks[t]["acceptance_draft_forced"] for t in TASKS]
         summary[f"{name}_pair"]["all_identical"] = all(tasks[t]["identical_text"] for t in TASKS)
     for name, tasks in results.items():
         copy = [tasks[t]["speedup"] for t in COPY_TASKS if t in tasks]
-        summary[name] = {"copy_tasks_speedup": copy, "free_writing_speedup": tasks["free_writing"]["speedup"],
-                         "copy_tasks_modelled_speedup": [tasks[t]["modelled_speedup"] for t in COPY_TASKS if t in tasks],
-                         "free_writing_modelled_speedup": tasks["free_writing"]["modelled_speedup"],
-                         "copy_tasks_copied_fraction": [tasks[t]["copied_fraction"] for t in COPY_TASKS if t in tasks],
-                         "copy_tasks_lookup_ceiling": [tasks[t]["lookup_ceiling_tokens_per_forward"]
-                                                       for t in COPY_TASKS if t in tasks],
-                         "all_identical": all(tasks[t]["identical_text"] for t in TASKS)}
-    body = {"setup": setup, "summary": summary, "models": results, **({"pairs": pairs} if pairs else {}),
-            **({"llama_server": llama} if llama else {})}
+        summary[name] = {
+            "copy_tasks_speedup": copy,
+            "free_writing_speedup": tasks["free_writing"]["speedup"],
+            "copy_tasks_modelled_speedup": [tasks[t]["modelled_speedup"] for t in COPY_TASKS if t in tasks],
+            "free_writing_modelled_speedup": tasks["free_writing"]["modelled_speedup"],
+            "copy_tasks_copied_fraction": [tasks[t]["copied_fraction"] for t in COPY_TASKS if t in tasks],
+            "copy_tasks_lookup_ceiling": [
+                tasks[t]["lookup_ceiling_tokens_per_forward"] for t in COPY_TASKS if t in tasks
+            ],
+            "all_identical": all(tasks[t]["identical_text"] for t in TASKS),
+        }
+    body = {
+        "setup": setup,
+        "summary": summary,
+        "models": results,
+        **({"pairs": pairs} if pairs else {}),
+        **({"llama_server": llama} if llama else {}),
+    }
     print(json.dumps(summary, indent=2))
     native = split_native(body, ("llama_server",))
-    append_record(benchmark, body, native=native, threads=setup["threads"], load_at_start=setup["loadavg_1m_at_start"],
-                  out=args.out)
+    append_record(
+        benchmark,
+        body,
+        native=native,
+        threads=setup["threads"],
+        load_at_start=setup["loadavg_1m_at_start"],
+        out=args.out,
+    )
 
 
 if __name__ == "__main__":

@@ -21,6 +21,7 @@ after our own runs, with the same GGUF, the same prompt token ids, greedy, the s
   text for the task (both engines quantize activations their own way, so a near-tie can split them; its own on
   and off texts are compared in `identical_on_off`).
 """
+
 from __future__ import annotations
 
 import subprocess
@@ -35,8 +36,14 @@ CTX = 1024  # as bench/spec.py loads our model (num_ctx)
 CONFIGS = {
     "off": [],
     "ngram-simple": ["--spec-type", "ngram-simple"],
-    "ngram-simple-n3": ["--spec-type", "ngram-simple", "--spec-ngram-simple-size-n", "3",
-                        "--spec-ngram-simple-size-m", "16"],  # like ours: a 3-gram, up to 16 drafted
+    "ngram-simple-n3": [
+        "--spec-type",
+        "ngram-simple",
+        "--spec-ngram-simple-size-n",
+        "3",
+        "--spec-ngram-simple-size-m",
+        "16",
+    ],  # like ours: a 3-gram, up to 16 drafted
     "ngram-map-k": ["--spec-type", "ngram-map-k"],
     "ngram-mod": ["--spec-type", "ngram-mod"],
     "ngram-cache": ["--spec-type", "ngram-cache"],
@@ -58,8 +65,24 @@ class Server:
 
     def __init__(self, exe: str, gguf: Path, extra: list[str]) -> None:
         self.port = free_port()
-        self.args = [exe, "-m", str(gguf), "-t", "2", "-tb", "2", "-np", "1", "-c", str(CTX),
-                     "--host", "127.0.0.1", "--port", str(self.port), *extra]
+        self.args = [
+            exe,
+            "-m",
+            str(gguf),
+            "-t",
+            "2",
+            "-tb",
+            "2",
+            "-np",
+            "1",
+            "-c",
+            str(CTX),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+            *extra,
+        ]
         self.proc = subprocess.Popen(self.args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         self.base = f"http://127.0.0.1:{self.port}"
 
@@ -77,21 +100,29 @@ class Server:
         raise RuntimeError(f"llama-server did not come up: {' '.join(self.args)}")
 
     def complete(self, ids: list[int], tokens: int) -> dict:
-        body = {"prompt": ids, "n_predict": tokens, "temperature": 0, "cache_prompt": False, "stream": False,
-                "return_tokens": True}
+        body = {
+            "prompt": ids,
+            "n_predict": tokens,
+            "temperature": 0,
+            "cache_prompt": False,
+            "stream": False,
+            "return_tokens": True,
+        }
         r = httpx.post(self.base + "/completion", json=body, timeout=600)
         r.raise_for_status()
         return r.json()
 
     def tokenize(self, text: str) -> list[int]:
-        r = httpx.post(self.base + "/tokenize", json={"content": text, "add_special": True, "parse_special": True},
-                       timeout=60)
+        r = httpx.post(
+            self.base + "/tokenize", json={"content": text, "add_special": True, "parse_special": True}, timeout=60
+        )
         r.raise_for_status()
         return r.json()["tokens"]
 
     def template_tokens(self, user: str) -> int | None:
-        r = httpx.post(self.base + "/apply-template", json={"messages": [{"role": "user", "content": user}]},
-                       timeout=60)
+        r = httpx.post(
+            self.base + "/apply-template", json={"messages": [{"role": "user", "content": user}]}, timeout=60
+        )
         if r.status_code != 200:
             return None
         return len(self.tokenize(r.json()["prompt"]))
@@ -108,17 +139,31 @@ class Server:
 def figures(reply: dict) -> dict:
     t = reply["timings"]
     n, ms = t["predicted_n"], t["predicted_ms"]
-    return {"text": reply["content"], "predicted_n": n, "decode_tok_s": round(t["predicted_per_second"], 1),
-            "decode_tok_s_ours_formula": round(n / (ms / 1e3), 1) if ms else None,
-            "prompt_n": t["prompt_n"], "draft_n": t.get("draft_n", 0), "draft_n_accepted": t.get("draft_n_accepted", 0)}
+    return {
+        "text": reply["content"],
+        "predicted_n": n,
+        "decode_tok_s": round(t["predicted_per_second"], 1),
+        "decode_tok_s_ours_formula": round(n / (ms / 1e3), 1) if ms else None,
+        "prompt_n": t["prompt_n"],
+        "draft_n": t.get("draft_n", 0),
+        "draft_n_accepted": t.get("draft_n_accepted", 0),
+    }
 
 
 def common_prefix(a: str, b: str) -> int:
     return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
 
 
-def run_configs(exe: str, gguf: Path, configs: dict[str, list[str]], prompts: dict[str, tuple[str, str, list[int]]],
-                ours: dict[str, str], tokens: int, repeats: int, warm_ids: list[int]) -> dict:
+def run_configs(
+    exe: str,
+    gguf: Path,
+    configs: dict[str, list[str]],
+    prompts: dict[str, tuple[str, str, list[int]]],
+    ours: dict[str, str],
+    tokens: int,
+    repeats: int,
+    warm_ids: list[int],
+) -> dict:
     """prompts: task -> (user message, rendered prompt, our token ids); ours: task -> our greedy text."""
     servers = {name: Server(exe, gguf, extra) for name, extra in configs.items()}
     try:
@@ -131,17 +176,21 @@ def run_configs(exe: str, gguf: Path, configs: dict[str, list[str]], prompts: di
         for task, (user, rendered, ids) in prompts.items():
             best: dict[str, dict] = {}
             for r in range(repeats):
-                for name in (configs if r % 2 == 0 else list(configs)[::-1]):
+                for name in configs if r % 2 == 0 else list(configs)[::-1]:
                     got = figures(servers[name].complete(ids, tokens))
                     if name not in best or got["decode_tok_s"] > best[name]["decode_tok_s"]:
                         best[name] = got
             off = best["off"]
-            row = {"prompt_tokens": len(ids), "server_prompt_n": off["prompt_n"],
-                   "tokenize_agrees": probe.tokenize(rendered) == ids,
-                   "llama_template_prompt_tokens": probe.template_tokens(user),
-                   "predicted_n": off["predicted_n"], "identical_to_ours": off["text"] == ours.get(task),
-                   "common_prefix_chars_with_ours": common_prefix(off["text"], ours.get(task, "")),
-                   "text_head": off["text"][:120]}
+            row = {
+                "prompt_tokens": len(ids),
+                "server_prompt_n": off["prompt_n"],
+                "tokenize_agrees": probe.tokenize(rendered) == ids,
+                "llama_template_prompt_tokens": probe.template_tokens(user),
+                "predicted_n": off["predicted_n"],
+                "identical_to_ours": off["text"] == ours.get(task),
+                "common_prefix_chars_with_ours": common_prefix(off["text"], ours.get(task, "")),
+                "text_head": off["text"][:120],
+            }
             for name, b in best.items():
                 row[f"decode_tok_s_{name}"] = b["decode_tok_s"]
                 row[f"decode_tok_s_ours_formula_{name}"] = b["decode_tok_s_ours_formula"]
@@ -163,7 +212,8 @@ def summary(rows: dict, copy_tasks: tuple[str, ...], configs: dict) -> dict:
     tasks = [t for t in rows if isinstance(rows[t], dict) and "predicted_n" in rows[t]]
     out = {f"{name}_speedup": [rows[t][f"speedup_{name}"] for t in tasks] for name in configs if name != "off"}
     out["tasks"] = tasks
-    out["best_copy_speedup"] = {t: max((rows[t][f"speedup_{n}"], n) for n in configs if n != "off")
-                                for t in tasks if t in copy_tasks}
+    out["best_copy_speedup"] = {
+        t: max((rows[t][f"speedup_{n}"], n) for n in configs if n != "off") for t in tasks if t in copy_tasks
+    }
     out["all_identical_to_ours"] = all(rows[t]["identical_to_ours"] for t in tasks)
     return out

@@ -17,6 +17,7 @@ where that step pays on its own (a reference for planners on this index; step by
 model-wide `Evidence` (a daemon's case). Machine-free: the same costs and code give the same figures anywhere, so
 planner changes compare exactly.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -81,12 +82,17 @@ def replay(prompt: list[int], reply: list[int], costs: Fixed, shared: S.Evidence
         if draft:
             state.observe(n, len(draft), a)
         take = min(a + 1, len(reply) - i)
-        seq.history += reply[i:i + take]
+        seq.history += reply[i : i + take]
         i += take
         cost += costs.cost(1 + len(draft))
         rows.append(1 + len(draft))
-    return {"modelled_speedup": round((len(reply) - 1) * costs.cost(1) / max(cost, 1e-12), 2), "forwards": len(rows),
-            "drafted": state.drafted_count, "accepted": state.accepted_count, "rows": rows}
+    return {
+        "modelled_speedup": round((len(reply) - 1) * costs.cost(1) / max(cost, 1e-12), 2),
+        "forwards": len(rows),
+        "drafted": state.drafted_count,
+        "accepted": state.accepted_count,
+        "rows": rows,
+    }
 
 
 def oracle(prompt: list[int], reply: list[int], costs: Fixed, k: int = 16) -> float:
@@ -96,7 +102,7 @@ def oracle(prompt: list[int], reply: list[int], costs: Fixed, k: int = 16) -> fl
         a = accepted(draft, reply, i)
         use = a if a and costs.cost(1 + a) / (a + 1) < costs.cost(1) else 0
         take = min(use + 1, len(reply) - i)
-        history += reply[i:i + take]
+        history += reply[i : i + take]
         i, cost = i + take, cost + costs.cost(1 + use)
     return round((len(reply) - 1) * costs.cost(1) / max(cost, 1e-12), 2)
 
@@ -113,7 +119,7 @@ def replies(name: str) -> dict[str, tuple[list[int], list[int]]]:
         ids = model.tokenize(spec_bench.chat(name, text))
         model.cache.forget_prefixes()
         events = list(model.generate(ids, {"temperature": 0, "num_predict": N_TOKENS, "draft_num_predict": 0}))
-        out[task] = (ids, events[-1].context[len(ids):])
+        out[task] = (ids, events[-1].context[len(ids) :])
     return out
 
 
@@ -121,23 +127,40 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--models", nargs="*", default=["smollm2", "gemma3"])
     ap.add_argument("--costs", default=str(ROOT / "bench/results/spec.jsonl"))
-    ap.add_argument("--out", default=None, help="append the record to this JSONL file, not bench/results/spec_replay.jsonl")
+    ap.add_argument(
+        "--out", default=None, help="append the record to this JSONL file, not bench/results/spec_replay.jsonl"
+    )
     args = ap.parse_args()
     calibrated, costs_from = load_costs(args.costs, args.models)
-    result = {"setup": {"costs_from": costs_from, "tokens": N_TOKENS, "long_agree": S.LONG_AGREE,
-                        "prior_by_class": [round(float(p / (p + S.PRIOR_REJECT)), 3) for p in S.PRIOR]},
-              "models": {}}
+    result = {
+        "setup": {
+            "costs_from": costs_from,
+            "tokens": N_TOKENS,
+            "long_agree": S.LONG_AGREE,
+            "prior_by_class": [round(float(p / (p + S.PRIOR_REJECT)), 3) for p in S.PRIOR],
+        },
+        "models": {},
+    }
     for name in args.models:
         costs = Fixed({int(r): ms for r, ms in calibrated[name]["calibrated_forward_ms_by_rows"].items()})
         per = {}
         for task, (prompt, reply) in replies(name).items():
             shared = S.Evidence()
             replay(prompt, reply, costs, shared)
-            got = per[task] = {"reply_tokens": len(reply), "fixed_prior": replay(prompt, reply, costs, None),
-                               "shared_second": replay(prompt, reply, costs, shared),
-                               "oracle_speedup": oracle(prompt, reply, costs)}
-            print(name, task, got["fixed_prior"]["modelled_speedup"], got["shared_second"]["modelled_speedup"],
-                  got["oracle_speedup"], flush=True)
+            got = per[task] = {
+                "reply_tokens": len(reply),
+                "fixed_prior": replay(prompt, reply, costs, None),
+                "shared_second": replay(prompt, reply, costs, shared),
+                "oracle_speedup": oracle(prompt, reply, costs),
+            }
+            print(
+                name,
+                task,
+                got["fixed_prior"]["modelled_speedup"],
+                got["shared_second"]["modelled_speedup"],
+                got["oracle_speedup"],
+                flush=True,
+            )
         result["models"][name] = per
     append_record("spec_replay", result, out=args.out)
 
@@ -145,6 +168,7 @@ def main() -> None:
 def load_costs(path: str, models: list[str]) -> tuple[dict, str]:
     """model -> its bench/spec.py figures, from the latest spec record that calibrated all of `models` (a .jsonl
     file of records) or from a .json file holding one run; and where they came from."""
+
     def has_costs(run: dict) -> bool:
         return all("calibrated_forward_ms_by_rows" in run.get("models", {}).get(m, {}) for m in models)
 

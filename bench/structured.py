@@ -11,6 +11,7 @@ times engine.generate unconstrained as a cross-check and the constraint's own co
 
 Appends one record per run to bench/results/structured.jsonl (bench/results_log.py; --out: another JSONL file).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -34,16 +35,26 @@ from localrt.structured import ConstrainedSampler, compile_format, token_index  
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from results_log import append_record  # noqa: E402
 
-SCHEMA = {"type": "object", "properties": {
-    "name": {"type": "string", "maxLength": 40},
-    "age": {"type": "integer"},
-    "email": {"type": "string", "pattern": "^[a-z0-9.]{1,20}@[a-z]{2,12}\\.(com|org|net)$"},
-    "tags": {"type": "array", "items": {"type": "string", "maxLength": 16}, "maxItems": 4},
-    "address": {"type": "object", "properties": {"city": {"type": "string"}, "zip": {"type": "string", "pattern": "^[0-9]{5}$"}},
-                "required": ["city", "zip"]}},
-    "required": ["name", "age", "email", "tags", "address"], "additionalProperties": False}
-PROMPTS = {"llama": "<|im_start|>user\nDescribe a fictional person as a JSON object.<|im_end|>\n<|im_start|>assistant\n",
-           "gemma3": "<start_of_turn>user\nDescribe a fictional person as a JSON object.<end_of_turn>\n<start_of_turn>model\n"}
+SCHEMA = {
+    "type": "object",
+    "properties": {
+        "name": {"type": "string", "maxLength": 40},
+        "age": {"type": "integer"},
+        "email": {"type": "string", "pattern": "^[a-z0-9.]{1,20}@[a-z]{2,12}\\.(com|org|net)$"},
+        "tags": {"type": "array", "items": {"type": "string", "maxLength": 16}, "maxItems": 4},
+        "address": {
+            "type": "object",
+            "properties": {"city": {"type": "string"}, "zip": {"type": "string", "pattern": "^[0-9]{5}$"}},
+            "required": ["city", "zip"],
+        },
+    },
+    "required": ["name", "age", "email", "tags", "address"],
+    "additionalProperties": False,
+}
+PROMPTS = {
+    "llama": "<|im_start|>user\nDescribe a fictional person as a JSON object.<|im_end|>\n<|im_start|>assistant\n",
+    "gemma3": "<start_of_turn>user\nDescribe a fictional person as a JSON object.<end_of_turn>\n<start_of_turn>model\n",
+}
 
 
 def prefill(model, prompt):
@@ -71,7 +82,7 @@ def decode_loop(model, prompt, n_tokens, constraint=None, seed=0):
         n += 1
         logits = model.forward(model.batch([tok], len(history) - 1, 0), model.cache, output_rows=None)[0]
     elapsed = time.perf_counter() - t0
-    return n, elapsed, t_pick, model.detokenize(history[len(prompt):])
+    return n, elapsed, t_pick, model.detokenize(history[len(prompt) :])
 
 
 def engine_tok_s(model, prompt, n_tokens):
@@ -96,10 +107,17 @@ def bench_model(name, path, n_tokens, reps):
             c = compile_format(fmt, model.tokenizer) if fmt is not None else None
             compile_s = time.perf_counter() - t
             n, el, tm, text = decode_loop(model, prompt, n_tokens, c, seed=1)
-            runs[label].append({"compile_s": round(compile_s, 3), "tokens": n, "tok_s": round(n / el, 2),
-                                "pick_ms_per_token": round(1000 * tm / max(n, 1), 3),
-                                "forward_ms_per_token": round(1000 * (el - tm) / max(n, 1), 2),
-                                "complete": c.done() if c is not None else None, "text": text})
+            runs[label].append(
+                {
+                    "compile_s": round(compile_s, 3),
+                    "tokens": n,
+                    "tok_s": round(n / el, 2),
+                    "pick_ms_per_token": round(1000 * tm / max(n, 1), 3),
+                    "forward_ms_per_token": round(1000 * (el - tm) / max(n, 1), 2),
+                    "complete": c.done() if c is not None else None,
+                    "text": text,
+                }
+            )
     for label, rs in runs.items():
         best = max(rs, key=lambda r: r["tok_s"])
         best["tok_s_all_reps"] = [r["tok_s"] for r in rs]
@@ -121,12 +139,15 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--tokens", type=int, default=40)
     ap.add_argument("--reps", type=int, default=3)
-    ap.add_argument("--out", default=None, help="append the record to this JSONL file, not bench/results/structured.jsonl")
+    ap.add_argument(
+        "--out", default=None, help="append the record to this JSONL file, not bench/results/structured.jsonl"
+    )
     args = ap.parse_args()
-    results = {"machine": {"cpus": os.cpu_count(), "platform": platform.platform(),
-                           "loadavg_at_start": os.getloadavg()},
-               "note": "decode-only tok/s, same loop for all runs; constrained run stops when the document is complete",
-               "models": {}}
+    results = {
+        "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "loadavg_at_start": os.getloadavg()},
+        "note": "decode-only tok/s, same loop for all runs; constrained run stops when the document is complete",
+        "models": {},
+    }
     for name, path in (("smollm2", builtin_models.smollm2_path()), ("gemma3", builtin_models.gemma3_path())):
         results["models"][name] = bench_model(name, path, args.tokens, args.reps)
         print(name, json.dumps({k: v for k, v in results["models"][name].items()}, default=str)[:600], flush=True)

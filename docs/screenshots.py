@@ -4,6 +4,7 @@ chromium driven by Playwright (as tests/e2e/test_chat_page.py).
 
     python3 docs/screenshots.py
 """
+
 from __future__ import annotations
 
 import json
@@ -39,10 +40,22 @@ def roots(a, b, c):
 
 - **Two real roots** when $b^2 > 4ac$;
 - one double root when $b^2 = 4ac$."""
-CONVERSATION = [{"id": "docs", "title": "Quadratic roots", "model": MODEL, "messages": [
-    {"role": "user", "content": "How do I solve a quadratic equation? Show the formula and some Python."},
-    {"role": "assistant", "content": REPLY, "thinking": "The user wants the quadratic formula and code.",
-     "stats": "142 tokens, 31.0 tokens/s"}]}]
+CONVERSATION = [
+    {
+        "id": "docs",
+        "title": "Quadratic roots",
+        "model": MODEL,
+        "messages": [
+            {"role": "user", "content": "How do I solve a quadratic equation? Show the formula and some Python."},
+            {
+                "role": "assistant",
+                "content": REPLY,
+                "thinking": "The user wants the quadratic formula and code.",
+                "stats": "142 tokens, 31.0 tokens/s",
+            },
+        ],
+    }
+]
 
 
 def main() -> None:
@@ -68,8 +81,10 @@ def main() -> None:
         page.screenshot(path=str(DOCS / "chat_page_streaming.png"))
         page.click("#stop")
 
-        page.evaluate("() => { const o = document.createElement('option'); o.value = o.textContent = 'no-such-model';"
-                      " document.getElementById('model').append(o); }")
+        page.evaluate(
+            "() => { const o = document.createElement('option'); o.value = o.textContent = 'no-such-model';"
+            " document.getElementById('model').append(o); }"
+        )
         page.select_option("#model", "no-such-model")
         page.fill("#prompt", "Hello?")
         page.press("#prompt", "Enter")

@@ -12,6 +12,7 @@ byte for byte. Numeric arrays in `metadata` are copies (they outlive `close()`);
 `close()` unmaps once no caller still holds a view. `open(path, lazy_strings=True)` gives string arrays as
 `StringArray`s (offsets into the mapping, decoded per item; they keep it mapped) instead of lists of str.
 """
+
 from __future__ import annotations
 
 from ._strings import StringArray
@@ -24,6 +25,14 @@ from .writer import GGUFWriter, write
 open = open_model  # noqa: A001 - the public name the contract fixes
 
 __all__ = [
-    "BLOCK_SIZES", "GGMLType", "GGUFFile", "GGUFValueType", "GGUFWriter", "InvalidGGUF", "StringArray", "TensorInfo",
-    "open", "write",
+    "BLOCK_SIZES",
+    "GGMLType",
+    "GGUFFile",
+    "GGUFValueType",
+    "GGUFWriter",
+    "InvalidGGUF",
+    "StringArray",
+    "TensorInfo",
+    "open",
+    "write",
 ]

@@ -1,4 +1,5 @@
 """Bounds-checked little-endian reads from the header region of a mapped GGUF file."""
+
 from __future__ import annotations
 
 import struct
@@ -34,8 +35,10 @@ class Cursor:
     def charge_items(self, n: int, what: str) -> None:
         """Counts `n` per-item Python objects against the header-wide budget before making them."""
         if n > self.items_left:
-            raise InvalidGGUF(f"{what} at offset {self.pos}: more than {MAX_METADATA_ITEMS} string or "
-                              "nested-array items in the metadata")
+            raise InvalidGGUF(
+                f"{what} at offset {self.pos}: more than {MAX_METADATA_ITEMS} string or "
+                "nested-array items in the metadata"
+            )
         self.items_left -= n
 
     def remaining(self) -> int:
@@ -53,8 +56,7 @@ class Cursor:
         at = self.pos if at is None else at
         if end > self.size:
             raise InvalidGGUF(
-                f"truncated file: header says {end} bytes needed ({what} at offset {at}), "
-                f"file has {self.size}"
+                f"truncated file: header says {end} bytes needed ({what} at offset {at}), file has {self.size}"
             )
         raise InvalidGGUF(
             f"{what} at offset {at} ends at byte {end}, past the {MAX_HEADER_BYTES}-byte cap "

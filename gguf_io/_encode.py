@@ -1,4 +1,5 @@
 """Metadata value encoding for the writer: type inference and checked packing."""
+
 from __future__ import annotations
 
 import struct

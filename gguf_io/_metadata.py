@@ -1,4 +1,5 @@
 """The key/value section of a GGUF header."""
+
 from __future__ import annotations
 
 from ._cursor import Cursor
@@ -29,8 +30,11 @@ INTEGER_KEYS = frozenset({"split.no", "split.count", "split.tensors.count"})
 INTEGER_ARCH_SUFFIXES = ("block_count", "context_length", "embedding_length", "vocab_size")
 
 # Smallest encoding of one array element of each type, to bound counts before reading.
-_MIN_ITEM_BYTES = {**{t: dt.itemsize for t, dt in SCALAR_DTYPES.items()},
-                   GGUFValueType.STRING: 8, GGUFValueType.ARRAY: 12}
+_MIN_ITEM_BYTES = {
+    **{t: dt.itemsize for t, dt in SCALAR_DTYPES.items()},
+    GGUFValueType.STRING: 8,
+    GGUFValueType.ARRAY: 12,
+}
 
 
 def read_metadata(cur: Cursor) -> tuple[dict[str, object], dict[str, object]]:
@@ -87,8 +91,9 @@ def _check_expected(key: str, spec: object, at: int) -> None:
     want = EXPECTED_TYPES.get(key)
     if want is not None and spec != want:
         prefix = "bad alignment: " if key == "general.alignment" else ""
-        raise InvalidGGUF(f"{prefix}metadata key {key!r} at offset {at} has type {_spec_name(spec)}, "
-                          f"expected {_spec_name(want)}")
+        raise InvalidGGUF(
+            f"{prefix}metadata key {key!r} at offset {at} has type {_spec_name(spec)}, expected {_spec_name(want)}"
+        )
     if key in INTEGER_KEYS and spec not in INTEGER_TYPES:
         raise InvalidGGUF(f"metadata key {key!r} at offset {at} has type {_spec_name(spec)}, expected an integer")
 

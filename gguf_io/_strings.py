@@ -5,6 +5,7 @@ memory before any tokenizer table. A `StringArray` holds two int64 offsets per i
 page cache, shared and evictable) and decodes an item when it is indexed. It was checked in full when the
 file was opened: every length against the header bounds and every item as UTF-8, as an eager read checks.
 """
+
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence

@@ -1,4 +1,5 @@
 """Tensor infos: parsing, validation of shapes, types and the data layout, and zero-copy views."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -77,28 +78,34 @@ def _read_info(cur: Cursor, i: int) -> _RawInfo:
 
 
 # Type ids ggml retired that files still carry, reused by others: said in the error so the user knows what it is.
-_KNOWN_FOREIGN = {4: " (ggml's retired Q4_2; Ollama's own gpt-oss files use it for their private MXFP4 layout: "
-                     "use a gpt-oss GGUF converted by llama.cpp, whose MXFP4 is type 39)"}
+_KNOWN_FOREIGN = {
+    4: " (ggml's retired Q4_2; Ollama's own gpt-oss files use it for their private MXFP4 layout: "
+    "use a gpt-oss GGUF converted by llama.cpp, whose MXFP4 is type 39)"
+}
 
 
 def row_layout(info: _RawInfo) -> tuple[int, int]:
     """(n_rows, row_bytes) of a tensor after checking its type and dimensions."""
     where = f"tensor {info.name!r} (info at offset {info.info_at})"
     if info.ggml_type not in BLOCK_SIZES:
-        raise InvalidGGUF(f"{where}: unsupported tensor type id {info.ggml_type}{_KNOWN_FOREIGN.get(info.ggml_type, '')}")
+        raise InvalidGGUF(
+            f"{where}: unsupported tensor type id {info.ggml_type}{_KNOWN_FOREIGN.get(info.ggml_type, '')}"
+        )
     if any(d == 0 or d > INT64_MAX for d in info.ne):
         raise InvalidGGUF(f"{where}: dimensions {list(info.ne)} must each be in 1..2^63-1")
     if prod(info.ne) > INT64_MAX:
         raise InvalidGGUF(f"{where}: element count of dimensions {list(info.ne)} overflows int64")
     block, type_size = BLOCK_SIZES[info.ggml_type]
     if info.ne[0] % block:
-        raise InvalidGGUF(f"{where}: row length {info.ne[0]} is not a multiple of the "
-                          f"{type_name(info.ggml_type)} block size {block}")
+        raise InvalidGGUF(
+            f"{where}: row length {info.ne[0]} is not a multiple of the {type_name(info.ggml_type)} block size {block}"
+        )
     return prod(info.ne[1:]), info.ne[0] // block * type_size
 
 
-def build_tensors(infos: list[_RawInfo], data_start: int, alignment: int, file_bytes: np.ndarray
-                  ) -> dict[str, TensorInfo]:
+def build_tensors(
+    infos: list[_RawInfo], data_start: int, alignment: int, file_bytes: np.ndarray
+) -> dict[str, TensorInfo]:
     """Checks every tensor's bytes lie aligned, inside the file and apart, then makes the views."""
     size = file_bytes.shape[0]
     layouts = [row_layout(info) for info in infos]
@@ -114,14 +121,16 @@ def build_tensors(infos: list[_RawInfo], data_start: int, alignment: int, file_b
 
 def _span(info: _RawInfo, nbytes: int, data_start: int, alignment: int) -> tuple[int, int]:
     if info.rel_offset % alignment:
-        raise InvalidGGUF(f"tensor {info.name!r}: data offset {info.rel_offset} is not a multiple "
-                          f"of the alignment {alignment}")
+        raise InvalidGGUF(
+            f"tensor {info.name!r}: data offset {info.rel_offset} is not a multiple of the alignment {alignment}"
+        )
     start = data_start + info.rel_offset
     return start, start + nbytes
 
 
-def _check_inside(infos: list[_RawInfo], spans: list[tuple[int, int]], data_start: int,
-                  alignment: int, size: int) -> None:
+def _check_inside(
+    infos: list[_RawInfo], spans: list[tuple[int, int]], data_start: int, alignment: int, size: int
+) -> None:
     bad = [i for i, (_, end) in enumerate(spans) if end > size]
     if not bad:
         return
@@ -129,8 +138,9 @@ def _check_inside(infos: list[_RawInfo], spans: list[tuple[int, int]], data_star
     if _is_packed(infos, spans, data_start, alignment):
         raise InvalidGGUF(f"truncated file: header says {needed} bytes needed, file has {size}")
     info, (start, end) = infos[bad[0]], spans[bad[0]]
-    raise InvalidGGUF(f"out-of-bounds tensor {info.name!r}: data [{start}, {end}) lies outside the "
-                      f"file of {size} bytes")
+    raise InvalidGGUF(
+        f"out-of-bounds tensor {info.name!r}: data [{start}, {end}) lies outside the file of {size} bytes"
+    )
 
 
 def _is_packed(infos: list[_RawInfo], spans: list[tuple[int, int]], data_start: int, alignment: int) -> bool:
@@ -147,5 +157,7 @@ def _check_apart(infos: list[_RawInfo], spans: list[tuple[int, int]]) -> None:
     order = sorted(range(len(spans)), key=lambda i: spans[i])
     for a, b in zip(order, order[1:]):
         if spans[b][0] < spans[a][1]:
-            raise InvalidGGUF(f"tensors {infos[a].name!r} [{spans[a][0]}, {spans[a][1]}) and "
-                              f"{infos[b].name!r} [{spans[b][0]}, {spans[b][1]}) overlap")
+            raise InvalidGGUF(
+                f"tensors {infos[a].name!r} [{spans[a][0]}, {spans[a][1]}) and "
+                f"{infos[b].name!r} [{spans[b][0]}, {spans[b][1]}) overlap"
+            )

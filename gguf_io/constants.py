@@ -1,4 +1,5 @@
 """GGUF format constants: value types, ggml tensor types and their block sizes, parser caps."""
+
 from __future__ import annotations
 
 from enum import IntEnum
@@ -130,9 +131,7 @@ SCALAR_DTYPES: dict[GGUFValueType, np.dtype] = {
     GGUFValueType.FLOAT64: np.dtype("<f8"),
 }
 
-INTEGER_TYPES = frozenset(
-    t for t, dt in SCALAR_DTYPES.items() if dt.kind in "iu"
-)
+INTEGER_TYPES = frozenset(t for t, dt in SCALAR_DTYPES.items() if dt.kind in "iu")
 
 
 class InvalidGGUF(ValueError):

@@ -1,4 +1,5 @@
 """GGUF v2/v3 reader: one read-only mmap per file, metadata parsed eagerly, tensor data as views."""
+
 from __future__ import annotations
 
 import errno
@@ -26,9 +27,18 @@ from .constants import (
 class GGUFFile:
     """An opened GGUF model (one file, or every part of a split set); close() releases the maps."""
 
-    def __init__(self, path: Path, version: int, alignment: int, data_offset: int,
-                 metadata: dict[str, object], metadata_types: dict[str, object],
-                 tensors: dict[str, TensorInfo], maps: list[mmap.mmap], parts: tuple[Path, ...]) -> None:
+    def __init__(
+        self,
+        path: Path,
+        version: int,
+        alignment: int,
+        data_offset: int,
+        metadata: dict[str, object],
+        metadata_types: dict[str, object],
+        tensors: dict[str, TensorInfo],
+        maps: list[mmap.mmap],
+        parts: tuple[Path, ...],
+    ) -> None:
         self.path = path
         self.version = version
         self.alignment = alignment
@@ -56,8 +66,7 @@ class GGUFFile:
         self.close()
 
     def __repr__(self) -> str:
-        return (f"GGUFFile({str(self.path)!r}, v{self.version}, {len(self.metadata)} keys, "
-                f"{len(self.tensors)} tensors)")
+        return f"GGUFFile({str(self.path)!r}, v{self.version}, {len(self.metadata)} keys, {len(self.tensors)} tensors)"
 
 
 def open_file(path: str | os.PathLike, *, lazy_strings: bool = False) -> GGUFFile:
@@ -134,6 +143,7 @@ def _read_preamble(cur: Cursor) -> int:
 def _alignment(metadata: dict[str, object]) -> int:
     alignment = metadata.get("general.alignment", DEFAULT_ALIGNMENT)
     if not (0 < alignment <= MAX_ALIGNMENT and alignment & (alignment - 1) == 0):
-        raise InvalidGGUF(f"bad alignment: general.alignment is {alignment}, expected a power of two "
-                          f"in 1..{MAX_ALIGNMENT}")
+        raise InvalidGGUF(
+            f"bad alignment: general.alignment is {alignment}, expected a power of two in 1..{MAX_ALIGNMENT}"
+        )
     return alignment

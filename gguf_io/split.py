@@ -1,4 +1,5 @@
 """Split GGUF sets (`<prefix>-00001-of-0000N.gguf`, `split.*` keys) opened as one model."""
+
 from __future__ import annotations
 
 import os
@@ -41,8 +42,10 @@ def _split_count(first: GGUFFile) -> int:
     if no is None or "split.tensors.count" not in meta:
         raise InvalidGGUF(f"{first.path}: split.count without split.no / split.tensors.count")
     if no != 0:
-        raise InvalidGGUF(f"{first.path}: this is part {no + 1} of a {count}-part split GGUF; "
-                          f"open the first part ({_first_name(first.path, count)})")
+        raise InvalidGGUF(
+            f"{first.path}: this is part {no + 1} of a {count}-part split GGUF; "
+            f"open the first part ({_first_name(first.path, count)})"
+        )
     return count
 
 
@@ -54,13 +57,17 @@ def _first_name(path: Path, count: int) -> str:
 def _part_paths(first: GGUFFile, count: int) -> list[Path]:
     m = _PART_NAME.match(first.path.name)
     if not m or int(m["no"]) != 1 or int(m["count"]) != count:
-        raise InvalidGGUF(f"{first.path}: split.count is {count} but the name is not "
-                          f"'<prefix>-00001-of-{count:05d}.gguf', so the other parts cannot be found")
+        raise InvalidGGUF(
+            f"{first.path}: split.count is {count} but the name is not "
+            f"'<prefix>-00001-of-{count:05d}.gguf', so the other parts cannot be found"
+        )
     paths = [first.path.with_name(part_path(m["prefix"], no, count).name) for no in range(2, count + 1)]
     missing = [p.name for p in paths if not p.is_file()]
     if missing:
-        raise InvalidGGUF(f"{first.path}: split GGUF is missing {len(missing)} of its {count} parts: "
-                          f"{', '.join(missing[:5])}{' ...' if len(missing) > 5 else ''}")
+        raise InvalidGGUF(
+            f"{first.path}: split GGUF is missing {len(missing)} of its {count} parts: "
+            f"{', '.join(missing[:5])}{' ...' if len(missing) > 5 else ''}"
+        )
     return paths
 
 
@@ -82,8 +89,10 @@ def _check_part(first: GGUFFile, part: GGUFFile, no: int, count: int) -> None:
     want = {"split.no": no, "split.count": count, "split.tensors.count": first.metadata["split.tensors.count"]}
     for key, value in want.items():
         if meta.get(key) != value:
-            raise InvalidGGUF(f"{part.path}: {key} is {meta.get(key)}, expected {value} for part {no + 1} "
-                              f"of {count} of {first.path.name} (a part of another model or split?)")
+            raise InvalidGGUF(
+                f"{part.path}: {key} is {meta.get(key)}, expected {value} for part {no + 1} "
+                f"of {count} of {first.path.name} (a part of another model or split?)"
+            )
 
 
 def _merge(parts: list[GGUFFile]) -> GGUFFile:
@@ -98,12 +107,28 @@ def _merge(parts: list[GGUFFile]) -> GGUFFile:
     if len(tensors) != expected:
         raise InvalidGGUF(f"{first.path}: split set holds {len(tensors)} tensors, split.tensors.count says {expected}")
     maps = [mm for part in parts for mm in part._maps]
-    return GGUFFile(first.path, first.version, first.alignment, first.data_offset, first.metadata,
-                    first.metadata_types, tensors, maps, tuple(p.path for p in parts))
+    return GGUFFile(
+        first.path,
+        first.version,
+        first.alignment,
+        first.data_offset,
+        first.metadata,
+        first.metadata_types,
+        tensors,
+        maps,
+        tuple(p.path for p in parts),
+    )
 
 
-def write_split(prefix: str | os.PathLike, metadata: dict, tensors: list[tuple], n_parts: int, *,
-                metadata_types: dict | None = None, alignment: int | None = None) -> list[Path]:
+def write_split(
+    prefix: str | os.PathLike,
+    metadata: dict,
+    tensors: list[tuple],
+    n_parts: int,
+    *,
+    metadata_types: dict | None = None,
+    alignment: int | None = None,
+) -> list[Path]:
     """Writes `tensors` over `n_parts` files as gguf-split does: all metadata in the first part only."""
     if not 1 <= n_parts <= max(len(tensors), 1):
         raise ValueError(f"cannot split {len(tensors)} tensors into {n_parts} non-empty parts")
@@ -111,11 +136,14 @@ def write_split(prefix: str | os.PathLike, metadata: dict, tensors: list[tuple],
     paths = []
     for i in range(n_parts):
         split_keys = {"split.no": i, "split.count": n_parts, "split.tensors.count": len(tensors)}
-        split_types = {"split.no": GGUFValueType.UINT16, "split.count": GGUFValueType.UINT16,
-                       "split.tensors.count": GGUFValueType.INT32}
+        split_types = {
+            "split.no": GGUFValueType.UINT16,
+            "split.count": GGUFValueType.UINT16,
+            "split.tensors.count": GGUFValueType.INT32,
+        }
         meta = {**metadata, **split_keys} if i == 0 else split_keys
         types = {**(metadata_types or {}), **split_types}
         path = part_path(prefix, i + 1, n_parts)
-        write(path, meta, tensors[i * per_part:(i + 1) * per_part], metadata_types=types, alignment=alignment)
+        write(path, meta, tensors[i * per_part : (i + 1) * per_part], metadata_types=types, alignment=alignment)
         paths.append(path)
     return paths

@@ -1,4 +1,5 @@
 """GGUF v3 writer: metadata and tensor infos first, then tensor data streamed one tensor at a time."""
+
 from __future__ import annotations
 
 import os
@@ -22,9 +23,14 @@ from .constants import (
 )
 
 _NATIVE_DTYPES = {
-    GGMLType.F32: np.dtype("<f4"), GGMLType.F16: np.dtype("<f2"), GGMLType.F64: np.dtype("<f8"),
-    GGMLType.I8: np.dtype("<i1"), GGMLType.I16: np.dtype("<i2"), GGMLType.I32: np.dtype("<i4"),
-    GGMLType.I64: np.dtype("<i8"), GGMLType.BF16: np.dtype("<u2"),
+    GGMLType.F32: np.dtype("<f4"),
+    GGMLType.F16: np.dtype("<f2"),
+    GGMLType.F64: np.dtype("<f8"),
+    GGMLType.I8: np.dtype("<i1"),
+    GGMLType.I16: np.dtype("<i2"),
+    GGMLType.I32: np.dtype("<i4"),
+    GGMLType.I64: np.dtype("<i8"),
+    GGMLType.BF16: np.dtype("<u2"),
 }
 _FLOAT_TYPES = (GGMLType.F32, GGMLType.F16, GGMLType.F64)
 
@@ -39,8 +45,14 @@ class GGUFWriter:
     Writes to `<path>.<pid>.partial` and renames on a clean close(), so a crash never leaves a half file at `path`.
     """
 
-    def __init__(self, path: str | os.PathLike, metadata: dict | None = None, *,
-                 metadata_types: dict | None = None, alignment: int | None = None) -> None:
+    def __init__(
+        self,
+        path: str | os.PathLike,
+        metadata: dict | None = None,
+        *,
+        metadata_types: dict | None = None,
+        alignment: int | None = None,
+    ) -> None:
         self.path = Path(path)
         self._metadata: dict[str, tuple[object, object]] = {}
         self._infos: list[tuple[str, int, tuple[int, ...], int]] = []  # name, type, shape, nbytes
@@ -155,8 +167,10 @@ def _check_tensor_decl(name: str, ggml_type: int, shape: tuple[int, ...], seen: 
         raise ValueError(f"tensor {name!r}: shape {shape} needs 1..{GGML_MAX_DIMS} dims, each >= 1")
     block = BLOCK_SIZES[ggml_type][0]
     if shape[-1] % block:
-        raise ValueError(f"tensor {name!r}: row length {shape[-1]} is not a multiple of the "
-                         f"{type_name(ggml_type)} block size {block}")
+        raise ValueError(
+            f"tensor {name!r}: row length {shape[-1]} is not a multiple of the "
+            f"{type_name(ggml_type)} block size {block}"
+        )
 
 
 def _tensor_bytes(name: str, ggml_type: int, shape: tuple[int, ...], nbytes: int, data: object) -> memoryview:
@@ -164,8 +178,7 @@ def _tensor_bytes(name: str, ggml_type: int, shape: tuple[int, ...], nbytes: int
     if arr.dtype != np.uint8:
         arr = _native_array(name, ggml_type, shape, arr)
     if arr.nbytes != nbytes:
-        raise ValueError(f"tensor {name!r}: {arr.nbytes} bytes of data, {type_name(ggml_type)} "
-                         f"{shape} needs {nbytes}")
+        raise ValueError(f"tensor {name!r}: {arr.nbytes} bytes of data, {type_name(ggml_type)} {shape} needs {nbytes}")
     return memoryview(np.ascontiguousarray(arr).reshape(-1))
 
 
@@ -173,15 +186,22 @@ def _native_array(name: str, ggml_type: int, shape: tuple[int, ...], arr: np.nda
     want = _NATIVE_DTYPES.get(ggml_type)
     ok = want is not None and (arr.dtype == want or (ggml_type in _FLOAT_TYPES and arr.dtype.kind == "f"))
     if not ok:
-        raise ValueError(f"tensor {name!r}: {arr.dtype} data cannot be written as {type_name(ggml_type)}; "
-                         "pass raw uint8 blocks")
+        raise ValueError(
+            f"tensor {name!r}: {arr.dtype} data cannot be written as {type_name(ggml_type)}; pass raw uint8 blocks"
+        )
     if arr.size != int(np.prod(shape, dtype=object)):
         raise ValueError(f"tensor {name!r}: {arr.size} elements for shape {shape}")
     return arr.astype(want, copy=False).view(np.uint8)
 
 
-def write(path: str | os.PathLike, metadata: dict, tensors: Iterable[tuple], *,
-          metadata_types: dict | None = None, alignment: int | None = None) -> None:
+def write(
+    path: str | os.PathLike,
+    metadata: dict,
+    tensors: Iterable[tuple],
+    *,
+    metadata_types: dict | None = None,
+    alignment: int | None = None,
+) -> None:
     """Writes a whole GGUF v3 file; `tensors` yields (name, ggml_type, shape_numpy_order, data)."""
     tensors = list(tensors)
     with GGUFWriter(path, metadata, metadata_types=metadata_types, alignment=alignment) as w:

@@ -1,4 +1,5 @@
 """localrt: a local LLM runtime. `load_model(path, num_ctx=...)` is the public entry point of the engine."""
+
 from __future__ import annotations
 
 __version__ = "0.1.0"

@@ -1,4 +1,5 @@
 """`python -m localrt` is the `localrt` command."""
+
 from cli import entry
 
 entry()

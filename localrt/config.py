@@ -3,6 +3,7 @@
 Where a LOCALRT_ variable has no value, its Ollama twin (OLLAMA_HOST, OLLAMA_MODELS, ...) is read instead, so a
 user moving from Ollama keeps the settings they have. Every mistake is a ConfigError naming the variable it came
 from; the CLI prints it as one line."""
+
 from __future__ import annotations
 
 import ipaddress
@@ -17,8 +18,16 @@ LOOPBACK_NAMES = ("localhost", "ip6-localhost")
 DEFAULT_PORT = 11434
 
 # LOCALRT_<X> read from OLLAMA_<X> when unset: the variables Ollama documents that mean the same thing here
-OLLAMA_TWINS = ("HOST", "MODELS", "KEEP_ALIVE", "NUM_PARALLEL", "MAX_LOADED_MODELS", "MAX_QUEUE", "ORIGINS",
-                "CONTEXT_LENGTH")
+OLLAMA_TWINS = (
+    "HOST",
+    "MODELS",
+    "KEEP_ALIVE",
+    "NUM_PARALLEL",
+    "MAX_LOADED_MODELS",
+    "MAX_QUEUE",
+    "ORIGINS",
+    "CONTEXT_LENGTH",
+)
 
 
 class ConfigError(ValueError):
@@ -71,7 +80,9 @@ class Config:
     readonly_models_dirs: tuple[Path, ...] = ()
     data_dir: Path = field(default_factory=_data_dir)
     keep_alive: str = "5m"
-    num_parallel: int = 0  # requests one loaded model runs together: 1..16, or 0 = automatic (as Ollama: 4, or 1 where 4 do not fit)
+    num_parallel: int = (
+        0  # requests one loaded model runs together: 1..16, or 0 = automatic (as Ollama: 4, or 1 where 4 do not fit)
+    )
     max_loaded_models: int = 3
     max_queue: int = 512
     origins: tuple[str, ...] = ()
@@ -192,8 +203,17 @@ def load(env: dict | None = None) -> Config:
     )
 
 
-_UNITS = {"b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
-          "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "tib": 1 << 40}
+_UNITS = {
+    "b": 1,
+    "kb": 10**3,
+    "mb": 10**6,
+    "gb": 10**9,
+    "tb": 10**12,
+    "kib": 1 << 10,
+    "mib": 1 << 20,
+    "gib": 1 << 30,
+    "tib": 1 << 40,
+}
 
 
 def _kv_budget(raw: str | None) -> dict:
@@ -202,7 +222,7 @@ def _kv_budget(raw: str | None) -> dict:
     if not text:
         return {}
     digits = text.rstrip("abcdefghijklmnopqrstuvwxyz")
-    unit = text[len(digits):]
+    unit = text[len(digits) :]
     try:
         value = float(digits) if unit else int(digits)
     except ValueError:

@@ -1,4 +1,5 @@
 """Typed errors of the core. The server maps them to HTTP status and body in exactly one function."""
+
 from __future__ import annotations
 
 
@@ -56,8 +57,10 @@ class NonFiniteOutput(LocalrtError):
 
     def __str__(self) -> str:
         who = f"model {self.model!r}" if self.model else "the model"
-        return (f"{who} produced {self.what}: its weights are corrupt (NaN or infinite values, or values that "
-                f"overflow float32); create it again from a good GGUF file")
+        return (
+            f"{who} produced {self.what}: its weights are corrupt (NaN or infinite values, or values that "
+            f"overflow float32); create it again from a good GGUF file"
+        )
 
 
 class ContextLengthExceeded(LocalrtError):

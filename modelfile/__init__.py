@@ -1,4 +1,5 @@
 """Modelfile parser and formatter (pure; line-numbered errors). A leaf: never imports localrt."""
+
 from .format import build, format, format_parameters, quote
 from .params import DEPRECATED, TYPES
 from .parser import Command, Modelfile, ModelfileError, parse

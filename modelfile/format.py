@@ -6,6 +6,7 @@ Quoting follows Ollama: a value with a line break or leading/trailing blank is w
 holds `"`, else in `"`; other values are bare. Where Ollama's choice would not parse back (a value that
 starts with a quote, is empty, or has a line ending in the quote character), the other quoting is used;
 a value neither quoting can carry raises ValueError instead of being written wrong."""
+
 from __future__ import annotations
 
 import json
@@ -39,12 +40,7 @@ def quote(value: str) -> str:
     bad = _CONTROL.search(value)
     if bad:
         raise ValueError(f"control character U+{ord(bad.group()):04X} cannot be written in a Modelfile")
-    needs = (
-        not value
-        or value != value.strip()
-        or _NEWLINE.search(value) is not None
-        or value.startswith('"')
-    )
+    needs = not value or value != value.strip() or _NEWLINE.search(value) is not None or value.startswith('"')
     if not needs:
         return value
     order = ['"""', '"'] if '"' in value else ['"', '"""']

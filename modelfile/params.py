@@ -2,6 +2,7 @@
 
 Names are case-sensitive. Values are parsed the way Ollama parses them (Go's strconv rules), except
 that NaN and infinities are refused: no sampler option is meaningful with them."""
+
 from __future__ import annotations
 
 import math

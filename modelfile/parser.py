@@ -11,6 +11,7 @@ Differences from Ollama, all toward clearer errors: control characters other tha
 (Ollama drops them silently); a keyword with no argument is an error (Ollama stores an empty one); the
 newer Ollama-only instructions (RENDERER, PARSER, REQUIRES, DRAFT) are refused by name instead of being
 accepted and ignored; a repeated TEMPLATE/SYSTEM/PARAMETER adds a warning (the last one wins, as in Ollama)."""
+
 from __future__ import annotations
 
 import re
@@ -28,9 +29,7 @@ _CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 _WORD = re.compile(r"[A-Za-z]+")
 _PARAM_NAME = re.compile(r"[A-Za-z0-9_]+")
 _BLANK = " \t"
-_BAD_COMMAND = (
-    'command must be one of "from", "license", "template", "system", "adapter", "parameter", or "message"'
-)
+_BAD_COMMAND = 'command must be one of "from", "license", "template", "system", "adapter", "parameter", or "message"'
 
 
 class ModelfileError(ValueError):
@@ -172,7 +171,7 @@ class _Reader:
 def _split_word(rest: str, pattern: re.Pattern, line_no: int, what: str) -> tuple[str, str]:
     m = pattern.match(rest)
     word = m.group() if m else ""
-    after = rest[len(word):]
+    after = rest[len(word) :]
     if not word:
         raise ModelfileError(line_no, f"{what} is missing")
     if after and after[0] not in _BLANK:

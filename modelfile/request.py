@@ -1,5 +1,6 @@
 """Ollama's modern /api/create request body (ollama_spec 3.1) as a Modelfile, so one create() path serves
 both the CLI's Modelfile and API clients. Uploaded files are referenced as `@sha256:<hex>` blobs."""
+
 from __future__ import annotations
 
 import posixpath

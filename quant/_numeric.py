@@ -1,4 +1,5 @@
 """The C float idioms ggml's quantizers rely on, reproduced exactly in float32 NumPy."""
+
 from __future__ import annotations
 
 import numpy as np

@@ -9,6 +9,7 @@ These are the references the SIMD kernels' own activation quantization is tested
   unwritten) bsums = 0.
 Each takes float32 blocks (n_blocks, block_size) and returns a structured array (n_blocks,).
 """
+
 from __future__ import annotations
 
 import numpy as np

@@ -4,6 +4,7 @@ Each takes the blocks as a structured array `b` (n_blocks,) of the format's dtyp
 (n_blocks, block_size). Products are formed in the same order as ggml's `dequantize_row_*`
 (e.g. `(d*sc)*q - dmin*m`), so results are bit-identical to it.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -220,8 +221,10 @@ def dequantize(data: np.ndarray, ggml_type: int, shape) -> np.ndarray:
     if not shape or min(shape) <= 0:
         raise QuantError(f"bad tensor shape {shape} for {fmt.name}")
     if not isinstance(data, np.ndarray) or data.dtype != np.uint8:
-        raise QuantError(f"{fmt.name} data must be a uint8 array of raw blocks, got {type(data).__name__}"
-                         f"{'' if not isinstance(data, np.ndarray) else ' of ' + str(data.dtype)}")
+        raise QuantError(
+            f"{fmt.name} data must be a uint8 array of raw blocks, got {type(data).__name__}"
+            f"{'' if not isinstance(data, np.ndarray) else ' of ' + str(data.dtype)}"
+        )
     want = prod(shape[:-1]) * row_bytes(fmt.ggml_type, shape[-1])
     if data.size != want:
         raise QuantError(f"{fmt.name} tensor of shape {shape} needs {want} bytes, got {data.size}")
@@ -230,5 +233,5 @@ def dequantize(data: np.ndarray, ggml_type: int, shape) -> np.ndarray:
     fn = DEQUANTIZERS[fmt.ggml_type]
     with np.errstate(invalid="ignore", over="ignore"):  # inf/nan scales in a file dequantize as ggml does
         for start in range(0, len(blocks), _CHUNK_BLOCKS):
-            out[start:start + _CHUNK_BLOCKS] = fn(blocks[start:start + _CHUNK_BLOCKS])
+            out[start : start + _CHUNK_BLOCKS] = fn(blocks[start : start + _CHUNK_BLOCKS])
     return out.reshape(shape)

@@ -3,6 +3,7 @@
 A block's layout is a NumPy structured dtype built from `fields` (name, dtype, count) in byte order,
 so `raw.view(fmt.dtype)` exposes every field of every block without copying.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field

@@ -8,6 +8,7 @@ one f16 super-scale. Levels are then chosen once more with the stored scale (`be
 float32 throughout with C's evaluation order and left-to-right sums, vectorised over all sub-blocks.
 Each takes float32 blocks (n_blocks, block_size) and returns a structured array (n_blocks,).
 """
+
 from __future__ import annotations
 
 import numpy as np

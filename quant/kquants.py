@@ -5,6 +5,7 @@ Per sub-block the scale (and min) search is ggml's: `make_qkx2_quants` (Q2_K, Q4
 sums, vectorised over all sub-blocks at once; each takes float32 super-blocks (n_blocks, 256) and returns
 a structured array (n_blocks,) of the format's dtype.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -16,8 +17,9 @@ from quant.formats import FORMATS, GGMLType
 GROUP_MAX_EPS = F32(1e-15)  # ggml: a group whose absmax is below this is all zero
 
 
-def make_qkx2_quants(x: np.ndarray, w: np.ndarray, nmax: int, rmin: float, rdelta: float, nstep: int,
-                     use_mad: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def make_qkx2_quants(
+    x: np.ndarray, w: np.ndarray, nmax: int, rmin: float, rdelta: float, nstep: int, use_mad: bool = False
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Affine fit x ~ scale*L - the_min per row of x (m, n), L in 0..nmax, by a weighted grid search.
 
     Returns scale (m,), the_min (m,) (>= 0) and L (m, n) uint8.
@@ -203,8 +205,9 @@ def quantize_q6_k(x: np.ndarray) -> np.ndarray:
     d = via_f16(dstore)[:, None] * sc.astype(F32)  # (nb, 16)
     L = _requantize(xs, L - 32, d, np.zeros_like(d), -32, 31) + 32
     L = np.where(live[:, None, None], L, 0).astype(np.uint8).reshape(nb, 2, 4, 32)  # (nb, half, k, l)
-    ql = np.concatenate([(L[:, :, 0] & 0x0F) | ((L[:, :, 2] & 0x0F) << 4),
-                         (L[:, :, 1] & 0x0F) | ((L[:, :, 3] & 0x0F) << 4)], axis=2)  # (nb, 2, 64)
+    ql = np.concatenate(
+        [(L[:, :, 0] & 0x0F) | ((L[:, :, 2] & 0x0F) << 4), (L[:, :, 1] & 0x0F) | ((L[:, :, 3] & 0x0F) << 4)], axis=2
+    )  # (nb, 2, 64)
     qh = ((L >> 4) << (2 * np.arange(4, dtype=np.uint8))[None, None, :, None]).sum(axis=2, dtype=np.uint8)
     out["ql"], out["qh"] = ql.reshape(nb, 128), qh.reshape(nb, 64)
     out["scales"] = np.where(live[:, None], sc, 0)
@@ -271,7 +274,8 @@ def quantize_q3_k(x: np.ndarray) -> np.ndarray:
     high = L > 3
     # bit j // 32 of hmask[j % 32] holds element j's high bit
     out["hmask"] = (high.reshape(nb, 8, 32).astype(np.uint8) << np.arange(8, dtype=np.uint8)[None, :, None]).sum(
-        axis=1, dtype=np.uint8)
+        axis=1, dtype=np.uint8
+    )
     out["qs"] = _pack_2bit(np.where(high, L - 4, L))
     return out
 

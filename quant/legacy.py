@@ -3,6 +3,7 @@
 Each takes float32 blocks (n_blocks, 32) and returns a structured array (n_blocks,) of the format's dtype.
 All arithmetic is float32; the scale is rounded to f16 only when stored, quantization uses the f32 one.
 """
+
 from __future__ import annotations
 
 import numpy as np

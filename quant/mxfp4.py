@@ -7,6 +7,7 @@ code of the nearest doubled value KVALUES_MXFP4[q] * 2^(e - 128), the first code
 for zero). Byte-exact with ggml (tests/quant/test_quant_mxfp4.py); nothing in `create --quantize` writes it (see
 quant.recipe), it serves tests and tools that build MXFP4 tensors.
 """
+
 from __future__ import annotations
 
 import numpy as np

@@ -1,4 +1,5 @@
 """`quantize(array, ggml_type)`: float data -> raw GGML blocks (rows, row_bytes), ggml's reference quantizers."""
+
 from __future__ import annotations
 
 from math import prod
@@ -55,8 +56,10 @@ def _quantize_blocks(fn, x: np.ndarray, fmt) -> np.ndarray:
     for name, dt, _ in fmt.fields:
         if dt == "<f2" and not np.all(np.isfinite(blocks[name])):
             i = int(np.flatnonzero(~np.isfinite(blocks[name]))[0])
-            raise QuantError(f"cannot quantize to {fmt.name}: block {i} (elements {i * fmt.block_size}.."
-                             f"{(i + 1) * fmt.block_size - 1}) needs a {name} beyond the f16 range")
+            raise QuantError(
+                f"cannot quantize to {fmt.name}: block {i} (elements {i * fmt.block_size}.."
+                f"{(i + 1) * fmt.block_size - 1}) needs a {name} beyond the f16 range"
+            )
     return blocks.view(np.uint8).reshape(x.shape[0], -1)
 
 

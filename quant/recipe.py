@@ -9,6 +9,7 @@ expert tensors (the rest Q8_0), so as a target it is refused by name. A tensor t
 blocks whatever the target (llama-quantize would refuse it without --allow-requantize, or dequantize it to the
 target type): it is 4.25 bits per weight already, and the precision gpt-oss's experts were trained in.
 """
+
 from __future__ import annotations
 
 import re
@@ -61,14 +62,40 @@ _FALLBACK = {
 
 # name fragments llama.cpp never quantizes (besides norms, 1-D tensors and non-"weight" tensors)
 _KEEP_FRAGMENTS = (
-    "ffn_gate_inp.weight", "ffn_gate_tid2eid.weight", "altup", "laurel", "per_layer_model_proj",
-    "ssm_conv1d", "shortconv.conv.weight", "indexer.k_proj.weight", "indexer.q_proj.weight",
-    "time_mix_first.weight", "time_mix_w0.weight", "time_mix_w1.weight", "time_mix_w2.weight",
-    "time_mix_v0.weight", "time_mix_v1.weight", "time_mix_v2.weight", "time_mix_a0.weight",
-    "time_mix_a1.weight", "time_mix_a2.weight", "time_mix_g1.weight", "time_mix_g2.weight",
-    "time_mix_decay_w1.weight", "time_mix_decay_w2.weight", "time_mix_lerp_fused.weight",
-    "attn_rel_b.weight", ".position_embd", "sam.pos_embd", "sam.neck.", "sam.net_", ".rel_pos",
-    ".patch_embd", ".patch_merger", "a.rvq.codebook", "mm.a.code_embd",
+    "ffn_gate_inp.weight",
+    "ffn_gate_tid2eid.weight",
+    "altup",
+    "laurel",
+    "per_layer_model_proj",
+    "ssm_conv1d",
+    "shortconv.conv.weight",
+    "indexer.k_proj.weight",
+    "indexer.q_proj.weight",
+    "time_mix_first.weight",
+    "time_mix_w0.weight",
+    "time_mix_w1.weight",
+    "time_mix_w2.weight",
+    "time_mix_v0.weight",
+    "time_mix_v1.weight",
+    "time_mix_v2.weight",
+    "time_mix_a0.weight",
+    "time_mix_a1.weight",
+    "time_mix_a2.weight",
+    "time_mix_g1.weight",
+    "time_mix_g2.weight",
+    "time_mix_decay_w1.weight",
+    "time_mix_decay_w2.weight",
+    "time_mix_lerp_fused.weight",
+    "attn_rel_b.weight",
+    ".position_embd",
+    "sam.pos_embd",
+    "sam.neck.",
+    "sam.net_",
+    ".rel_pos",
+    ".patch_embd",
+    ".patch_merger",
+    "a.rvq.codebook",
+    "mm.a.code_embd",
 )
 _KEEP_NAMES = ("position_embd.weight", "token_types.weight")
 _LAYER = re.compile(r"blk\.(\d+)\.")
@@ -77,25 +104,29 @@ _LAYER = re.compile(r"blk\.(\d+)\.")
 # file types llama-quantize has that are refused by name, with why
 _REFUSED = {
     "mxfp4_moe": "llama-quantize's MXFP4_MOE writes MXFP4 for mixture-of-experts tensors only (the rest Q8_0), "
-                 "and MXFP4 weights are read here but not written",
+    "and MXFP4 weights are read here but not written",
     "mxfp4": "MXFP4 is a block format for mixture-of-experts tensors only (llama-quantize's MXFP4_MOE), "
-             "and MXFP4 weights are read here but not written",
+    "and MXFP4 weights are read here but not written",
 }
 
 
 def get_file_type(name: str) -> FileType:
     ft = FILE_TYPES.get(name.lower())
     if ft is None and name.lower() in _REFUSED:
-        raise QuantError(f"unsupported quantization type {name!r}: {_REFUSED[name.lower()]}; choose one of "
-                         + ", ".join(f.name for f in FILE_TYPES.values()))
+        raise QuantError(
+            f"unsupported quantization type {name!r}: {_REFUSED[name.lower()]}; choose one of "
+            + ", ".join(f.name for f in FILE_TYPES.values())
+        )
     if ft is None:
-        raise QuantError(f"unsupported quantization type {name!r}; choose one of "
-                         + ", ".join(f.name for f in FILE_TYPES.values()))
+        raise QuantError(
+            f"unsupported quantization type {name!r}; choose one of " + ", ".join(f.name for f in FILE_TYPES.values())
+        )
     return ft
 
 
 def llama_order(names) -> list[str]:
     """The order llama-quantize visits (and writes) tensors: non-layer tensors, then by layer, by name."""
+
     def key(name: str):
         m = _LAYER.match(name)
         return (int(m.group(1)) if m else -1, name)
@@ -128,8 +159,17 @@ def _category(name: str) -> str:
         return "output"
     if name in ("token_embd.weight", "per_layer_token_embd.weight"):
         return "token_embd"
-    for cat in ("attn_qkv.weight", "attn_kv_b.weight", "attn_v.weight", "attn_k.weight", "attn_q.weight",
-                "attn_output.weight", "ffn_up", "ffn_gate", "ffn_down"):
+    for cat in (
+        "attn_qkv.weight",
+        "attn_kv_b.weight",
+        "attn_v.weight",
+        "attn_k.weight",
+        "attn_q.weight",
+        "attn_output.weight",
+        "ffn_up",
+        "ffn_gate",
+        "ffn_down",
+    ):
         if cat in name:
             return cat.removesuffix(".weight")
     return "other"
@@ -232,8 +272,10 @@ def _fallback(name: str, ggml_type: int, ne0: int) -> int:
         return ggml_type
     alt = _FALLBACK.get(ggml_type)
     if alt is None:
-        raise QuantError(f"tensor {name!r}: row length {ne0} is not a multiple of the "
-                         f"{FORMATS[ggml_type].name} block size and {FORMATS[ggml_type].name} has no fallback")
+        raise QuantError(
+            f"tensor {name!r}: row length {ne0} is not a multiple of the "
+            f"{FORMATS[ggml_type].name} block size and {FORMATS[ggml_type].name} has no fallback"
+        )
     return alt if ne0 % FORMATS[alt].block_size == 0 else GGMLType.F16
 
 

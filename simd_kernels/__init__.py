@@ -21,6 +21,7 @@ Adding a block format (IQ4_NL, IQ4_XS and MXFP4 came in this way):
    test_batch_engine's row invariance and test_kernels_cache's cache check pick up. A kernel that takes minutes to
    compile cold goes in SLOW_COMPILE there, as Q2_K and Q3_K do.
 """
+
 from . import _cache_guard, rows, warm
 from .api import (
     BLOCKS,
@@ -40,5 +41,16 @@ warm.refuse_blas_probe()  # before any kernel runs: Numba's start-up then skips 
 
 _cache_guard.check(rows.n_groups)  # any kernel of the package: they share one cache directory
 
-__all__ = ["BLOCKS", "EXPERTS", "GROUPED", "MUL", "MULTI", "PREFILL", "ROWS", "KernelArgumentError", "get_rows",
-           "matmul", "matvec"]
+__all__ = [
+    "BLOCKS",
+    "EXPERTS",
+    "GROUPED",
+    "MUL",
+    "MULTI",
+    "PREFILL",
+    "ROWS",
+    "KernelArgumentError",
+    "get_rows",
+    "matmul",
+    "matvec",
+]

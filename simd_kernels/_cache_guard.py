@@ -5,6 +5,7 @@ inlines from (ir.py's IR, actquant.py, half.py, ...): editing ir.py alone would 
 machine code in use. A hash of all kernel sources is kept beside the cache; on a mismatch the cached
 kernels of these modules are deleted and recompile on first use.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -13,9 +14,28 @@ from pathlib import Path
 from numba.core.caching import FunctionCache
 
 # the @njit / @intrinsic sources, and ir (the LLVM IR their intrinsics generate)
-MODULES = ("actquant", "attend", "attend_simd", "block32", "block32_prompt", "checks", "dequant", "floats", "half",
-           "iquants", "ir", "kquants", "kquants_prompt", "kquants_rowdots", "ops", "paged", "prefill", "rows", "simd",
-           "vmath")
+MODULES = (
+    "actquant",
+    "attend",
+    "attend_simd",
+    "block32",
+    "block32_prompt",
+    "checks",
+    "dequant",
+    "floats",
+    "half",
+    "iquants",
+    "ir",
+    "kquants",
+    "kquants_prompt",
+    "kquants_rowdots",
+    "ops",
+    "paged",
+    "prefill",
+    "rows",
+    "simd",
+    "vmath",
+)
 _STAMP = "simd_kernels.sources.sha256"
 
 

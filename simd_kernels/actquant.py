@@ -8,6 +8,7 @@ kernels (simd_kernels.kquants_prompt): the same values, each super-block's dword
 and group sums laid out token-minor. `quantize_q8_0_interleaved` and `quantize_q8_1_interleaved` are Q8_0 and
 Q8_1 for the 32-element formats' prompt kernels (simd_kernels.block32_prompt): each 256 elements' dwords transposed.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -151,7 +152,7 @@ def empty_64(n_tok, cols):
     costs two, a measurable share of a Q4_K or Q6_K prompt kernel: docs/measurements.md)."""
     buf = np.empty(n_tok * cols + 64, np.int8)
     start = (64 - buf.ctypes.data % 64) % 64
-    return buf[start:start + n_tok * cols].reshape((n_tok, cols))
+    return buf[start : start + n_tok * cols].reshape((n_tok, cols))
 
 
 @njit(cache=True, nogil=True)

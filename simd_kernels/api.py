@@ -6,6 +6,7 @@ called directly from other nopython code, with the same argument contract: w C-c
 kernels check nothing. Only cheap shape/dtype checks run per call here, and `threads.use_threads_for`
 picks one thread or all for the call (callers of the raw kernels may do the same).
 """
+
 from __future__ import annotations
 
 import importlib
@@ -22,6 +23,7 @@ from .threads import use_threads_for
 
 F32, F16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 = 0, 1, 2, 3, 6, 7, 8
 Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS, BF16, MXFP4 = 10, 11, 12, 13, 14, 20, 23, 30, 39
+
 
 class KernelTable(dict):
     """ggml type id -> kernel, importing the module of a format on first use: a process loads (and Numba
@@ -58,12 +60,42 @@ class KernelTable(dict):
         return self[ggml_type] if ggml_type in self._where else default
 
 
-_MUL_MODULES = {F32: "floats", F16: "floats", BF16: "floats", Q4_0: "block32", Q4_1: "block32", Q5_0: "block32",
-                Q5_1: "block32", Q8_0: "block32", Q2_K: "kquants", Q3_K: "kquants", Q4_K: "kquants", Q5_K: "kquants",
-                Q6_K: "kquants", IQ4_NL: "iquants", IQ4_XS: "iquants", MXFP4: "iquants"}
-_NAMES = {F32: "f32", F16: "f16", BF16: "bf16", Q4_0: "q4_0", Q4_1: "q4_1", Q5_0: "q5_0", Q5_1: "q5_1", Q8_0: "q8_0",
-          Q2_K: "q2_k", Q3_K: "q3_k", Q4_K: "q4_k", Q5_K: "q5_k", Q6_K: "q6_k", IQ4_NL: "iq4_nl", IQ4_XS: "iq4_xs",
-          MXFP4: "mxfp4"}
+_MUL_MODULES = {
+    F32: "floats",
+    F16: "floats",
+    BF16: "floats",
+    Q4_0: "block32",
+    Q4_1: "block32",
+    Q5_0: "block32",
+    Q5_1: "block32",
+    Q8_0: "block32",
+    Q2_K: "kquants",
+    Q3_K: "kquants",
+    Q4_K: "kquants",
+    Q5_K: "kquants",
+    Q6_K: "kquants",
+    IQ4_NL: "iquants",
+    IQ4_XS: "iquants",
+    MXFP4: "iquants",
+}
+_NAMES = {
+    F32: "f32",
+    F16: "f16",
+    BF16: "bf16",
+    Q4_0: "q4_0",
+    Q4_1: "q4_1",
+    Q5_0: "q5_0",
+    Q5_1: "q5_1",
+    Q8_0: "q8_0",
+    Q2_K: "q2_k",
+    Q3_K: "q3_k",
+    Q4_K: "q4_k",
+    Q5_K: "q5_k",
+    Q6_K: "q6_k",
+    IQ4_NL: "iq4_nl",
+    IQ4_XS: "iq4_xs",
+    MXFP4: "mxfp4",
+}
 
 # ggml type id -> (elements per block, bytes per block) for the weight formats the kernels read: gguf_io's table
 BLOCKS: dict[int, tuple[int, int]] = {t: BLOCK_SIZES[t] for t in _NAMES}
@@ -92,9 +124,20 @@ ROWS = KernelTable({t: ("dequant", f"rows_{name}") for t, name in _NAMES.items()
 # only the pieces; the 32-element formats' MUL kernels (and MXFP4's, simd_kernels.iquants) share their row dots
 # (simd_kernels.block32) on every host. Each is faster than the per-row kernel on a prompt piece (docs/measurements.md).
 # Q8_0's unsigned weights (q + 128) pass vpmaddubsw's range, so it takes the kernel only with VNNI.
-_PREFILL_MODULES = ({Q4_K: "kquants_prompt", Q5_K: "kquants_prompt", Q6_K: "kquants_prompt", Q4_0: "block32_prompt", Q4_1: "block32_prompt",
-                     Q5_0: "block32_prompt", Q5_1: "block32_prompt", MXFP4: "block32_prompt"} if "avx2" in X86 else {}) | (
-    {Q8_0: "block32_prompt"} if {"avx512vnni", "avx512vl"} <= X86 else {})
+_PREFILL_MODULES = (
+    {
+        Q4_K: "kquants_prompt",
+        Q5_K: "kquants_prompt",
+        Q6_K: "kquants_prompt",
+        Q4_0: "block32_prompt",
+        Q4_1: "block32_prompt",
+        Q5_0: "block32_prompt",
+        Q5_1: "block32_prompt",
+        MXFP4: "block32_prompt",
+    }
+    if "avx2" in X86
+    else {}
+) | ({Q8_0: "block32_prompt"} if {"avx512vnni", "avx512vl"} <= X86 else {})
 PREFILL = KernelTable({t: (module, f"PREFILL_{_NAMES[t].upper()}") for t, module in _PREFILL_MODULES.items()})
 
 # Batches at least this large go through dequantized row tiles and BLAS; smaller ones use the fused
@@ -121,12 +164,16 @@ def _readonly(w: np.ndarray) -> np.ndarray:
 def _cols(ggml_type: int, w: np.ndarray) -> int:
     """Elements per row of w, checking that w is a uint8 (rows, whole blocks) matrix."""
     if w.dtype != np.uint8 or w.ndim != 2 or not w.flags.c_contiguous:
-        raise KernelArgumentError(f"weights must be C-contiguous uint8 (rows, row_bytes), got {w.dtype} {w.shape}"
-                                  f"{'' if w.flags.c_contiguous else ' (not contiguous)'}")
+        raise KernelArgumentError(
+            f"weights must be C-contiguous uint8 (rows, row_bytes), got {w.dtype} {w.shape}"
+            f"{'' if w.flags.c_contiguous else ' (not contiguous)'}"
+        )
     per_block, block_bytes = BLOCKS[ggml_type]
     if w.shape[1] % block_bytes or w.shape[0] == 0:
-        raise KernelArgumentError(f"weight rows of {w.shape[1]} bytes are not whole {block_bytes}-byte blocks "
-                                  f"of ggml type {ggml_type}, or there are no rows ({w.shape})")
+        raise KernelArgumentError(
+            f"weight rows of {w.shape[1]} bytes are not whole {block_bytes}-byte blocks "
+            f"of ggml type {ggml_type}, or there are no rows ({w.shape})"
+        )
     return w.shape[1] // block_bytes * per_block
 
 
@@ -183,9 +230,9 @@ def _matmul_tiles(rows_kernel, w: np.ndarray, x: np.ndarray, out: np.ndarray) ->
     use_threads_for(0)
     for r0 in range(0, rows, tile_rows):
         n = min(tile_rows, rows - r0)
-        rows_kernel(w, ids[r0:r0 + n], tile[:n])
+        rows_kernel(w, ids[r0 : r0 + n], tile[:n])
         np.matmul(x, tile[:n].T, out=part[:, :n])
-        out[:, r0:r0 + n] = part[:, :n]
+        out[:, r0 : r0 + n] = part[:, :n]
 
 
 def get_rows(ggml_type: int, w: np.ndarray, ids) -> np.ndarray:

@@ -11,6 +11,7 @@ sharing it (GQA); it was slower here, the row copy costing more than the convers
 run of a sequence's rows (a draft's) and head, converting each key once for the rows: the dots, not the loads, cost
 (docs/measurements.md).
 """
+
 from __future__ import annotations
 
 import math
@@ -43,8 +44,7 @@ MIX_KEYS = 32
 _EXP_FLOOR = np.float32(-87.0)
 
 
-def run(q, k, v, table, paged: bool, positions, slots, window: int, scale: float, softcap, out, p_max: int,
-        sinks=None):
+def run(q, k, v, table, paged: bool, positions, slots, window: int, scale: float, softcap, out, p_max: int, sinks=None):
     """The attention of rows the caller has checked (at least one; p_max their largest position): the softcap
     refused unless 0 or positive, the sinks unless None or (n_head,) f32, then the jobs on this thread, or on
     Numba's threads once they read enough keys (a decode step over a few hundred positions does).
@@ -69,8 +69,10 @@ def check_sinks(sinks, n_head: int) -> np.ndarray:
     if sinks is None:
         return NO_SINKS
     if not isinstance(sinks, np.ndarray) or sinks.dtype != np.float32 or sinks.shape != (n_head,):
-        raise KernelArgumentError(f"sinks must be a ({n_head},) float32 array (one per query head), got "
-                                  f"{getattr(sinks, 'shape', type(sinks).__name__)} {getattr(sinks, 'dtype', '')}")
+        raise KernelArgumentError(
+            f"sinks must be a ({n_head},) float32 array (one per query head), got "
+            f"{getattr(sinks, 'shape', type(sinks).__name__)} {getattr(sinks, 'dtype', '')}"
+        )
     if not np.isfinite(sinks).all():
         raise KernelArgumentError("sinks hold NaN or infinite values")
     return np.ascontiguousarray(sinks)
@@ -88,8 +90,14 @@ def _block_of(table, paged, s, pos, size):
 def _vector_heads(q, k, v, out):
     """Whether `_attend` can take its heads as whole vectors (simd_kernels.attend_simd): head_dim a multiple of 16,
     head_dim_v of 64, each array contiguous along its dims."""
-    return (q.shape[2] % LANES == 0 and v.shape[3] % (4 * LANES) == 0 and q.strides[2] == 4 and out.strides[2] == 4
-            and k.strides[3] == k.itemsize and v.strides[3] == v.itemsize)
+    return (
+        q.shape[2] % LANES == 0
+        and v.shape[3] % (4 * LANES) == 0
+        and q.strides[2] == 4
+        and out.strides[2] == 4
+        and k.strides[3] == k.itemsize
+        and v.strides[3] == v.itemsize
+    )
 
 
 @njit(cache=True, nogil=True, fastmath=_REDUCE)
@@ -243,7 +251,8 @@ def _attend_loops(q, k, v, table, paged, positions, slots, window, scale, softca
                 w0, w1, w2, w3 = scores[j] * inv, scores[j + 1] * inv, scores[j + 2] * inv, scores[j + 3] * inv
                 for d in range(hd_v):
                     out[t, h, d] += (w0 * kv_f32(v[b, kvh, r, d]) + w1 * kv_f32(v[b, kvh, r + 1, d])) + (
-                        w2 * kv_f32(v[b, kvh, r + 2, d]) + w3 * kv_f32(v[b, kvh, r + 3, d]))
+                        w2 * kv_f32(v[b, kvh, r + 2, d]) + w3 * kv_f32(v[b, kvh, r + 3, d])
+                    )
                 step = KEYS
             else:
                 w0 = scores[j] * inv
@@ -279,8 +288,10 @@ def softmax_causal(sc, scale: float, softcap: float, positions, k0: int, window:
         raise KernelArgumentError(f"softcap must be 0 (off) or positive, got {softcap}")
     group, m, n = sc.shape
     if len(positions) != m or m == 0 or positions.min() < k0 or positions.max() - k0 >= n:
-        raise KernelArgumentError(f"positions {positions.min(initial=0)}..{positions.max(initial=0)} (of {len(positions)})"
-                                  f" do not fit scores {sc.shape} from key {k0}")
+        raise KernelArgumentError(
+            f"positions {positions.min(initial=0)}..{positions.max(initial=0)} (of {len(positions)})"
+            f" do not fit scores {sc.shape} from key {k0}"
+        )
     _softmax_causal(sc, np.float32(scale), softcap, positions, k0, window, check_sinks(sinks, group))
 
 

@@ -9,6 +9,7 @@ docs/measurements.md). A key's dot is the same sum whether it is taken with 15 o
 lanes over the head's 16-element chunks, then a tree of halves; a value element's sum is the same chain of FMAs
 however the keys are split into calls.
 """
+
 from __future__ import annotations
 
 from llvmlite import ir
@@ -148,15 +149,18 @@ def mix_values(typingctx, v, w, out, t, h, b, kvh, r, j, n):
         accs = [cgutils.alloca_once(builder, _V16F) for _ in range(4)]
         with cgutils.for_range(builder, builder.udiv(hd_v, i64(4 * LANES))) as groups:
             g = groups.index
-            optrs = [_ptr(builder, oa.data, builder.add(builder.add(oo, builder.mul(g, i64(256))), i64(64 * u)), _V16F)
-                     for u in range(4)]
+            optrs = [
+                _ptr(builder, oa.data, builder.add(builder.add(oo, builder.mul(g, i64(256))), i64(64 * u)), _V16F)
+                for u in range(4)
+            ]
             for u in range(4):
                 builder.store(builder.load(optrs[u], align=4), accs[u])
             vg = builder.add(vo, builder.mul(g, i64(4 * LANES * elem)))
             with cgutils.for_range(builder, n_) as keys:
                 i = keys.index
-                wi = splat(builder, builder.load(_ptr(builder, wa.data, builder.mul(builder.add(j_, i), i64(4)), F32)),
-                            LANES)
+                wi = splat(
+                    builder, builder.load(_ptr(builder, wa.data, builder.mul(builder.add(j_, i), i64(4)), F32)), LANES
+                )
                 vi = builder.add(vg, builder.mul(i, vs[2]))
                 for u in range(4):
                     vv = _load16(builder, va.data, builder.add(vi, i64(u * LANES * elem)), half)

@@ -14,6 +14,7 @@ VNNI the row dots add the vpmaddubsw pair sums of 8 (Q4) or 4 (Q5) registers as 
 Q8_0's quants signed (vpsignb) rather than offset (ir.lane_dots). The figures behind both choices are in
 docs/measurements.md.
 """
+
 from __future__ import annotations
 
 from .block32_prompt import QUANTIZE, ROWDOTS

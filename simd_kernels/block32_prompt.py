@@ -15,6 +15,7 @@ MXFP4: its table's doubled E2M1 value + 16; the formats with a min are unsigned 
 block as offset * Σx (exact, in integers). Tokens go 16 at a time through all of a call's rows, so their activations
 stay in L1 (faster than 8 a pass for most formats: docs/measurements.md).
 """
+
 from __future__ import annotations
 
 from llvmlite import ir
@@ -24,8 +25,26 @@ from .actquant import LGROUP, quantize_q8_0_interleaved, quantize_q8_1_interleav
 from .dequant import KVALUES_MXFP4
 from .jit import njit
 from .ir import (
-    I8, I16, I32, V8F, V8I, X86, byte_ptr, call_intrinsic, const_vec, fifth_bits, fma, i64, lane_dots, load_vec,
-    nibbles, prefetch, reduce_f, shuffle, splat, transpose4,
+    I8,
+    I16,
+    I32,
+    V8F,
+    V8I,
+    X86,
+    byte_ptr,
+    call_intrinsic,
+    const_vec,
+    fifth_bits,
+    fma,
+    i64,
+    lane_dots,
+    load_vec,
+    nibbles,
+    prefetch,
+    reduce_f,
+    shuffle,
+    splat,
+    transpose4,
 )
 from .prefill import prefill_kernel, prefill_rowdots
 from .simd import EVERY_COUNT
@@ -126,8 +145,9 @@ def _row_loop(context, builder, sig, args, fmt, n_tok):
     arrays = []
     for k in (1, 2, 3):
         a = context.make_array(sig.args[k])(context, builder, args[k])
-        arrays.append((a.data, cgutils.unpack_tuple(builder, a.strides, 2)[0],
-                       cgutils.unpack_tuple(builder, a.shape, 2)))
+        arrays.append(
+            (a.data, cgutils.unpack_tuple(builder, a.strides, 2)[0], cgutils.unpack_tuple(builder, a.shape, 2))
+        )
     (xq, xq_s, _), (xd, xd_s, _), (xs, xs_s, _) = arrays
     t0 = args[4] if args[4].type.width == 64 else builder.sext(args[4], ir.IntType(64))
     i8p = I8.as_pointer()
@@ -136,8 +156,10 @@ def _row_loop(context, builder, sig, args, fmt, n_tok):
         return builder.bitcast(builder.gep(builder.bitcast(base, i8p), [offset]), ty.as_pointer())
 
     toks = [builder.add(t0, i64(k)) for k in range(n_tok)]
-    rows = [(at(xq, builder.mul(t, xq_s), I8), at(xd, builder.mul(t, xd_s), I8), at(xs, builder.mul(t, xs_s), I8))
-            for t in toks]
+    rows = [
+        (at(xq, builder.mul(t, xq_s), I8), at(xd, builder.mul(t, xd_s), I8), at(xs, builder.mul(t, xs_s), I8))
+        for t in toks
+    ]
     accs = [cgutils.alloca_once_value(builder, ir.Constant(V8F, [0.0] * 8)) for _ in toks]
     sums_ty = V8F if fmt.shift is None else V8I
     zeros = ir.Constant(V8F, [0.0] * 8)
@@ -152,8 +174,10 @@ def _row_loop(context, builder, sig, args, fmt, n_tok):
         offsets = [builder.mul(builder.add(first, i64(j)), i64(fmt.block)) for j in range(LGROUP)]
         if tail:
             last = builder.mul(builder.sub(n_blocks, i64(1)), i64(fmt.block))
-            offsets = [builder.select(builder.icmp_unsigned("<", builder.add(first, i64(j)), n_blocks), o, last)
-                       for j, o in enumerate(offsets)]
+            offsets = [
+                builder.select(builder.icmp_unsigned("<", builder.add(first, i64(j)), n_blocks), o, last)
+                for j, o in enumerate(offsets)
+            ]
         prefetch(builder, wd, offsets[0], n_regs * fmt.block)
         blocks = [builder.bitcast(fmt.decode(builder, wd, o), V8I) for o in offsets[:n_regs]]
         regs = transpose4(builder, blocks) if half else _transpose8(builder, blocks)
@@ -161,8 +185,9 @@ def _row_loop(context, builder, sig, args, fmt, n_tok):
         dw = (fmt.scales or _halves)(builder, wd, offsets)
         mw = None if fmt.shift is not None else _halves(builder, wd, [builder.add(o, i64(fmt.m_at)) for o in offsets])
         if tail:  # 32-bit lanes (a <8 x i64> compare would be a 512-bit instruction)
-            inside = builder.icmp_unsigned("<", builder.add(_splat32(builder, first), const_vec(I32, range(8))),
-                                           _splat32(builder, n_blocks))
+            inside = builder.icmp_unsigned(
+                "<", builder.add(_splat32(builder, first), const_vec(I32, range(8))), _splat32(builder, n_blocks)
+            )
             dw = builder.select(inside, dw, zeros)
             mw = None if mw is None else builder.select(inside, mw, zeros)
         xo = builder.mul(g, i64(32 * LGROUP))
@@ -170,8 +195,14 @@ def _row_loop(context, builder, sig, args, fmt, n_tok):
         for (xqd, xdd, xsd), acc in zip(rows, accs):
             sums = builder.load(at(xsd, so, sums_ty), align=4)
             xs = [load_vec(builder, xqd, builder.add(xo, i64(32 * k)), 32) for k in range(n_regs)]
-            lanes = lane_dots(builder, regs, xs, sums if mw is None else ir.Constant(V8I, [0] * 8),
-                               i16_group=fmt.i16_group, wide=fmt.wide)
+            lanes = lane_dots(
+                builder,
+                regs,
+                xs,
+                sums if mw is None else ir.Constant(V8I, [0] * 8),
+                i16_group=fmt.i16_group,
+                wide=fmt.wide,
+            )
             if half:  # lane j + 4 held dwords 4..7 of block j (its bias, 0 past the row, sits in lane j only)
                 lanes = builder.add(lanes, shuffle(builder, lanes, lanes, [4, 5, 6, 7, 0, 1, 2, 3]))
             scale = builder.fmul(dw, builder.load(at(xdd, so, V8F), align=4))
@@ -186,8 +217,9 @@ def _row_loop(context, builder, sig, args, fmt, n_tok):
     rem = builder.sub(n_blocks, builder.mul(full, i64(LGROUP)))  # blocks of the last, partial group (0: none)
     with builder.if_then(builder.icmp_unsigned(">", rem, i64(LGROUP // 2))):
         group(full, True)
-    with builder.if_then(builder.and_(builder.icmp_unsigned(">", rem, i64(0)),
-                                      builder.icmp_unsigned("<=", rem, i64(LGROUP // 2)))):
+    with builder.if_then(
+        builder.and_(builder.icmp_unsigned(">", rem, i64(0)), builder.icmp_unsigned("<=", rem, i64(LGROUP // 2)))
+    ):
         group(full, True, half=True)
     return [reduce_f(builder, builder.load(a), 8) for a in accs]
 
@@ -228,8 +260,14 @@ def quantize_for_q5_0(x):
 
 
 # the activations of each format's row dots (block32's), and api.PREFILL's entries: (quantize, kernel)
-QUANTIZE = {"q8_0": quantize_for_q8_0, "q4_0": quantize_for_q4_0, "q5_0": quantize_for_q5_0,
-            "q4_1": quantize_q8_1_interleaved, "q5_1": quantize_q8_1_interleaved, "mxfp4": quantize_for_q5_0}
+QUANTIZE = {
+    "q8_0": quantize_for_q8_0,
+    "q4_0": quantize_for_q4_0,
+    "q5_0": quantize_for_q5_0,
+    "q4_1": quantize_q8_1_interleaved,
+    "q5_1": quantize_q8_1_interleaved,
+    "mxfp4": quantize_for_q5_0,
+}
 PREFILL_Q8_0 = (QUANTIZE["q8_0"], prefill_q8_0)
 PREFILL_Q4_0 = (QUANTIZE["q4_0"], prefill_q4_0)
 PREFILL_Q5_0 = (QUANTIZE["q5_0"], prefill_q5_0)

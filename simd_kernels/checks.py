@@ -1,5 +1,6 @@
 """Argument checks for the kernels' Python entry points: cheap (shape tuples, one pass over the index arrays),
 run once per call, so that a wrong shape or index raises here and no kernel ever reads or writes out of bounds."""
+
 from __future__ import annotations
 
 import math
@@ -35,13 +36,17 @@ def positive(name: str, x) -> None:
 def kv_dtype(k_cache, v_cache) -> None:
     """KV caches are float32, or uint16 holding float16 bits (an F16 cache), both the same."""
     if k_cache.dtype != v_cache.dtype or k_cache.dtype not in (np.float32, np.uint16):
-        raise KernelArgumentError(f"KV caches must both be float32 or uint16 (float16 bits), got {k_cache.dtype}, {v_cache.dtype}")
+        raise KernelArgumentError(
+            f"KV caches must both be float32 or uint16 (float16 bits), got {k_cache.dtype}, {v_cache.dtype}"
+        )
 
 
 def rows_index(positions, slots, n_tok: int, n_slots: int) -> int:
     """Checks positions/slots (n_tok,) as kernels index with them; returns the largest position."""
     if positions.shape != (n_tok,) or slots.shape != (n_tok,):
-        raise KernelArgumentError(f"positions and slots must have shape ({n_tok},), got {positions.shape} and {slots.shape}")
+        raise KernelArgumentError(
+            f"positions and slots must have shape ({n_tok},), got {positions.shape} and {slots.shape}"
+        )
     if n_tok == 0:
         return -1
     p_lo, p_hi, s_lo, s_hi = _bounds(positions, slots)

@@ -3,6 +3,7 @@ tiles that prefill hands to BLAS. Arithmetic follows the reference dequantizers 
 
 Every public kernel: w uint8 (rows, row_bytes), ids int64 (n,) row indices, out float32 (n, cols).
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -60,8 +61,12 @@ def _row_q4(w, r, y, bb, oq, has_min, five, oh):
         m = _d(w, r, o + 2) if has_min else np.float32(0.0)
         qh = 0
         if five:
-            qh = (np.int64(w[r, o + oh]) | (np.int64(w[r, o + oh + 1]) << 8) | (np.int64(w[r, o + oh + 2]) << 16)
-                  | (np.int64(w[r, o + oh + 3]) << 24))
+            qh = (
+                np.int64(w[r, o + oh])
+                | (np.int64(w[r, o + oh + 1]) << 8)
+                | (np.int64(w[r, o + oh + 2]) << 16)
+                | (np.int64(w[r, o + oh + 3]) << 24)
+            )
         offset = 0 if has_min else (16 if five else 8)  # symmetric types centre q on zero
         for j in range(16):
             byte = np.int64(w[r, o + oq + j])
@@ -79,8 +84,7 @@ def _row_q4(w, r, y, bb, oq, has_min, five, oh):
 def _scale_min_k4(w, r, o, j):
     if j < 4:
         return w[r, o + j] & 63, w[r, o + j + 4] & 63
-    return ((w[r, o + j + 4] & 15) | ((w[r, o + j - 4] >> 6) << 4),
-            (w[r, o + j + 4] >> 4) | ((w[r, o + j] >> 6) << 4))
+    return ((w[r, o + j + 4] & 15) | ((w[r, o + j - 4] >> 6) << 4), (w[r, o + j + 4] >> 4) | ((w[r, o + j] >> 6) << 4))
 
 
 @njit(inline="always")
@@ -120,8 +124,12 @@ def _row_q6_k(w, r, y):
                 h = np.int64(w[r, o + 128 + 32 * n + l])
                 qa = np.int64(w[r, o + 64 * n + l])
                 qb = np.int64(w[r, o + 64 * n + 32 + l])
-                q = ((qa & 15) | ((h & 3) << 4), (qb & 15) | (((h >> 2) & 3) << 4),
-                     (qa >> 4) | (((h >> 4) & 3) << 4), (qb >> 4) | (((h >> 6) & 3) << 4))
+                q = (
+                    (qa & 15) | ((h & 3) << 4),
+                    (qb & 15) | (((h >> 2) & 3) << 4),
+                    (qa >> 4) | (((h >> 4) & 3) << 4),
+                    (qb >> 4) | (((h >> 6) & 3) << 4),
+                )
                 for k in range(4):
                     sc = np.float32(np.int8(w[r, o + 192 + 8 * n + 2 * k + l // 16]))
                     y[256 * b + 128 * n + 32 * k + l] = d * sc * np.float32(q[k] - 32)

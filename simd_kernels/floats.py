@@ -4,6 +4,7 @@ Weights w: uint8 (rows, cols * itemsize), read in place. As in ggml's CPU backen
 weights dot against activations rounded to the weight type (their vec_dot_type), accumulated in f32.
 x: float32 (n_tok, cols); out: float32 (n_tok, rows).
 """
+
 from __future__ import annotations
 
 import numpy as np

@@ -1,4 +1,5 @@
 """Scalar half-precision helpers for nopython code (Numba has no float16 type there)."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -75,7 +76,9 @@ def kv_f32(typingctx, x):
     if x == types.float32:
         return types.float32(x), lambda context, builder, sig, args: args[0]
     if x == types.uint16:
+
         def codegen(context, builder, sig, args):
             return builder.fpext(builder.bitcast(args[0], ir.HalfType()), ir.FloatType())
+
         return types.float32(x), codegen
     return None

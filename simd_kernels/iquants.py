@@ -18,6 +18,7 @@ pshufb (checked for haswell, znver4 and this host; plain x86-64 / x86-64-v2 targ
 The two halves of a block (16 low nibbles, 16 high ones) are looked up and dotted apart: concatenated first
 into one <32 x i8>, the two gathers merge into a 32-lane one that LLVM no longer recognises.
 """
+
 from __future__ import annotations
 
 from llvmlite import ir
@@ -29,8 +30,23 @@ from . import block32_prompt
 from .actquant import quantize_q8_0, quantize_q8_k
 from .dequant import KVALUES_IQ4NL
 from .ir import (
-    I8, I16, I32, V8F, V8I, Acts, array_data, byte_ptr, const_vec, i64, load_half, load_vec, prefetch, reduce_f,
-    shuffle, splat, token_indices,
+    I8,
+    I16,
+    I32,
+    V8F,
+    V8I,
+    Acts,
+    array_data,
+    byte_ptr,
+    const_vec,
+    i64,
+    load_half,
+    load_vec,
+    prefetch,
+    reduce_f,
+    shuffle,
+    splat,
+    token_indices,
 )
 from .simd import ROW_TOKENS, fused_kernel
 
@@ -67,8 +83,10 @@ def _dot32(builder, halves, xqd, xo):
 
     Lane i sums elements 2i, 2i+1, 2i+16, 2i+17 (its own partition: no other path has to match it)."""
     lo, hi = halves
-    return builder.add(_dot16(builder, lo, load_vec(builder, xqd, xo, 16)),
-                       _dot16(builder, hi, load_vec(builder, xqd, builder.add(xo, i64(16)), 16)))
+    return builder.add(
+        _dot16(builder, lo, load_vec(builder, xqd, xo, 16)),
+        _dot16(builder, hi, load_vec(builder, xqd, builder.add(xo, i64(16)), 16)),
+    )
 
 
 def _token_rows(context, builder, sig, args, n_tok):
@@ -110,8 +128,9 @@ def _make_nl_rowdot(n_tok):
                 block(builder.add(builder.mul(loop.index, i64(2)), i64(1)), 1)
             with builder.if_then(builder.trunc(acts.n_blocks, ir.IntType(1))):  # odd count: the last block
                 block(builder.sub(acts.n_blocks, i64(1)), 0)
-            totals = [reduce_f(builder, builder.fadd(builder.load(even), builder.load(odd)), 8)
-                      for even, odd in zip(*accs)]
+            totals = [
+                reduce_f(builder, builder.fadd(builder.load(even), builder.load(odd)), 8) for even, odd in zip(*accs)
+            ]
             return context.make_tuple(builder, sig.return_type, totals)
 
         return sig, codegen
@@ -186,12 +205,25 @@ ROWDOTS = {
 }
 
 mul_iq4_nl = fused_kernel(
-    "mul_iq4_nl", "IQ4_NL block (18 B): d f16, qs[16]; y = d*KVALUES_IQ4NL[q] (Q8_0 activations).", quantize_q8_0,
-    ROWDOTS["iq4_nl"], __name__)
+    "mul_iq4_nl",
+    "IQ4_NL block (18 B): d f16, qs[16]; y = d*KVALUES_IQ4NL[q] (Q8_0 activations).",
+    quantize_q8_0,
+    ROWDOTS["iq4_nl"],
+    __name__,
+)
 mul_iq4_xs = fused_kernel(
-    "mul_iq4_xs", "IQ4_XS super-block (136 B): d f16; scales_h u16; scales_l[4]; qs[128]; "
-    "y = d*(ls - 32)*KVALUES_IQ4NL[q] (Q8_K activations).", quantize_q8_k,
-    ROWDOTS["iq4_xs"], __name__)
+    "mul_iq4_xs",
+    "IQ4_XS super-block (136 B): d f16; scales_h u16; scales_l[4]; qs[128]; "
+    "y = d*(ls - 32)*KVALUES_IQ4NL[q] (Q8_K activations).",
+    quantize_q8_k,
+    ROWDOTS["iq4_xs"],
+    __name__,
+)
 mul_mxfp4 = fused_kernel(
-    "mul_mxfp4", "MXFP4 block (17 B): e (E8M0), qs[16]; y = 2^(e - 128)*KVALUES_MXFP4[q] (Q8_0 activations, laid "
-    "out as block32_prompt's Q5_0 kernel reads them).", block32_prompt.QUANTIZE["mxfp4"], ROWDOTS["mxfp4"], __name__)
+    "mul_mxfp4",
+    "MXFP4 block (17 B): e (E8M0), qs[16]; y = 2^(e - 128)*KVALUES_MXFP4[q] (Q8_0 activations, laid "
+    "out as block32_prompt's Q5_0 kernel reads them).",
+    block32_prompt.QUANTIZE["mxfp4"],
+    ROWDOTS["mxfp4"],
+    __name__,
+)

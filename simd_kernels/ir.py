@@ -6,6 +6,7 @@ Written in generic LLVM IR, so LLVM picks AVX-512, AVX2 or SSE as the host has; 
 integer dot instructions (VNNI, AVX2) where the host has them (`X86`), summing exactly what the generic code sums.
 f16 scales are read as LLVM `half` (one vcvtph2ps with F16C). A leaf: it imports no other module of the package.
 """
+
 from __future__ import annotations
 
 import os
@@ -41,6 +42,7 @@ VNNI = {"avx512vnni", "avx512vl"} <= X86
 
 
 # ---- constants and vectors ----
+
 
 def i64(v):
     """The i64 constant v (an offset, an index)."""
@@ -84,11 +86,16 @@ def transpose4(builder, c):
     lo01, hi01 = (shuffle(builder, c[0], c[1], idx) for idx in (dwords_lo, dwords_hi))
     lo23, hi23 = (shuffle(builder, c[2], c[3], idx) for idx in (dwords_lo, dwords_hi))
     even, odd = [0, 1, 8, 9, 4, 5, 12, 13], [2, 3, 10, 11, 6, 7, 14, 15]
-    return [shuffle(builder, lo01, lo23, even), shuffle(builder, lo01, lo23, odd),
-            shuffle(builder, hi01, hi23, even), shuffle(builder, hi01, hi23, odd)]
+    return [
+        shuffle(builder, lo01, lo23, even),
+        shuffle(builder, lo01, lo23, odd),
+        shuffle(builder, hi01, hi23, even),
+        shuffle(builder, hi01, hi23, odd),
+    ]
 
 
 # ---- memory: raw blocks, prefetch, the activations ----
+
 
 def array_data(context, builder, aryty, ary):
     return context.make_array(aryty)(context, builder, ary).data
@@ -134,7 +141,7 @@ class Acts:
     def __init__(self, context, builder, sig, args, first):
         self.builder = builder
         self.rows = []
-        for ty, val in zip(sig.args[first:first + 3], args[first:first + 3]):
+        for ty, val in zip(sig.args[first : first + 3], args[first : first + 3]):
             ary = context.make_array(ty)(context, builder, val)
             self.rows.append((ary.data, cgutils.unpack_tuple(builder, ary.strides, 2)[0]))
         xd = context.make_array(sig.args[first + 1])(context, builder, args[first + 1])
@@ -153,6 +160,7 @@ def token_indices(builder, t0, n_tok):
 
 
 # ---- target intrinsics and the int8 lane dots ----
+
 
 def call_intrinsic(builder, name, ret, args):
     fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(ret, [a.type for a in args]), name)
@@ -206,7 +214,7 @@ def lane_dots(builder, qs, xs, acc, i16_group=1, wide=False):
         pairs = [call_intrinsic(builder, "llvm.x86.avx2.pmadd.ub.sw", V16S, [q, xv]) for q, xv in zip(qs, xs)]
         for g in range(0, len(pairs), i16_group):
             words = pairs[g]
-            for p in pairs[g + 1:g + i16_group]:
+            for p in pairs[g + 1 : g + i16_group]:
                 words = builder.add(words, p)
             acc = builder.add(acc, widen(words))
         return acc
@@ -221,6 +229,7 @@ def lane_dots(builder, qs, xs, acc, i16_group=1, wide=False):
 
 
 # ---- the 32-element blocks' quants ----
+
 
 def nibbles(builder, base, offset):
     """16 bytes -> <32 x i8>: low nibbles (elements 0..15) then high nibbles (16..31)."""

@@ -24,6 +24,7 @@ file beside its cache index (`OneCompile`), so a second process wanting the same
 one's result from disk instead of compiling it again (two test workers, or a daemon beside a command, did both
 compile the same minute-long kernel at once).
 """
+
 from __future__ import annotations
 
 import os
@@ -64,8 +65,9 @@ class DeferredSymbols(set):
     def __contains__(self, name) -> bool:
         while self.pending:
             module = self.pending.pop()._get_module_for_linking()
-            self.update(gv.name for gvs in (module.functions, module.global_variables) for gv in gvs
-                        if not gv.is_declaration)
+            self.update(
+                gv.name for gvs in (module.functions, module.global_variables) for gv in gvs if not gv.is_declaration
+            )
         return super().__contains__(name)
 
 
@@ -105,9 +107,20 @@ class LeanLibrary(JITCodeLibrary):
 
 # The Numba internals the lean load relies on. Where a Numba lacks one, LeanCache loads as Numba's own FunctionCache
 # does: slower, never broken.
-_FITS = hasattr(_nrt_python, "c_helpers") and hasattr(FunctionCache, "_load_overload") and all(
-    hasattr(JITCodeLibrary, name) for name in ("_unserialize", "enable_object_caching", "_set_compiled_object",
-                                                "_finalize_final_module", "_get_module_for_linking"))
+_FITS = (
+    hasattr(_nrt_python, "c_helpers")
+    and hasattr(FunctionCache, "_load_overload")
+    and all(
+        hasattr(JITCodeLibrary, name)
+        for name in (
+            "_unserialize",
+            "enable_object_caching",
+            "_set_compiled_object",
+            "_finalize_final_module",
+            "_get_module_for_linking",
+        )
+    )
+)
 
 
 def _lean_codegen(codegen) -> bool:
@@ -116,8 +129,9 @@ def _lean_codegen(codegen) -> bool:
     if getattr(codegen, "_library_class", None) is LeanLibrary:
         return True
     engine = getattr(codegen, "_engine", None)
-    if not (_FITS and codegen._library_class is JITCodeLibrary and type(getattr(engine, "_defined_symbols", None))
-            is set):
+    if not (
+        _FITS and codegen._library_class is JITCodeLibrary and type(getattr(engine, "_defined_symbols", None)) is set
+    ):
         return False
     engine._defined_symbols = DeferredSymbols(engine._defined_symbols)
     codegen._library_class = LeanLibrary

@@ -7,6 +7,7 @@ Q4_K, Q5_K and Q6_K run on kquants_rowdots.py's vector intrinsics (layouts and d
 Q2_K and Q3_K are plain Numba row dots below. All share simd.fused_kernel's loop over tokens and rows.
 Output out: float32 (n_tok, rows).
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -87,8 +88,15 @@ def _dot_q3_k(row, xq, xd, bsums, t):
                 for lh in range(2):
                     grp = 8 * n + 2 * s + lh
                     # q = lo + 4*hbit - 4, so Σ q*x = Σ (lo + 4*hbit)*x - 4*Σ x
-                    part = _dot_2bit16(row, o + 32 + 32 * n + 16 * lh, 2 * s, o + 16 * lh, 4 * n + s, xt,
-                                       QK_K * b + 128 * n + 32 * s + 16 * lh)
+                    part = _dot_2bit16(
+                        row,
+                        o + 32 + 32 * n + 16 * lh,
+                        2 * s,
+                        o + 16 * lh,
+                        4 * n + s,
+                        xt,
+                        QK_K * b + 128 * n + 32 * s + 16 * lh,
+                    )
                     isum += _q3k_scale(row, o + 96, grp) * (part - 4 * bsums[t, 16 * b + grp])
         acc += _d(row, o + 108) * xd[t, b] * np.float32(isum)
     return acc
@@ -100,9 +108,16 @@ def _kernel(name, doc, rowdots, quantize=quantize_q8_k):
 
 mul_q2_k = _kernel("q2_k", _dot_q2_k.__doc__, scalar_rowdots(_dot_q2_k))
 mul_q3_k = _kernel("q3_k", _dot_q3_k.__doc__, scalar_rowdots(_dot_q3_k))
-mul_q4_k = _kernel("q4_k", "Q4_K super-block (144 B): d, dmin f16; scales[12]; qs[128]; y = d*sc*q - dmin*m.",
-                   K_ROWDOTS["q4_k"])
-mul_q5_k = _kernel("q5_k", "Q5_K super-block (176 B): d, dmin f16; scales[12]; qh[32]; qs[128]; y = d*sc*q - dmin*m.",
-                   K_ROWDOTS["q5_k"])
-mul_q6_k = _kernel("q6_k", "Q6_K super-block (210 B): ql[128]; qh[64]; scales int8[16]; d f16; y = d*scale*(q - 32).",
-                   K_ROWDOTS["q6_k"])
+mul_q4_k = _kernel(
+    "q4_k", "Q4_K super-block (144 B): d, dmin f16; scales[12]; qs[128]; y = d*sc*q - dmin*m.", K_ROWDOTS["q4_k"]
+)
+mul_q5_k = _kernel(
+    "q5_k",
+    "Q5_K super-block (176 B): d, dmin f16; scales[12]; qh[32]; qs[128]; y = d*sc*q - dmin*m.",
+    K_ROWDOTS["q5_k"],
+)
+mul_q6_k = _kernel(
+    "q6_k",
+    "Q6_K super-block (210 B): ql[128]; qh[64]; scales int8[16]; d f16; y = d*scale*(q - 32).",
+    K_ROWDOTS["q6_k"],
+)

@@ -20,6 +20,7 @@ lines cost a measurable share.
 
 The figures behind this form are in docs/measurements.md.
 """
+
 from __future__ import annotations
 
 from llvmlite import ir
@@ -28,8 +29,26 @@ from numba.core import cgutils
 from .actquant import Q4K_DWORDS, Q6K_DWORDS, quantize_q8_k_interleaved
 from .jit import njit
 from .ir import (
-    F32, I8, I16, I32, V8I, VNNI, X86, array_data, call_intrinsic, const_vec, fma, i64, lane_dots, load_half, load_vec,
-    prefetch, shuffle, splat, transpose4, tree16,
+    F32,
+    I8,
+    I16,
+    I32,
+    V8I,
+    VNNI,
+    X86,
+    array_data,
+    call_intrinsic,
+    const_vec,
+    fma,
+    i64,
+    lane_dots,
+    load_half,
+    load_vec,
+    prefetch,
+    shuffle,
+    splat,
+    transpose4,
+    tree16,
 )
 from .kquants_rowdots import k4_scales_mins, q6k_decode8
 from .prefill import prefill_kernel
@@ -47,8 +66,9 @@ def _k45_kinds(builder, wd, o, qs, qh):
     dmin = load_half(builder, wd, builder.add(o, i64(2)))
     scales, mins = k4_scales_mins(builder, wd, builder.add(o, i64(4)))
     # chunk c (32 bytes): low nibbles sub-block 2c, high 2c+1; dword j = elements 4j..4j+3 of both
-    regs = transpose4(builder, [builder.bitcast(load_vec(builder, wd, builder.add(o, i64(qs + 32 * c)), 32), V8I)
-                                 for c in range(4)])
+    regs = transpose4(
+        builder, [builder.bitcast(load_vec(builder, wd, builder.add(o, i64(qs + 32 * c)), 32), V8I) for c in range(4)]
+    )
     # qh (32 bytes): bit j of byte l is the fifth bit of element 32j + l. Register m's bytes are elements l = 4m..4m+3
     # (+16 in lane 1) of sub-block 2i + h in dword i, so its fifth bits are qh's dword m (m + 4) in every dword, bit
     # 2i + h of each byte moved to bit 4 (32-bit shifts by under 8 stay in the byte).
@@ -132,9 +152,13 @@ class _Q6K:
     @staticmethod
     def decode(builder, wd, o):
         (d, sc16), pieces = q6k_decode8(builder, wd, o)  # natural 32-element pieces, 0..63
-        kinds = [[_bytes(builder, r) for r in transpose4(builder, [builder.bitcast(q, V8I)
-                                                                    for q, _ in pieces[4 * h:4 * h + 4]])]
-                 for h in range(2)]
+        kinds = [
+            [
+                _bytes(builder, r)
+                for r in transpose4(builder, [builder.bitcast(q, V8I) for q, _ in pieces[4 * h : 4 * h + 4]])
+            ]
+            for h in range(2)
+        ]
         groups = [8 * h + g for h in range(2) for g in (0, 2, 4, 6, 1, 3, 5, 7)]
         sd = builder.fmul(builder.sitofp(shuffle(builder, sc16, sc16, groups), _V16F), splat(builder, d, 16))
 
@@ -159,8 +183,9 @@ def _pair_lanes(builder, fmt, regs, xqd, xo):
     halves = []
     for h in range(2):
         xs = [load_vec(builder, xqd, builder.add(xo, i64(64 * m + 32 * h)), 32) for m in range(4)]
-        halves.append(lane_dots(builder, [pair[h] for pair in regs], xs, ir.Constant(V8I, [0] * 8),
-                                 i16_group=fmt.i16_group))
+        halves.append(
+            lane_dots(builder, [pair[h] for pair in regs], xs, ir.Constant(V8I, [0] * 8), i16_group=fmt.i16_group)
+        )
     return shuffle(builder, halves[0], halves[1], range(16))
 
 
@@ -182,8 +207,13 @@ def _row_loop(context, builder, sig, args, fmt, n_tok):
     arrays = []
     for k in (1, 2, 3):
         a = context.make_array(sig.args[k])(context, builder, args[k])
-        arrays.append((a.data, cgutils.unpack_tuple(builder, a.strides, sig.args[k].ndim),
-                       cgutils.unpack_tuple(builder, a.shape, sig.args[k].ndim)))
+        arrays.append(
+            (
+                a.data,
+                cgutils.unpack_tuple(builder, a.strides, sig.args[k].ndim),
+                cgutils.unpack_tuple(builder, a.shape, sig.args[k].ndim),
+            )
+        )
     (xq, (xq_s, _), _), (xd, (xd_s, _), (n_blocks, _)), (sums, (s_blk, s_k, _, _), _) = arrays
     t0 = args[4] if args[4].type.width == 64 else builder.sext(args[4], ir.IntType(64))
     i8p = I8.as_pointer()
@@ -211,15 +241,20 @@ def _row_loop(context, builder, sig, args, fmt, n_tok):
         total = None  # <n x i32>: Σ_k weights of pair k . sums of pair k, per token
         base = builder.add(builder.mul(blk, s_blk), builder.mul(t0, i64(4)))
         for k in range(fmt.pairs):
-            pair = _pair_dots(builder,
-                              builder.load(at(sums, builder.add(base, builder.mul(i64(k), s_k)), vns), align=2),
-                              shuffle(builder, weights, weights, [2 * k, 2 * k + 1] * n_tok), n_tok)
+            pair = _pair_dots(
+                builder,
+                builder.load(at(sums, builder.add(base, builder.mul(i64(k), s_k)), vns), align=2),
+                shuffle(builder, weights, weights, [2 * k, 2 * k + 1] * n_tok),
+                n_tok,
+            )
             total = pair if total is None else builder.add(total, pair)
         scale = builder.fmul(dxs, splat(builder, factor, n_tok))
         builder.store(fma(builder, scale, builder.sitofp(total, vnf), builder.load(pacc)), pacc)
     terms = builder.load(pacc)
-    return [builder.fadd(tree16(builder, builder.load(a)), builder.extract_element(terms, ir.Constant(I32, k)))
-            for k, a in enumerate(accs)]
+    return [
+        builder.fadd(tree16(builder, builder.load(a)), builder.extract_element(terms, ir.Constant(I32, k)))
+        for k, a in enumerate(accs)
+    ]
 
 
 # xq int8 (n_tok, cols) with each super-block's dwords reordered; xd float32 (cols/256, n_tok); sums int16

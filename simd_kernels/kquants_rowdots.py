@@ -8,6 +8,7 @@ and shifts (_k8_row_loop), faster than the 16-lane form (zero-extended, paired a
 that form in 512-bit vectors (docs/measurements.md). No 512-bit instruction belongs in these loops: while one is in
 flight, port 1 takes no vector work.
 """
+
 from __future__ import annotations
 
 from llvmlite import ir
@@ -16,8 +17,26 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 
 from .ir import (
-    I8, I16, I32, V8F, V8I, V16S, X86, Acts, array_data, call_intrinsic, const_vec, i64, load_half, load_vec, prefetch,
-    reduce_f, shuffle, splat, token_indices, u32_at,
+    I8,
+    I16,
+    I32,
+    V8F,
+    V8I,
+    V16S,
+    X86,
+    Acts,
+    array_data,
+    call_intrinsic,
+    const_vec,
+    i64,
+    load_half,
+    load_vec,
+    prefetch,
+    reduce_f,
+    shuffle,
+    splat,
+    token_indices,
+    u32_at,
 )
 from .simd import ROW_TOKENS
 
@@ -33,10 +52,14 @@ def k4_scales_mins(builder, wd, o):
     sc_lo = builder.and_(w0, six)  # bytes: sc0..sc3
     m_lo = builder.and_(w1, six)  # bytes: m0..m3
     # sc4..7 = low nibbles of bytes 8..11 | top two bits of bytes 0..3; m4..7 the same from bytes 4..7
-    sc_hi = builder.or_(builder.and_(w2, low4), builder.shl(builder.and_(builder.lshr(w0, ir.Constant(I32, 6)),
-                                                                         top2), ir.Constant(I32, 4)))
-    m_hi = builder.or_(builder.and_(builder.lshr(w2, ir.Constant(I32, 4)), low4),
-                       builder.shl(builder.and_(builder.lshr(w1, ir.Constant(I32, 6)), top2), ir.Constant(I32, 4)))
+    sc_hi = builder.or_(
+        builder.and_(w2, low4),
+        builder.shl(builder.and_(builder.lshr(w0, ir.Constant(I32, 6)), top2), ir.Constant(I32, 4)),
+    )
+    m_hi = builder.or_(
+        builder.and_(builder.lshr(w2, ir.Constant(I32, 4)), low4),
+        builder.shl(builder.and_(builder.lshr(w1, ir.Constant(I32, 6)), top2), ir.Constant(I32, 4)),
+    )
 
     def bytes8(a, b):
         v = builder.insert_element(ir.Constant(ir.VectorType(I32, 2), ir.Undefined), a, ir.Constant(I32, 0))
@@ -88,8 +111,13 @@ def _k45_decode8(builder, wd, o, qs, qh):
         halves = (builder.and_(v, const_vec(I8, [15] * 32)), builder.lshr(v, const_vec(I8, [4] * 32)))
         for j, q in ((2 * c, halves[0]), (2 * c + 1, halves[1])):
             if high is not None:  # bit j moved to bit 4
-                moved = (builder.shl(high, const_vec(I8, [4 - j] * 32)) if j < 4 else
-                         builder.lshr(high, const_vec(I8, [j - 4] * 32)) if j > 4 else high)
+                moved = (
+                    builder.shl(high, const_vec(I8, [4 - j] * 32))
+                    if j < 4
+                    else builder.lshr(high, const_vec(I8, [j - 4] * 32))
+                    if j > 4
+                    else high
+                )
                 q = builder.or_(q, builder.and_(moved, sixteen))
             subs.append((q, shuffle(builder, words, words, [j] * 8)))
     return (d, dmin, mins), subs
@@ -129,9 +157,12 @@ def q6k_decode8(builder, wd, o):
         a = load_vec(builder, wd, builder.add(o, i64(64 * n)), 32)
         b = load_vec(builder, wd, builder.add(o, i64(64 * n + 32)), 32)
         h = load_vec(builder, wd, builder.add(o, i64(128 + 32 * n)), 32)
-        quants = (builder.or_(builder.and_(a, low4), sh(h, 4)), builder.or_(builder.and_(b, low4), sh(h, 2)),
-                  builder.or_(builder.lshr(a, const_vec(I8, [4] * 32)), sh(h, 0)),
-                  builder.or_(builder.lshr(b, const_vec(I8, [4] * 32)), sh(h, -2)))
+        quants = (
+            builder.or_(builder.and_(a, low4), sh(h, 4)),
+            builder.or_(builder.and_(b, low4), sh(h, 2)),
+            builder.or_(builder.lshr(a, const_vec(I8, [4] * 32)), sh(h, 0)),
+            builder.or_(builder.lshr(b, const_vec(I8, [4] * 32)), sh(h, -2)),
+        )
         for i, q in enumerate(quants):
             g = 8 * n + 2 * i  # the piece's first 16-element scale
             s = builder.bitcast(shuffle(builder, sc16, sc16, [g] * 8 + [g + 1] * 8), V8I)
@@ -145,8 +176,15 @@ def _q6k_finish(builder, acc, isum, extra, dx, bsd, blk):
     if "avx2" in X86:
         # the 16 bsums as two 256-bit halves packed to words (|bsum| <= 16*127: exact), then back in order: a
         # <16 x i32> load and truncation here were 512-bit instructions, which keep port 1 from vector work
-        halves = [builder.load(builder.bitcast(builder.gep(bsd, [builder.add(builder.mul(blk, i64(16)), i64(8 * h))]),
-                                               V8I.as_pointer()), align=4) for h in range(2)]
+        halves = [
+            builder.load(
+                builder.bitcast(
+                    builder.gep(bsd, [builder.add(builder.mul(blk, i64(16)), i64(8 * h))]), V8I.as_pointer()
+                ),
+                align=4,
+            )
+            for h in range(2)
+        ]
         packed = call_intrinsic(builder, "llvm.x86.avx2.packssdw", V16S, halves)  # per 128 bits: 4 of each half
         bs16 = shuffle(builder, packed, packed, [0, 1, 2, 3, 8, 9, 10, 11, 4, 5, 6, 7, 12, 13, 14, 15])
         offs = call_intrinsic(builder, "llvm.x86.avx2.pmadd.wd", V8I, [bs16, sc16])
@@ -211,6 +249,9 @@ def _make_krowdot(name, row_loop, block_bytes, decode, lanes_of, n_tok):
 
 
 # name -> (row loop, super-block bytes, decoder, finish)
-_K_LAYOUTS = {"q5_k": (_k8_row_loop, 176, _q5k_decode8, _q4k_finish), "q4_k": (_k8_row_loop, 144, _q4k_decode8, _q4k_finish),
-              "q6_k": (_k8_row_loop, 210, q6k_decode8, _q6k_finish)}
+_K_LAYOUTS = {
+    "q5_k": (_k8_row_loop, 176, _q5k_decode8, _q4k_finish),
+    "q4_k": (_k8_row_loop, 144, _q4k_decode8, _q4k_finish),
+    "q6_k": (_k8_row_loop, 210, q6k_decode8, _q6k_finish),
+}
 K_ROWDOTS = {name: tuple(_make_krowdot(name, *layout, n) for n in ROW_TOKENS) for name, layout in _K_LAYOUTS.items()}

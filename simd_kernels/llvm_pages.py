@@ -11,6 +11,7 @@ fault. Only mappings that cannot hold private data are touched: not writable, an
 (copy-on-write) page. The dynamic loader's relocated read-only data (RELRO) has private pages, and dropping those
 would undo its relocations; such a mapping is left as it is.
 """
+
 from __future__ import annotations
 
 import ctypes

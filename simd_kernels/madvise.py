@@ -1,4 +1,5 @@
 """libc's madvise on raw addresses (mmap.mmap.madvise takes only a mapping Python made itself)."""
+
 from __future__ import annotations
 
 import ctypes

@@ -6,6 +6,7 @@ Every kernel writes into a caller-owned buffer so that the decode step allocates
 Each public function checks the shapes (and index ranges) it will index with, once per call, and raises
 KernelArgumentError before a kernel could read or write out of bounds; the @njit kernels (`_name`) check nothing.
 """
+
 from __future__ import annotations
 
 import math
@@ -93,8 +94,19 @@ def rope(x, positions, n_rot, base, freq_scale, freq_factors, mode, yarn=None):
     n_ctx_orig, ext_factor, attn_factor, beta_fast, beta_slow = yarn
     checks.positive("freq_scale", freq_scale)
     low, high = yarn_corr_dims(n_rot, n_ctx_orig, base, beta_fast, beta_slow)
-    return _rope_yarn(x, positions, n_rot, np.float32(base), np.float32(freq_scale), freq_factors, mode,
-                      np.float32(ext_factor), np.float32(attn_factor), low, high)
+    return _rope_yarn(
+        x,
+        positions,
+        n_rot,
+        np.float32(base),
+        np.float32(freq_scale),
+        freq_factors,
+        mode,
+        np.float32(ext_factor),
+        np.float32(attn_factor),
+        low,
+        high,
+    )
 
 
 def yarn_corr_dims(n_rot: int, n_ctx_orig: int, base: float, beta_fast: float, beta_slow: float) -> tuple:
@@ -104,8 +116,11 @@ def yarn_corr_dims(n_rot: int, n_ctx_orig: int, base: float, beta_fast: float, b
     f32 = np.float32
 
     def corr_dim(turns: float) -> np.float32:
-        return f32(n_rot) * f32(np.log(f32(n_ctx_orig) / (f32(turns) * f32(2) * f32(math.pi)))) / (
-            f32(2) * f32(np.log(f32(base))))
+        return (
+            f32(n_rot)
+            * f32(np.log(f32(n_ctx_orig) / (f32(turns) * f32(2) * f32(math.pi))))
+            / (f32(2) * f32(np.log(f32(base))))
+        )
 
     low = f32(max(0.0, math.floor(corr_dim(beta_fast))))
     high = f32(min(n_rot - 1, math.ceil(corr_dim(beta_slow))))
@@ -336,7 +351,8 @@ def _f16_precision(v):
     """float32 v rounded to float16's 10 mantissa bits (nearest, ties to even), kept as float32 (normal range)."""
     u = np.float32(v).view(np.uint32)
     return np.uint32((u + (np.uint32(0x0FFF) + ((u >> np.uint32(13)) & np.uint32(1)))) & np.uint32(0xFFFFE000)).view(
-        np.float32)
+        np.float32
+    )
 
 
 # error_model="numpy" as in _geglu_rows; a row buffer keeps the loop free of the in-place overlap (out may be x)
@@ -429,8 +445,21 @@ def attention(q, k_cache, v_cache, positions, slots, window, scale, out, softcap
     """
     if checks.attention(q, k_cache, v_cache, positions, slots, window, out) == 0:
         return out
-    return attend.run(q, k_cache, v_cache, attend.NO_TABLE, False, positions, slots, window, scale, softcap, out,
-                      int(positions.max()), sinks)
+    return attend.run(
+        q,
+        k_cache,
+        v_cache,
+        attend.NO_TABLE,
+        False,
+        positions,
+        slots,
+        window,
+        scale,
+        softcap,
+        out,
+        int(positions.max()),
+        sinks,
+    )
 
 
 def softcap(x, cap):
@@ -447,4 +476,3 @@ def _softcap(x, cap):
     for i in range(flat.size):
         flat[i] = cap * tanhf(flat[i] / cap)
     return x
-

@@ -6,6 +6,7 @@ table (n_slots, max_blocks) int32, -1 where a slot has no block. Position p of s
 table[s, p // B]. The attention runs `ops.attention`'s kernel (simd_kernels.attend), so a paged cache gives
 bit-identical outputs to a contiguous one holding the same values (tests/engine/test_kv_pool.py checks it).
 """
+
 from __future__ import annotations
 
 import numpy as np

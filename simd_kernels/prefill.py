@@ -8,6 +8,7 @@ tokens, or every count 1-8); `prefill_kernel` binds them into the prompt kernel,
 every row. The 32-element formats' per-row kernels (simd_kernels.block32) are made of the same row dots, so a model of
 those formats imports this module, not the K-quants' prompt kernels (kquants_prompt).
 """
+
 from __future__ import annotations
 
 from numba import prange, types
@@ -37,7 +38,7 @@ def _prefill_template(w, xq, xd, sums, out):
     n_full = n - n % PER_PASS  # noqa: F821 (PER_PASS, ROWDOTS, ROWJOB bound by prefill_kernel)
     for t in range(0, n_full, PER_PASS):  # noqa: F821
         for r in prange(w.shape[0]):
-            out[t:t + PER_PASS, r] = ROWDOTS(w[r], xq, xd, sums, t)  # noqa: F821
+            out[t : t + PER_PASS, r] = ROWDOTS(w[r], xq, xd, sums, t)  # noqa: F821
     if n_full < n:
         for r in prange(w.shape[0]):
             ROWJOB(w[r], xq, xd, sums, n_full, n, out, r)  # noqa: F821 (the last tokens: simd.rowjob_binds' ROWJOB)

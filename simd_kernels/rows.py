@@ -1,4 +1,5 @@
 """Row grouping shared by the fused kernels: four weight rows share every activation load."""
+
 from __future__ import annotations
 
 from .jit import njit

@@ -4,6 +4,7 @@ n = 1-4 or 8 tokens, decoding each weight block once. The row dots are the forma
 simd_kernels.ir: the 32-element formats' in simd_kernels.block32_prompt, the K-quants' in kquants_rowdots, IQ4's in
 iquants; plain-Numba ones go through `scalar_rowdots`.
 """
+
 from __future__ import annotations
 
 from types import FunctionType
@@ -58,8 +59,16 @@ def _rowjob(row, xq, xd, xs, t0, t1, out, r):
     # out[t0:t1, r] = one weight row against tokens t0..t1-1: 8 (or 4) tokens per pass over the row
     t = t0
     while t + 8 <= t1:
-        (out[t, r], out[t + 1, r], out[t + 2, r], out[t + 3, r], out[t + 4, r], out[t + 5, r], out[t + 6, r],
-         out[t + 7, r]) = ROWDOT8(row, xq, xd, xs, t)  # noqa: F821
+        (
+            out[t, r],
+            out[t + 1, r],
+            out[t + 2, r],
+            out[t + 3, r],
+            out[t + 4, r],
+            out[t + 5, r],
+            out[t + 6, r],
+            out[t + 7, r],
+        ) = ROWDOT8(row, xq, xd, xs, t)  # noqa: F821
         t += 8
     if t + 4 <= t1:
         out[t, r], out[t + 1, r], out[t + 2, r], out[t + 3, r] = ROWDOT4(row, xq, xd, xs, t)  # noqa: F821
@@ -83,14 +92,15 @@ def _rowjob_every(row, xq, xd, xs, t0, t1, out, r):
     t = t1 - left
     ROWJOB_SHORT(row, xq, xd, xs, t0, t, out, r)  # noqa: F821
     if left == 7:
-        (out[t, r], out[t + 1, r], out[t + 2, r], out[t + 3, r], out[t + 4, r], out[t + 5, r],
-         out[t + 6, r]) = ROWDOT7(row, xq, xd, xs, t)  # noqa: F821
+        got = ROWDOT7(row, xq, xd, xs, t)  # noqa: F821
+        out[t, r], out[t + 1, r], out[t + 2, r], out[t + 3, r] = got[0], got[1], got[2], got[3]
+        out[t + 4, r], out[t + 5, r], out[t + 6, r] = got[4], got[5], got[6]
     elif left == 6:
-        (out[t, r], out[t + 1, r], out[t + 2, r], out[t + 3, r], out[t + 4, r],
-         out[t + 5, r]) = ROWDOT6(row, xq, xd, xs, t)  # noqa: F821
+        got = ROWDOT6(row, xq, xd, xs, t)  # noqa: F821
+        out[t, r], out[t + 1, r], out[t + 2, r], out[t + 3, r] = got[0], got[1], got[2], got[3]
+        out[t + 4, r], out[t + 5, r] = got[4], got[5]
     else:
-        (out[t, r], out[t + 1, r], out[t + 2, r], out[t + 3, r],
-         out[t + 4, r]) = ROWDOT5(row, xq, xd, xs, t)  # noqa: F821
+        (out[t, r], out[t + 1, r], out[t + 2, r], out[t + 3, r], out[t + 4, r]) = ROWDOT5(row, xq, xd, xs, t)  # noqa: F821
 
 
 def _rowdot8_of_4(row, xq, xd, xs, t):
@@ -220,7 +230,11 @@ def scalar_rowdots(inline_dot):
 
     @njit(inline="always")
     def rowdot4(row, xq, xd, xs, t):
-        return (dot(row, xq, xd, xs, t), dot(row, xq, xd, xs, t + 1), dot(row, xq, xd, xs, t + 2),
-                dot(row, xq, xd, xs, t + 3))
+        return (
+            dot(row, xq, xd, xs, t),
+            dot(row, xq, xd, xs, t + 1),
+            dot(row, xq, xd, xs, t + 2),
+            dot(row, xq, xd, xs, t + 3),
+        )
 
     return rowdot1, rowdot2, rowdot3, rowdot4

@@ -6,6 +6,7 @@ microseconds of single-thread work) runs its parallel loops on one thread. Numba
 calling thread and switching it is not free, so the last value set is remembered per thread and only
 changed when a call needs the other one. The figures: docs/measurements.md.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -53,8 +54,12 @@ def force(threads: int) -> None:
     _set.threads = threads
 
 
-_BLAS_SETTERS = ("scipy_openblas_set_num_threads64_", "scipy_openblas_set_num_threads", "openblas_set_num_threads64_",
-                 "openblas_set_num_threads")
+_BLAS_SETTERS = (
+    "scipy_openblas_set_num_threads64_",
+    "scipy_openblas_set_num_threads",
+    "openblas_set_num_threads64_",
+    "openblas_set_num_threads",
+)
 _blas_lock = threading.Lock()
 _blas_single: bool | None = None  # None: not tried yet
 
@@ -104,7 +109,9 @@ class Team:
 
     def __init__(self, n: int) -> None:
         self.n = n
-        self._pool = ThreadPoolExecutor(n - 1, thread_name_prefix="simd-team", initializer=_one_thread) if n > 1 else None
+        self._pool = (
+            ThreadPoolExecutor(n - 1, thread_name_prefix="simd-team", initializer=_one_thread) if n > 1 else None
+        )
 
     def run(self, part) -> None:
         """part(i) for i in range(n), member i on its own thread (0 on the caller); re-raises a member's error.

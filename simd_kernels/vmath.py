@@ -11,6 +11,7 @@ time; this one runs in a vectorized loop, several times faster, and is closer to
 works in float64 and rounds once, so it gives the correctly rounded float32 on all but ~1e-5 of inputs (1 ulp off
 there), where glibc 2.36's tanhf is off by 1-2 ulp on a quarter of them (tests/simd_kernels/test_vmath.py).
 """
+
 from __future__ import annotations
 
 import math

@@ -7,6 +7,7 @@ thread, instead of in its first request. Compiling needs more: Numba's pipeline 
 and lowering registry of the target, a large cost. Our kernels' cached loads skip that (simd_kernels.jit),
 so a process pays it only on a cache miss. The figures: docs/measurements.md.
 """
+
 from __future__ import annotations
 
 import gc

@@ -1,6 +1,7 @@
 """Content-addressed model store in Ollama's on-disk layout (manifests + blobs), and the model-name grammar.
 
 A leaf package: stdlib only, never imports localrt."""
+
 from . import digest, manifests, names
 from .blobs import BlobInfo
 from .errors import (

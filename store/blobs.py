@@ -3,6 +3,7 @@
 A write never exposes a partial blob: bytes are hashed while they stream into a temp file in the blobs
 directory, the file is fsynced, then renamed into place atomically. A per-digest lock (thread + file)
 makes two writers of the same blob do one write; both see success."""
+
 from __future__ import annotations
 
 import io

@@ -1,4 +1,5 @@
 """Digest grammar and streaming sha256. A digest is `sha256:` + 64 lowercase hex; file names use `sha256-`."""
+
 from __future__ import annotations
 
 import hashlib

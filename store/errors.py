@@ -1,4 +1,5 @@
 """Typed errors of the store. All are ValueError subclasses; the server maps them to HTTP status codes."""
+
 from __future__ import annotations
 
 

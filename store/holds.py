@@ -4,6 +4,7 @@ deletes what a concurrent one still needs. Counted per (store root, digest): two
 
 In-process only, as the daemon is the one process that creates; other processes (a `localrt prune` beside it) keep
 to the prune grace period."""
+
 from __future__ import annotations
 
 import os

@@ -4,6 +4,7 @@ File locks use flock(2) on POSIX (held per open file, so two threads of one proc
 too) and msvcrt.locking on Windows. Lock files live in `<root>/.locks/`, a fixed set of 256 files keyed by
 the first two hex digits of a digest, so they never pile up and never need deleting (deleting lock files
 that others may be waiting on is racy)."""
+
 from __future__ import annotations
 
 import contextlib

@@ -2,6 +2,7 @@
 
 Parsing is strict about what we rely on (digests, sizes, media types) and keeps unknown keys, so a
 manifest written by a newer Ollama survives a read/write round trip."""
+
 from __future__ import annotations
 
 import json

@@ -4,6 +4,7 @@ Defaults fill the missing parts (registry.ollama.ai / library / latest). Every p
 Ollama's character and length rules; on top of them a name may not hold `..` (so no part can climb out
 of the models directory) nor a Windows device name (CON, NUL, COM1, ...), which no OS may create safely.
 Names compare case-insensitively (ASCII only, as Ollama does)."""
+
 from __future__ import annotations
 
 import re
@@ -93,7 +94,7 @@ def _check_part(kind: str, value: str, original: str) -> None:
 def _strip_scheme(name: str) -> str:
     for scheme in ("https://", "http://"):
         if name.startswith(scheme):
-            return name[len(scheme):]
+            return name[len(scheme) :]
     return name
 
 

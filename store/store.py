@@ -4,6 +4,7 @@ Layout under each root: `manifests/<host>/<namespace>/<model>/<tag>` and `blobs/
 Writes go only to the first root; read-only roots are listed and read, never written, locked or pruned.
 Manifest writes and garbage collection hold one store lock, so a blob that a new manifest is about to
 reference cannot be collected in between."""
+
 from __future__ import annotations
 
 import json

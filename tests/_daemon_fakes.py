@@ -8,6 +8,7 @@ Markers in the prompt text choose the behaviour of one generation:
   [eos]           end with done_reason "stop" (as a model's end-of-generation token does), not "length"
 Every wait is bounded (GATE_TIMEOUT_S), so a broken test cannot hang the worker forever.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -109,8 +110,15 @@ class Lab:
                 run.tokens += 1
                 yield Token(token=ord("x"), text="x")
             run.finished = True
-            yield Done(done_reason="stop" if "[eos]" in run.text else "length", prompt_eval_count=n_prompt, prompt_eval_duration=1, eval_count=run.tokens,
-                       eval_duration=1, total_duration=2, context=[])
+            yield Done(
+                done_reason="stop" if "[eos]" in run.text else "length",
+                prompt_eval_count=n_prompt,
+                prompt_eval_duration=1,
+                eval_count=run.tokens,
+                eval_duration=1,
+                total_duration=2,
+                context=[],
+            )
         except GeneratorExit:
             run.cancelled = True
             raise
@@ -134,8 +142,9 @@ class FakeModel:
     def detokenize(self, ids) -> str:
         return "".join(chr(i) for i in ids)
 
-    def generate(self, ids, options: dict, cancelled: threading.Event | None = None, constraint=None,
-                 cache_scope: str = "") -> Iterator:
+    def generate(
+        self, ids, options: dict, cancelled: threading.Event | None = None, constraint=None, cache_scope: str = ""
+    ) -> Iterator:
         if constraint is not None:
             raise AssertionError("the fake model does not do structured outputs")
         return self.lab.generate(self, ids, options, cancelled)
@@ -146,8 +155,9 @@ class FakeModel:
 
 
 def make_config(models_dir: Path, **overrides) -> cfg.Config:
-    base = dataclasses.replace(cfg.load({}), host="127.0.0.1", port=free_port(), models_dir=Path(models_dir),
-                               readonly_models_dirs=())
+    base = dataclasses.replace(
+        cfg.load({}), host="127.0.0.1", port=free_port(), models_dir=Path(models_dir), readonly_models_dirs=()
+    )
     # One request at a time per model unless a test asks for more: the fakes' queue/503/cancel tests count on it.
     # A fixed context: the fake models allocate nothing, and the automatic choice would read the real file's header
     # before the first request is queued (tests that time a disconnect to half a second count on it being quick).
@@ -176,8 +186,9 @@ def fake_daemon(models_dir: Path, service_kw: dict | None = None, **overrides):
 def real_daemon(models_dir: Path, service_kw: dict | None = None, **overrides):
     """A real daemon over a real Service (the built-in models load for real) on a free loopback port, with the
     configuration's defaults but for `overrides` (Config fields). Yields the server."""
-    conf = dataclasses.replace(cfg.load({}), port=free_port(), models_dir=Path(models_dir), readonly_models_dirs=(),
-                               **overrides)
+    conf = dataclasses.replace(
+        cfg.load({}), port=free_port(), models_dir=Path(models_dir), readonly_models_dirs=(), **overrides
+    )
     service = Service(conf, **(service_kw or {}))
     try:
         with BackgroundServer(service, conf) as srv:
@@ -248,8 +259,11 @@ def read_reply(s: socket.socket) -> bytes:
         buf += chunk
         head, sep, body = buf.partition(b"\r\n\r\n")
         if sep:
-            length = [int(line.split(b":", 1)[1]) for line in head.split(b"\r\n")
-                      if line.lower().startswith(b"content-length:")]
+            length = [
+                int(line.split(b":", 1)[1])
+                for line in head.split(b"\r\n")
+                if line.lower().startswith(b"content-length:")
+            ]
             if length and len(body) >= length[0]:
                 return buf
 

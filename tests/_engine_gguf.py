@@ -4,6 +4,7 @@ The reference is written in Hugging Face terms, independently of the engine: lla
 un-permuted back to HF order and every model uses rotate_half (NEOX) rope, so the converter's
 permutation + NORMAL rope claim is checked too. Files are written with the `gguf` package's writer.
 """
+
 from __future__ import annotations
 
 import math
@@ -13,6 +14,7 @@ from pathlib import Path
 import gguf
 import numpy as np
 from gguf import quants
+
 
 def _gpt2_byte_chars() -> list[str]:
     """GPT-2's byte-to-unicode table: printable bytes map to themselves, the rest to U+0100 on."""

@@ -8,6 +8,7 @@ generate two tokens, printing one line per case, flushed, so that a death by sig
 
 Memory is capped (RLIMIT_AS, set by the parent) so that an allocation sized by a metadata number fails here
 as a MemoryError instead of swapping the CI machine."""
+
 from __future__ import annotations
 
 import sys

@@ -6,6 +6,7 @@ The libraries are looked for where llama-cpp-python itself looks: `$LLAMA_CPP_LI
 llama-cpp-python (or that symbol) is absent, so tests can skip cleanly; `ggml_c_quantize_chunk(type)` the
 same through `ggml_quantize_chunk`, the entry point llama.cpp's model quantizer calls.
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -72,8 +73,15 @@ def ggml_c_quantize_chunk(ggml_type: int):
             break
     else:
         return None
-    fn.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64,
-                   ctypes.c_void_p]
+    fn.argtypes = [
+        ctypes.c_int,
+        ctypes.c_void_p,
+        ctypes.c_void_p,
+        ctypes.c_int64,
+        ctypes.c_int64,
+        ctypes.c_int64,
+        ctypes.c_void_p,
+    ]
     fn.restype = ctypes.c_size_t
 
     def run(x: np.ndarray) -> np.ndarray:

@@ -2,6 +2,7 @@
 
 `rewrite(src, dst, ...)` re-writes a file with gguf_io's writer, so any value (NaN, 0, negative, 2**40, a float
 where an integer belongs) reaches the reader exactly as a hostile file would carry it."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -14,8 +15,18 @@ from gguf_io import GGUFValueType as VT
 F32 = 0
 
 
-def rewrite(src: Path, dst: Path, *, meta: dict | None = None, types: dict | None = None, drop_keys=(),
-            nan_in=(), drop_tensors=(), values: dict | None = None, add_tensors: dict | None = None) -> Path:
+def rewrite(
+    src: Path,
+    dst: Path,
+    *,
+    meta: dict | None = None,
+    types: dict | None = None,
+    drop_keys=(),
+    nan_in=(),
+    drop_tensors=(),
+    values: dict | None = None,
+    add_tensors: dict | None = None,
+) -> Path:
     """dst = src with metadata `meta` set (`types` gives a value type, else it is inferred: a negative int is
     INT64, a float FLOAT32), `drop_keys` removed, the first element of each F32 tensor in `nan_in` made NaN,
     `values` (name -> float32 array of the same size) written over F32 tensors, `drop_tensors` left out and

@@ -1,5 +1,6 @@
 """Random weight blocks for the simd_kernels tests (and the engine's, which run the same kernels): the formats' ids,
 the ones whose kernel tests run with the slow tests, and `random_weights`, blocks with finite scales."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -13,11 +14,25 @@ ALL = [Q8_0, Q4_1, Q4_K, Q5_0, Q6_K, F32, Q4_0, Q5_1, Q2_K, Q3_K, Q5_K, F16, BF1
 # no built-in model holds Q2_K or Q3_K: their kernel tests (each kernel's cold compile, about 5 s since their row dot is
 # one compiled function, docs/measurements.md) run with the slow ones, each format's on one worker
 SLOW_COMPILE = (Q2_K, Q3_K)
-ALL_KERNELS = [pytest.param(t, marks=[pytest.mark.slow, pytest.mark.xdist_group(f"compile-{t}")])
-               if t in SLOW_COMPILE else t for t in ALL]
+ALL_KERNELS = [
+    pytest.param(t, marks=[pytest.mark.slow, pytest.mark.xdist_group(f"compile-{t}")]) if t in SLOW_COMPILE else t
+    for t in ALL
+]
 # byte offsets of the f16 scales inside each block: random bytes there could be inf/NaN
-SCALE_OFFSETS = {Q4_0: [0], Q4_1: [0, 2], Q5_0: [0], Q5_1: [0, 2], Q8_0: [0], Q2_K: [80, 82],
-                 Q3_K: [108], Q4_K: [0, 2], Q5_K: [0, 2], Q6_K: [208], IQ4_NL: [0], IQ4_XS: [0]}
+SCALE_OFFSETS = {
+    Q4_0: [0],
+    Q4_1: [0, 2],
+    Q5_0: [0],
+    Q5_1: [0, 2],
+    Q8_0: [0],
+    Q2_K: [80, 82],
+    Q3_K: [108],
+    Q4_K: [0, 2],
+    Q5_K: [0, 2],
+    Q6_K: [208],
+    IQ4_NL: [0],
+    IQ4_XS: [0],
+}
 # byte offsets of the E8M0 exponent bytes: random ones could scale a block to 2^127 (inf, or NaN against a zero sum)
 E8M0_OFFSETS = {MXFP4: [0]}
 
@@ -36,13 +51,16 @@ def _random_weights(rng, t: int, rows: int, cols: int) -> np.ndarray:
     if t == F16:
         return rng.standard_normal((rows, cols)).astype(np.float16).view(np.uint8)
     if t == BF16:
-        return (rng.standard_normal((rows, cols)).astype(np.float32).view(np.uint32) >> 16).astype(
-            np.uint16).view(np.uint8)
+        return (
+            (rng.standard_normal((rows, cols)).astype(np.float32).view(np.uint32) >> 16)
+            .astype(np.uint16)
+            .view(np.uint8)
+        )
     per, size = quant.FORMATS[t].block_size, quant.FORMATS[t].type_size
     w = rng.integers(0, 256, (rows, cols // per, size), dtype=np.uint8)  # (rows, blocks, block bytes)
     for o in SCALE_OFFSETS.get(t, ()):
         half = (rng.standard_normal((rows, cols // per)) * 0.01).astype(np.float16)
-        w[:, :, o:o + 2] = half.view(np.uint8).reshape(rows, cols // per, 2)
+        w[:, :, o : o + 2] = half.view(np.uint8).reshape(rows, cols // per, 2)
     for o in E8M0_OFFSETS.get(t, ()):
         w[:, :, o] = rng.integers(118, 124, (rows, cols // per))  # half-scales 2^-10 .. 2^-5, as the f16 ones above
     return w.reshape(rows, -1)

@@ -6,6 +6,7 @@ by the reference `quant.dequantize`, activations quantized to the weight's vec_d
 `activation_error(t, x)` bounds |x - x_as_the_kernel_sees_it| per element, for comparisons against the
 unquantized float64 product.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -44,8 +45,8 @@ def emulated_dot(t: int, w: np.ndarray, x: np.ndarray) -> tuple[np.ndarray, np.n
             xa = (b["d"].astype(np.float64)[..., None] * b["qs"]).reshape(x.shape)
             bb, mo = MIN_OFFSET[t]
             raw = w.reshape(w.shape[0], -1, bb).copy()
-            m = raw[:, :, mo:mo + 2].copy().view(np.float16)[..., 0].astype(np.float64)  # (rows, cols/32)
-            raw[:, :, mo:mo + 2] = 0  # d*q alone: the min is dotted with s instead
+            m = raw[:, :, mo : mo + 2].copy().view(np.float16)[..., 0].astype(np.float64)  # (rows, cols/32)
+            raw[:, :, mo : mo + 2] = 0  # d*q alone: the min is dotted with s instead
             wq = weights(t, raw.reshape(w.shape))
             s = b["s"].astype(np.float64)  # (n_tok, cols/32)
             ref = xa @ wq.T + s @ m.T

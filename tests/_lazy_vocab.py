@@ -1,4 +1,5 @@
 """Tokenizer metadata as the engine's loader reads it: string arrays as gguf_io.StringArrays from a real file."""
+
 from __future__ import annotations
 
 import gguf_io

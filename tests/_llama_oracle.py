@@ -3,6 +3,7 @@
 `pytest.importorskip` only catches ImportError; llama-cpp-python installed without its shared library raises
 FileNotFoundError/OSError (or RuntimeError in some versions) at import, which must skip, not fail.
 """
+
 from __future__ import annotations
 
 import pytest

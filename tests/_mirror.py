@@ -1,5 +1,6 @@
 """Helpers for registry / pull / push / bundle tests: tiny models in a store, real daemons on loopback, and a
 scriptable raw HTTP mirror (for throttled, counting, dropping and hostile answers)."""
+
 from __future__ import annotations
 
 import hashlib
@@ -40,18 +41,22 @@ def write_gguf(path: Path, n_bytes: int, seed: int = 0) -> Path:
     return path
 
 
-def make_model(store: st.Store, name: str, tmp: Path, n_bytes: int = 64 << 10, seed: int = 0,
-               template: str = TEMPLATE) -> mf.Manifest:
+def make_model(
+    store: st.Store, name: str, tmp: Path, n_bytes: int = 64 << 10, seed: int = 0, template: str = TEMPLATE
+) -> mf.Manifest:
     """Store a model: one GGUF layer, one template layer, a config blob. Returns its manifest."""
     tmp.mkdir(parents=True, exist_ok=True)
     gguf_path = write_gguf(tmp / f"m{seed}.gguf", n_bytes, seed)
     model = store.import_file(gguf_path)
     tpl = store.write_blob((template + f"\n# {seed}").encode())
-    cfg_bytes = mf.config_blob(model_family="llama", model_type="1K", file_type="F32",
-                               diff_ids=[model.digest, tpl.digest])
+    cfg_bytes = mf.config_blob(
+        model_family="llama", model_type="1K", file_type="F32", diff_ids=[model.digest, tpl.digest]
+    )
     conf = store.write_blob(cfg_bytes)
-    manifest = mf.build(mf.Layer(mf.CONFIG_MEDIA_TYPE, conf.digest, conf.size),
-                        [mf.Layer(mf.MODEL, model.digest, model.size), mf.Layer(mf.TEMPLATE, tpl.digest, tpl.size)])
+    manifest = mf.build(
+        mf.Layer(mf.CONFIG_MEDIA_TYPE, conf.digest, conf.size),
+        [mf.Layer(mf.MODEL, model.digest, model.size), mf.Layer(mf.TEMPLATE, tpl.digest, tpl.size)],
+    )
     store.put_manifest(name, manifest)
     return manifest
 
@@ -76,8 +81,11 @@ def daemon(models_dir: Path, *, api_key: str | None = None, registry: str | None
     """A real localrt daemon on 127.0.0.1 over `models_dir`, with the registry routes mounted."""
     from localrt.runtime.service import Service
 
-    env = {"LOCALRT_MODELS": str(models_dir), "LOCALRT_HOST": f"127.0.0.1:{free_port()}",
-           "LOCALRT_DATA": str(models_dir.parent / (models_dir.name + "-data"))}
+    env = {
+        "LOCALRT_MODELS": str(models_dir),
+        "LOCALRT_HOST": f"127.0.0.1:{free_port()}",
+        "LOCALRT_DATA": str(models_dir.parent / (models_dir.name + "-data")),
+    }
     if api_key:
         env["LOCALRT_API_KEY"] = api_key
     if registry:
@@ -178,9 +186,9 @@ class RawMirror(socketserver.ThreadingMixIn, http.server.HTTPServer):
     def _send_body(self, h: RawHandler, data: bytes, start: int, end: int, chunk: int, cut: int | None) -> None:
         pos = start
         while pos <= end:
-            piece = data[pos:min(pos + chunk, end + 1)]
+            piece = data[pos : min(pos + chunk, end + 1)]
             if cut is not None and pos - start + len(piece) > cut:
-                h.wfile.write(piece[:max(cut - (pos - start), 0)])
+                h.wfile.write(piece[: max(cut - (pos - start), 0)])
                 h.wfile.flush()
                 h.close_connection = True
                 h.connection.shutdown(2)
@@ -191,17 +199,32 @@ class RawMirror(socketserver.ThreadingMixIn, http.server.HTTPServer):
             if self.throttle:
                 time.sleep(self.throttle)
 
-    def serve_model(self, repo: str, tag: str, manifest_bytes: bytes, blobs: dict[str, bytes], *,
-                    delay_s: float = 0.0, chunk: int = 64 << 10, drop_after: dict | None = None) -> None:
+    def serve_model(
+        self,
+        repo: str,
+        tag: str,
+        manifest_bytes: bytes,
+        blobs: dict[str, bytes],
+        *,
+        delay_s: float = 0.0,
+        chunk: int = 64 << 10,
+        drop_after: dict | None = None,
+    ) -> None:
         """Serve a model honestly (Range included), optionally slowly, optionally cutting the first request
         for a digest after `drop_after[digest]` bytes."""
         drops = dict(drop_after or {})
         self.throttle = delay_s
 
         def manifest(h: RawHandler, m) -> None:
-            h.send_raw(200, {"Content-Type": mf.MANIFEST_MEDIA_TYPE, "Content-Length": str(len(manifest_bytes)),
-                             "Docker-Content-Digest": "sha256:" + hashlib.sha256(manifest_bytes).hexdigest()},
-                       manifest_bytes)
+            h.send_raw(
+                200,
+                {
+                    "Content-Type": mf.MANIFEST_MEDIA_TYPE,
+                    "Content-Length": str(len(manifest_bytes)),
+                    "Docker-Content-Digest": "sha256:" + hashlib.sha256(manifest_bytes).hexdigest(),
+                },
+                manifest_bytes,
+            )
 
         def blob(h: RawHandler, m) -> None:
             data = blobs.get(m.group(1))

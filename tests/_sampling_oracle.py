@@ -2,6 +2,7 @@
 
 Shared by the speculative-sampling tests: a sampler chain of top-2 then softmax at a temperature, whose
 exact joint distribution over a few tokens follows from the model's own teacher-forced logits."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -19,8 +20,11 @@ def exact_joint(model, prompt: list[int], depth: int, temperature: float) -> dic
     """{(t1, .., t_depth): probability} of the next depth sampled tokens after prompt."""
     out: dict[tuple, float] = {(): 1.0}
     for _ in range(depth):
-        out = {seq + (t,): p * q for seq, p in out.items()
-               for t, q in top2_probs(model, prompt + list(seq), temperature).items()}
+        out = {
+            seq + (t,): p * q
+            for seq, p in out.items()
+            for t, q in top2_probs(model, prompt + list(seq), temperature).items()
+        }
     return out
 
 

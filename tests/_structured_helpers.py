@@ -1,5 +1,6 @@
 """Helpers for the structured-output tests: a byte-level walk of a compiled automaton (no tokenizer) and a
 constrained generation loop over the model's forward + KV cache (no engine hook needed)."""
+
 from __future__ import annotations
 
 import random

@@ -3,6 +3,7 @@ and the repository's.
 
     from _testpaths import DATA, REPO   # pytest puts tests/ on sys.path (conftest.py's folder)
 """
+
 from __future__ import annotations
 
 from pathlib import Path

@@ -1,5 +1,6 @@
 """Tiny GGUF files for store/create/library tests, written with the `gguf` package's GGUFWriter
 (an independent writer, so our reader is checked against files it did not produce)."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -20,21 +21,31 @@ def tiny_tensors(arch: str, n_embd: int, rng) -> dict[str, np.ndarray]:
     def mat(rows, cols):
         return rng.standard_normal((rows, cols)).astype(np.float32)
 
-    t = {"token_embd.weight": mat(N_VOCAB, n_embd), "output_norm.weight": np.ones(n_embd, np.float32)}  # (n_vocab, n_embd), (n_embd,)
+    t = {
+        "token_embd.weight": mat(N_VOCAB, n_embd),
+        "output_norm.weight": np.ones(n_embd, np.float32),
+    }  # (n_vocab, n_embd), (n_embd,)
     p = "blk.0."
-    t.update({
-        p + "attn_norm.weight": np.ones(n_embd, np.float32),  # (n_embd,)
-        p + "attn_q.weight": mat(2 * hd, n_embd),  # (n_head * head_dim, n_embd)
-        p + "attn_k.weight": mat(hd, n_embd),  # (n_head_kv * head_dim, n_embd)
-        p + "attn_v.weight": mat(hd, n_embd),
-        p + "attn_output.weight": mat(n_embd, 2 * hd),
-        p + "ffn_norm.weight": np.ones(n_embd, np.float32),
-        p + "ffn_gate.weight": mat(n_ff, n_embd),
-        p + "ffn_up.weight": mat(n_ff, n_embd),
-        p + "ffn_down.weight": mat(n_embd, n_ff),
-    })
+    t.update(
+        {
+            p + "attn_norm.weight": np.ones(n_embd, np.float32),  # (n_embd,)
+            p + "attn_q.weight": mat(2 * hd, n_embd),  # (n_head * head_dim, n_embd)
+            p + "attn_k.weight": mat(hd, n_embd),  # (n_head_kv * head_dim, n_embd)
+            p + "attn_v.weight": mat(hd, n_embd),
+            p + "attn_output.weight": mat(n_embd, 2 * hd),
+            p + "ffn_norm.weight": np.ones(n_embd, np.float32),
+            p + "ffn_gate.weight": mat(n_ff, n_embd),
+            p + "ffn_up.weight": mat(n_ff, n_embd),
+            p + "ffn_down.weight": mat(n_embd, n_ff),
+        }
+    )
     if arch == "gemma3":
-        for name, n in (("attn_q_norm", hd), ("attn_k_norm", hd), ("post_attention_norm", n_embd), ("post_ffw_norm", n_embd)):
+        for name, n in (
+            ("attn_q_norm", hd),
+            ("attn_k_norm", hd),
+            ("post_attention_norm", n_embd),
+            ("post_ffw_norm", n_embd),
+        ):
             t[f"{p}{name}.weight"] = np.ones(n, np.float32)
     return t
 

@@ -14,6 +14,7 @@ rope base of its own (gemma3), top-k routing over stacked 3-D expert tensors (qw
 sinks, output and expert biases, softmax-weight routing, clamped swiglu_oai, YaRN rope and alternating windows.
 The shapes are GGUF's (NumPy order: rows = outputs).
 """
+
 from __future__ import annotations
 
 import json
@@ -72,34 +73,51 @@ class Case:
         return self.n_rot or self.head_dim
 
 
-CASES = {c.name: c for c in (
-    Case("llama", "llama", tied=False, seed=1),
-    Case("qwen2", "qwen2", biases=True, seed=2),
-    # Llama 3.x: the converter turns rope_scaling {factor 8, low 1, high 4, original 8192} into rope_freqs;
-    # an original context of 64 puts every factor regime (1, smoothed, 8) inside a 16-wide head.
-    Case("llama3_rope", "llama", llama3_rope=(8.0, 1.0, 4.0, 64), seed=3),
-    Case("qwen3", "qwen3", seed=4),
-    Case("phi3", "phi3", n_head_kv=4, tied=False, seed=5),
-    # Phi-3 128k style: long/short factors, attn_factor; n_ctx 256 <= original 256 picks the short factors,
-    # 512 the long ones. Partial rotary (12 of 16) as Phi-4-mini has it.
-    Case("phi3_short", "phi3", n_rot=12, longrope=True, n_ctx=256, seed=6),
-    Case("phi3_long", "phi3", n_rot=12, longrope=True, n_ctx=512, seed=6),
-    Case("gemma2", "gemma2", window=4, attn_softcap=1.0, final_softcap=25.0, eps=1e-6, seed=7),
-    # Gemma 3 (1B/270M style): layers 0-4 local with rope base 10000 (gemma3's fixed rope.freq_base_swa), layer 5
-    # global with the file's base; q/k norms, no soft-capping.
-    Case("gemma3", "gemma3", n_layer=6, window=4, rope_base=1000000.0, eps=1e-6, seed=9, embd_std=0.2),
-    # Qwen 3 30B-A3B style, in miniature: 8 experts, 2 per token, each 32 wide (feed_forward_length unused).
-    Case("qwen3moe", "qwen3moe", n_expert=8, n_expert_used=2, n_ff_exp=32, seed=8),
-    # Qwen 2.5 / Qwen 3 long-context files: rope.scaling.type yarn (x4 over an original context of 64 here)
-    Case("qwen2_yarn", "qwen2", biases=True, yarn=(4.0, 64), seed=11, labels=("f32", "q8_0")),
-    Case("qwen3_yarn", "qwen3", yarn=(4.0, 64), rope_base=1000.0, seed=12, labels=("f32", "q8_0")),
-    # gpt-oss-20b's layout in miniature: 64-wide heads (not n_embd / n_head), even layers in a window of 5 (the prompt
-    # has 16 tokens), YaRN x8 over an original context of 64 (pairs 0-9 ramp, the rest interpolated), 4 experts
-    # of which 2 per token, 32 wide (MXFP4 blocks), q/k/v biases as the converter writes them.
-    Case("gpt-oss", "gpt-oss", n_layer=4, head_dim=64, biases=True, tied=False, window=5, n_ctx_train=512,
-         yarn=(8.0, 64), n_expert=4, n_expert_used=2, n_ff_exp=32, exps_scale=4.0, seed=10,
-         labels=("f32", "q8_0", "mxfp4")),
-)}
+CASES = {
+    c.name: c
+    for c in (
+        Case("llama", "llama", tied=False, seed=1),
+        Case("qwen2", "qwen2", biases=True, seed=2),
+        # Llama 3.x: the converter turns rope_scaling {factor 8, low 1, high 4, original 8192} into rope_freqs;
+        # an original context of 64 puts every factor regime (1, smoothed, 8) inside a 16-wide head.
+        Case("llama3_rope", "llama", llama3_rope=(8.0, 1.0, 4.0, 64), seed=3),
+        Case("qwen3", "qwen3", seed=4),
+        Case("phi3", "phi3", n_head_kv=4, tied=False, seed=5),
+        # Phi-3 128k style: long/short factors, attn_factor; n_ctx 256 <= original 256 picks the short factors,
+        # 512 the long ones. Partial rotary (12 of 16) as Phi-4-mini has it.
+        Case("phi3_short", "phi3", n_rot=12, longrope=True, n_ctx=256, seed=6),
+        Case("phi3_long", "phi3", n_rot=12, longrope=True, n_ctx=512, seed=6),
+        Case("gemma2", "gemma2", window=4, attn_softcap=1.0, final_softcap=25.0, eps=1e-6, seed=7),
+        # Gemma 3 (1B/270M style): layers 0-4 local with rope base 10000 (gemma3's fixed rope.freq_base_swa), layer 5
+        # global with the file's base; q/k norms, no soft-capping.
+        Case("gemma3", "gemma3", n_layer=6, window=4, rope_base=1000000.0, eps=1e-6, seed=9, embd_std=0.2),
+        # Qwen 3 30B-A3B style, in miniature: 8 experts, 2 per token, each 32 wide (feed_forward_length unused).
+        Case("qwen3moe", "qwen3moe", n_expert=8, n_expert_used=2, n_ff_exp=32, seed=8),
+        # Qwen 2.5 / Qwen 3 long-context files: rope.scaling.type yarn (x4 over an original context of 64 here)
+        Case("qwen2_yarn", "qwen2", biases=True, yarn=(4.0, 64), seed=11, labels=("f32", "q8_0")),
+        Case("qwen3_yarn", "qwen3", yarn=(4.0, 64), rope_base=1000.0, seed=12, labels=("f32", "q8_0")),
+        # gpt-oss-20b's layout in miniature: 64-wide heads (not n_embd / n_head), even layers in a window of 5 (the prompt
+        # has 16 tokens), YaRN x8 over an original context of 64 (pairs 0-9 ramp, the rest interpolated), 4 experts
+        # of which 2 per token, 32 wide (MXFP4 blocks), q/k/v biases as the converter writes them.
+        Case(
+            "gpt-oss",
+            "gpt-oss",
+            n_layer=4,
+            head_dim=64,
+            biases=True,
+            tied=False,
+            window=5,
+            n_ctx_train=512,
+            yarn=(8.0, 64),
+            n_expert=4,
+            n_expert_used=2,
+            n_ff_exp=32,
+            exps_scale=4.0,
+            seed=10,
+            labels=("f32", "q8_0", "mxfp4"),
+        ),
+    )
+}
 
 
 def tokenizer() -> dict:
@@ -169,7 +187,9 @@ def weights(case: Case) -> dict[str, np.ndarray]:
         if case.n_expert:  # GGUF's stacked experts: (n_expert, rows, cols)
             e, f = case.n_expert, case.n_ff_exp
             big = case.exps_scale / math.sqrt(case.n_embd)
-            w[p + "ffn_gate_inp.weight"] = mat(e, case.n_embd, 2 / math.sqrt(case.n_embd))  # router logits of a few units
+            w[p + "ffn_gate_inp.weight"] = mat(
+                e, case.n_embd, 2 / math.sqrt(case.n_embd)
+            )  # router logits of a few units
             w[p + "ffn_gate_exps.weight"] = mat(e * f, case.n_embd, big).reshape(e, f, case.n_embd)
             w[p + "ffn_up_exps.weight"] = mat(e * f, case.n_embd, big).reshape(e, f, case.n_embd)
             w[p + "ffn_down_exps.weight"] = mat(e * case.n_embd, f).reshape(e, case.n_embd, f)

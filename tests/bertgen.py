@@ -5,6 +5,7 @@
 the tests never need llama.cpp. The vocabulary is a small synthetic WordPiece one (the five bert specials, word starts
 "\u2581wN" and continuations "cN"): the ids are fed directly, the tokenizer has its own golden test.
 """
+
 from __future__ import annotations
 
 import importlib.util
@@ -23,8 +24,11 @@ VOCAB = SPECIALS + [f"\u2581w{i}" for i in range(60)] + [f"c{i}" for i in range(
 IDS = [2, 17, 44, 5, 99, 63, 12, 70, 8, 31, 3]  # [CLS] ... [SEP]
 SEED = 45
 # The real model's texts (tokenized by llama.cpp when the reference is made; its ids are stored with it).
-TEXTS = ["hello world", "The quick brown fox jumps over the lazy dog.",
-         "Quarterly revenue grew 12% while operating costs fell; see the attached report for details."]
+TEXTS = [
+    "hello world",
+    "The quick brown fox jumps over the lazy dog.",
+    "Quarterly revenue grew 12% while operating costs fell; see the attached report for details.",
+]
 
 
 def cosine(a: np.ndarray, b: np.ndarray) -> float:
@@ -48,11 +52,19 @@ def _draws(seed: int):
 
 # The tiny vocabulary's tokenizer.ggml.* keys, as llama.cpp's converter writes a bert vocabulary's.
 VOCAB_MD = {
-    "tokenizer.ggml.model": "bert", "tokenizer.ggml.pre": "bert-bge", "tokenizer.ggml.tokens": VOCAB,
+    "tokenizer.ggml.model": "bert",
+    "tokenizer.ggml.pre": "bert-bge",
+    "tokenizer.ggml.tokens": VOCAB,
     "tokenizer.ggml.token_type": [3 if t in SPECIALS else 1 for t in VOCAB],
-    "tokenizer.ggml.bos_token_id": 2, "tokenizer.ggml.eos_token_id": 3, "tokenizer.ggml.unknown_token_id": 1,
-    "tokenizer.ggml.seperator_token_id": 3, "tokenizer.ggml.padding_token_id": 0, "tokenizer.ggml.cls_token_id": 2,
-    "tokenizer.ggml.mask_token_id": 4, "tokenizer.ggml.add_bos_token": True, "tokenizer.ggml.add_eos_token": True,
+    "tokenizer.ggml.bos_token_id": 2,
+    "tokenizer.ggml.eos_token_id": 3,
+    "tokenizer.ggml.unknown_token_id": 1,
+    "tokenizer.ggml.seperator_token_id": 3,
+    "tokenizer.ggml.padding_token_id": 0,
+    "tokenizer.ggml.cls_token_id": 2,
+    "tokenizer.ggml.mask_token_id": 4,
+    "tokenizer.ggml.add_bos_token": True,
+    "tokenizer.ggml.add_eos_token": True,
 }
 
 
@@ -76,13 +88,19 @@ def weights(seed: int = SEED) -> dict[str, np.ndarray]:
         "token_embd.weight": mat(len(VOCAB), N_EMBD, 1.0),
         "position_embd.weight": mat(N_CTX, N_EMBD, 0.5),
         "token_types.weight": mat(N_TYPES, N_EMBD, 0.5),
-        "token_embd_norm.weight": vec(N_EMBD, 1.0), "token_embd_norm.bias": vec(N_EMBD),
+        "token_embd_norm.weight": vec(N_EMBD, 1.0),
+        "token_embd_norm.bias": vec(N_EMBD),
     }
     for il in range(N_LAYER):
         p = f"blk.{il}."
-        for m, (rows, cols) in {"attn_q": (N_EMBD, N_EMBD), "attn_k": (N_EMBD, N_EMBD), "attn_v": (N_EMBD, N_EMBD),
-                                "attn_output": (N_EMBD, N_EMBD), "ffn_up": (N_FF, N_EMBD),
-                                "ffn_down": (N_EMBD, N_FF)}.items():
+        for m, (rows, cols) in {
+            "attn_q": (N_EMBD, N_EMBD),
+            "attn_k": (N_EMBD, N_EMBD),
+            "attn_v": (N_EMBD, N_EMBD),
+            "attn_output": (N_EMBD, N_EMBD),
+            "ffn_up": (N_FF, N_EMBD),
+            "ffn_down": (N_EMBD, N_FF),
+        }.items():
             w[p + m + ".weight"], w[p + m + ".bias"] = mat(rows, cols), vec(rows)
         for n in ("attn_output_norm", "layer_output_norm"):
             w[p + n + ".weight"], w[p + n + ".bias"] = vec(N_EMBD, 1.0), vec(N_EMBD)
@@ -93,10 +111,18 @@ def write(path: Path, wtype: int = F32, pooling: int = 1) -> Path:
     """The tiny bert at path: matrices in wtype (position and type embeddings F32, as llama.cpp's converter keeps
     them), vectors F32; pooling is the file's pooling_type (1 mean, 2 cls)."""
     md = {
-        "general.architecture": "bert", "general.name": f"bertgen {SEED}", "general.file_type": wtype,
-        "bert.context_length": N_CTX, "bert.embedding_length": N_EMBD, "bert.feed_forward_length": N_FF,
-        "bert.block_count": N_LAYER, "bert.attention.head_count": N_HEAD, "bert.attention.layer_norm_epsilon": EPS,
-        "bert.attention.causal": False, "bert.pooling_type": pooling, "tokenizer.ggml.token_type_count": N_TYPES,
+        "general.architecture": "bert",
+        "general.name": f"bertgen {SEED}",
+        "general.file_type": wtype,
+        "bert.context_length": N_CTX,
+        "bert.embedding_length": N_EMBD,
+        "bert.feed_forward_length": N_FF,
+        "bert.block_count": N_LAYER,
+        "bert.attention.head_count": N_HEAD,
+        "bert.attention.layer_norm_epsilon": EPS,
+        "bert.attention.causal": False,
+        "bert.pooling_type": pooling,
+        "tokenizer.ggml.token_type_count": N_TYPES,
         **VOCAB_MD,
     }
     return _write(path, md, weights(), wtype, ("position_embd.weight", "token_types.weight"))
@@ -122,7 +148,8 @@ def nomic_weights(seed: int = NOMIC_SEED, *, fused: bool = True, biases: bool = 
     w = {
         "token_embd.weight": mat(len(VOCAB), N_EMBD, 1.0),
         "token_types.weight": mat(N_TYPES, N_EMBD, 0.5),
-        "token_embd_norm.weight": vec(N_EMBD, 1.0), "token_embd_norm.bias": vec(N_EMBD),
+        "token_embd_norm.weight": vec(N_EMBD, 1.0),
+        "token_embd_norm.bias": vec(N_EMBD),
     }
     for il in range(N_LAYER):
         p = f"blk.{il}."
@@ -152,12 +179,20 @@ def write_nomic(path: Path, wtype: int = F32, *, fused: bool = True, biases: boo
     """The tiny nomic-bert at path (mean pooling, as nomic's files): matrices in wtype but token_types F32, vectors
     F32; `fused` and `biases` as nomic_weights."""
     md = {
-        "general.architecture": "nomic-bert", "general.name": f"nomicgen {NOMIC_SEED}", "general.file_type": wtype,
-        "nomic-bert.context_length": NOMIC_CTX, "nomic-bert.embedding_length": N_EMBD,
-        "nomic-bert.feed_forward_length": N_FF, "nomic-bert.block_count": N_LAYER,
-        "nomic-bert.attention.head_count": N_HEAD, "nomic-bert.attention.layer_norm_epsilon": EPS,
-        "nomic-bert.attention.causal": False, "nomic-bert.pooling_type": 1,
-        "nomic-bert.rope.freq_base": NOMIC_ROPE_BASE, "tokenizer.ggml.token_type_count": N_TYPES, **VOCAB_MD,
+        "general.architecture": "nomic-bert",
+        "general.name": f"nomicgen {NOMIC_SEED}",
+        "general.file_type": wtype,
+        "nomic-bert.context_length": NOMIC_CTX,
+        "nomic-bert.embedding_length": N_EMBD,
+        "nomic-bert.feed_forward_length": N_FF,
+        "nomic-bert.block_count": N_LAYER,
+        "nomic-bert.attention.head_count": N_HEAD,
+        "nomic-bert.attention.layer_norm_epsilon": EPS,
+        "nomic-bert.attention.causal": False,
+        "nomic-bert.pooling_type": 1,
+        "nomic-bert.rope.freq_base": NOMIC_ROPE_BASE,
+        "tokenizer.ggml.token_type_count": N_TYPES,
+        **VOCAB_MD,
     }
     return _write(path, md, nomic_weights(fused=fused, biases=biases), wtype, ("token_types.weight",))
 
@@ -176,13 +211,27 @@ RERANK_HEADS = {  # head -> the head tensors the file has
 # Id sequences scored one by one (llama.cpp's binding), and texts for the whole endpoint (llama-server).
 RERANK_PAIRS = [[2, 17, 44, 3, 5, 99, 63, 3], [2, 17, 44, 3, 12, 70, 8, 31, 3], [2, 3, 3], [2, 9, 9, 9, 3, 9, 3]]
 RERANK_QUERY = "w3 w7c2 w11"
-RERANK_DOCS = ["w5 w9", "w3 w7c2 w11 w40", "W20c5, w21 w22 w23; w24 w25", "w59", "w4 [SEP] w6 c1", "",
-               "w3 w11 w7 w0 w1 w2"]
+RERANK_DOCS = [
+    "w5 w9",
+    "w3 w7c2 w11 w40",
+    "W20c5, w21 w22 w23; w24 w25",
+    "w59",
+    "w4 [SEP] w6 c1",
+    "",
+    "w3 w11 w7 w0 w1 w2",
+]
 RERANK_TEMPLATE = "[CLS]{query}[SEP]w50 {document}[SEP]"  # tokenizer.chat_template.rerank of the "template" file
 
 
-def write_reranker(path: Path, wtype: int = F32, head: str = "both", *, labels: list[str] | None = None,
-                   classifier_pooling: int | None = None, template: str | None = None) -> Path:
+def write_reranker(
+    path: Path,
+    wtype: int = F32,
+    head: str = "both",
+    *,
+    labels: list[str] | None = None,
+    classifier_pooling: int | None = None,
+    template: str | None = None,
+) -> Path:
     """The tiny bert at path with pooling_type 4 and the RERANK_HEADS[head] tensors (matrices in wtype, biases F32);
     `labels`: bert.classifier.output_labels (one score row per label; none: 1), `classifier_pooling`:
     bert.classifier.pooling_type, `template`: tokenizer.chat_template.rerank."""
@@ -234,7 +283,10 @@ def gemma_weights(seed: int = GEMMA_SEED, *, dense: bool = False) -> dict[str, n
         p = f"blk.{il}."
         w[p + "attn_norm.weight"] = vec(N_EMBD, 1.0)
         w[p + "attn_q.weight"], w[p + "attn_k.weight"], w[p + "attn_v.weight"] = (
-            mat(n_q, N_EMBD), mat(n_kv, N_EMBD), mat(n_kv, N_EMBD))
+            mat(n_q, N_EMBD),
+            mat(n_kv, N_EMBD),
+            mat(n_kv, N_EMBD),
+        )
         w[p + "attn_q_norm.weight"], w[p + "attn_k_norm.weight"] = vec(GEMMA_HEAD_DIM, 1.0), vec(GEMMA_HEAD_DIM, 1.0)
         w[p + "attn_output.weight"] = mat(N_EMBD, n_q)
         w[p + "post_attention_norm.weight"], w[p + "ffn_norm.weight"] = vec(N_EMBD, 1.0), vec(N_EMBD, 1.0)
@@ -251,19 +303,34 @@ def write_gemma(path: Path, wtype: int = F32, *, dense: bool = False, pooling: i
     dense_3 (and their width keys) and rope.freq_base_swa; pooling: the file's pooling_type (None: no key)."""
     a = "gemma-embedding"
     md = {
-        "general.architecture": a, "general.name": f"gemmaembgen {GEMMA_SEED}", "general.file_type": wtype,
-        f"{a}.context_length": GEMMA_CTX, f"{a}.embedding_length": N_EMBD, f"{a}.feed_forward_length": N_FF,
-        f"{a}.block_count": GEMMA_LAYERS, f"{a}.attention.head_count": N_HEAD,
-        f"{a}.attention.head_count_kv": GEMMA_HEAD_KV, f"{a}.attention.key_length": GEMMA_HEAD_DIM,
-        f"{a}.attention.value_length": GEMMA_HEAD_DIM, f"{a}.attention.layer_norm_rms_epsilon": GEMMA_EPS,
-        f"{a}.attention.sliding_window": GEMMA_WINDOW, f"{a}.rope.freq_base": GEMMA_ROPE_BASE, **VOCAB_MD,
+        "general.architecture": a,
+        "general.name": f"gemmaembgen {GEMMA_SEED}",
+        "general.file_type": wtype,
+        f"{a}.context_length": GEMMA_CTX,
+        f"{a}.embedding_length": N_EMBD,
+        f"{a}.feed_forward_length": N_FF,
+        f"{a}.block_count": GEMMA_LAYERS,
+        f"{a}.attention.head_count": N_HEAD,
+        f"{a}.attention.head_count_kv": GEMMA_HEAD_KV,
+        f"{a}.attention.key_length": GEMMA_HEAD_DIM,
+        f"{a}.attention.value_length": GEMMA_HEAD_DIM,
+        f"{a}.attention.layer_norm_rms_epsilon": GEMMA_EPS,
+        f"{a}.attention.sliding_window": GEMMA_WINDOW,
+        f"{a}.rope.freq_base": GEMMA_ROPE_BASE,
+        **VOCAB_MD,
     }
     if pooling is not None:
         md[f"{a}.pooling_type"] = pooling
     if dense:
-        md.update({f"{a}.dense_2_feat_in": N_EMBD, f"{a}.dense_2_feat_out": GEMMA_DENSE,
-                   f"{a}.dense_3_feat_in": GEMMA_DENSE, f"{a}.dense_3_feat_out": N_EMBD,
-                   f"{a}.rope.freq_base_swa": GEMMA_SWA_BASE})
+        md.update(
+            {
+                f"{a}.dense_2_feat_in": N_EMBD,
+                f"{a}.dense_2_feat_out": GEMMA_DENSE,
+                f"{a}.dense_3_feat_in": GEMMA_DENSE,
+                f"{a}.dense_3_feat_out": N_EMBD,
+                f"{a}.rope.freq_base_swa": GEMMA_SWA_BASE,
+            }
+        )
     return _write(path, md, gemma_weights(dense=dense), wtype, ())
 
 
@@ -280,10 +347,18 @@ def write_ugm(path: Path, wtype: int = F32) -> Path:
         vocab_md = {k: v for k, v in f.metadata.items() if k.startswith("tokenizer.")}
     n_vocab = len(vocab_md["tokenizer.ggml.tokens"])
     md = {
-        "general.architecture": "bert", "general.name": f"bertgen ugm {UGM_SEED}", "general.file_type": wtype,
-        "bert.context_length": N_CTX, "bert.embedding_length": N_EMBD, "bert.feed_forward_length": N_FF,
-        "bert.block_count": N_LAYER, "bert.attention.head_count": N_HEAD, "bert.attention.layer_norm_epsilon": EPS,
-        "bert.attention.causal": False, "bert.pooling_type": 1, **vocab_md,
+        "general.architecture": "bert",
+        "general.name": f"bertgen ugm {UGM_SEED}",
+        "general.file_type": wtype,
+        "bert.context_length": N_CTX,
+        "bert.embedding_length": N_EMBD,
+        "bert.feed_forward_length": N_FF,
+        "bert.block_count": N_LAYER,
+        "bert.attention.head_count": N_HEAD,
+        "bert.attention.layer_norm_epsilon": EPS,
+        "bert.attention.causal": False,
+        "bert.pooling_type": 1,
+        **vocab_md,
         "tokenizer.ggml.token_type_count": N_TYPES,
     }
     w = weights()

@@ -1,4 +1,5 @@
 """Shared fixtures. The real models come from installed PyPI packages, never from a machine path."""
+
 from __future__ import annotations
 
 import json

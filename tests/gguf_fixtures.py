@@ -1,9 +1,10 @@
 """Helpers for tests that need tiny GGUF files (no fixtures here: import and call).
 
-    from gguf_fixtures import write_gguf, random_blocks   # pytest puts tests/ on sys.path
-    path = write_gguf(tmp_path / "m.gguf", {"general.architecture": "llama"},
-                      [("w", GGMLType.Q8_0, (4, 64), random_blocks(GGMLType.Q8_0, (4, 64)))])
+from gguf_fixtures import write_gguf, random_blocks   # pytest puts tests/ on sys.path
+path = write_gguf(tmp_path / "m.gguf", {"general.architecture": "llama"},
+                  [("w", GGMLType.Q8_0, (4, 64), random_blocks(GGMLType.Q8_0, (4, 64)))])
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -40,8 +41,14 @@ def _finite_halves(raw: np.ndarray) -> np.ndarray:
     return raw
 
 
-def write_gguf(path: Path, metadata: dict | None = None, tensors: list | None = None, *,
-               metadata_types: dict | None = None, alignment: int | None = None) -> Path:
+def write_gguf(
+    path: Path,
+    metadata: dict | None = None,
+    tensors: list | None = None,
+    *,
+    metadata_types: dict | None = None,
+    alignment: int | None = None,
+) -> Path:
     """Writes a GGUF v3 file with gguf_io's writer; tensors are (name, ggml_type, shape, data)."""
     gguf_io.write(path, metadata or {}, tensors or [], metadata_types=metadata_types, alignment=alignment)
     return Path(path)
@@ -52,8 +59,18 @@ def sample_metadata() -> tuple[dict, dict]:
     t = GGUFValueType
     values = {
         "general.architecture": "llama",
-        "u8": 255, "i8": -128, "u16": 65535, "i16": -32768, "u32": 2**32 - 1, "i32": -(2**31),
-        "f32": 0.25, "bool": True, "str": "héllo\n\u2603", "u64": 2**64 - 1, "i64": -(2**63), "f64": 1e300,
+        "u8": 255,
+        "i8": -128,
+        "u16": 65535,
+        "i16": -32768,
+        "u32": 2**32 - 1,
+        "i32": -(2**31),
+        "f32": 0.25,
+        "bool": True,
+        "str": "héllo\n\u2603",
+        "u64": 2**64 - 1,
+        "i64": -(2**63),
+        "f64": 1e300,
         "arr.str": ["", "a", "\u00e9\u4e2d", "x" * 300],
         "arr.f32": np.array([0.5, -1.0, 3.0e38], dtype=np.float32),
         "arr.i32": np.array([1, -2, 2**31 - 1], dtype=np.int32),
@@ -64,12 +81,27 @@ def sample_metadata() -> tuple[dict, dict]:
         "arr.empty": np.array([], dtype=np.int16),
     }
     types = {
-        "general.architecture": t.STRING, "u8": t.UINT8, "i8": t.INT8, "u16": t.UINT16, "i16": t.INT16,
-        "u32": t.UINT32, "i32": t.INT32, "f32": t.FLOAT32, "bool": t.BOOL, "str": t.STRING,
-        "u64": t.UINT64, "i64": t.INT64, "f64": t.FLOAT64,
-        "arr.str": (t.ARRAY, t.STRING), "arr.f32": (t.ARRAY, t.FLOAT32), "arr.i32": (t.ARRAY, t.INT32),
-        "arr.u8": (t.ARRAY, t.UINT8), "arr.bool": (t.ARRAY, t.BOOL), "arr.u64": (t.ARRAY, t.UINT64),
-        "arr.f64": (t.ARRAY, t.FLOAT64), "arr.empty": (t.ARRAY, t.INT16),
+        "general.architecture": t.STRING,
+        "u8": t.UINT8,
+        "i8": t.INT8,
+        "u16": t.UINT16,
+        "i16": t.INT16,
+        "u32": t.UINT32,
+        "i32": t.INT32,
+        "f32": t.FLOAT32,
+        "bool": t.BOOL,
+        "str": t.STRING,
+        "u64": t.UINT64,
+        "i64": t.INT64,
+        "f64": t.FLOAT64,
+        "arr.str": (t.ARRAY, t.STRING),
+        "arr.f32": (t.ARRAY, t.FLOAT32),
+        "arr.i32": (t.ARRAY, t.INT32),
+        "arr.u8": (t.ARRAY, t.UINT8),
+        "arr.bool": (t.ARRAY, t.BOOL),
+        "arr.u64": (t.ARRAY, t.UINT64),
+        "arr.f64": (t.ARRAY, t.FLOAT64),
+        "arr.empty": (t.ARRAY, t.INT16),
     }
     return values, types
 

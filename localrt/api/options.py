@@ -10,6 +10,7 @@ an `InvalidRequest` naming the option, never a silent truncation or skip.
 `repeat_penalty` defaults to 1.1, Ollama's default through the v0.13 era this project targets (it became
 1.0 much later, in v0.32.10).
 """
+
 from __future__ import annotations
 
 import math
@@ -229,8 +230,10 @@ def _as_draft_model(raw: Any) -> str:
     if not isinstance(raw, str):
         raise InvalidRequest(f"option 'draft_model' must be a model name (a string), got {raw!r}")
     if len(raw) > DRAFT_NAME_MAX or any(c.isspace() or not c.isprintable() for c in raw):
-        raise InvalidRequest(f"option 'draft_model' must be a model name (no spaces, at most {DRAFT_NAME_MAX} "
-                             f"characters), got {raw[:80]!r}")
+        raise InvalidRequest(
+            f"option 'draft_model' must be a model name (no spaces, at most {DRAFT_NAME_MAX} "
+            f"characters), got {raw[:80]!r}"
+        )
     return raw
 
 
@@ -257,7 +260,14 @@ def config_layer(config: Any) -> dict[str, Any]:
 
 _MAX_SECONDS = ((1 << 63) - 1) / 1e9
 _UNIT_SECONDS = {
-    "ns": 1e-9, "us": 1e-6, "\u00b5s": 1e-6, "\u03bcs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0,
+    "ns": 1e-9,
+    "us": 1e-6,
+    "\u00b5s": 1e-6,
+    "\u03bcs": 1e-6,
+    "ms": 1e-3,
+    "s": 1.0,
+    "m": 60.0,
+    "h": 3600.0,
 }
 # One Go duration component: digits with an optional fraction (".5" and "5." are valid), then a unit.
 _COMPONENT = re.compile(r"(\d+\.?\d*|\.\d+)(ns|us|\u00b5s|\u03bcs|ms|s|m|h)")

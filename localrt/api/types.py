@@ -6,6 +6,7 @@ checked, and one we know but do not implement (`images`, ...) is refused with a 
 it. Neutral values of such keys (`tools: []`, `format: ""`, ...) are accepted as the no-op
 they are.
 """
+
 from __future__ import annotations
 
 import json
@@ -165,7 +166,7 @@ def _think(v: Any) -> bool | str | None:
     """Ollama's think: true, false, "low", "medium" or "high"; None when not sent (a thinking model thinks)."""
     if v is None or isinstance(v, bool) or v in THINK_LEVELS:
         return v
-    raise InvalidRequest(f"invalid think value: {str(v)[:40]!r} (true, false, \"low\", \"medium\" or \"high\")")
+    raise InvalidRequest(f'invalid think value: {str(v)[:40]!r} (true, false, "low", "medium" or "high")')
 
 
 TOP_LOGPROBS_MAX = 20  # Ollama's and OpenAI's bound

@@ -1,4 +1,5 @@
 """Pure formatting for the CLI: sizes, times, durations and tables the way Ollama prints them."""
+
 from __future__ import annotations
 
 from datetime import datetime, timezone
@@ -26,8 +27,15 @@ def _parse_time(ts: str) -> datetime:
 
 def _span(seconds: float) -> str:
     s = int(abs(seconds))
-    for unit, size in (("year", 31536000), ("month", 2592000), ("week", 604800), ("day", 86400), ("hour", 3600),
-                       ("minute", 60), ("second", 1)):
+    for unit, size in (
+        ("year", 31536000),
+        ("month", 2592000),
+        ("week", 604800),
+        ("day", 86400),
+        ("hour", 3600),
+        ("minute", 60),
+        ("second", 1),
+    ):
         if s >= size:
             k = s // size
             if k == 1:

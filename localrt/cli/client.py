@@ -1,4 +1,5 @@
 """HTTP client for the daemon, used by the CLI. Streams parsed NDJSON events; raises ApiError on failure."""
+
 from __future__ import annotations
 
 import json
@@ -43,8 +44,10 @@ def _message(resp: httpx.Response) -> str:
     kind = resp.headers.get("content-type", "").split(";")[0].strip() or "no content type"
     if "json" not in kind and not kind.startswith("text/plain"):
         url = resp.request.url
-        return (f"{url.scheme}://{url.host}:{url.port} answered HTTP {resp.status_code} with {kind}: it is not "
-                "localrt (another server holds this address?); set LOCALRT_HOST to localrt's address")
+        return (
+            f"{url.scheme}://{url.host}:{url.port} answered HTTP {resp.status_code} with {kind}: it is not "
+            "localrt (another server holds this address?); set LOCALRT_HOST to localrt's address"
+        )
     return resp.text.strip().splitlines()[0][:300]
 
 
@@ -106,7 +109,9 @@ class Client:
             body = resp.json() if resp.status_code == 200 else None
         except (httpx.HTTPError, ValueError):
             return None
-        ok = isinstance(body, dict) and isinstance(body.get("compiled"), int) and isinstance(body.get("compiling"), bool)
+        ok = (
+            isinstance(body, dict) and isinstance(body.get("compiled"), int) and isinstance(body.get("compiling"), bool)
+        )
         return body if ok else None
 
     # inference

@@ -1,5 +1,6 @@
 """`localrt create`'s client side: the Modelfile is parsed here, local weight files are uploaded as blobs (with
 progress: a GGUF is hundreds of megabytes), and the modern create request is sent."""
+
 from __future__ import annotations
 
 import hashlib

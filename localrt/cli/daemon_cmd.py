@@ -5,6 +5,7 @@ Which daemon is "this store's" is decided by localrt.serve.lockfile: the lock of
 LOCALRT_DATA directory, and the record (pid, address, log, version) its holder wrote. Failures are
 CommandFailed, printed as one `Error:` line by cli.py.
 """
+
 from __future__ import annotations
 
 import os
@@ -160,8 +161,10 @@ def _answers(cfg) -> bool:
 
 
 def _not_ours(cfg) -> str:
-    return (f"no localrt daemon of this data directory ({cfg.data_dir}) runs on port {cfg.port}, but a server "
-            f"answers on {cfg.base_url}: one started with another LOCALRT_DATA, or another program")
+    return (
+        f"no localrt daemon of this data directory ({cfg.data_dir}) runs on port {cfg.port}, but a server "
+        f"answers on {cfg.base_url}: one started with another LOCALRT_DATA, or another program"
+    )
 
 
 def status(cfg) -> int:
@@ -169,13 +172,20 @@ def status(cfg) -> int:
     it runs, 1 when not (as `systemctl is-active` for scripts)."""
     info = lockfile.running(cfg)
     if info is None:
-        typer.echo(f"localrt is not running ({_not_ours(cfg)})" if _answers(cfg)
-                   else f"localrt is not running on {cfg.base_url}")
+        typer.echo(
+            f"localrt is not running ({_not_ours(cfg)})"
+            if _answers(cfg)
+            else f"localrt is not running on {cfg.base_url}"
+        )
         return 1
     typer.echo("localrt is running" if _answers(cfg) else "localrt is starting (it does not answer yet)")
-    rows = [("pid", str(info.pid or "unknown yet")), ("address", info.url),
-            ("log", info.log or UNNAMED_LOG), ("version", info.version),
-            ("data", str(cfg.data_dir))]
+    rows = [
+        ("pid", str(info.pid or "unknown yet")),
+        ("address", info.url),
+        ("log", info.log or UNNAMED_LOG),
+        ("version", info.version),
+        ("data", str(cfg.data_dir)),
+    ]
     for key, value in rows:
         typer.echo(f"{key + ':':<9}{value}")
     return 0
@@ -196,8 +206,10 @@ def stop(cfg) -> None:
     deadline = time.monotonic() + STOP_DEADLINE_S
     while (now := lockfile.running(cfg)) is not None and now.pid == info.pid:
         if time.monotonic() > deadline:
-            raise CommandFailed(f"the daemon (pid {info.pid}) did not stop within {STOP_DEADLINE_S:.0f} s; "
-                                f"see its log: {info.log or UNNAMED_LOG}")
+            raise CommandFailed(
+                f"the daemon (pid {info.pid}) did not stop within {STOP_DEADLINE_S:.0f} s; "
+                f"see its log: {info.log or UNNAMED_LOG}"
+            )
         time.sleep(0.1)
     typer.echo("stopped")
 
@@ -245,8 +257,9 @@ def ensure_daemon(client, cfg) -> None:
     if info is None:
         return  # answering already
     if child is None:
-        typer.echo(f"localrt: waiting for the daemon (pid {info.pid}) to start (log: {info.log or UNNAMED_LOG})",
-                   err=True)
+        typer.echo(
+            f"localrt: waiting for the daemon (pid {info.pid}) to start (log: {info.log or UNNAMED_LOG})", err=True
+        )
     _wait_answer(cfg, client, child, info)
 
 
@@ -255,8 +268,9 @@ def _spawn(cfg, url: str) -> subprocess.Popen:
     rotate_log(path)
     typer.echo(f"localrt: starting the daemon on {url} (log: {path}; stop it with: localrt serve --stop)", err=True)
     with open(path, "ab") as log:
-        return subprocess.Popen(serve_command(), stdout=log, stderr=log, stdin=subprocess.DEVNULL,
-                                start_new_session=True)
+        return subprocess.Popen(
+            serve_command(), stdout=log, stderr=log, stdin=subprocess.DEVNULL, start_new_session=True
+        )
 
 
 def _wait_claimed(cfg, client, child) -> lockfile.DaemonInfo | None:
@@ -280,8 +294,9 @@ def _after_child_exit(cfg, client, child) -> lockfile.DaemonInfo | None:
     if info is not None or client.is_running():
         return info
     path = log_path(cfg)
-    raise CommandFailed(f"the daemon exited (status {child.returncode}) while starting. The end of {path}:\n"
-                        f"{log_tail(path)}")
+    raise CommandFailed(
+        f"the daemon exited (status {child.returncode}) while starting. The end of {path}:\n{log_tail(path)}"
+    )
 
 
 def _wait_answer(cfg, client, child, info: lockfile.DaemonInfo) -> None:
@@ -298,9 +313,11 @@ def _wait_answer(cfg, client, child, info: lockfile.DaemonInfo) -> None:
                 next_look = time.monotonic() + 1.0
                 if child is None and lockfile.running(cfg) is None and not client.is_running():
                     log = info.log or log_path(cfg)
-                    raise CommandFailed(f"the daemon (pid {info.pid}) exited while starting. The end of {log}:\n"
-                                        f"{log_tail(log)}")
+                    raise CommandFailed(
+                        f"the daemon (pid {info.pid}) exited while starting. The end of {log}:\n{log_tail(log)}"
+                    )
             if time.monotonic() > deadline:
-                raise CommandFailed(f"the daemon did not answer within {ANSWER_DEADLINE_S:.0f} s; "
-                                    f"see {info.log or log_path(cfg)}")
+                raise CommandFailed(
+                    f"the daemon did not answer within {ANSWER_DEADLINE_S:.0f} s; see {info.log or log_path(cfg)}"
+                )
             time.sleep(0.1)

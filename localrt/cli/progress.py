@@ -4,6 +4,7 @@ status line ("verifying sha256 digest", "success") is printed below it.
 
 Every bar counts bytes: the daemon reports quantization as bytes of weights done (as Ollama does), uploads,
 downloads and copies as bytes moved."""
+
 from __future__ import annotations
 
 from typing import Callable, Iterable
@@ -48,8 +49,15 @@ class ProgressView:
 
     def _open(self) -> Progress:
         if self._bars is None:
-            self._bars = Progress(TextColumn("{task.description}", markup=False), BarColumn(), DownloadColumn(),
-                                  TransferSpeedColumn(), TimeRemainingColumn(), console=self.console, transient=False)
+            self._bars = Progress(
+                TextColumn("{task.description}", markup=False),
+                BarColumn(),
+                DownloadColumn(),
+                TransferSpeedColumn(),
+                TimeRemainingColumn(),
+                console=self.console,
+                transient=False,
+            )
             self._bars.start()
         return self._bars
 
@@ -61,8 +69,9 @@ class ProgressView:
 
 def blob_progress(view: ProgressView, verb: str) -> Callable[[str, int, int], None]:
     """A `progress(digest, done, total)` callback (export, import) that draws one bar per blob on `view`."""
-    return lambda digest, done, total: view.event({"status": f"{verb} {digest[7:19]}", "digest": digest,
-                                                   "total": total, "completed": done})
+    return lambda digest, done, total: view.event(
+        {"status": f"{verb} {digest[7:19]}", "digest": digest, "total": total, "completed": done}
+    )
 
 
 def render_progress(events: Iterable[dict], console: Console | None = None) -> dict | None:

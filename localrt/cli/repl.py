@@ -1,4 +1,5 @@
 """`localrt run MODEL` without a prompt: an interactive chat with Ollama's slash commands."""
+
 from __future__ import annotations
 
 import contextlib
@@ -41,10 +42,13 @@ def describe(info: dict, verbose: bool = False, full: bool = False) -> str:
     mi = info.get("model_info") or {}
     arch = mi.get("general.architecture", "")
     det = info.get("details") or {}
-    rows = [("architecture", arch), ("parameters", det.get("parameter_size", "")),
-            ("context length", mi.get(f"{arch}.context_length", "")),
-            ("embedding length", mi.get(f"{arch}.embedding_length", "")),
-            ("quantization", det.get("quantization_level", ""))]
+    rows = [
+        ("architecture", arch),
+        ("parameters", det.get("parameter_size", "")),
+        ("context length", mi.get(f"{arch}.context_length", "")),
+        ("embedding length", mi.get(f"{arch}.embedding_length", "")),
+        ("quantization", det.get("quantization_level", "")),
+    ]
     out = ["  Model"] + [f"    {k:<20}{v}" for k, v in rows if v != ""]
     if info.get("capabilities"):
         out += ["", "  Capabilities"] + [f"    {c}" for c in info["capabilities"]]
@@ -52,8 +56,12 @@ def describe(info: dict, verbose: bool = False, full: bool = False) -> str:
     if ti:
         stops = ", ".join(json.dumps(x, ensure_ascii=False) for x in ti.get("stop") or [])
         stops = stops or "(end-of-generation tokens only)"
-        out += ["", "  Template", f"    {ti.get('origin', '')} ({ti.get('kind', '')}): {ti.get('reason', '')}",
-                f"    stop: {stops}"]
+        out += [
+            "",
+            "  Template",
+            f"    {ti.get('origin', '')} ({ti.get('kind', '')}): {ti.get('reason', '')}",
+            f"    stop: {stops}",
+        ]
     if info.get("parameters"):
         out += ["", "  Parameters"] + ["    " + line for line in info["parameters"].splitlines()]
     for key in ("system", "license"):
@@ -100,12 +108,23 @@ def _line_editing(history: Path | None = None) -> Callable[[], None]:
         with contextlib.suppress(OSError):
             history.parent.mkdir(parents=True, exist_ok=True)
             readline.write_history_file(history)
+
     return save
 
 
 class Repl:
-    def __init__(self, client, model: str, *, verbose=False, format=None, keepalive=None, wordwrap=True, think=None,
-                 hidethinking=False):
+    def __init__(
+        self,
+        client,
+        model: str,
+        *,
+        verbose=False,
+        format=None,
+        keepalive=None,
+        wordwrap=True,
+        think=None,
+        hidethinking=False,
+    ):
         self.client, self.model = client, model
         self.verbose, self.format, self.keepalive, self.wordwrap = verbose, format, keepalive, wordwrap
         self.think, self.hidethinking = think, hidethinking
@@ -171,8 +190,11 @@ class Repl:
         cmd = parts[0]
         if cmd in ("/?", "/help"):
             topic = parts[1].lstrip("/") if len(parts) > 1 else ""
-            print({"set": SET_HELP, "show": SHOW_HELP, "shortcuts": SHORTCUTS_HELP, "shortcut": SHORTCUTS_HELP}
-                  .get(topic, HELP))
+            print(
+                {"set": SET_HELP, "show": SHOW_HELP, "shortcuts": SHORTCUTS_HELP, "shortcut": SHORTCUTS_HELP}.get(
+                    topic, HELP
+                )
+            )
         elif cmd == "/clear":
             self.messages = []
             print("Cleared session context")
@@ -301,8 +323,9 @@ class Repl:
 
     def _parameters_text(self, model_params: str) -> str:
         out = ["Model defined parameters:"]
-        out += ["  " + ln for ln in model_params.splitlines()] or ["  No additional parameters were specified for "
-                                                                   "this model."]
+        out += ["  " + ln for ln in model_params.splitlines()] or [
+            "  No additional parameters were specified for this model."
+        ]
         if self.options:
             out += ["", "User defined parameters:"]
             out += [f"  {k:<30} {json.dumps(v) if not isinstance(v, str) else v}" for k, v in self.options.items()]
@@ -320,8 +343,14 @@ class Repl:
         reply, reasoning, done = [], [], None
         try:
             with Spinner(detail=kernel_detail(self.client)) as spinner:  # until the first token
-                for ev in self.client.chat(self.model, msgs, options=self.options or None, format=self.format,
-                                           keep_alive=self.keepalive, think=self.think):
+                for ev in self.client.chat(
+                    self.model,
+                    msgs,
+                    options=self.options or None,
+                    format=self.format,
+                    keep_alive=self.keepalive,
+                    think=self.think,
+                ):
                     piece = (ev.get("message") or {}).get("content", "")
                     thinking = (ev.get("message") or {}).get("thinking", "")
                     if piece or thinking or ev.get("done"):

@@ -1,5 +1,6 @@
 """What the chat's `/?`, `/set`, `/set parameter` and `/show` print when asked what exists (Ollama's texts, less what
 localrt's chat does not have)."""
+
 from __future__ import annotations
 
 HELP = """Available Commands:
@@ -44,7 +45,8 @@ PARAMETERS = (
 )
 
 PARAMETERS_HELP = "Available Parameters:\n" + "\n".join(
-    f"  /set parameter {f'{name} {arg}':<24} {what}" for name, arg, what in PARAMETERS)
+    f"  /set parameter {f'{name} {arg}':<24} {what}" for name, arg, what in PARAMETERS
+)
 
 SHOW_HELP = """Available Commands:
   /show info         Show details for this model

@@ -1,4 +1,5 @@
 """`localrt run` with a prompt: the model made present first (as `ollama run` pulls), then one streamed answer."""
+
 from __future__ import annotations
 
 import sys
@@ -31,10 +32,12 @@ def offline_ways() -> str:
     """What `run` of a missing model says when there is nowhere to pull it from."""
     from localrt.models.builtins import BUILTINS
 
-    return ("Nothing to pull it from: no mirror is set (LOCALRT_REGISTRY). Offline, a model comes from\n"
-            "  localrt import PATH               a bundle written by `localrt export`, or an Ollama models folder\n"
-            "  localrt create NAME -f Modelfile  a Modelfile whose FROM is the path of a .gguf file\n"
-            f"  localrt run {next(iter(BUILTINS)):<22}a built-in model: {', '.join(BUILTINS)}")
+    return (
+        "Nothing to pull it from: no mirror is set (LOCALRT_REGISTRY). Offline, a model comes from\n"
+        "  localrt import PATH               a bundle written by `localrt export`, or an Ollama models folder\n"
+        "  localrt create NAME -f Modelfile  a Modelfile whose FROM is the path of a .gguf file\n"
+        f"  localrt run {next(iter(BUILTINS)):<22}a built-in model: {', '.join(BUILTINS)}"
+    )
 
 
 def is_embedding_model(info: dict) -> bool:
@@ -48,16 +51,22 @@ def print_embedding(client, model: str, text: str, keepalive, truncate: bool | N
 
     if not text:
         raise ApiError(400, f'embedding models require input text. Usage: localrt run {model} "your text here"')
-    body = {"model": model, "input": text, **({"keep_alive": keepalive} if keepalive is not None else {}),
-            **({"truncate": truncate} if truncate is not None else {}), **({"dimensions": dimensions} if dimensions else {})}
+    body = {
+        "model": model,
+        "input": text,
+        **({"keep_alive": keepalive} if keepalive is not None else {}),
+        **({"truncate": truncate} if truncate is not None else {}),
+        **({"dimensions": dimensions} if dimensions else {}),
+    }
     reply = client.embed(body)
     if not reply.get("embeddings"):
         raise ApiError(500, "no embeddings returned")
     print(json.dumps(reply["embeddings"][0], separators=(",", ":")))  # as Go marshals it
 
 
-def stream_generate(client, model: str, text: str, format, keepalive, wordwrap: bool = True, think=None,
-                     hide: bool = False) -> dict | None:
+def stream_generate(
+    client, model: str, text: str, format, keepalive, wordwrap: bool = True, think=None, hide: bool = False
+) -> dict | None:
     import shutil
 
     from localrt.cli.repl import WordWrap, _Plain

@@ -2,6 +2,7 @@
 
 Drawn on stderr, and only when stderr is a terminal: a pipe or a log file never sees its escape codes. It
 erases itself when stopped, so the answer starts at the beginning of a clean line."""
+
 from __future__ import annotations
 
 import shutil
@@ -18,8 +19,9 @@ class Spinner:
     """`detail`, when given, is asked now and then (on the spinner's thread) for a line that says what is being
     waited for; its line replaces `message` while it has one."""
 
-    def __init__(self, message: str = "", stream=None, interval: float = 0.1,
-                 detail: Callable[[], str | None] | None = None):
+    def __init__(
+        self, message: str = "", stream=None, interval: float = 0.1, detail: Callable[[], str | None] | None = None
+    ):
         self.message, self.interval, self.detail = message, interval, detail
         self.stream = stream if stream is not None else sys.stderr
         self._stop = threading.Event()
@@ -87,6 +89,9 @@ def kernel_detail(client) -> Callable[[], str | None]:
         if not now["compiling"] and not done:
             return None
         current = f", now {now['kernel']}" if now["compiling"] and now.get("kernel") else ""
-        return (f"preparing kernels for this CPU (first run only): {done} compiled{current}, "
-                f"{time.monotonic() - began:.0f} s")
+        return (
+            f"preparing kernels for this CPU (first run only): {done} compiled{current}, "
+            f"{time.monotonic() - began:.0f} s"
+        )
+
     return detail

@@ -1,5 +1,6 @@
 """The commands that work on the local store directly, with no daemon: export, import, verify and prune (cli.py
 registers them)."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -55,11 +56,18 @@ def import_model(
     for name in imported:
         typer.echo(f"imported '{name}'")
 
+
 def _print_report(r, verb: str) -> None:
-    rows = [("corrupt", r.corrupt), ("missing", [f"{m}: {', '.join(d)}" for m, d in r.missing.items()]),
-            ("invalid manifest", [f"{p}: {e}" for p, e in r.invalid_manifests.items()]),
-            ("unreferenced", r.unreferenced), ("temp file", r.temp_files), ("partial pull", r.partial),
-            ("pull in progress", r.partial_active), (verb, r.removed)]
+    rows = [
+        ("corrupt", r.corrupt),
+        ("missing", [f"{m}: {', '.join(d)}" for m, d in r.missing.items()]),
+        ("invalid manifest", [f"{p}: {e}" for p, e in r.invalid_manifests.items()]),
+        ("unreferenced", r.unreferenced),
+        ("temp file", r.temp_files),
+        ("partial pull", r.partial),
+        ("pull in progress", r.partial_active),
+        (verb, r.removed),
+    ]
     for label, items in rows:
         for item in items:
             typer.echo(f"{label}: {item}")
@@ -78,8 +86,10 @@ def verify(rehash: bool = typer.Option(True, help="Re-hash every blob (slow on b
     raise typer.Exit(0 if r.ok else 1)
 
 
-def prune(grace: float = typer.Option(600.0, help="Keep temp and unreferenced files younger than this (s)"),
-          corrupt: bool = typer.Option(False, "--corrupt", help="Also delete corrupt blobs")) -> None:
+def prune(
+    grace: float = typer.Option(600.0, help="Keep temp and unreferenced files younger than this (s)"),
+    corrupt: bool = typer.Option(False, "--corrupt", help="Also delete corrupt blobs"),
+) -> None:
     """Delete unreferenced blobs, stale temp files and the files of failed pulls (not those of a running pull)."""
     from store import StoreError
 

@@ -1,5 +1,6 @@
 """How `localrt run` shows a thinking model's reasoning, as `ollama run` does: "Thinking..." and the reasoning set
 apart (dim on a terminal), "...done thinking." when the answer starts; nothing of it under --hidethinking."""
+
 from __future__ import annotations
 
 DIM, RESET = "\x1b[2m", "\x1b[0m"

@@ -13,6 +13,7 @@ tar of either. Every blob is hashed and size-checked while it is copied into the
 only after every blob of every selected model is in; on failure the blobs this import added are removed again.
 Archive members are never extracted by path: each must be a regular file or directory with one of the names
 above, else the whole archive is refused."""
+
 from __future__ import annotations
 
 import hashlib
@@ -139,8 +140,9 @@ class _CountingReader:
         return data
 
 
-def export(store: st.Store, name: str, path: str | os.PathLike,
-           progress: Callable[[str, int, int], None] | None = None) -> Path:
+def export(
+    store: st.Store, name: str, path: str | os.PathLike, progress: Callable[[str, int, int], None] | None = None
+) -> Path:
     """Write model `name` as a bundle at `path`: a single tar if it ends in `.tar`, else a new directory.
     `progress(digest, bytes written, blob size)` is called as each blob is written.
 
@@ -159,8 +161,11 @@ def export(store: st.Store, name: str, path: str | os.PathLike,
     rel_manifest = "manifests/" + "/".join(entry.name.path_parts)
     w = _Writer(dest, as_tar)
     try:
-        marker = {"format": "localrt-bundle", "version": 1,
-                  "models": [{"name": entry.name.full, "manifest": rel_manifest, "size": manifest.size}]}
+        marker = {
+            "format": "localrt-bundle",
+            "version": 1,
+            "models": [{"name": entry.name.full, "manifest": rel_manifest, "size": manifest.size}],
+        }
         w.add_bytes(MARKER, (json.dumps(marker, indent=1) + "\n").encode())
         w.add_bytes(rel_manifest, raw)
         for d in dict.fromkeys(manifest.digests):
@@ -181,8 +186,12 @@ def export(store: st.Store, name: str, path: str | os.PathLike,
 # ----- import -----------------------------------------------------------------------------------------------------
 
 
-def import_bundle(store: st.Store, path: str | os.PathLike, model: str | None = None,
-                  progress: Callable[[str, int, int], None] | None = None) -> list[str]:
+def import_bundle(
+    store: st.Store,
+    path: str | os.PathLike,
+    model: str | None = None,
+    progress: Callable[[str, int, int], None] | None = None,
+) -> list[str]:
     """Import every model of a bundle / Ollama models directory / tar (or only `model`, or the one model whose
     manifest file `path` is). Returns the imported names (display form). `progress(digest, bytes stored, blob
     size)` is called as each blob is copied in (once, complete, for a blob the store has already)."""

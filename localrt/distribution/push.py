@@ -5,6 +5,7 @@ Events are Ollama's: `retrieving manifest`, `pushing <hex12>` (digest/total/comp
 chunks small enough for the target's request-body cap (each with `Content-Range: <start>-<end>`), then
 `PUT <location>?digest=<digest>`; the target verifies the digest before it stores anything. The manifest goes
 last, so the target never lists a model whose blobs it lacks."""
+
 from __future__ import annotations
 
 import threading
@@ -27,8 +28,14 @@ PATCH_CHUNK = 32 << 20  # bytes per PATCH: under the 64 MiB request-body cap of 
 READ_CHUNK = 1 << 20
 
 
-def push(store: st.Store, name: str, *, insecure: bool = False, cancel: threading.Event | None = None,
-         token: str | None = None) -> Transfer:
+def push(
+    store: st.Store,
+    name: str,
+    *,
+    insecure: bool = False,
+    cancel: threading.Event | None = None,
+    token: str | None = None,
+) -> Transfer:
     """Push the stored model `name` (`host[:port]/namespace/model:tag`) to the registry its host names."""
     return Transfer(lambda stop: _push(store, name, insecure, stop, token), cancel)
 
@@ -41,8 +48,12 @@ class _Target:
         headers = {"User-Agent": USER_AGENT, "Accept-Encoding": "identity"}
         if token:
             headers["Authorization"] = f"Bearer {token}"
-        self.client = httpx.Client(headers=headers, follow_redirects=False, trust_env=not is_loopback(host),
-                                   timeout=httpx.Timeout(connect=10.0, read=120.0, write=120.0, pool=None))
+        self.client = httpx.Client(
+            headers=headers,
+            follow_redirects=False,
+            trust_env=not is_loopback(host),
+            timeout=httpx.Timeout(connect=10.0, read=120.0, write=120.0, pool=None),
+        )
 
     def close(self) -> None:
         self.client.close()
@@ -89,8 +100,10 @@ class _Target:
                 chunk = f.read(min(PATCH_CHUNK, size - sent))
                 if not chunk:
                     raise st.CorruptBlob(digest, f"the stored blob ended after {sent} of {size} bytes")
-                headers = {"Content-Type": "application/octet-stream",
-                           "Content-Range": f"{sent}-{sent + len(chunk) - 1}"}
+                headers = {
+                    "Content-Type": "application/octet-stream",
+                    "Content-Range": f"{sent}-{sent + len(chunk) - 1}",
+                }
                 r = self._call("PATCH", loc, content=_progressing(chunk, sent, progress), headers=headers)
                 if r.status_code != 202:
                     raise RegistryError(f"uploading {digest}: HTTP {r.status_code}: {r.text[:300]}")
@@ -103,8 +116,9 @@ class _Target:
         progress(size)
 
     def put_manifest(self, tag: str, data: bytes) -> None:
-        r = self._call("PUT", f"{self.repo}/manifests/{tag}", content=data,
-                       headers={"Content-Type": mf.MANIFEST_MEDIA_TYPE})
+        r = self._call(
+            "PUT", f"{self.repo}/manifests/{tag}", content=data, headers={"Content-Type": mf.MANIFEST_MEDIA_TYPE}
+        )
         if r.status_code not in (200, 201):
             raise RegistryError(f"pushing the manifest: HTTP {r.status_code}: {r.text[:300]}")
 
@@ -113,7 +127,7 @@ def _progressing(chunk: bytes, offset: int, progress):
     """The chunk as a body iterator that reports bytes sent as httpx consumes it."""
     view = memoryview(chunk)
     for i in range(0, len(view), READ_CHUNK):
-        piece = view[i:i + READ_CHUNK]
+        piece = view[i : i + READ_CHUNK]
         yield bytes(piece)
         progress(offset + i + len(piece))
 
@@ -124,8 +138,10 @@ def _push(store: st.Store, name: str, insecure: bool, stop: threading.Event, tok
     explicit_http = name.startswith("http://")
     n = names.parse(name)
     if n.host.lower() == names.DEFAULT_HOST:
-        raise RegistryError(f"pushing to {names.DEFAULT_HOST} is not supported; copy the model to a name with the "
-                            "target mirror's host first (localrt cp MODEL host:port/namespace/model:tag)")
+        raise RegistryError(
+            f"pushing to {names.DEFAULT_HOST} is not supported; copy the model to a name with the "
+            "target mirror's host first (localrt cp MODEL host:port/namespace/model:tag)"
+        )
     if explicit_http and not insecure:
         raise RegistryError("insecure protocol http")
     entry = store.get(n)

@@ -11,6 +11,7 @@ manifests are stored under the default host (they list locally as `x:1`).
 
 Also here: the typed errors of pull/push/bundle and `commit_partial`, the one way a verified file in the blobs
 directory becomes a blob."""
+
 from __future__ import annotations
 
 import asyncio
@@ -201,6 +202,7 @@ def _parse_name(request: Request) -> names.ModelName:
 
 def _guarded(handler):
     """The registry's own error shape (`{"errors": [{"code", "message"}]}`), mapped once for every route."""
+
     async def route(request: Request) -> Response:
         try:
             return await handler(request)
@@ -216,6 +218,7 @@ def _guarded(handler):
             return _error(400, "MANIFEST_INVALID", str(e))
         except OSError as e:
             return _error(500, "UNKNOWN", f"{type(e).__name__}: {e.strerror or e}")
+
     return route
 
 
@@ -226,8 +229,12 @@ def _check_range(up: _Upload, request: Request) -> Response | None:
         return None
     m = re.fullmatch(r"(?:bytes )?(\d+)-(\d+)", cr.strip())
     if not m or int(m.group(1)) != up.offset:
-        return _error(416, "BLOB_UPLOAD_INVALID", f"Content-Range {cr!r} does not continue at {up.offset}",
-                      {"Range": f"0-{max(up.offset - 1, 0)}"})
+        return _error(
+            416,
+            "BLOB_UPLOAD_INVALID",
+            f"Content-Range {cr!r} does not continue at {up.offset}",
+            {"Range": f"0-{max(up.offset - 1, 0)}"},
+        )
     return None
 
 
@@ -271,15 +278,23 @@ class _Registry:
         if "range" in request.headers:
             rng = parse_range(request.headers["range"], size)
             if rng is None:
-                return _error(416, "RANGE_INVALID", f"range {request.headers['range']!r} not satisfiable",
-                              {"Content-Range": f"bytes */{size}"})
+                return _error(
+                    416,
+                    "RANGE_INVALID",
+                    f"range {request.headers['range']!r} not satisfiable",
+                    {"Content-Range": f"bytes */{size}"},
+                )
             start, length, status = rng[0], rng[1] - rng[0] + 1, 206
             headers["Content-Range"] = f"bytes {rng[0]}-{rng[1]}/{size}"
         headers["Content-Length"] = str(length)
         if request.method == "HEAD":
             return Response(b"", status_code=status, headers=headers, media_type="application/octet-stream")
-        return StreamingResponse(_file_chunks(path, start, length), status_code=status, headers=headers,
-                                 media_type="application/octet-stream")
+        return StreamingResponse(
+            _file_chunks(path, start, length),
+            status_code=status,
+            headers=headers,
+            media_type="application/octet-stream",
+        )
 
     def _deny_writes(self) -> Response | None:
         if self.writable:
@@ -331,8 +346,14 @@ class _Registry:
             if (bad := _check_range(up, request)) is not None:
                 return bad
             await _receive_into(up, request)
-        return Response(status_code=202, headers={"Location": request.url.path, "Range": f"0-{max(up.offset - 1, 0)}",
-                                                  "Docker-Upload-UUID": request.path_params["upload"]})
+        return Response(
+            status_code=202,
+            headers={
+                "Location": request.url.path,
+                "Range": f"0-{max(up.offset - 1, 0)}",
+                "Docker-Upload-UUID": request.path_params["upload"],
+            },
+        )
 
     async def finish_upload(self, request: Request) -> Response:
         if isinstance(up := self._upload_of(request), Response):

@@ -1,6 +1,7 @@
 """Folders and archives that hold models: the sources of offline pulls and imports (a store, an Ollama models
 directory, a localrt bundle, a tar of any of these, one manifest file). Everything in them is untrusted: names
 are checked, members are bounded, blobs are hashed on the way into the store."""
+
 from __future__ import annotations
 
 import contextlib
@@ -265,7 +266,7 @@ class TarSource(Source):
         for rel, member in found:
             if prefix and rel + "/" == prefix:
                 continue
-            rel = rel[len(prefix):]
+            rel = rel[len(prefix) :]
             if _stray(rel):
                 continue
             if not _allowed(rel):
@@ -338,7 +339,6 @@ def _manifest_file_source(path: Path) -> tuple[Source, str] | None:
 # ----- export -----------------------------------------------------------------------------------------------------
 
 
-
 class _Bounded:
     """A reader that yields at most `limit + 1` bytes (one extra byte proves the source is too long) and stops
     on cancel."""
@@ -367,5 +367,3 @@ def fetch_local(source, store: st.Store, digest: str, size: int, progress, stop:
             if e.errno in (errno.ENOSPC, errno.EDQUOT):
                 raise InsufficientSpace(f"disk full while importing {digest}; nothing was stored for it") from None
             raise
-
-

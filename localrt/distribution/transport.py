@@ -3,6 +3,7 @@
 Manifests are capped and parsed by `store.manifests`; bodies are requested with `Accept-Encoding: identity`
 and an encoded body is refused; redirects are followed for blobs only, at most MAX_REDIRECTS hops, to the same
 host name, never from https to plain http."""
+
 from __future__ import annotations
 
 import http.client
@@ -40,14 +41,15 @@ def _registry_base(spec: str, insecure: bool, configured: bool) -> str:
     return f"{scheme}://{host}"
 
 
-
 def _check_redirect(origin: str, target: str, insecure: bool) -> None:
     o, t = urllib.parse.urlparse(origin), urllib.parse.urlparse(target)
     if t.scheme not in ("http", "https"):
         raise MirrorError(f"refusing redirect to {target!r}: not http(s)")
     if (o.hostname or "").lower() != (t.hostname or "").lower():
-        raise MirrorError(f"refusing redirect from {o.hostname} to another host ({t.hostname}): blobs are only "
-                          "fetched from the mirror's own host")
+        raise MirrorError(
+            f"refusing redirect from {o.hostname} to another host ({t.hostname}): blobs are only "
+            "fetched from the mirror's own host"
+        )
     if o.scheme == "https" and t.scheme == "http" and not insecure:
         raise MirrorError(f"refusing redirect from https to plain http ({target})")
 
@@ -63,7 +65,8 @@ class RegistrySource:
             headers["Authorization"] = f"Bearer {token}"
         self.headers = headers
         self.client = httpx.Client(
-            headers=headers, follow_redirects=False,
+            headers=headers,
+            follow_redirects=False,
             timeout=httpx.Timeout(connect=10.0, read=STALL_S, write=60.0, pool=None),
             limits=httpx.Limits(max_connections=STREAMS * 4, max_keepalive_connections=STREAMS * 4),
             trust_env=not is_loopback(host),  # a proxy setting must never capture a loopback mirror
@@ -83,8 +86,9 @@ class RegistrySource:
                 if r.status_code == 404:
                     raise RegistryError("pull model manifest: file does not exist")
                 if r.status_code in (401, 403):
-                    raise RegistryError(f"{self.base} refused the manifest request (HTTP {r.status_code}): "
-                                        "the mirror requires a token")
+                    raise RegistryError(
+                        f"{self.base} refused the manifest request (HTTP {r.status_code}): the mirror requires a token"
+                    )
                 if 300 <= r.status_code < 400:
                     raise MirrorError(f"refusing redirect for a manifest ({r.headers.get('location', '')!r})")
                 if r.status_code != 200:
@@ -126,8 +130,10 @@ def _peek(r: httpx.Response) -> str:
 def _refuse_encoding(r, what: str) -> None:
     enc = r.headers.get("content-encoding", "identity").strip().lower()
     if enc not in ("", "identity"):
-        raise MirrorError(f"the mirror sent the {what} {enc}-encoded although identity was requested; refused "
-                          "(a compressed body can expand without bound)")
+        raise MirrorError(
+            f"the mirror sent the {what} {enc}-encoded although identity was requested; refused "
+            "(a compressed body can expand without bound)"
+        )
 
 
 def _read_capped(r: httpx.Response, cap: int, what: str, strict: bool = True) -> bytes:
@@ -202,5 +208,3 @@ class _BlobResponse:
 
     def close(self) -> None:
         self.conn.close()
-
-

@@ -25,6 +25,7 @@ sequence: its full KV blocks referenced, not copied (localrt.engine.kv_cache: a 
 before a sequence writes below what another one wrote into it). When the pool runs dry the newest sequence waits and
 is replayed exactly (localrt.engine.preempt).
 """
+
 from __future__ import annotations
 
 import threading
@@ -77,8 +78,19 @@ class Sequence:
     (preempted when the KV pool ran dry: it holds its slot but no blocks, and is evaluated again from its
     longest cached prefix when blocks free up: localrt.engine.preempt)."""
 
-    def __init__(self, model, ids, options, constraint, cancelled, load_duration_ns: int, *,
-                 logprobs: int | None = None, logit_bias=None, cache_scope: str = "") -> None:
+    def __init__(
+        self,
+        model,
+        ids,
+        options,
+        constraint,
+        cancelled,
+        load_duration_ns: int,
+        *,
+        logprobs: int | None = None,
+        logit_bias=None,
+        cache_scope: str = "",
+    ) -> None:
         self.t_start = time.perf_counter_ns()
         opts = options if isinstance(options, Options) else resolve(options)
         prompt = [int(i) for i in ids]
@@ -219,7 +231,9 @@ class Batcher:
         self.max_rows = min(getattr(d, "invariant_rows", 1) for d in devices)
         # Rows one sequence may carry (its pending token and a draft) with one-row numerics on every device, and
         # no more than a ring layer of the cache can take back (trim) after a rejected draft.
-        max_run = min(min(getattr(d, "invariant_run", getattr(d, "invariant_rows", 1)) for d in devices), model.cache.n_batch)
+        max_run = min(
+            min(getattr(d, "invariant_run", getattr(d, "invariant_rows", 1)) for d in devices), model.cache.n_batch
+        )
         self.max_run = max_run  # also the rows of one forward replaying a preempted sequence's decoded tokens
         self._spec = Speculator(self.max_rows, max_run, priors(model).costs)  # shared by the model's Batchers
         self._held: dict[int, Sequence] = {}  # slot -> its sequence, in the order they were added
@@ -235,9 +249,19 @@ class Batcher:
     def free_slots(self) -> int:
         return self.n_slots - len(self._held)
 
-    def add(self, ids, options: dict | Options | None = None, *, constraint=None,
-            cancelled: threading.Event | None = None, slot: int | None = None, load_duration_ns: int = 0,
-            logprobs: int | None = None, logit_bias=None, cache_scope: str = "") -> Sequence:
+    def add(
+        self,
+        ids,
+        options: dict | Options | None = None,
+        *,
+        constraint=None,
+        cancelled: threading.Event | None = None,
+        slot: int | None = None,
+        load_duration_ns: int = 0,
+        logprobs: int | None = None,
+        logit_bias=None,
+        cache_scope: str = "",
+    ) -> Sequence:
         """Validate a request and give it a free slot (`slot`, or the free one whose cache shares the longest
         prefix with the prompt). Raises as `generate` does (ContextLengthExceeded, InvalidRequest) and
         RuntimeError when no slot is free; its events come from the following steps. `logprobs`: None, or how many
@@ -245,8 +269,17 @@ class Batcher:
         `cache_scope`: the sequence reuses cached or running prefixes of its own scope only (a client's: what one
         client sent must not speed up, or show in cached_tokens to, another's guess at it), and its prefix is cached
         under it."""
-        seq = Sequence(self.model, ids, options, constraint, cancelled, load_duration_ns, logprobs=logprobs,
-                       logit_bias=logit_bias, cache_scope=cache_scope)
+        seq = Sequence(
+            self.model,
+            ids,
+            options,
+            constraint,
+            cancelled,
+            load_duration_ns,
+            logprobs=logprobs,
+            logit_bias=logit_bias,
+            cache_scope=cache_scope,
+        )
         if slot is None:
             slot = self._pick_slot(seq)
         elif not 0 <= slot < self.n_slots or slot in self._held:
@@ -305,7 +338,9 @@ class Batcher:
             start = len(seq.history) - 1  # the position of the first row (pending token or prompt's last)
             events = check_drafts(seq, logits, n, draft)
             if draft:  # drop the rows whose input was a rejected draft token
-                self.model.cache.trim(seq.slot, kept_positions(seq.history, start, seq.history[start:start + 1] + draft))
+                self.model.cache.trim(
+                    seq.slot, kept_positions(seq.history, start, seq.history[start : start + 1] + draft)
+                )
                 if seq.draft.source is not None:
                     seq.draft.source.settle(seq.slot, seq.history)  # and the draft model's, the same way
             if seq.finished:
@@ -332,7 +367,9 @@ class Batcher:
 
     # -- internals ---------------------------------------------------------------------------------
 
-    def _decode(self, group: list[tuple[Sequence, int, list[int]]]) -> list[tuple[Sequence, np.ndarray, int, list[int]]]:
+    def _decode(
+        self, group: list[tuple[Sequence, int, list[int]]]
+    ) -> list[tuple[Sequence, np.ndarray, int, list[int]]]:
         """One forward over each sequence's pending token and draft, at its next positions in its own slot:
         (sequence, its logits (1 + len(draft), n_vocab), match size, draft) per sequence."""
         tokens, positions, slots = [], [], []
@@ -347,7 +384,9 @@ class Batcher:
             positions=np.array(positions, np.int64),  # (n_rows,)
             slots=np.array(slots, np.int64),  # (n_rows,)
         )
-        logits = self._spec.timed_forward(lambda: self.model.forward(batch, self.model.cache, output_rows=None), len(batch))
+        logits = self._spec.timed_forward(
+            lambda: self.model.forward(batch, self.model.cache, output_rows=None), len(batch)
+        )
         out, row = [], 0
         for s, n, draft in group:
             out.append((s, logits[row : row + 1 + len(draft)], n, draft))  # (1 + len(draft), n_vocab)
@@ -421,8 +460,11 @@ class Batcher:
         """What a sequence in slot may reuse: every cached prefix and every other running sequence's positions, of
         its scope."""
         cache = self.model.cache
-        running = [cache.running_prefix(s, held.history, held.pieces, held.cache_scope)
-                   for s, held in self._held.items() if s != slot and held.state != WAITING]
+        running = [
+            cache.running_prefix(s, held.history, held.pieces, held.cache_scope)
+            for s, held in self._held.items()
+            if s != slot and held.state != WAITING
+        ]
         return cache.prefixes(running, scope)
 
     def _pick_slot(self, seq: Sequence) -> int:
@@ -433,8 +475,9 @@ class Batcher:
         own = {}  # a slot-bound cache: the prefix each free slot's own arrays hold (no copy to reuse it)
         for source in self._prefixes(-1, seq.cache_scope):
             if source.slot in free and source.entry is not None:
-                own[source.slot] = max(own.get(source.slot, 0),
-                                       cache.reusable(source, seq.prompt, seq.pieces, self.reuse_min))
+                own[source.slot] = max(
+                    own.get(source.slot, 0), cache.reusable(source, seq.prompt, seq.pieces, self.reuse_min)
+                )
         return max(free, key=lambda s: (own.get(s, 0), -self._last_used[s]))
 
     def _reuse(self, slot: int, seq: Sequence, target: list[int]) -> int:

@@ -28,6 +28,7 @@ text model never looks them up. This runtime runs the text model only: those ten
 validator, the private copy of the weights and the memory estimate see the file, so the model is exactly the one
 a text-only file of the same weights gives, and the load says so once. `show` does not claim `vision`.
 """
+
 from __future__ import annotations
 
 import logging
@@ -58,16 +59,23 @@ def text_model_tensors(metadata: Mapping, tensors: Mapping[str, T]) -> dict[str,
     kept = text_tensors(tensors)
     if len(kept) != len(tensors):
         arch = metadata.get("general.architecture") or "model"
-        log.warning("%s: %d vision tensors ignored: this runtime runs the text model only", arch,
-                    len(tensors) - len(kept))
+        log.warning(
+            "%s: %d vision tensors ignored: this runtime runs the text model only", arch, len(tensors) - len(kept)
+        )
     return kept
 
 
 # Ollama's gptoss tensor names -> llama.cpp's (a substring of the name, once).
-_GPTOSS_RENAMES = ((re.compile(r"\.attn_out\."), ".attn_output."), (re.compile(r"\.attn_sinks$"), ".attn_sinks.weight"),
-                   (re.compile(r"\.ffn_norm\."), ".post_attention_norm."))
-_EMBEDDINGGEMMA_RENAMES = {"dense.0.weight": "dense_2.weight", "dense.1.weight": "dense_3.weight",
-                           "norm.weight": "output_norm.weight"}
+_GPTOSS_RENAMES = (
+    (re.compile(r"\.attn_out\."), ".attn_output."),
+    (re.compile(r"\.attn_sinks$"), ".attn_sinks.weight"),
+    (re.compile(r"\.ffn_norm\."), ".post_attention_norm."),
+)
+_EMBEDDINGGEMMA_RENAMES = {
+    "dense.0.weight": "dense_2.weight",
+    "dense.1.weight": "dense_3.weight",
+    "norm.weight": "output_norm.weight",
+}
 
 
 def ollama_layout(metadata: Mapping, tensors: Mapping[str, T]) -> tuple[Mapping, Mapping[str, T]]:
@@ -94,10 +102,18 @@ def _gemma3_rope_bases(metadata: Mapping) -> dict:
 
 def _ollama_gemma3(metadata: Mapping, tensors: Mapping) -> bool:
     """Whether a gemma3 file shows one of the quirks of Ollama's converters (Ollama's own test)."""
-    quirk_keys = ("gemma3.mm.tokens_per_image", "gemma3.rope.global.freq_base", "gemma3.rope.local.freq_base",
-                  "tokenizer.ggml.add_padding_token", "tokenizer.ggml.add_unknown_token")
-    return (any(k in metadata for k in quirk_keys) or "gemma3.attention.layer_norm_rms_epsilon" not in metadata
-            or any(name.startswith(VISION_PREFIXES) for name in tensors))
+    quirk_keys = (
+        "gemma3.mm.tokens_per_image",
+        "gemma3.rope.global.freq_base",
+        "gemma3.rope.local.freq_base",
+        "tokenizer.ggml.add_padding_token",
+        "tokenizer.ggml.add_unknown_token",
+    )
+    return (
+        any(k in metadata for k in quirk_keys)
+        or "gemma3.attention.layer_norm_rms_epsilon" not in metadata
+        or any(name.startswith(VISION_PREFIXES) for name in tensors)
+    )
 
 
 def _gemma3(metadata: Mapping, tensors: Mapping) -> dict:
@@ -159,8 +175,11 @@ def _gptoss(metadata: Mapping, tensors: Mapping[str, T]) -> tuple[dict, dict[str
 
 
 def _embeddinggemma(metadata: Mapping, tensors: Mapping[str, T]) -> tuple[dict, dict[str, T]]:
-    md = {("gemma-embedding." + k[len("gemma3."):] if k.startswith("gemma3.") else k): v
-          for k, v in metadata.items() if k not in ("gemma3.attention.causal", "gemma3.attention.sliding_window_pattern")}
+    md = {
+        ("gemma-embedding." + k[len("gemma3.") :] if k.startswith("gemma3.") else k): v
+        for k, v in metadata.items()
+        if k not in ("gemma3.attention.causal", "gemma3.attention.sliding_window_pattern")
+    }
     md["general.architecture"] = "gemma-embedding"
     md.setdefault("gemma-embedding.rope.freq_base_swa", 10000.0)
     names = [(name, _EMBEDDINGGEMMA_RENAMES.get(name, name)) for name in tensors]
@@ -169,6 +188,8 @@ def _embeddinggemma(metadata: Mapping, tensors: Mapping[str, T]) -> tuple[dict, 
     for which in ("2", "3"):
         shape = getattr(out.get(f"dense_{which}.weight"), "shape", ())
         if len(shape) == 2:  # NumPy order: (outputs, inputs)
-            md[f"gemma-embedding.dense_{which}_feat_out"], md[f"gemma-embedding.dense_{which}_feat_in"] = map(int, shape)
+            md[f"gemma-embedding.dense_{which}_feat_out"], md[f"gemma-embedding.dense_{which}_feat_in"] = map(
+                int, shape
+            )
     log.info("gemma3 with dense layers: Ollama's embeddinggemma, read as llama.cpp's gemma-embedding")
     return md, out

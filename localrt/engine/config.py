@@ -3,6 +3,7 @@
 Defaults and per-family rules are llama.cpp's (`src/llama-model.cpp`, `src/models/<arch>.cpp`); every value
 is range-checked by `validate.Keys` and, given the file's tensors, checked against their shapes.
 """
+
 from __future__ import annotations
 
 import logging
@@ -108,8 +109,10 @@ def config_from_metadata(md: dict, tensors: Mapping | None = None) -> ModelConfi
     n_head_kv = k.per_layer_int("attention.head_count_kv", n_layer, n_head, hi=validate.MAX_HEADS)
     n_ff = k.per_layer_int("feed_forward_length", n_layer, hi=validate.MAX_WIDTH)
     if not k.has("attention.key_length") and n_embd % n_head:
-        raise InvalidModel(f"{k.name('embedding_length')} ({n_embd}) is not a multiple of {k.name('attention.head_count')} "
-                           f"({n_head}) and the file has no {k.name('attention.key_length')}")
+        raise InvalidModel(
+            f"{k.name('embedding_length')} ({n_embd}) is not a multiple of {k.name('attention.head_count')} "
+            f"({n_head}) and the file has no {k.name('attention.key_length')}"
+        )
     head_dim = k.int("attention.key_length", n_embd // n_head, hi=validate.MAX_WIDTH)
     head_dim_v = k.int("attention.value_length", head_dim, hi=validate.MAX_WIDTH)
     n_rot = k.int("rope.dimension_count", head_dim, lo=2, hi=validate.MAX_WIDTH)
@@ -127,13 +130,17 @@ def config_from_metadata(md: dict, tensors: Mapping | None = None) -> ModelConfi
     windows = _windows(k, n_layer)
     gemma = arch in GEMMA
 
-    attn_scale = k.float("attention.scale", 0.0, positive=False, hi=validate.MAX_ATTN_SCALE) or 1.0 / math.sqrt(head_dim)
+    attn_scale = k.float("attention.scale", 0.0, positive=False, hi=validate.MAX_ATTN_SCALE) or 1.0 / math.sqrt(
+        head_dim
+    )
     if arch in GPT_OSS:  # llama.cpp's gpt-oss graph scales by 1/sqrt(n_rot) whatever attention.scale says
         attn_scale = 1.0 / math.sqrt(n_rot)
     if gemma:
         # query_pre_attn_scalar: head_dim, but n_embd / n_head for the 27B models (gemma2: 46 layers, gemma3: 62),
         # set by llama.cpp whatever attention.scale says.
-        attn_scale = 1.0 / math.sqrt(n_embd // n_head if n_layer == {"gemma2": 46, "gemma3": 62}.get(arch) else head_dim)
+        attn_scale = 1.0 / math.sqrt(
+            n_embd // n_head if n_layer == {"gemma2": 46, "gemma3": 62}.get(arch) else head_dim
+        )
 
     cfg = ModelConfig(
         arch=arch,
@@ -159,7 +166,9 @@ def config_from_metadata(md: dict, tensors: Mapping | None = None) -> ModelConfi
         attn_scale=attn_scale,
         embed_scale=float(np.sqrt(np.float32(n_embd))) if gemma else 1.0,
         # gemma2 always caps (llama.cpp's defaults 50 and 30); others only where the file says so.
-        final_logit_softcap=k.float("final_logit_softcapping", 30.0 if arch == "gemma2" else 0.0, positive=arch == "gemma2"),
+        final_logit_softcap=k.float(
+            "final_logit_softcapping", 30.0 if arch == "gemma2" else 0.0, positive=arch == "gemma2"
+        ),
         attn_softcap=k.float("attn_logit_softcapping", 50.0) if arch == "gemma2" else 0.0,
         rope_attn_factor=rope_attn_factor,
         rope_orig_ctx=rope_orig_ctx,
@@ -189,12 +198,18 @@ def _encoder(k: validate.Keys, md: Mapping, module) -> dict:
     typed = getattr(module, "TOKEN_TYPES", True)
     types = md.get("tokenizer.ggml.token_type_count") if typed else 0
     if typed and (not validate.is_int(types) or not 1 <= int(types) <= validate.MAX_TOKEN_TYPES):
-        raise InvalidModel(f"tokenizer.ggml.token_type_count is {str(types)[:40]}: an encoder needs a count of token "
-                           f"types from 1 to {validate.MAX_TOKEN_TYPES}")
+        raise InvalidModel(
+            f"tokenizer.ggml.token_type_count is {str(types)[:40]}: an encoder needs a count of token "
+            f"types from 1 to {validate.MAX_TOKEN_TYPES}"
+        )
     k.raw(eps_key, required=True)
-    return {"encoder": True, "norm_eps": k.float(eps_key, 0.0, hi=1.0), "n_token_types": int(types),
-            "rank": validate.is_int(k.raw("pooling_type")) and int(k.raw("pooling_type")) == 4,
-            "n_cls_out": validate.classifier_outputs(k)}
+    return {
+        "encoder": True,
+        "norm_eps": k.float(eps_key, 0.0, hi=1.0),
+        "n_token_types": int(types),
+        "rank": validate.is_int(k.raw("pooling_type")) and int(k.raw("pooling_type")) == 4,
+        "n_cls_out": validate.classifier_outputs(k),
+    }
 
 
 def _rope_freq_scale(k: validate.Keys, tensors: Mapping | None) -> float:
@@ -205,9 +220,13 @@ def _rope_freq_scale(k: validate.Keys, tensors: Mapping | None) -> float:
     by_tensor = FACTOR_SCALING.get(k.arch)
     if scaling == by_tensor:
         # llama3 (rope_freqs) / longrope (rope_factors_long/short): the per-dimension factors are in the file.
-        needed = ("rope_freqs.weight",) if scaling == "llama3" else ("rope_factors_long.weight", "rope_factors_short.weight")
+        needed = (
+            ("rope_freqs.weight",) if scaling == "llama3" else ("rope_factors_long.weight", "rope_factors_short.weight")
+        )
         if tensors is not None and not any(n in tensors for n in needed):
-            raise InvalidModel(f"{key} is {scaling!r} but the file has no {' or '.join(needed)} tensor with its factors")
+            raise InvalidModel(
+                f"{key} is {scaling!r} but the file has no {' or '.join(needed)} tensor with its factors"
+            )
         return 1.0
     if scaling == "yarn" and k.arch in YARN:
         return 1.0 / factor if factor > 0 else 1.0
@@ -237,11 +256,18 @@ def _windows(k: validate.Keys, n_layer: int) -> tuple[int, ...]:
     arch = k.arch
     # gpt-oss and gemma-embedding require the key (REQUIRED_KEYS) and a window of at least 1: their local layers
     # always slide
-    window = k.int("attention.sliding_window", SWA_DEFAULT.get(arch, 0), lo=1 if arch in WINDOW_REQUIRED else 0,
-                   hi=validate.MAX_CONTEXT)
+    window = k.int(
+        "attention.sliding_window",
+        SWA_DEFAULT.get(arch, 0),
+        lo=1 if arch in WINDOW_REQUIRED else 0,
+        hi=validate.MAX_CONTEXT,
+    )
     if arch == "phi3" and window > 0:
-        log.warning("%s is %d: llama.cpp runs Phi-3 with full attention (its sliding window is disabled), and so does "
-                    "localrt", k.name("attention.sliding_window"), window)
+        log.warning(
+            "%s is %d: llama.cpp runs Phi-3 with full attention (its sliding window is disabled), and so does localrt",
+            k.name("attention.sliding_window"),
+            window,
+        )
     if arch not in SWA_PERIOD or window == 0:
         return (0,) * n_layer
     return tuple(window if swa else 0 for swa in _swa_layers(k, n_layer, SWA_PERIOD[arch]))
@@ -263,11 +289,14 @@ def _experts(k: validate.Keys, n_layer: int, n_ff: int) -> tuple[int, int, int]:
     n_used = k.per_layer_int("expert_used_count", n_layer, hi=n_expert)  # 1..expert_count
     groups = k.int("expert_group_count", 0, lo=0, hi=validate.MAX_EXPERTS)
     if groups > 1:
-        raise InvalidModel(f"{k.name('expert_group_count')} is {groups}: grouped expert selection is not supported "
-                           f"for {k.arch}")
+        raise InvalidModel(
+            f"{k.name('expert_group_count')} is {groups}: grouped expert selection is not supported for {k.arch}"
+        )
     if not k.has("expert_feed_forward_length") and n_ff < n_used:
-        raise InvalidModel(f"the file has no {k.name('expert_feed_forward_length')} and {k.name('feed_forward_length')} "
-                           f"({n_ff}) / {k.name('expert_used_count')} ({n_used}) is 0")
+        raise InvalidModel(
+            f"the file has no {k.name('expert_feed_forward_length')} and {k.name('feed_forward_length')} "
+            f"({n_ff}) / {k.name('expert_used_count')} ({n_used}) is 0"
+        )
     n_ff_exp = k.per_layer_int("expert_feed_forward_length", n_layer, n_ff // n_used, hi=validate.MAX_WIDTH)
     return n_expert, n_used, n_ff_exp
 

@@ -21,6 +21,7 @@ Verification (`check_drafts`):
   reproducible (its draft length follows acceptance only, never timing: DraftState.fixed) but its tokens
   differ from the same seed without the draft model, which takes other draws from the RNG.
 """
+
 from __future__ import annotations
 
 import time
@@ -52,10 +53,15 @@ def check_tokenizers(target, draft, target_name: str = "the model", draft_name: 
         i = next(i for i in range(len(a.tokens)) if a.tokens[i] != b.tokens[i] or a.attrs[i] != b.attrs[i])
         why = f"token {i} is {b.tokens[i]!r}, the model's is {a.tokens[i]!r} (or their types differ)"
     else:
-        for what, x, y in (("BOS id", a.ids.get("bos"), b.ids.get("bos")), ("EOS id", a.ids.get("eos"), b.ids.get("eos")),
-                           ("EOT id", a.ids.get("eot"), b.ids.get("eot")), ("add_bos", a.add_bos, b.add_bos),
-                           ("add_eos", a.add_eos, b.add_eos), ("end-of-generation ids", sorted(a.eog_ids), sorted(b.eog_ids)),
-                           ("pre-tokenizer", a.pre, b.pre)):
+        for what, x, y in (
+            ("BOS id", a.ids.get("bos"), b.ids.get("bos")),
+            ("EOS id", a.ids.get("eos"), b.ids.get("eos")),
+            ("EOT id", a.ids.get("eot"), b.ids.get("eot")),
+            ("add_bos", a.add_bos, b.add_bos),
+            ("add_eos", a.add_eos, b.add_eos),
+            ("end-of-generation ids", sorted(a.eog_ids), sorted(b.eog_ids)),
+            ("pre-tokenizer", a.pre, b.pre),
+        ):
             if x != y:
                 why = f"its {what} is {y!r}, the model's is {x!r}"
                 break
@@ -74,8 +80,9 @@ class ModelDrafter:
     def __init__(self, target, draft, name: str, *, target_name: str = "the model") -> None:
         check_tokenizers(target.tokenizer, draft.tokenizer, target_name, name)
         if draft.config.n_vocab != target.config.n_vocab:
-            raise DraftModelMismatch(f"draft_model {name!r} has {draft.config.n_vocab} output rows, the model "
-                                     f"{target.config.n_vocab}")
+            raise DraftModelMismatch(
+                f"draft_model {name!r} has {draft.config.n_vocab} output rows, the model {target.config.n_vocab}"
+            )
         if draft.cache.n_slots < target.cache.n_slots:
             raise ValueError(f"the draft model has {draft.cache.n_slots} KV slots, the model {target.cache.n_slots}")
         self.model = draft
@@ -149,8 +156,11 @@ class ModelDrafter:
         logits = None
         i = 0
         while i < len(tokens):
-            end = len(have) + (min(len(tokens) - i, BLAS_MIN_TOKENS - 1) if per_row
-                               else prefill_end(len(have), len(have) + len(tokens) - i, model.num_batch) - len(have))
+            end = len(have) + (
+                min(len(tokens) - i, BLAS_MIN_TOKENS - 1)
+                if per_row
+                else prefill_end(len(have), len(have) + len(tokens) - i, model.num_batch) - len(have)
+            )
             chunk = tokens[i : i + end - len(have)]
             i += len(chunk)
             batch = model.batch(chunk, len(have), slot)
@@ -233,7 +243,9 @@ def check_drafts(seq, logits: np.ndarray, n: int, draft: list[int]) -> list:
             events.extend(seq._on_logits(logits[i]))
             break
         q = state.pending_q[i]
-        events.extend(seq._on_logits(logits[i], choose=lambda lg, d=draft[i], q=q: _accept(sampler, rng, lg, seq.history, d, q)))
+        events.extend(
+            seq._on_logits(logits[i], choose=lambda lg, d=draft[i], q=q: _accept(sampler, rng, lg, seq.history, d, q))
+        )
         if len(seq.history) == before or seq.history[before] != draft[i]:
             break
         accepted += 1

@@ -3,6 +3,7 @@ No KV cache and no generation: every input runs one forward over all of its toke
 (gemma-embedding's local layers: those within its symmetric window). The runtime
 sees the same face as a Model's for embeddings (tokenize, embed, num_ctx, metadata, close) and no `cache`, so no
 batch driver is built for it."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -17,8 +18,19 @@ from .pooling import classifier_pooling, pool, pooling_type
 
 
 class Encoder:
-    def __init__(self, config: ModelConfig, metadata: dict, weights, backend, tokenizer, *, num_ctx: int,
-                 num_batch: int = 512, source=None, num_thread: int = 0) -> None:
+    def __init__(
+        self,
+        config: ModelConfig,
+        metadata: dict,
+        weights,
+        backend,
+        tokenizer,
+        *,
+        num_ctx: int,
+        num_batch: int = 512,
+        source=None,
+        num_thread: int = 0,
+    ) -> None:
         self.config = config
         self.metadata = metadata
         self.weights = weights
@@ -74,8 +86,9 @@ class Encoder:
         out: list[float] = []
         for hidden, lengths in self._forwards(inputs, cancelled):
             with threads.capped(self.num_thread):
-                scores = self.arch.rank(self.backend, self.config, self.weights, hidden, lengths,
-                                        mean=self.rank_pooling == "mean")  # (n_seq, n_cls_out)
+                scores = self.arch.rank(
+                    self.backend, self.config, self.weights, hidden, lengths, mean=self.rank_pooling == "mean"
+                )  # (n_seq, n_cls_out)
             out.extend(float(x) for x in check_finite_output(scores[:, 0], "rerank scores"))
         return out
 

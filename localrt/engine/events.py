@@ -1,4 +1,5 @@
 """Events that `generate` yields. CLI printing, NDJSON, SSE and non-streaming replies all derive from them."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field

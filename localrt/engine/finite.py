@@ -11,6 +11,7 @@ the value and where it is.
 Loading does not scan: a file in the store was scanned when it was created, and the loader's own check
 (localrt.engine.validate) still reads the small float tensors, which is all it can afford.
 """
+
 from __future__ import annotations
 
 from typing import Mapping
@@ -72,20 +73,25 @@ def _check_values(name: str, type_name: str, chunk: np.ndarray, r0: int, shape: 
         return
     i = _first_bad(values, uint(mask), top)
     per_row = chunk.shape[1] // np.dtype(uint).itemsize
-    raise InvalidModel(f"tensor {name!r} holds NaN or infinite values ({type_name}: {_decode(values[i], type_name)} "
-                       f"at {_row(shape, r0 + i // per_row)}, column {i % per_row})")
+    raise InvalidModel(
+        f"tensor {name!r} holds NaN or infinite values ({type_name}: {_decode(values[i], type_name)} "
+        f"at {_row(shape, r0 + i // per_row)}, column {i % per_row})"
+    )
 
 
-def _check_scales(name: str, type_name: str, field: str, scales: np.ndarray, per_row: int, r0: int,
-                  shape: tuple) -> None:
+def _check_scales(
+    name: str, type_name: str, field: str, scales: np.ndarray, per_row: int, r0: int, shape: tuple
+) -> None:
     """The f16 `field` of every block of a chunk (scales: (n_blocks,) strided f16, per_row blocks a row) is finite."""
     bits = scales.view(np.uint16)  # same itemsize: a strided view, no copy
     if np.bitwise_and(bits, np.uint16(0x7FFF)).max() < 0x7C00:
         return
     i = _first_bad(bits, np.uint16(0x7FFF), 0x7C00)
-    raise InvalidModel(f"tensor {name!r} ({type_name}) has a block scale {field} = {float(scales[i])} in block "
-                       f"{i % per_row} of {_row(shape, r0 + i // per_row)}: a NaN or infinite scale makes every output "
-                       f"it touches NaN (a zero scale, an all-zero block, is fine)")
+    raise InvalidModel(
+        f"tensor {name!r} ({type_name}) has a block scale {field} = {float(scales[i])} in block "
+        f"{i % per_row} of {_row(shape, r0 + i // per_row)}: a NaN or infinite scale makes every output "
+        f"it touches NaN (a zero scale, an all-zero block, is fine)"
+    )
 
 
 def _check_e8m0(name: str, blocks: np.ndarray, per_row: int, r0: int, shape: tuple) -> None:
@@ -102,9 +108,11 @@ def _check_e8m0(name: str, blocks: np.ndarray, per_row: int, r0: int, shape: tup
     bad = np.flatnonzero(~np.isfinite(top))
     if len(bad):
         i, exp = int(idx[bad[0]]), int(e[idx[bad[0]]])
-        raise InvalidModel(f"tensor {name!r} (MXFP4) has a block exponent e = {exp} in block {i % per_row} of "
-                           f"{_row(shape, r0 + i // per_row)}: its element {largest[bad[0]] / 2:g} x 2^{exp - 127} "
-                           f"overflows float32 to infinity")
+        raise InvalidModel(
+            f"tensor {name!r} (MXFP4) has a block exponent e = {exp} in block {i % per_row} of "
+            f"{_row(shape, r0 + i // per_row)}: its element {largest[bad[0]] / 2:g} x 2^{exp - 127} "
+            f"overflows float32 to infinity"
+        )
 
 
 def _row(shape: tuple, row: int) -> str:

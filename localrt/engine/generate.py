@@ -2,6 +2,7 @@
 
 One sequence is a `Batcher` of one (localrt.engine.batch): the same sampling, stop-string and Done logic
 runs whether a request is alone or batched with others."""
+
 from __future__ import annotations
 
 import threading
@@ -13,9 +14,20 @@ from .batch import Batcher
 from .events import Done, Token
 
 
-def generate(model, ids, options: dict | Options | None = None, *, slot: int = 0, load_duration_ns: int = 0,
-             cancelled: threading.Event | None = None, constraint=None, logprobs: int | None = None,
-             logit_bias=None, draft=None, cache_scope: str = "") -> Iterator[Token | Done]:
+def generate(
+    model,
+    ids,
+    options: dict | Options | None = None,
+    *,
+    slot: int = 0,
+    load_duration_ns: int = 0,
+    cancelled: threading.Event | None = None,
+    constraint=None,
+    logprobs: int | None = None,
+    logit_bias=None,
+    draft=None,
+    cache_scope: str = "",
+) -> Iterator[Token | Done]:
     """Yield a Token per sampled token and a final Done.
 
     Stops on the model's end-of-generation tokens (done_reason "stop"), on a stop string (never partly
@@ -27,9 +39,17 @@ def generate(model, ids, options: dict | Options | None = None, *, slot: int = 0
     requests whose draft_model option names it; `cache_scope`: as `Batcher.add` takes it.
     """
     batcher = Batcher(model, reuse_min=1, drafter=draft)  # the caller chose the slot: reuse whatever prefix it holds
-    seq = batcher.add(ids, options, slot=slot, cancelled=cancelled, constraint=constraint,
-                      load_duration_ns=load_duration_ns, logprobs=logprobs, logit_bias=logit_bias,
-                      cache_scope=cache_scope)
+    seq = batcher.add(
+        ids,
+        options,
+        slot=slot,
+        cancelled=cancelled,
+        constraint=constraint,
+        load_duration_ns=load_duration_ns,
+        logprobs=logprobs,
+        logit_bias=logit_bias,
+        cache_scope=cache_scope,
+    )
     try:
         while not seq.finished:
             for _, events in batcher.step():

@@ -21,6 +21,7 @@ Values: uint16 float16 bits for kv_type "f16" (llama.cpp's default F16 cache, at
 type, the kernels widen each element exactly), float32 for "f32". `lengths[s]` is how many positions of slot s
 hold valid keys.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -305,8 +306,9 @@ class KVCache:
         n = int(self.lengths[slot])
         entry = None
         if n > 0:
-            entry = Entry(list(tokens[:n]), list(pieces), self.blocks_of(slot), slot if self.slot_bound else -1,
-                          scope=scope)
+            entry = Entry(
+                list(tokens[:n]), list(pieces), self.blocks_of(slot), slot if self.slot_bound else -1, scope=scope
+            )
             self.pool.add_entry(entry)
         self.clear(slot)
         return entry
@@ -335,8 +337,15 @@ class KVCache:
             return 0
         return keep
 
-    def match_prefix(self, target: list[int], pieces: list[tuple[int, int]], sources: list[Prefix], *,
-                     reuse_min: int = 1, slot: int = -1) -> tuple[int, Prefix | None]:
+    def match_prefix(
+        self,
+        target: list[int],
+        pieces: list[tuple[int, int]],
+        sources: list[Prefix],
+        *,
+        reuse_min: int = 1,
+        slot: int = -1,
+    ) -> tuple[int, Prefix | None]:
         """The longest exactly reusable prefix of target among sources: (its length, its source), (0, None) for
         none. On a tie the source in `slot` itself wins (nothing to copy), else the first listed."""
         best, pick = 0, None

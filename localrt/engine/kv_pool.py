@@ -11,6 +11,7 @@ before writing below its frontier (copy-on-write), which only a sequence that di
 
 Pure bookkeeping (no k/v storage): `localrt.engine.kv_cache.KVCache` owns the arrays and the block tables.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -174,5 +175,9 @@ class BlockPool:
 
 def _covers(big: Entry, small: Entry) -> bool:
     """Whether big holds small's every block at the same place and at least its positions (so small is redundant)."""
-    return (big.slot == small.slot and big.scope == small.scope and big.length >= small.length
-            and big.blocks[: len(small.blocks)] == small.blocks)
+    return (
+        big.slot == small.slot
+        and big.scope == small.scope
+        and big.length >= small.length
+        and big.blocks[: len(small.blocks)] == small.blocks
+    )

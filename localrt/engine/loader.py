@@ -1,5 +1,6 @@
 """`load_model(path, num_ctx=...)`: open a GGUF file, configure, view weights in place (or copy them into private memory:
 `use_mmap`, backends.resident), build a Model."""
+
 from __future__ import annotations
 
 import os
@@ -23,7 +24,21 @@ from .model import Model, config_from_metadata
 DEFAULT_NUM_CTX = 4096
 
 
-def load_model(path: str | os.PathLike, num_ctx: int = DEFAULT_NUM_CTX, *, num_batch: int = 512, n_slots: int = 1, kv_type: str = "f16", tokenizer: bool = True, num_gpu: int = -1, main_gpu: int = 0, kv_budget: int = 0, kv_budget_bytes: int = 0, use_mmap: bool | None = None, num_thread: int = 0) -> Model:
+def load_model(
+    path: str | os.PathLike,
+    num_ctx: int = DEFAULT_NUM_CTX,
+    *,
+    num_batch: int = 512,
+    n_slots: int = 1,
+    kv_type: str = "f16",
+    tokenizer: bool = True,
+    num_gpu: int = -1,
+    main_gpu: int = 0,
+    kv_budget: int = 0,
+    kv_budget_bytes: int = 0,
+    use_mmap: bool | None = None,
+    num_thread: int = 0,
+) -> Model:
     """Load a GGUF model for inference. num_ctx is capped by the model's trained context length.
 
     kv_type "f16" (default) keeps keys and values at float16 precision as llama.cpp does; "f32" keeps
@@ -37,8 +52,10 @@ def load_model(path: str | os.PathLike, num_ctx: int = DEFAULT_NUM_CTX, *, num_b
     """
     t0 = time.perf_counter_ns()
     if num_ctx <= 0 or num_batch <= 0 or n_slots <= 0 or kv_budget < 0 or kv_budget_bytes < 0 or num_thread < 0:
-        raise ModelLoadError(f"num_ctx, num_batch and n_slots must be positive and the KV budget and num_thread not "
-                             f"negative, got {num_ctx}, {num_batch}, {n_slots}, {kv_budget or kv_budget_bytes}, {num_thread}")
+        raise ModelLoadError(
+            f"num_ctx, num_batch and n_slots must be positive and the KV budget and num_thread not "
+            f"negative, got {num_ctx}, {num_batch}, {n_slots}, {kv_budget or kv_budget_bytes}, {num_thread}"
+        )
     if kv_type not in KV_TYPES:
         raise ModelLoadError(f"kv_type must be one of {KV_TYPES}, got {kv_type!r}")
     # Numba's one-time start-up (a no-op once warm_up's thread is done), here rather than in the first kernel call:
@@ -51,7 +68,9 @@ def load_model(path: str | os.PathLike, num_ctx: int = DEFAULT_NUM_CTX, *, num_b
         metadata, file_tensors = ollama_layout(f.metadata, text_model_tensors(f.metadata, f.tensors))
         cfg = config_from_metadata(metadata, file_tensors)  # validated against the file before anything is allocated
         backend = CPUBackend()
-        tensors = {name: QTensor(name, t.ggml_type, tuple(int(d) for d in t.shape), t.data) for name, t in file_tensors.items()}
+        tensors = {
+            name: QTensor(name, t.ggml_type, tuple(int(d) for d in t.shape), t.data) for name, t in file_tensors.items()
+        }
         huge_pages = None  # the start of the thread moving a private copy onto huge pages
         datas = [t.data for t in tensors.values()]  # uint8 views into the file's mmap
         if private_weights(use_mmap, sum(d.nbytes for d in datas)):
@@ -65,15 +84,34 @@ def load_model(path: str | os.PathLike, num_ctx: int = DEFAULT_NUM_CTX, *, num_b
         # an encoder has no KV cache and no GPU layers; num_ctx bounds each input, num_batch the tokens of the inputs
         # that share a forward (as llama-server's -b over its slots): not capped by the context
         if cfg.encoder:
-            model = Encoder(cfg, metadata, weights, backend, tok, num_ctx=n_ctx, num_batch=num_batch,
-                            source=f, num_thread=num_thread)
+            model = Encoder(
+                cfg,
+                metadata,
+                weights,
+                backend,
+                tok,
+                num_ctx=n_ctx,
+                num_batch=num_batch,
+                source=f,
+                num_thread=num_thread,
+            )
             model.load_duration_ns = time.perf_counter_ns() - t0
             return model
         select_rope_factors(weights, cfg, n_ctx)
         model = Model(
-            cfg, metadata, weights, backend, tok,
-            num_ctx=n_ctx, num_batch=min(num_batch, num_ctx), n_slots=n_slots, kv_type=kv_type, kv_budget=kv_budget,
-            kv_budget_bytes=kv_budget_bytes, source=f, num_thread=num_thread,
+            cfg,
+            metadata,
+            weights,
+            backend,
+            tok,
+            num_ctx=n_ctx,
+            num_batch=min(num_batch, num_ctx),
+            n_slots=n_slots,
+            kv_type=kv_type,
+            kv_budget=kv_budget,
+            kv_budget_bytes=kv_budget_bytes,
+            source=f,
+            num_thread=num_thread,
         )
         offload(model, num_gpu, main_gpu)
     except BaseException:

@@ -9,6 +9,7 @@ greedy token is always the first of `top_logprobs`. llama.cpp's server does the 
 Computed only for a sequence that asked (one pass over the vocabulary for the log-sum-exp, plus a top-k when
 `top_logprobs` > 0); the sampled token never depends on it.
 """
+
 from __future__ import annotations
 
 import math

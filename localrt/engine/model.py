@@ -1,4 +1,5 @@
 """Model: weights + forward + public API (its ModelConfig comes from `localrt.engine.config`, re-exported here)."""
+
 from __future__ import annotations
 
 import contextlib
@@ -21,7 +22,23 @@ __all__ = ["Model", "ModelConfig", "config_from_metadata"]
 class Model:
     """A loaded model: config, weights (viewed in the mmap, or a private copy), one KV cache, and the public API."""
 
-    def __init__(self, config: ModelConfig, metadata: dict, weights, backend, tokenizer, *, num_ctx: int, num_batch: int = 512, n_slots: int = 1, kv_type: str = "f16", kv_budget: int = 0, kv_budget_bytes: int = 0, source=None, num_thread: int = 0) -> None:
+    def __init__(
+        self,
+        config: ModelConfig,
+        metadata: dict,
+        weights,
+        backend,
+        tokenizer,
+        *,
+        num_ctx: int,
+        num_batch: int = 512,
+        n_slots: int = 1,
+        kv_type: str = "f16",
+        kv_budget: int = 0,
+        kv_budget_bytes: int = 0,
+        source=None,
+        num_thread: int = 0,
+    ) -> None:
         self.config = config
         self.metadata = metadata
         self.weights = weights
@@ -34,7 +51,15 @@ class Model:
         per_pos = pool_position_bytes(config.windows, config.n_head_kv, config.head_dim, config.head_dim_v, kv_type)
         kv_budget = budget_positions(kv_budget, kv_budget_bytes, per_pos)
         self.cache = KVCache(
-            config.n_layer, config.n_head_kv, config.head_dim, config.head_dim_v, num_ctx, n_slots, config.windows, num_batch, kv_type,
+            config.n_layer,
+            config.n_head_kv,
+            config.head_dim,
+            config.head_dim_v,
+            num_ctx,
+            n_slots,
+            config.windows,
+            num_batch,
+            kv_type,
             n_blocks=pool_blocks(num_ctx, n_slots, kv_budget),
         )
         self.load_duration_ns = 0
@@ -136,7 +161,9 @@ class Model:
         """The final-normed hidden states (n_embd,) float32, pooled as the file says (engine.pooling)."""
         from .pooling import pool, pooling_type
 
-        return check_finite_output(pool(self.hidden(ids), pooling_type(self.metadata, self.config.arch)), "embedding values")
+        return check_finite_output(
+            pool(self.hidden(ids), pooling_type(self.metadata, self.config.arch)), "embedding values"
+        )
 
     def tokenize(self, text: str, special: bool = True, limit: int | None = None) -> list[int]:
         """Token ids of text; BOS/EOS as the file says; special-token text parsed when `special`. With `limit`, a
@@ -176,6 +203,7 @@ def check_finite_output(values: np.ndarray, what: str) -> np.ndarray:
     finite = np.isfinite(values)
     if not finite.all():
         bad = values[~finite]
-        raise NonFiniteOutput(f"non-finite {what} ({bad.size} of {values.size} values NaN or infinite, the first {bad[0]})")
+        raise NonFiniteOutput(
+            f"non-finite {what} ({bad.size} of {values.size} values NaN or infinite, the first {bad[0]})"
+        )
     return values
-

@@ -2,6 +2,7 @@
 llama.cpp's enum): 0 none, 1 mean, 2 cls (the first token), 3 last (the last token: qwen3-embedding), 4 rank (a
 reranker's classification head: not an embedding). A file without the key is mean-pooled, as this runtime has
 always embedded decoder models (llama.cpp would give per-token vectors, which no embedding endpoint returns)."""
+
 from __future__ import annotations
 
 from typing import Mapping
@@ -28,8 +29,9 @@ def pooling_type(metadata: Mapping, arch: str) -> str:
 def pool(hidden: np.ndarray, kind: str) -> np.ndarray:
     """hidden (n_tok, n_embd) float32 -> (n_embd,) float32 by `kind`."""
     if kind == "rank":
-        raise InvalidRequest("this model is a reranker (pooling type rank): it scores pairs with /v1/rerank, it does "
-                             "not embed")
+        raise InvalidRequest(
+            "this model is a reranker (pooling type rank): it scores pairs with /v1/rerank, it does not embed"
+        )
     if kind == "cls":
         return hidden[0].astype(np.float32, copy=True)
     if kind == "last":

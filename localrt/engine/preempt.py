@@ -19,6 +19,7 @@ waits) and frees the slot as well; `unpark` gives the sequence a free slot again
 changes a sequence's numerics. A sequence drafting with a draft model is not parked: that model's cache of its
 positions is bound to its slot.
 """
+
 from __future__ import annotations
 
 PREFILL, DECODE, WAITING = "prefill", "decode", "waiting"

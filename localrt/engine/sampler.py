@@ -17,6 +17,7 @@ seed and logits the tokens equal llama.cpp's (tests/engine/test_sampler.py drive
 One known difference: top_p over a whole unsorted vocabulary (top_k 0) sums probabilities in double where
 llama.cpp sums in float, so near the cut the two may keep a few tokens more or less.
 """
+
 from __future__ import annotations
 
 import math
@@ -134,16 +135,19 @@ def temperature(c: Candidates, t: float) -> Candidates:
     return Candidates(c.ids, c.logits / np.float32(t), c.sorted)
 
 
-def penalize(logits: np.ndarray, window: Sequence[int] | np.ndarray, repeat: float, frequency: float,
-             presence: float) -> np.ndarray:
+def penalize(
+    logits: np.ndarray, window: Sequence[int] | np.ndarray, repeat: float, frequency: float, presence: float
+) -> np.ndarray:
     """llama.cpp's penalties over the tokens in `window`: a logit > 0 is divided by `repeat`, one <= 0
     multiplied; then `count * frequency + presence` is subtracted. Once per distinct token. Returns a copy."""
     ids, counts = np.unique(np.asarray(window, dtype=np.int64), return_counts=True)  # (m,), (m,)
     if len(ids) == 0:
         return logits
     if ids[0] < 0 or ids[-1] >= len(logits):
-        raise ValueError(f"history has token id {int(ids[0] if ids[0] < 0 else ids[-1])} outside the vocabulary "
-                         f"of {len(logits)} tokens")
+        raise ValueError(
+            f"history has token id {int(ids[0] if ids[0] < 0 else ids[-1])} outside the vocabulary "
+            f"of {len(logits)} tokens"
+        )
     out = logits.copy()  # (n_vocab,) float32: the caller's logits stay untouched
     v = out[ids]
     v = np.where(v <= 0, v * np.float32(repeat), v / np.float32(repeat))
@@ -224,8 +228,13 @@ class Sampler:
 
     def _chain(self, logits: np.ndarray, history: Sequence[int]) -> Candidates:
         if self._penalties and len(history):
-            logits = penalize(logits, history[-self._last_n:], self.options.repeat_penalty,
-                              self.options.frequency_penalty, self.options.presence_penalty)
+            logits = penalize(
+                logits,
+                history[-self._last_n :],
+                self.options.repeat_penalty,
+                self.options.frequency_penalty,
+                self.options.presence_penalty,
+            )
         c = Candidates(self._ids(len(logits)), logits)
         for stage in self._stages:
             c = stage(c)
@@ -320,7 +329,7 @@ def _first_reaching(p: np.ndarray, u: float) -> int:
     target = u * block_cum[-1]
     b = min(int(np.searchsorted(block_cum, target, side="left")), len(block_cum) - 1)
     before = block_cum[b - 1] if b > 0 else 0.0
-    cum = before + np.cumsum(p[b * _DRAW_BLOCK:(b + 1) * _DRAW_BLOCK], dtype=np.float64)  # (<= B,)
+    cum = before + np.cumsum(p[b * _DRAW_BLOCK : (b + 1) * _DRAW_BLOCK], dtype=np.float64)  # (<= B,)
     return min(b * _DRAW_BLOCK + int(np.searchsorted(cum, target, side="left")), n - 1)
 
 

@@ -31,6 +31,7 @@ index (`DraftState.source`, localrt.engine.draft_model): its drafts count under 
 draft takes (the first catching up on what the draft model has not seen) add to the planned step's cost, and
 sampling verifies them by speculative sampling.
 """
+
 from __future__ import annotations
 
 import collections
@@ -311,7 +312,8 @@ class Speculator:
                 for k in range(1, len(draft) + 1):
                     # never cheaper than the forward without the draft: medians of a busy machine can say so
                     value = (tokens + expected_tokens(rate, k) + after) / (
-                        max(plain, self.costs.cost(rows + 1 + after + k)) + extra + first + (k - 1) * each)
+                        max(plain, self.costs.cost(rows + 1 + after + k)) + extra + first + (k - 1) * each
+                    )
                     if value > best:
                         best_k, best = k, value
                 if fixed:
@@ -366,8 +368,9 @@ def verify(seq, logits: np.ndarray, n: int, draft: list[int]) -> list:
     if draft:
         seq.draft.observe(n, len(draft), accepted)
         if events and isinstance(events[-1], Done):  # built before this draft was counted
-            events[-1] = replace(events[-1], draft_count=seq.draft.drafted_count,
-                                 draft_accepted_count=seq.draft.accepted_count)
+            events[-1] = replace(
+                events[-1], draft_count=seq.draft.drafted_count, draft_accepted_count=seq.draft.accepted_count
+            )
     return events
 
 

@@ -1,4 +1,5 @@
 """Stop strings over streamed text: never show any part of a stop string, hold back only what might become one."""
+
 from __future__ import annotations
 
 from typing import Iterable
@@ -31,7 +32,7 @@ class StopMatcher:
             self.hit, self._held = stop, ""
             return buf[:start], True
         keep = self._partial_tail(buf)
-        self._held = buf[len(buf) - keep:] if keep else ""
+        self._held = buf[len(buf) - keep :] if keep else ""
         return buf[: len(buf) - keep], False
 
     def flush(self) -> str:

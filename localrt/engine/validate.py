@@ -9,6 +9,7 @@ and the memory estimate all go through that one call.
 `tensors` maps GGUF names to objects with `.shape` (NumPy order) and `.ggml_type` (gguf_io.TensorInfo or
 backend.QTensor); where they also have `.data` (raw uint8 rows), small float tensors are checked for NaN/inf.
 """
+
 from __future__ import annotations
 
 import math
@@ -80,13 +81,17 @@ class Keys:
         value = self.raw(suffix, default, required=default is None)
         return self._int_in(self.name(suffix), value, lo, hi)
 
-    def per_layer_int(self, suffix: str, n_layer: int, default: int | None = None, *, lo: int = 1, hi: int | None = None) -> int:
+    def per_layer_int(
+        self, suffix: str, n_layer: int, default: int | None = None, *, lo: int = 1, hi: int | None = None
+    ) -> int:
         """An integer that may be stored per layer; this engine needs one value for all layers."""
         key = self.name(suffix)
         value = self.raw(suffix, default, required=default is None)
         if isinstance(value, (list, np.ndarray)):
             if len(value) != n_layer:
-                raise InvalidModel(f"{key} has {len(value)} per-layer entries for {n_layer} layers ({self.name('block_count')})")
+                raise InvalidModel(
+                    f"{key} has {len(value)} per-layer entries for {n_layer} layers ({self.name('block_count')})"
+                )
             vals = sorted({self._int_in(key, v, lo, hi) for v in value})
             if len(vals) != 1:
                 raise InvalidModel(f"{key} varies per layer ({vals[:8]}), which is not supported")
@@ -155,12 +160,15 @@ def check_heads(keys: Keys, cfg, *, partial_rotary: bool = False) -> None:
         raise InvalidModel(f"{head} ({cfg.n_head}) is not a multiple of {kv} ({cfg.n_head_kv})")
     rot, kl = keys.name("rope.dimension_count"), keys.name("attention.key_length")
     if cfg.n_rot % 2 or cfg.n_rot > cfg.head_dim:
-        raise InvalidModel(f"{rot} is {cfg.n_rot} but the head size ({kl}) is {cfg.head_dim}: "
-                           "it must be even and at most the head size")
+        raise InvalidModel(
+            f"{rot} is {cfg.n_rot} but the head size ({kl}) is {cfg.head_dim}: "
+            "it must be even and at most the head size"
+        )
     if cfg.n_rot != cfg.head_dim and not partial_rotary:
         # llama.cpp refuses this for llama and qwen3; qwen2 and the gemmas rotate whole heads too. phi3 may not.
-        raise InvalidModel(f"{rot} is {cfg.n_rot} but the head size ({kl}) is {cfg.head_dim}: "
-                           f"{cfg.arch} rotates the whole head")
+        raise InvalidModel(
+            f"{rot} is {cfg.n_rot} but the head size ({kl}) is {cfg.head_dim}: {cfg.arch} rotates the whole head"
+        )
 
 
 def dim_labels(keys: Keys, vocab_label: str) -> dict[str, str]:
@@ -169,15 +177,25 @@ def dim_labels(keys: Keys, vocab_label: str) -> dict[str, str]:
     head, kv = k("attention.head_count"), k("attention.head_count_kv")
     kl, vl = k("attention.key_length"), k("attention.value_length")
     return {
-        "n_vocab": vocab_label, "n_embd": k("embedding_length"), "n_ff": k("feed_forward_length"), "head_dim": kl,
+        "n_vocab": vocab_label,
+        "n_embd": k("embedding_length"),
+        "n_ff": k("feed_forward_length"),
+        "head_dim": kl,
         "n_head": head,
-        "n_q": f"{head} x {kl}", "n_k": f"{kv} x {kl}", "n_v": f"{kv} x {vl}", "n_o": f"{head} x {vl}",
+        "n_q": f"{head} x {kl}",
+        "n_k": f"{kv} x {kl}",
+        "n_v": f"{kv} x {vl}",
+        "n_o": f"{head} x {vl}",
         "n_rot_half": f"{k('rope.dimension_count')} / 2",
-        "n_qkv": f"{head} x {kl} + 2 x {kv} x {kl}", "n_ff2": f"2 x {k('feed_forward_length')}",
-        "n_expert": k("expert_count"), "n_ff_exp": k("expert_feed_forward_length"),
-        "n_ctx_train": k("context_length"), "n_token_types": "tokenizer.ggml.token_type_count",
+        "n_qkv": f"{head} x {kl} + 2 x {kv} x {kl}",
+        "n_ff2": f"2 x {k('feed_forward_length')}",
+        "n_expert": k("expert_count"),
+        "n_ff_exp": k("expert_feed_forward_length"),
+        "n_ctx_train": k("context_length"),
+        "n_token_types": "tokenizer.ggml.token_type_count",
         "n_cls_out": f"the count of {k('classifier.output_labels')} (1 without it)",
-        "n_dense_2_out": k("dense_2_feat_out"), "n_dense_3_in": k("dense_3_feat_in"),
+        "n_dense_2_out": k("dense_2_feat_out"),
+        "n_dense_3_in": k("dense_3_feat_in"),
     }
 
 
@@ -229,8 +247,10 @@ def check_rope_factors(name: str, t) -> None:
     bad = np.flatnonzero(~((values >= lo) & (values <= hi)))  # NaN fails both comparisons
     if len(bad):
         i = int(bad[0])
-        raise InvalidModel(f"tensor {name!r} holds {float(values[i]):.7g} at index {i}: rope divides its frequencies by "
-                           f"these factors, so each must be a finite number greater than 0, from {lo:g} to {hi:g}")
+        raise InvalidModel(
+            f"tensor {name!r} holds {float(values[i]):.7g} at index {i}: rope divides its frequencies by "
+            f"these factors, so each must be a finite number greater than 0, from {lo:g} to {hi:g}"
+        )
 
 
 def _check_tensor(tensors: Mapping, name: str, spec: tuple, dims: dict, labels: dict) -> None:
@@ -243,7 +263,9 @@ def _check_tensor(tensors: Mapping, name: str, spec: tuple, dims: dict, labels: 
     want = tuple(dims[d] for d in shape_dims)
     got = tuple(int(x) for x in t.shape)
     if got != want:
-        why = "; ".join(f"{labels[d]} is {dims[d]}" for i, d in enumerate(shape_dims) if i >= len(got) or got[i] != dims[d])
+        why = "; ".join(
+            f"{labels[d]} is {dims[d]}" for i, d in enumerate(shape_dims) if i >= len(got) or got[i] != dims[d]
+        )
         raise InvalidModel(f"tensor {name!r} has shape {got} but the metadata gives {want} ({why or 'wrong rank'})")
     if len(want) >= 2 and (t.ggml_type not in simd_kernels.MUL or t.ggml_type not in simd_kernels.ROWS):
         raise InvalidModel(f"tensor {name!r} has ggml type {t.ggml_type}, which this runtime cannot compute with")

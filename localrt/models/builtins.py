@@ -1,6 +1,7 @@
 """The built-in models' specs: what `smollm2:135m` and `gemma3:270m` are made of (the GGUF from an installed
 PyPI package, a template, a system prompt, parameters), and the one rule for what a name means. Creating them is
 `create.ensure_builtin`; `library` is the face the runtime uses."""
+
 from __future__ import annotations
 
 import threading

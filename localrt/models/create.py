@@ -7,6 +7,7 @@ the manifest is written, and a replaced manifest's no-longer-used blobs are coll
 added (blobs it wrote, and uploads it was given that no manifest referenced) and its manifest does not use (the
 unquantized source of a quantize; everything, when it fails) is removed when it ends, not left to prune's grace
 period; the blobs a running create uses are held against collection by the others (store.holds)."""
+
 from __future__ import annotations
 
 import contextlib
@@ -36,6 +37,7 @@ from .gguf_facts import (  # noqa: F401 - part of create's interface
 )
 
 PROGRESS_INTERVAL_S = 0.25  # at most this often a progress object while a file is imported
+
 
 def status(text: str, **extra: object) -> dict:
     return {"status": text, **extra}
@@ -188,7 +190,7 @@ def _facts_of(path: Path, label: str, scan: bool = False) -> dict:
         if str(path) == label:
             raise
         prefix = f"{path}: "
-        text = label + ": " + text[len(prefix):] if text.startswith(prefix) else text.replace(str(path), label)
+        text = label + ": " + text[len(prefix) :] if text.startswith(prefix) else text.replace(str(path), label)
         raise gguf_io.InvalidGGUF(text) from None
 
 
@@ -225,7 +227,9 @@ def _use_blob(b: _Build, digest: str, media_type: str, check: Callable[[dict, st
 
 
 def _inherit(b: _Build, name: st.ModelName) -> Iterator[dict]:
-    rec = model_record(b.store, name.display, create_builtin=True)  # a built-in model is created on first use  # ManifestNotFound: neither stored nor built in
+    rec = model_record(
+        b.store, name.display, create_builtin=True
+    )  # a built-in model is created on first use  # ManifestNotFound: neither stored nor built in
     src = rec.entry.name.display
     for layer in rec.entry.manifest.layers:
         inherited = mt.Layer(layer.media_type, layer.digest, layer.size, layer.from_ or src, layer.extra)
@@ -280,8 +284,10 @@ QUANTIZE_SOURCES = ("F32", "F16", "BF16")
 
 def _check_quantize_source(file_type: str | None, what: str) -> None:
     if file_type is not None and file_type not in QUANTIZE_SOURCES:
-        raise CreateError(f"cannot quantize {what}: its weights are {file_type}; quantization is only supported "
-                          f"for F16, BF16 and F32 models")
+        raise CreateError(
+            f"cannot quantize {what}: its weights are {file_type}; quantization is only supported "
+            f"for F16, BF16 and F32 models"
+        )
 
 
 def _source_file_type(store: st.Store, arg: str, base_dir: Path | None, allow_paths: bool) -> str | None:
@@ -465,7 +471,6 @@ def ensure_builtin(store: st.Store, name: str) -> bool:
                 if spec.converted:
                     shutil.rmtree(path.parent, ignore_errors=True)
     return True
-
 
 
 def model_record(store: st.Store, name: str, *, create_builtin: bool = False) -> st.ModelRecord:

@@ -7,6 +7,7 @@ WordPiece vocabulary with its "phantom space" (a word-start token `abc` is store
 `##bc` as `bc`, control tokens as they are), token type count, non-causal attention, the pooling of the
 sentence-transformers model. Deterministic: the same checkpoint gives the same bytes, so the same store digest.
 """
+
 from __future__ import annotations
 
 import json
@@ -112,8 +113,15 @@ def vocab_metadata(tokenizer_json: Path) -> dict:
         "tokenizer.ggml.add_bos_token": True,  # the "[CLS] $A [SEP]" template
         "tokenizer.ggml.add_eos_token": True,
     }
-    for key, name in (("bos", "[CLS]"), ("eos", "[SEP]"), ("unknown", "[UNK]"), ("seperator", "[SEP]"),
-                      ("padding", "[PAD]"), ("cls", "[CLS]"), ("mask", "[MASK]")):
+    for key, name in (
+        ("bos", "[CLS]"),
+        ("eos", "[SEP]"),
+        ("unknown", "[UNK]"),
+        ("seperator", "[SEP]"),
+        ("padding", "[PAD]"),
+        ("cls", "[CLS]"),
+        ("mask", "[MASK]"),
+    ):
         if name in ids:
             md[f"tokenizer.ggml.{key}_token_id"] = ids[name]
     return md

@@ -10,6 +10,7 @@ offline, in every command alike, unless a model of exactly that name is stored: 
 Only commands that write create a built-in model (run / pull, the inference endpoints, a Modelfile FROM);
 read-only ones (show, list, cp's source, rm) see only what is stored. A built-in is stored once, under its
 canonical name: no `latest` copy is made."""
+
 from __future__ import annotations
 
 from typing import Iterator

@@ -3,6 +3,7 @@
 `quantize_model(src, dst, "q4_K_M")` is a generator of progress events `(done, total, tensor_name)`; the
 output appears at `dst` only after the last tensor, and a consumer that stops early leaves no file.
 """
+
 from __future__ import annotations
 
 import os
@@ -22,8 +23,9 @@ _CHUNK_ELEMENTS = 1 << 22  # rows converted per step: bounds float32 temporaries
 QUANTIZATIONS = tuple(ft.name for ft in recipe.FILE_TYPES.values())
 
 
-def quantize_model(src: str | os.PathLike, dst: str | os.PathLike, quantization: str, *,
-                   allow_requantize: bool = False) -> Iterator[tuple[int, int, str]]:
+def quantize_model(
+    src: str | os.PathLike, dst: str | os.PathLike, quantization: str, *, allow_requantize: bool = False
+) -> Iterator[tuple[int, int, str]]:
     """Writes `src` quantized to `quantization` (e.g. "q4_K_M", "q8_0") at `dst`, yielding progress.
 
     Sources: F32 / F16 / BF16 / Q8_0 weights; other quantized weights only with allow_requantize
@@ -52,8 +54,10 @@ def _check_sources(tensors: dict, targets: dict[str, int], allow_requantize: boo
         if info.ggml_type not in quant.FORMATS or quant.FORMATS[info.ggml_type].activations_only:
             raise QuantError(f"tensor {name!r} has type id {info.ggml_type}, which cannot be converted")
         if info.ggml_type != GGMLType.Q8_0 and not allow_requantize:
-            raise QuantError(f"tensor {name!r} is already {quant.FORMATS[info.ggml_type].name}; requantizing it "
-                             "loses quality (start from an F16/BF16/F32/Q8_0 model or allow requantization)")
+            raise QuantError(
+                f"tensor {name!r} is already {quant.FORMATS[info.ggml_type].name}; requantizing it "
+                "loses quality (start from an F16/BF16/F32/Q8_0 model or allow requantization)"
+            )
 
 
 def _output_metadata(f, ft: recipe.FileType) -> tuple[dict, dict]:

@@ -11,6 +11,7 @@ Slots are shared by client (jobs.Stream sets CLIENT around the work that submits
 client holding the fewest, and while a client holds more than its share and another waits below its own, the
 first one's newest request is paused (localrt.runtime.fairness): parked out of its slot, preempted as when the KV
 pool runs dry, and back in line to resume with the tokens it would have given anyway (localrt.engine.preempt)."""
+
 from __future__ import annotations
 
 import collections
@@ -144,8 +145,15 @@ class BatchDriver:
     def slots_in_use(self) -> int:
         return self._held
 
-    def submit(self, ids, options, constraint=None, cancelled: threading.Event | None = None,
-               load_duration_ns: int = 0, **sampling) -> "Submission":
+    def submit(
+        self,
+        ids,
+        options,
+        constraint=None,
+        cancelled: threading.Event | None = None,
+        load_duration_ns: int = 0,
+        **sampling,
+    ) -> "Submission":
         """The events of one sequence (a Submission: iterate it, or drain it from an event loop); closing it early
         drops the sequence at the next step. Raises as `Batcher.add` does (ContextLengthExceeded, ...), and
         Cancelled if cancelled during its prompt. `sampling`: Batcher.add's logprobs and logit_bias."""
@@ -154,8 +162,10 @@ class BatchDriver:
         with self._cv:
             if self._closed:
                 raise Cancelled("the model is being unloaded")
-            call = ((ids, options), dict(constraint=constraint, cancelled=flag, load_duration_ns=load_duration_ns,
-                                         **sampling))
+            call = (
+                (ids, options),
+                dict(constraint=constraint, cancelled=flag, load_duration_ns=load_duration_ns, **sampling),
+            )
             self._pending.append(_Ticket(CLIENT.get(), next(self._arrivals), out, call))
             self._cv.notify_all()
         return Submission(self, out, flag)
@@ -211,8 +221,9 @@ class BatchDriver:
     def _next(self) -> _Ticket:
         """The waiting ticket the next free slot goes to, taken off the line."""
         holders = [self._routes[id(s)].client for s in self._batcher.sequences]
-        t = fairness.first(self._pending, holders, lambda t: t.client, lambda t: t.arrival,
-                           lambda c: self._served.get(c, -1))
+        t = fairness.first(
+            self._pending, holders, lambda t: t.client, lambda t: t.arrival, lambda c: self._served.get(c, -1)
+        )
         self._pending.remove(t)
         self._served[t.client] = next(self._arrivals)
         self._served.move_to_end(t.client)
@@ -241,8 +252,13 @@ class BatchDriver:
         if seq is None:
             return False
         t = self._routes[id(seq)]
-        log.info("a request of client %r paused after %d tokens: %d clients share %d slots", t.client, seq.n_gen,
-                 len({c for c, _, _ in holders} | {w.client for w in self._pending}), b.n_slots)
+        log.info(
+            "a request of client %r paused after %d tokens: %d clients share %d slots",
+            t.client,
+            seq.n_gen,
+            len({c for c, _, _ in holders} | {w.client for w in self._pending}),
+            b.n_slots,
+        )
         b.park(seq)
         self._pending.append(t)
         return True

@@ -1,4 +1,5 @@
 """Model management behind the daemon: list, show, copy, delete, create, blob upload. No HTTP, no tensors."""
+
 from __future__ import annotations
 
 import hashlib
@@ -89,8 +90,16 @@ class Catalog:
                 details = {}
             details["parent_model"] = ""
             name = entry.name.display
-            out.append({"name": name, "model": name, "modified_at": _stamp(entry), "size": entry.size,
-                        "digest": entry.digest, "details": details})
+            out.append(
+                {
+                    "name": name,
+                    "model": name,
+                    "modified_at": _stamp(entry),
+                    "size": entry.size,
+                    "digest": entry.digest,
+                    "details": details,
+                }
+            )
         return {"models": out}
 
     def show(self, body: dict, record: Callable[[str], st.ModelRecord]) -> dict:
@@ -105,8 +114,14 @@ class Catalog:
         if rec.model_path is not None:
             with gguf_io.open(rec.model_path) as f:
                 meta = _model_info(f.metadata, verbose)
-                tensor_list = [{"name": t.name, "type": gguf_io.GGMLType(t.ggml_type).name,
-                                "shape": [int(d) for d in reversed(t.shape)]} for t in f.tensors.values()]
+                tensor_list = [
+                    {
+                        "name": t.name,
+                        "type": gguf_io.GGMLType(t.ggml_type).name,
+                        "shape": [int(d) for d in reversed(t.shape)],
+                    }
+                    for t in f.tensors.values()
+                ]
                 choice = templates.choose_template(f.metadata, rec.template)
                 try:
                     layout, _ = ollama_layout(f.metadata, f.tensors)  # Ollama's embeddinggemma: gemma-embedding
@@ -115,9 +130,16 @@ class Catalog:
         else:
             choice = None
         params = dict(rec.params)
-        mf = mfile.build([str(rec.model_path or "")], adapters=[str(p) for p in rec.adapter_paths], strict=False,
-                         template=rec.template, system=rec.system, parameters=params, licenses=list(rec.licenses),
-                         messages=rec.messages)
+        mf = mfile.build(
+            [str(rec.model_path or "")],
+            adapters=[str(p) for p in rec.adapter_paths],
+            strict=False,
+            template=rec.template,
+            system=rec.system,
+            parameters=params,
+            licenses=list(rec.licenses),
+            messages=rec.messages,
+        )
         arch = str(layout.get("general.architecture", "")) if meta else ""
         caps = ["embedding"] if arch and embedding_only(layout, arch) else ["completion"]
         if choice is not None and caps == ["completion"]:
@@ -142,8 +164,12 @@ class Catalog:
             "modified_at": _stamp(rec.entry),
         }
         if choice is not None:
-            out["template_info"] = {"origin": choice.origin, "kind": choice.kind, "reason": choice.reason,
-                                    "stop": list(params.get("stop") or choice.stop)}
+            out["template_info"] = {
+                "origin": choice.origin,
+                "kind": choice.kind,
+                "reason": choice.reason,
+                "stop": list(params.get("stop") or choice.stop),
+            }
         return _finite(out)
 
     def copy(self, body: dict) -> None:
@@ -201,13 +227,29 @@ class Catalog:
 
         if is_path(name) and not LOCAL_CALLER.get():
             # Before anything looks at the path: one answer whether or not it exists (CVE-2024-39719 class).
-            raise InvalidRequest("a path on the server can only be pulled from this machine; push the model "
-                                 "or serve the folder as a registry mirror instead")
+            raise InvalidRequest(
+                "a path on the server can only be pulled from this machine; push the model "
+                "or serve the folder as a registry mirror instead"
+            )
         return name, insecure
 
 
-KNOWN_CREATE_FIELDS = {"model", "name", "from", "files", "adapters", "template", "system", "license", "parameters",
-                       "messages", "quantize", "quantization", "stream", "modelfile"}
+KNOWN_CREATE_FIELDS = {
+    "model",
+    "name",
+    "from",
+    "files",
+    "adapters",
+    "template",
+    "system",
+    "license",
+    "parameters",
+    "messages",
+    "quantize",
+    "quantization",
+    "stream",
+    "modelfile",
+}
 
 
 def _modelfile_from_request(body: dict) -> mfile.Modelfile:
@@ -245,10 +287,15 @@ def _modelfile_from_request(body: dict) -> mfile.Modelfile:
         if body.get(key) is not None and not isinstance(body[key], str):
             raise InvalidRequest(f"{key} must be a string")
     try:
-        return mfile.build(froms, adapters=["@" + st.digest.normalize(d) for d in adapters.values()],
-                           template=body.get("template"),
-                           system=body.get("system"), parameters=params, licenses=licenses,
-                           messages=[{"role": m.get("role"), "content": m.get("content", "")} for m in messages])
+        return mfile.build(
+            froms,
+            adapters=["@" + st.digest.normalize(d) for d in adapters.values()],
+            template=body.get("template"),
+            system=body.get("system"),
+            parameters=params,
+            licenses=licenses,
+            messages=[{"role": m.get("role"), "content": m.get("content", "")} for m in messages],
+        )
     except ValueError as e:
         raise InvalidRequest(str(e)) from None
 

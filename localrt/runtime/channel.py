@@ -2,6 +2,7 @@
 to the request's work, and the work to the HTTP side. A thread reads with `get()` (blocking); an asyncio task reads
 with `await drain()`, which takes every entry waiting at once and is woken through its event loop, so no thread
 waits on its behalf (no worker-thread call per event)."""
+
 from __future__ import annotations
 
 import asyncio

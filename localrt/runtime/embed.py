@@ -1,6 +1,7 @@
 """Embeddings: /api/embed, /v1/embeddings and the legacy /api/embeddings, scheduled as a generation is (queue,
 keep_alive, fairness across clients). An encoder embeds its inputs in shared forwards; a decoder embeds each on its
 own, holding the model alone (its BatchDriver's slot 0)."""
+
 from __future__ import annotations
 
 import threading
@@ -54,8 +55,13 @@ def run(service, req: EmbedRequest, cancel=None) -> dict:
     if req.legacy:
         return {"embedding": [float(x) for x in result["vectors"][0]]}
     embeddings = [_normalize(v, req.dimensions) for v in result["vectors"]]
-    return {"model": req.model, "embeddings": embeddings, "total_duration": time.perf_counter_ns() - t0,
-            "load_duration": result["load"], "prompt_eval_count": result["count"]}
+    return {
+        "model": req.model,
+        "embeddings": embeddings,
+        "total_duration": time.perf_counter_ns() - t0,
+        "load_duration": result["load"],
+        "prompt_eval_count": result["count"],
+    }
 
 
 def _normalize(v: np.ndarray, dims: int | None) -> list[float]:

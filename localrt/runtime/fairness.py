@@ -14,6 +14,7 @@ its cap to one under it, so neither is over afterwards (with 1 slot and 2 client
 newcomer goes next). The scheduler lets a job past num_parallel on the same rule (`next_job`), so that the driver
 sees the newcomer at all; such a job never takes its client past its cap, so the overflow is bounded.
 """
+
 from __future__ import annotations
 
 import collections
@@ -27,8 +28,12 @@ def cap(slots: int, clients: int) -> int:
     return -(-slots // max(clients, 1))
 
 
-def victim(holders: list[tuple[str, int, T]], waiting: Iterable[str], slots: int,
-           may_pause: Callable[[T], bool] = lambda item: True) -> T | None:
+def victim(
+    holders: list[tuple[str, int, T]],
+    waiting: Iterable[str],
+    slots: int,
+    may_pause: Callable[[T], bool] = lambda item: True,
+) -> T | None:
     """The running request to pause so that a waiting client gets a slot, or None.
 
     `holders`: (client, arrival, request) per request holding a slot; `waiting`: the client of each request waiting
@@ -43,8 +48,13 @@ def victim(holders: list[tuple[str, int, T]], waiting: Iterable[str], slots: int
     return max(over, key=lambda o: o[:2])[2] if over else None
 
 
-def first(waiting: list[T], holders: Iterable[str], client: Callable[[T], str], arrival: Callable[[T], int],
-          last_served: Callable[[str], int] = lambda c: -1) -> T:
+def first(
+    waiting: list[T],
+    holders: Iterable[str],
+    client: Callable[[T], str],
+    arrival: Callable[[T], int],
+    last_served: Callable[[str], int] = lambda c: -1,
+) -> T:
     """The waiting request a free slot goes to: of the clients holding the fewest slots, the one that got a slot least
     recently (round robin, as the fair queue), its oldest request (a paused request is older than its client's
     requests that never ran, so it resumes before they start)."""

@@ -1,5 +1,6 @@
 """What the scheduler moves around: a request, its job in a queue, a loaded model's runner, the stream a caller
 reads, and the memory a load needs. Plain data plus the little logic each owns; the rules live in scheduler.py."""
+
 from __future__ import annotations
 
 import asyncio
@@ -26,7 +27,9 @@ CLIENT: contextvars.ContextVar[str] = contextvars.ContextVar("localrt_client", d
 # such a caller may name paths on the server (pull from a folder). True outside HTTP (the CLI, tests).
 LOCAL_CALLER: contextvars.ContextVar[bool] = contextvars.ContextVar("localrt_local_caller", default=True)
 DEFAULT_MAX_LOADED = 3  # Ollama's "auto" on a CPU-only machine
-AUTO_PARALLEL = 4  # LOCALRT_NUM_PARALLEL=0 (the default): 4 requests per model where 4 KV slots fit in memory, as Ollama
+AUTO_PARALLEL = (
+    4  # LOCALRT_NUM_PARALLEL=0 (the default): 4 requests per model where 4 KV slots fit in memory, as Ollama
+)
 
 
 @dataclass(frozen=True)

@@ -6,6 +6,7 @@ that calls a kernel compiles it. Numba announces each such compile as a "numba:c
 only, from whichever thread compiles; its global compiler lock makes them one at a time). A listener counts them, so
 `GET /api/kernels` can say "compiling, N done, now this one". How many are still to come is not known in advance (a
 model calls only some kernels, and a kernel may already be cached), so none is claimed."""
+
 from __future__ import annotations
 
 import threading

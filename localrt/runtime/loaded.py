@@ -1,5 +1,6 @@
 """A model the scheduler loaded for the service: the engine model, its batch driver and draft model, and what
 building prompts needs from the store (the template, its stop strings)."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass

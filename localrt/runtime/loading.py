@@ -5,6 +5,7 @@ A model whose load options name a `draft_model` (PARAMETER draft_model in its Mo
 is loaded with that second model beside it, with as many KV slots, on the same worker: its memory counts in the
 load's estimate, its tokenizer is checked against the model's (engine.draft_model.check_tokenizers, a 400 when
 they differ), and it is closed with the model."""
+
 from __future__ import annotations
 
 import logging
@@ -44,9 +45,16 @@ def load_draft(service, target, rec: st.ModelRecord, load_options: dict, num_gpu
     from ..engine.draft_model import ModelDrafter
 
     path = draft_record(service, name).model_path
-    draft = service._load_model(path, num_ctx=load_options["num_ctx"], num_batch=load_options["num_batch"],
-                                num_gpu=num_gpu, main_gpu=load_options["main_gpu"], n_slots=slots,
-                                use_mmap=load_options.get("use_mmap"), num_thread=load_options.get("num_thread") or 0)
+    draft = service._load_model(
+        path,
+        num_ctx=load_options["num_ctx"],
+        num_batch=load_options["num_batch"],
+        num_gpu=num_gpu,
+        main_gpu=load_options["main_gpu"],
+        n_slots=slots,
+        use_mmap=load_options.get("use_mmap"),
+        num_thread=load_options.get("num_thread") or 0,
+    )
     try:
         return ModelDrafter(target, draft, name, target_name=rec.name.display)
     except BaseException:
@@ -59,13 +67,25 @@ def with_draft_need(service, need: MemoryNeed, load_options: dict, slots: int) -
     name = load_options.get("draft_model") or ""
     if not name:
         return need
-    extra = estimate_memory(draft_record(service, name).model_path, load_options["num_ctx"], load_options["num_batch"],
-                            slots, use_mmap=load_options.get("use_mmap"))
+    extra = estimate_memory(
+        draft_record(service, name).model_path,
+        load_options["num_ctx"],
+        load_options["num_batch"],
+        slots,
+        use_mmap=load_options.get("use_mmap"),
+    )
     return MemoryNeed(private=need.private + extra.private, mapped=need.mapped + extra.mapped)
 
 
-def estimate_memory(path, num_ctx: int, num_batch: int, n_slots: int = 1, kv_budget: int = 0,
-                    kv_budget_bytes: int = 0, use_mmap: bool | None = None) -> MemoryNeed:
+def estimate_memory(
+    path,
+    num_ctx: int,
+    num_batch: int,
+    n_slots: int = 1,
+    kv_budget: int = 0,
+    kv_budget_bytes: int = 0,
+    use_mmap: bool | None = None,
+) -> MemoryNeed:
     """What a load needs: the weights read through the mmap are reclaimable page cache, and private when use_mmap
     has the loader copy them (localrt.engine.backends.resident); the KV cache (f16 K and V: the
     paged pool of the full-attention layers, kv_budget positions or n_slots * num_ctx, and a ring per slot for
@@ -90,8 +110,16 @@ def read_config(path):
         return config_from_metadata(metadata, tensors), sum(t.nbytes for t in tensors.values())
 
 
-def memory_need(cfg, mapped: int, num_ctx: int, num_batch: int, n_slots: int = 1, kv_budget: int = 0,
-                kv_budget_bytes: int = 0, use_mmap: bool | None = None) -> MemoryNeed:
+def memory_need(
+    cfg,
+    mapped: int,
+    num_ctx: int,
+    num_batch: int,
+    n_slots: int = 1,
+    kv_budget: int = 0,
+    kv_budget_bytes: int = 0,
+    use_mmap: bool | None = None,
+) -> MemoryNeed:
     """estimate_memory's arithmetic on a config already read."""
     from ..engine.backends.resident import private_weights
     from ..engine.kv_cache import KV_BLOCK, budget_positions, pool_blocks, pool_position_bytes
@@ -105,8 +133,12 @@ def memory_need(cfg, mapped: int, num_ctx: int, num_batch: int, n_slots: int = 1
     kv = sum(pooled if w <= 0 else min(n_ctx, w + n_batch) * n_slots for w in cfg.windows) * per_pos
     if cfg.encoder:  # an encoder (engine.encoder) keeps no KV cache; its scores are (n_head, 256, n_tok) f32
         kv = cfg.n_head * 256 * n_ctx * 4
-    scratch = (n_batch * 8 * max(cfg.n_embd, cfg.n_ff) + 2 * cfg.n_vocab) * 4  # activations of one prefill chunk + a logits row
-    scratch += n_batch * (cfg.n_expert + cfg.n_expert_used * cfg.n_embd) * 4  # MoE: router probs, per-rank expert outputs
+    scratch = (
+        n_batch * 8 * max(cfg.n_embd, cfg.n_ff) + 2 * cfg.n_vocab
+    ) * 4  # activations of one prefill chunk + a logits row
+    scratch += (
+        n_batch * (cfg.n_expert + cfg.n_expert_used * cfg.n_embd) * 4
+    )  # MoE: router probs, per-rank expert outputs
     private = kv + scratch + (32 << 20)
     if private_weights(use_mmap, mapped):
         return MemoryNeed(private=private + mapped, mapped=0)
@@ -117,9 +149,14 @@ def kv_counts(cache) -> dict:
     """/api/ps's view of a KV cache: bytes allocated (pool + per-slot rings), bytes holding keys (blocks in use or
     cached, filled ring positions), and the pool's blocks: in use by running sequences, cached, total."""
     pool = cache.pool
-    return {"kv_cache_bytes": int(cache.nbytes), "kv_cache_used_bytes": int(cache.used_bytes),
-            "kv_block_size": int(cache.block_size), "kv_blocks": int(pool.n_blocks),
-            "kv_blocks_in_use": int(pool.n_in_use), "kv_blocks_cached": int(pool.n_cached)}
+    return {
+        "kv_cache_bytes": int(cache.nbytes),
+        "kv_cache_used_bytes": int(cache.used_bytes),
+        "kv_block_size": int(cache.block_size),
+        "kv_blocks": int(pool.n_blocks),
+        "kv_blocks_in_use": int(pool.n_in_use),
+        "kv_blocks_cached": int(pool.n_cached),
+    }
 
 
 def context_ceiling(total_memory: int) -> int:
@@ -142,8 +179,9 @@ def system_total_memory() -> int:
     return physical_memory()
 
 
-def automatic_context(name: str, path, num_batch: int, use_mmap, slots: int, available: int, total: int,
-                      **kv_budget) -> int:
+def automatic_context(
+    name: str, path, num_batch: int, use_mmap, slots: int, available: int, total: int, **kv_budget
+) -> int:
     """auto_num_ctx for the model at path, its load needing `slots` KV slots (0: automatic, as AUTO_PARALLEL). A file
     whose config cannot be read gets the floor: its load then fails with the loader's own error."""
     try:
@@ -151,10 +189,22 @@ def automatic_context(name: str, path, num_batch: int, use_mmap, slots: int, ava
     except Exception:  # noqa: BLE001 - the load reports what is wrong with the file
         return CONTEXT_FLOOR
     trained = cfg.n_ctx_train
-    n = auto_num_ctx(trained, total, available, lambda ctx: memory_need(
-        cfg, mapped, ctx, num_batch, slots or AUTO_PARALLEL, use_mmap=use_mmap, **kv_budget).private)
-    log.info("%s: context %d chosen (trained %d, %.1f GiB memory, %.1f GiB available)",
-             name, n, trained, total / 2**30, available / 2**30)
+    n = auto_num_ctx(
+        trained,
+        total,
+        available,
+        lambda ctx: (
+            memory_need(cfg, mapped, ctx, num_batch, slots or AUTO_PARALLEL, use_mmap=use_mmap, **kv_budget).private
+        ),
+    )
+    log.info(
+        "%s: context %d chosen (trained %d, %.1f GiB memory, %.1f GiB available)",
+        name,
+        n,
+        trained,
+        total / 2**30,
+        available / 2**30,
+    )
     return n
 
 
@@ -168,7 +218,14 @@ def with_auto_context(service, rec: st.ModelRecord, opts, request_options):
         return opts
     key = (str(rec.model_path), opts.num_batch, opts.use_mmap)
     if key not in service._auto_ctx:
-        service._auto_ctx[key] = automatic_context(rec.name.display, rec.model_path, opts.num_batch, opts.use_mmap,
-                                                   service._parallel, service._available(), service._total(),
-                                                   **service._kv_budget)
+        service._auto_ctx[key] = automatic_context(
+            rec.name.display,
+            rec.model_path,
+            opts.num_batch,
+            opts.use_mmap,
+            service._parallel,
+            service._available(),
+            service._total(),
+            **service._kv_budget,
+        )
     return dataclasses.replace(opts, num_ctx=service._auto_ctx[key])

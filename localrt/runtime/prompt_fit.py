@@ -5,6 +5,7 @@ Ollama keeps num_keep plus the tail up to the whole context and then shifts the 
 engine never shifts (`shift` is refused), so the cut leaves what a first shift would: num_keep plus half of the rest
 of the context, the other half free for the reply. The tail is tokenized from the end of the text only, a stretch
 that grows until it holds enough tokens, so a text of megabytes is never tokenized whole (issue 48's bound)."""
+
 from __future__ import annotations
 
 import logging
@@ -28,8 +29,12 @@ def cut_prompt(model, text: str, n_ctx: int, num_keep: int, first: list[int]) ->
     bos = bool(tok.vocab.add_bos) and tok.bos_id is not None and first[0] == tok.bos_id
     head, tail = kept_counts(n_ctx, num_keep, bos)
     ids = first[:head] + _tail_ids(tok, text, tail)
-    log.warning("truncating input prompt: longer than the context of %d tokens; kept its first %d (num_keep) and "
-                "its last %d", n_ctx, head, tail)
+    log.warning(
+        "truncating input prompt: longer than the context of %d tokens; kept its first %d (num_keep) and its last %d",
+        n_ctx,
+        head,
+        tail,
+    )
     return ids
 
 

@@ -13,6 +13,7 @@ A harmony (gpt-oss) model's output is split by channel instead (templates.harmon
 A request's constraint (`format`, a forced or an opened tool call) holds only after the reasoning
 (structured.AfterReasoning), and tool calls are parsed out of the answer only.
 """
+
 from __future__ import annotations
 
 from ..engine.events import Done

@@ -11,6 +11,7 @@ EOS = [SEP]) gives [CLS] query [SEP] document [SEP].
 The work runs like an embedding request: through the scheduler (queue, keep_alive, fairness across clients) on the
 model's worker, stopped between forwards when the client goes away.
 """
+
 from __future__ import annotations
 
 import threading
@@ -64,8 +65,10 @@ def pair_ids(query: list[int], document: list[int], sp: Specials) -> list[int]:
 
     def need(tid: int | None, what: str) -> int:
         if tid is None:
-            raise InvalidModel(f"the model's rerank prompt needs a {what} token (tokenizer.ggml.add_{what}_token) "
-                               "but its vocabulary has none")
+            raise InvalidModel(
+                f"the model's rerank prompt needs a {what} token (tokenizer.ggml.add_{what}_token) "
+                "but its vocabulary has none"
+            )
         return tid
 
     out: list[int] = [need(sp.bos, "bos")] if sp.add_bos else []
@@ -86,8 +89,9 @@ def template_text(template: str, query: str, document: str) -> str:
     return template.replace("{query}", query).replace("{document}", document)
 
 
-def rerank_inputs(tok, metadata: Mapping, query: str, documents: list[str], limit: int,
-                  cancelled: threading.Event | None = None) -> list[list[int]]:
+def rerank_inputs(
+    tok, metadata: Mapping, query: str, documents: list[str], limit: int, cancelled: threading.Event | None = None
+) -> list[list[int]]:
     """The token ids of each (query, document) sequence; one longer than `limit` is refused naming the document
     (llama-server refuses it too: it never truncates). Each text is tokenized only as far as the limit reaches."""
     template = metadata.get(RERANK_TEMPLATE_KEY)
@@ -108,8 +112,10 @@ def rerank_inputs(tok, metadata: Mapping, query: str, documents: list[str], limi
         else:
             ids = tok.encode(template_text(template, query, doc), add_special=False, parse_special=True, limit=limit)
         if len(ids) > limit:
-            raise InvalidRequest(f"documents[{i}]: the query and document are more than the context length of "
-                                 f"{limit} tokens together (shorten the document, or raise num_ctx up to the model's)")
+            raise InvalidRequest(
+                f"documents[{i}]: the query and document are more than the context length of "
+                f"{limit} tokens together (shorten the document, or raise num_ctx up to the model's)"
+            )
         if not ids:
             raise InvalidRequest(f"documents[{i}]: the query and document give no tokens to score")
         out.append(ids)
@@ -150,5 +156,9 @@ def run(service, req: RerankRequest, cancel=None) -> dict:
         yield {"scores": scores, "count": sum(map(len, seqs)), "load": loaded.take_load_ns()}
 
     result = service._one_result(name, opts, req.keep_alive, work, rec, cancel)  # stopped between forwards
-    return {"scores": result["scores"], "prompt_tokens": result["count"],
-            "total_duration": time.perf_counter_ns() - t0, "load_duration": result["load"]}
+    return {
+        "scores": result["scores"],
+        "prompt_tokens": result["count"],
+        "total_duration": time.perf_counter_ns() - t0,
+        "load_duration": result["load"],
+    }

@@ -6,6 +6,7 @@ Ollama's shape (`api/types.go`, `Logprob`): `[{"token", "logprob", "bytes", "top
 "bytes"}]}]`, one entry per generated token, carried by the chunk whose text the token is part of; `bytes` and
 `top_logprobs` are left out when empty (`omitempty`), and so is the whole key on a chunk without entries.
 """
+
 from __future__ import annotations
 
 import logging
@@ -87,11 +88,18 @@ def prompt_ids(model, text: str, n_ctx: int, num_keep: int | None = None) -> lis
 
 def metrics(ev: Done, load_ns: int) -> dict:
     """The final reply's counts and durations."""
-    return {"done": True, "done_reason": ev.done_reason, "total_duration": ev.total_duration + load_ns,
-            "load_duration": ev.load_duration + load_ns, "prompt_eval_count": ev.prompt_eval_count,
-            "prompt_eval_duration": ev.prompt_eval_duration, "eval_count": ev.eval_count,
-            "eval_duration": ev.eval_duration, PROMPT_CACHED_KEY: getattr(ev, "prompt_cached_count", 0),
-            **_draft_counts(ev)}
+    return {
+        "done": True,
+        "done_reason": ev.done_reason,
+        "total_duration": ev.total_duration + load_ns,
+        "load_duration": ev.load_duration + load_ns,
+        "prompt_eval_count": ev.prompt_eval_count,
+        "prompt_eval_duration": ev.prompt_eval_duration,
+        "eval_count": ev.eval_count,
+        "eval_duration": ev.eval_duration,
+        PROMPT_CACHED_KEY: getattr(ev, "prompt_cached_count", 0),
+        **_draft_counts(ev),
+    }
 
 
 def _draft_counts(ev: Done) -> dict:
@@ -108,8 +116,9 @@ def request_constraint(tag: str, req, model, reasoning=None):
     own messages: only its `format` constrains it, and a forced call is refused."""
     if reasoning is HARMONY:
         if req.tool_choice is not None:
-            raise InvalidRequest("tool_choice that forces a tool call is not supported for harmony (gpt-oss) models; "
-                                 "use \"auto\"")
+            raise InvalidRequest(
+                'tool_choice that forces a tool call is not supported for harmony (gpt-oss) models; use "auto"'
+            )
         return structured.compile_format(req.format, model.tokenizer) if req.format else None
     if req.tool_choice is not None:
         chosen = [t for t in req.tools if not req.tool_choice or t["function"].get("name") == req.tool_choice]

@@ -31,6 +31,7 @@ the private part (KV cache, scratch) must fit in available memory; weights read 
 page cache that the kernel can drop and re-read, so they never block a load (Ollama refuses models that
 would fit through mmap; pain_points P3.5). Private memory of idle models is freed by eviction first.
 """
+
 from __future__ import annotations
 
 import collections
@@ -43,8 +44,21 @@ from typing import Any, Callable
 from ..api.options import parse_duration
 from ..errors import Busy, Cancelled, InvalidRequest, ModelLoadError
 from . import fairness
-from .jobs import (_UNSET, AUTO_PARALLEL, CLIENT, DEFAULT_MAX_LOADED, MemoryNeed, Request,
-                   RunnerInfo, Stream, _gib, _Job, _load_options, _Runner, system_available_memory)
+from .jobs import (
+    _UNSET,
+    AUTO_PARALLEL,
+    CLIENT,
+    DEFAULT_MAX_LOADED,
+    MemoryNeed,
+    Request,
+    RunnerInfo,
+    Stream,
+    _gib,
+    _Job,
+    _load_options,
+    _Runner,
+    system_available_memory,
+)
 
 MAX_CLIENTS = 4096  # clients whose last service is remembered for fairness
 
@@ -80,8 +94,9 @@ class Scheduler:
         self._clock = clock
         self._wall_clock = wall_clock
         self._estimate_fn = estimate_fn
-        self._available_fn = available_fn if available_fn is not None else (
-            system_available_memory if estimate_fn is not None else None)
+        self._available_fn = (
+            available_fn if available_fn is not None else (system_available_memory if estimate_fn is not None else None)
+        )
         self._reap_interval = reap_interval
         self._on_unloaded = on_unloaded or (lambda: None)  # after a model is closed and dropped
         self._cv = threading.Condition()

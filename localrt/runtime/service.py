@@ -3,6 +3,7 @@
 Inference goes through the scheduler: one worker owns each loaded model, and the prompt is built and run
 on that worker. Model management (tags, show, create, copy, delete, blobs) is in `catalog.py`.
 """
+
 from __future__ import annotations
 
 import gc
@@ -29,8 +30,15 @@ from .jobs import AUTO_PARALLEL, CLIENT, Events, Mapped, system_available_memory
 from .loaded import Loaded, now_rfc3339, unloads
 from .loading import estimate_memory, load_draft, system_total_memory, with_auto_context, with_draft_need
 from .scheduler import MemoryNeed, Request, Scheduler
-from .sampling_extras import (Pending, cache_scope, count_tokens, prompt_ids, request_ids,
-                             refuse_embedding_only, request_constraint)
+from .sampling_extras import (
+    Pending,
+    cache_scope,
+    count_tokens,
+    prompt_ids,
+    request_ids,
+    refuse_embedding_only,
+    request_constraint,
+)
 from .sampling_extras import sampling_kwargs as _sampling
 from .reasoning import HARMONY, ChatItems, GenerateItems, Split, after_reasoning, default_think, tags_for
 
@@ -46,8 +54,15 @@ def _once(item: dict) -> Events:
 
 
 class Service:
-    def __init__(self, config, *, load_model: Callable | None = None, scheduler_kw: dict | None = None,
-                 gpu_probe: Callable | None = None, total_memory_fn: Callable[[], int] | None = None):
+    def __init__(
+        self,
+        config,
+        *,
+        load_model: Callable | None = None,
+        scheduler_kw: dict | None = None,
+        gpu_probe: Callable | None = None,
+        total_memory_fn: Callable[[], int] | None = None,
+    ):
         self.config = config
         self.store = st.Store(config.models_dir, config.readonly_models_dirs)
         self.catalog = Catalog(self.store)
@@ -61,11 +76,14 @@ class Service:
         self._auto_slots: dict[tuple, int] = {}  # (weights, num_ctx, num_batch) -> slots chosen automatically
         self._auto_ctx: dict[tuple, int] = {}  # (weights, num_batch, use_mmap) -> num_ctx chosen automatically
         # A model's KV pool: {"kv_budget": positions} or {"kv_budget_bytes": bytes} (LOCALRT_KV_BUDGET); {}: slots * num_ctx.
-        self._kv_budget = {k: int(getattr(config, k, 0)) for k in ("kv_budget", "kv_budget_bytes") if getattr(config, k, 0)}
+        self._kv_budget = {
+            k: int(getattr(config, k, 0)) for k in ("kv_budget", "kv_budget_bytes") if getattr(config, k, 0)
+        }
         self._available = (scheduler_kw or {}).get("available_fn") or system_available_memory
         self._total = total_memory_fn or system_total_memory
-        self.scheduler = Scheduler(self._load, config, estimate_fn=self._estimate,
-                                   **{"on_unloaded": _release_memory, **(scheduler_kw or {})})
+        self.scheduler = Scheduler(
+            self._load, config, estimate_fn=self._estimate, **{"on_unloaded": _release_memory, **(scheduler_kw or {})}
+        )
 
     def close(self) -> None:
         self.scheduler.stop()
@@ -90,10 +108,17 @@ class Service:
         t0 = time.perf_counter_ns()
         num_gpu = self._num_gpu(load_options["num_gpu"], load_options["main_gpu"])
         slots = self._slots_for(rec.model_path, load_options)
-        model = self._load_model(rec.model_path, num_ctx=load_options["num_ctx"], num_batch=load_options["num_batch"],
-                                 num_gpu=num_gpu, main_gpu=load_options["main_gpu"], n_slots=slots,
-                                 use_mmap=load_options.get("use_mmap"), num_thread=load_options.get("num_thread") or 0,
-                                 **self._kv_budget)
+        model = self._load_model(
+            rec.model_path,
+            num_ctx=load_options["num_ctx"],
+            num_batch=load_options["num_batch"],
+            num_gpu=num_gpu,
+            main_gpu=load_options["main_gpu"],
+            n_slots=slots,
+            use_mmap=load_options.get("use_mmap"),
+            num_thread=load_options.get("num_thread") or 0,
+            **self._kv_budget,
+        )
         with self._weights_lock:
             self._weights[name] = rec.model_path
         draft = None
@@ -101,7 +126,9 @@ class Service:
             draft = load_draft(self, model, rec, load_options, num_gpu, slots)  # None unless draft_model names one
             choice = templates.choose_template(model.metadata, rec.template)
             driver = BatchDriver(model, min(slots, model.cache.n_slots), draft) if hasattr(model, "cache") else None
-            return Loaded(name, model, rec, choice.load(), tuple(choice.stop), time.perf_counter_ns() - t0, driver, draft)
+            return Loaded(
+                name, model, rec, choice.load(), tuple(choice.stop), time.perf_counter_ns() - t0, driver, draft
+            )
         except BaseException:
             model.close()
             if draft is not None:
@@ -118,8 +145,11 @@ class Service:
         report = probe(main_gpu)
         if report.gpu is not None:
             return num_gpu
-        log.warning("num_gpu %d asks for GPU layers, but no GPU is usable (%s): the model runs on the CPU",
-                    num_gpu, report.reason or "none found")
+        log.warning(
+            "num_gpu %d asks for GPU layers, but no GPU is usable (%s): the model runs on the CPU",
+            num_gpu,
+            report.reason or "none found",
+        )
         return 0
 
     def _unload_if_replaced(self, name: str, rec: st.ModelRecord) -> None:
@@ -136,9 +166,19 @@ class Service:
         if rec.model_path is None:
             return MemoryNeed(private=0)
         slots = self._slots_for(rec.model_path, load_options)
-        return with_draft_need(self, estimate_memory(rec.model_path, load_options["num_ctx"], load_options["num_batch"],
-                                                     slots, use_mmap=load_options.get("use_mmap"), **self._kv_budget),
-                               load_options, slots)
+        return with_draft_need(
+            self,
+            estimate_memory(
+                rec.model_path,
+                load_options["num_ctx"],
+                load_options["num_batch"],
+                slots,
+                use_mmap=load_options.get("use_mmap"),
+                **self._kv_budget,
+            ),
+            load_options,
+            slots,
+        )
 
     def _slots_for(self, path, load_options: dict) -> int:
         """KV slots: LOCALRT_NUM_PARALLEL when set (the scheduler refuses a load that does not fit), else 4 where 4
@@ -147,12 +187,23 @@ class Service:
             return self._parallel
         key = (str(path), load_options["num_ctx"], load_options["num_batch"], load_options.get("use_mmap"))
         if key not in self._auto_slots:
-            need = estimate_memory(path, load_options["num_ctx"], load_options["num_batch"], AUTO_PARALLEL,
-                                   use_mmap=load_options.get("use_mmap"), **self._kv_budget)
+            need = estimate_memory(
+                path,
+                load_options["num_ctx"],
+                load_options["num_batch"],
+                AUTO_PARALLEL,
+                use_mmap=load_options.get("use_mmap"),
+                **self._kv_budget,
+            )
             available = self._available()
             slots = AUTO_PARALLEL if need.private <= available else 1
             if slots < AUTO_PARALLEL:
-                log.info("%s: 4 KV slots need %.1f GiB, %.1f GiB is available: 1 slot", path, need.private / 2**30, available / 2**30)
+                log.info(
+                    "%s: 4 KV slots need %.1f GiB, %.1f GiB is available: 1 slot",
+                    path,
+                    need.private / 2**30,
+                    available / 2**30,
+                )
             self._auto_slots[key] = slots
         return self._auto_slots[key]
 
@@ -199,8 +250,9 @@ class Service:
         base = lambda: {"model": req.model, "created_at": now_rfc3339()}  # noqa: E731
         scope = cache_scope(req, self.config, CLIENT.get())
         if not req.prompt and not req.suffix and not req.prompt_tokens:
-            return self._load_or_unload(name, opts, req.keep_alive,
-                                        lambda why: {**base(), "response": "", "done": True, "done_reason": why})
+            return self._load_or_unload(
+                name, opts, req.keep_alive, lambda why: {**base(), "response": "", "done": True, "done_reason": why}
+            )
 
         def work(loaded: Loaded, _req, cancelled: threading.Event) -> Mapped:
             loaded.use_record(rec)
@@ -211,17 +263,31 @@ class Service:
             tags = None if req.raw else tags_for(loaded.template, req, rec.name.full)
             think = default_think(req.think, tags)
             prompt = templates.generate_prompt(
-                None if req.template else loaded.template, req.prompt, system=req.system or "",
-                model_system=rec.system or "", model_messages=rec.messages, suffix=req.suffix, raw=req.raw,
-                template_override=req.template or "", context_text=context_text, has_context=req.context is not None,
-                num_ctx=n_ctx, count_tokens=lambda t: len(model.tokenize(t, limit=n_ctx)), truncate=req.truncate,
-                think=think)
+                None if req.template else loaded.template,
+                req.prompt,
+                system=req.system or "",
+                model_system=rec.system or "",
+                model_messages=rec.messages,
+                suffix=req.suffix,
+                raw=req.raw,
+                template_override=req.template or "",
+                context_text=context_text,
+                has_context=req.context is not None,
+                num_ctx=n_ctx,
+                count_tokens=lambda t: len(model.tokenize(t, limit=n_ctx)),
+                truncate=req.truncate,
+                think=think,
+            )
             ids = request_ids(model, req, prompt.text, n_ctx, opts.num_keep if req.truncate else None)
             constraint = structured.compile_format(req.format, model.tokenizer) if req.format else None
             constraint = after_reasoning(constraint, tags, prompt.text, think)
             events = _run(loaded, ids, opts, cancelled, constraint, cache_scope=scope, **_sampling(req))
-            return Mapped(events, GenerateItems(Split(tags, prompt.text, think), Pending(req.logprobs), base,
-                                                req.raw, loaded.take_load_ns))
+            return Mapped(
+                events,
+                GenerateItems(
+                    Split(tags, prompt.text, think), Pending(req.logprobs), base, req.raw, loaded.take_load_ns
+                ),
+            )
 
         return self._submit(name, opts, req.keep_alive, work, rec)
 
@@ -234,8 +300,17 @@ class Service:
         base = lambda: {"model": req.model, "created_at": now_rfc3339()}  # noqa: E731
         scope = cache_scope(req, self.config, CLIENT.get())
         if not req.messages:
-            return self._load_or_unload(name, opts, req.keep_alive, lambda why: {
-                **base(), "message": {"role": "assistant", "content": ""}, "done": True, "done_reason": why})
+            return self._load_or_unload(
+                name,
+                opts,
+                req.keep_alive,
+                lambda why: {
+                    **base(),
+                    "message": {"role": "assistant", "content": ""},
+                    "done": True,
+                    "done_reason": why,
+                },
+            )
         messages = [m.to_dict() for m in req.messages]
 
         def reply(content: str, calls: list, thinking: str = "", **extra) -> dict:
@@ -256,12 +331,26 @@ class Service:
             tags = tags_for(loaded.template, req, rec.name.full)
             think = default_think(req.think, tags)
             prompt = templates.chat_prompt(
-                loaded.template, messages, model_system=rec.system or "", model_messages=rec.messages,
-                tools=req.tools or None, num_ctx=n_ctx, count_tokens=lambda t: len(model.tokenize(t, limit=n_ctx)),
-                truncate=req.truncate, think=think)
+                loaded.template,
+                messages,
+                model_system=rec.system or "",
+                model_messages=rec.messages,
+                tools=req.tools or None,
+                num_ctx=n_ctx,
+                count_tokens=lambda t: len(model.tokenize(t, limit=n_ctx)),
+                truncate=req.truncate,
+                think=think,
+            )
             if prompt.n_dropped:  # as Ollama: the oldest turns go, the system prompt, tools and last message stay
-                log.warning("%s: truncating input messages which exceed the context length: %d of %d dropped, "
-                            "%s tokens kept of %d", name, prompt.n_dropped, len(messages), prompt.n_tokens, n_ctx)
+                log.warning(
+                    "%s: truncating input messages which exceed the context length: %d of %d dropped, "
+                    "%s tokens kept of %d",
+                    name,
+                    prompt.n_dropped,
+                    len(messages),
+                    prompt.n_tokens,
+                    n_ctx,
+                )
             if count_only:  # counted as far as a context-length error would count it
                 return [{"input_tokens": count_tokens(model, prompt.text, n_ctx)}]
             ids = prompt_ids(model, prompt.text, n_ctx)
@@ -269,8 +358,10 @@ class Service:
             constraint = after_reasoning(request_constraint(tag, req, model, tags), tags, prompt.text, think)
             parser = ToolCallParser(tag, req.tools) if req.tools and tags is not HARMONY else None
             events = _run(loaded, ids, opts, cancelled, constraint, cache_scope=scope, **_sampling(req))
-            return Mapped(events, ChatItems(Split(tags, prompt.text, think), parser, Pending(req.logprobs), reply,
-                                            loaded.take_load_ns))
+            return Mapped(
+                events,
+                ChatItems(Split(tags, prompt.text, think), parser, Pending(req.logprobs), reply, loaded.take_load_ns),
+            )
 
         return self._submit(name, opts, req.keep_alive, work, rec)
 
@@ -293,10 +384,19 @@ class Service:
             except st.StoreError:
                 rec_details, digest = {}, ""
             expires = info.expires_at or datetime(2318, 1, 1, tzinfo=timezone.utc)
-            models.append({"name": info.name, "model": info.name, "size": int(info.size), "size_vram": info.size_vram,
-                           "digest": digest, "details": rec_details,
-                           "expires_at": expires.strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
-                           "context_length": int(info.context_length), **info.slots})
+            models.append(
+                {
+                    "name": info.name,
+                    "model": info.name,
+                    "size": int(info.size),
+                    "size_vram": info.size_vram,
+                    "digest": digest,
+                    "details": rec_details,
+                    "expires_at": expires.strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
+                    "context_length": int(info.context_length),
+                    **info.slots,
+                }
+            )
         return {"models": models}
 
     def tags(self) -> dict:
@@ -338,8 +438,9 @@ class Service:
         name, insecure = self.catalog.pull_args(body)
         if not _pull.is_path(name) and library.is_builtin(name):
             return library.pull_builtin(self.store, name)
-        return _pull.pull(self.store, name, insecure=insecure, default_registry=self.config.registry,
-                          token=self.config.registry_token)
+        return _pull.pull(
+            self.store, name, insecure=insecure, default_registry=self.config.registry, token=self.config.registry_token
+        )
 
     def push(self, body: dict) -> Iterator[dict]:
         from ..distribution import push as _push
@@ -348,8 +449,9 @@ class Service:
         return _push.push(self.store, name, insecure=insecure, token=self.config.registry_token)
 
 
-def _run(loaded: Loaded, ids: list[int], opts: Options, cancelled: threading.Event,
-         constraint=None, **sampling) -> Iterator[Token | Done]:
+def _run(
+    loaded: Loaded, ids: list[int], opts: Options, cancelled: threading.Event, constraint=None, **sampling
+) -> Iterator[Token | Done]:
     """The engine's events for one request, with the template's stop strings added: the model's batch driver's
     Submission (read straight by the request's consumer), or the model's own generator where it has no driver.
     The engine checks `cancelled` between prefill chunks and decode steps."""

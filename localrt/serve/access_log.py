@@ -4,6 +4,7 @@ an `x-request-id` on every response (the client's own when it sent a usable one,
 An ASGI middleware around the whole app (guards included), so refused requests are logged and carry the id too;
 the id is in the scope under SCOPE_KEY for the routes. A streamed reply is logged when its last byte has gone,
 with the time the whole reply took."""
+
 from __future__ import annotations
 
 import logging
@@ -62,5 +63,12 @@ class AccessLog:
             await self.app(scope, receive, send_logged)
         finally:
             client = scope.get("client") or ("-", 0)
-            log.info("%s %s %s %d %s %s", client[0], scope["method"], scope["path"], status[0] or 499,
-                     _duration(time.perf_counter() - t0), rid)
+            log.info(
+                "%s %s %s %d %s %s",
+                client[0],
+                scope["method"],
+                scope["path"],
+                status[0] or 499,
+                _duration(time.perf_counter() - t0),
+                rid,
+            )

@@ -1,4 +1,5 @@
 """Running the ASGI app on a real socket with uvicorn: in the foreground (`localrt serve`) or in a thread (tests)."""
+
 from __future__ import annotations
 
 import contextlib
@@ -123,8 +124,11 @@ class _DeadlineH11(H11Protocol):
 
     def _shed(self) -> None:
         now = time.monotonic()
-        victims = [c for c in self.connections
-                   if c is not self and _waiting(c) and now - c._since >= SHED_MIN_AGE_S and not c.transport.is_closing()]
+        victims = [
+            c
+            for c in self.connections
+            if c is not self and _waiting(c) and now - c._since >= SHED_MIN_AGE_S and not c.transport.is_closing()
+        ]
         victims.sort(key=lambda c: c._rate(now))
         for c in victims[: len(self.connections) - MAX_CONNECTIONS]:
             c.transport.close()
@@ -137,8 +141,15 @@ def _waiting(c) -> bool:
 
 def _uvicorn_config(app, config) -> uvicorn.Config:
     return uvicorn.Config(
-        app, host=config.host, port=config.port, log_level="warning", access_log=False, http=_DeadlineH11,
-        timeout_keep_alive=5, limit_concurrency=LIMIT_CONCURRENCY, lifespan="off",
+        app,
+        host=config.host,
+        port=config.port,
+        log_level="warning",
+        access_log=False,
+        http=_DeadlineH11,
+        timeout_keep_alive=5,
+        limit_concurrency=LIMIT_CONCURRENCY,
+        lifespan="off",
         timeout_graceful_shutdown=STOP_GRACE_S,
     )
 

@@ -1,4 +1,5 @@
 """The one mapping from typed errors to HTTP status, message and headers, and the error bodies of both APIs."""
+
 from __future__ import annotations
 
 import errno
@@ -17,7 +18,11 @@ def error_status(exc: BaseException) -> tuple[int, str, dict[str, str]]:
     """The one mapping from typed errors to (HTTP status, message, extra headers)."""
     name = type(exc).__name__
     if isinstance(exc, errors.Busy):
-        return 503, str(exc) or "server busy, please try again.  maximum pending requests exceeded", {"Retry-After": "5"}
+        return (
+            503,
+            str(exc) or "server busy, please try again.  maximum pending requests exceeded",
+            {"Retry-After": "5"},
+        )
     if isinstance(exc, errors.ModelNotFound) or name in ("ManifestNotFound", "BlobNotFound"):
         return 404, str(exc), {}
     if isinstance(exc, BodyTooLarge):
@@ -25,8 +30,16 @@ def error_status(exc: BaseException) -> tuple[int, str, dict[str, str]]:
     if isinstance(exc, errors.Cancelled):
         return 499, "request canceled", {}
     if isinstance(exc, (errors.InvalidRequest, errors.InvalidModelName, errors.ContextLengthExceeded)) or name in (
-        "InvalidName", "InvalidDigest", "DigestMismatch", "ModelfileError", "TemplateError", "InvalidGGUF",
-        "SchemaError", "QuantError", "CreateError", "ParamError",
+        "InvalidName",
+        "InvalidDigest",
+        "DigestMismatch",
+        "ModelfileError",
+        "TemplateError",
+        "InvalidGGUF",
+        "SchemaError",
+        "QuantError",
+        "CreateError",
+        "ParamError",
     ):
         return 400, str(exc), {}
     if name == "InsufficientSpace" or (isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT)):

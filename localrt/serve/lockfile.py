@@ -8,6 +8,7 @@ The lock files themselves are never deleted: unlinking a lock file lets two proc
 
 No HTTP and no heavy imports here: `localrt serve` takes the lock before it imports the server.
 """
+
 from __future__ import annotations
 
 import contextlib

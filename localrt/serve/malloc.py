@@ -7,6 +7,7 @@ KV cache (measured: 8 streaming Gemma 3 clients, 790 MiB peak with the default a
 own small objects do not use these arenas, and the kernels' threads do not allocate, so 2 arenas cost nothing
 measurable. MALLOC_ARENA_MAX in the environment, when set, is glibc's and is left alone.
 """
+
 from __future__ import annotations
 
 import ctypes

@@ -8,6 +8,7 @@ each other, up to the model's KV slots. Each item gets `_choice` (openai_replies
 `best_of` (legacy completions, not streamed) runs best_of such choices and keeps the n whose tokens have the highest
 mean log-probability (BestOf).
 """
+
 from __future__ import annotations
 
 import dataclasses

@@ -3,6 +3,7 @@
 A translation at the edge, never a second engine path. Fields follow the native rule (api.types): unknown ones
 are ignored and listed in the request's `ignored`, one we know but cannot do is a 400 naming it.
 """
+
 from __future__ import annotations
 
 import base64
@@ -110,7 +111,11 @@ def _logit_bias(f: Fields) -> dict[int, float] | None:
     for key, bias in v.items():
         if not (isinstance(key, str) and key.isascii() and key.isdigit() and len(key) <= 12):
             raise InvalidRequest(f"logit_bias: key {str(key)[:40]!r} is not a token id")
-        if isinstance(bias, bool) or not isinstance(bias, (int, float)) or not -LOGIT_BIAS_MAX <= bias <= LOGIT_BIAS_MAX:
+        if (
+            isinstance(bias, bool)
+            or not isinstance(bias, (int, float))
+            or not -LOGIT_BIAS_MAX <= bias <= LOGIT_BIAS_MAX
+        ):
             raise InvalidRequest(f"logit_bias: the bias of token {key} must be a number between -100 and 100")
         out[int(key)] = out.get(int(key), 0.0) + float(bias)  # "7" and "007" name one token
     return out
@@ -270,8 +275,10 @@ def _tools(f: Fields) -> tuple[list, str | None]:
     elif isinstance(choice, dict) and choice.get("type") == "allowed_tools":
         tools, forced = allowed_tools(choice, tools)
     elif choice not in (None, "auto"):
-        raise InvalidRequest('tool_choice must be "none", "auto", "required", {"type": "function", "function": '
-                             '{"name": ...}} or {"type": "allowed_tools", ...}')
+        raise InvalidRequest(
+            'tool_choice must be "none", "auto", "required", {"type": "function", "function": '
+            '{"name": ...}} or {"type": "allowed_tools", ...}'
+        )
     check_forced(forced, tools)
     f.bool("parallel_tool_calls")  # several calls per reply are allowed either way; we never merge them
     return tools, forced
@@ -329,8 +336,16 @@ def chat_request(body: dict) -> tuple[ChatRequest, Opts]:
     for key, neutral in _REFUSED.items():
         if f.any(key) not in neutral:
             raise InvalidRequest(f"{key} is not supported")
-    req = ChatRequest(model=model, messages=[_message(m, i, f) for i, m in enumerate(msgs)], tools=tools,
-                      tool_choice=forced, stream=True, format=fmt, keep_alive=f.any("keep_alive"), options=options)
+    req = ChatRequest(
+        model=model,
+        messages=[_message(m, i, f) for i, m in enumerate(msgs)],
+        tools=tools,
+        tool_choice=forced,
+        stream=True,
+        format=fmt,
+        keep_alive=f.any("keep_alive"),
+        options=options,
+    )
     reasoning(f, req)
     opts = _extras(f, req, opts, chat=True)
     # Unread (store, metadata, service_tier, prompt_cache_key, safety_identifier, verbosity, prediction, ...):
@@ -349,8 +364,10 @@ def _prompts(raw: Any) -> list[str | list[int]]:
         return [list(raw)]
     if isinstance(raw, list) and raw and all(isinstance(p, list) and p and all(_is_id(t) for t in p) for p in raw):
         return [list(p) for p in raw]
-    raise InvalidRequest("prompt must be a string, an array of strings, an array of token ids or an array of "
-                         "non-empty arrays of token ids")
+    raise InvalidRequest(
+        "prompt must be a string, an array of strings, an array of token ids or an array of "
+        "non-empty arrays of token ids"
+    )
 
 
 def completion_request(body: dict) -> tuple[list[GenerateRequest], Opts]:
@@ -363,8 +380,14 @@ def completion_request(body: dict) -> tuple[list[GenerateRequest], Opts]:
     options = sampling_options(f)
     echo = bool(f.bool("echo", False))
     best_of = f.int("best_of", None, 1, N_MAX)
-    req = GenerateRequest(model=model, suffix=f.str("suffix", "") or "", stream=True,  # OpenAI never cuts a prompt
-                          keep_alive=f.any("keep_alive"), options=options, truncate=False)
+    req = GenerateRequest(
+        model=model,
+        suffix=f.str("suffix", "") or "",
+        stream=True,  # OpenAI never cuts a prompt
+        keep_alive=f.any("keep_alive"),
+        options=options,
+        truncate=False,
+    )
     opts = _extras(f, req, opts, chat=False)
     if echo and req.logprobs:
         raise InvalidRequest("echo with logprobs is not supported: the prompt tokens' logprobs are not computed")
@@ -400,20 +423,31 @@ def embeddings_request(body: dict) -> tuple[EmbedRequest, str]:
     elif isinstance(raw, list) and raw and all(isinstance(x, list) and x and all(_is_id(t) for t in x) for x in raw):
         inputs = [list(x) for x in raw]  # several, each as token ids (checked against the vocabulary on the model)
     else:
-        raise InvalidRequest("invalid input: a string, an array of strings, an array of token ids or an array of "
-                             "non-empty arrays of token ids is required")
+        raise InvalidRequest(
+            "invalid input: a string, an array of strings, an array of token ids or an array of "
+            "non-empty arrays of token ids is required"
+        )
     empty = [i for i, x in enumerate(inputs) if x == ""]
     if empty:  # as OpenAI: an empty string has nothing to embed
-        raise InvalidRequest(f"invalid input: input[{empty[0]}] is an empty string" if isinstance(raw, list)
-                             else "invalid input: the input is an empty string")
+        raise InvalidRequest(
+            f"invalid input: input[{empty[0]}] is an empty string"
+            if isinstance(raw, list)
+            else "invalid input: the input is an empty string"
+        )
     encoding = f.str("encoding_format", "float") or "float"
     if encoding not in ("float", "base64"):
         raise InvalidRequest(f"encoding_format must be 'float' or 'base64', got {encoding!r}")
     dims = f.int("dimensions", None, 1, 1 << 20)
     f.str("user")
     # OpenAI refuses an input longer than the context (a 400 with context_length_exceeded); it never truncates
-    req = EmbedRequest(model=model, inputs=inputs, dimensions=dims, keep_alive=f.any("keep_alive"),
-                       options=f.obj("options") or {}, truncate=False)
+    req = EmbedRequest(
+        model=model,
+        inputs=inputs,
+        dimensions=dims,
+        keep_alive=f.any("keep_alive"),
+        options=f.obj("options") or {},
+        truncate=False,
+    )
     req.ignored = f.finish()
     return req, encoding
 

@@ -6,6 +6,7 @@ completion tokens. Logprobs come from the native items' `logprobs` entries (Olla
 them in `choices[i].logprobs.content`, legacy completions in `choices[i].logprobs.{tokens, token_logprobs,
 top_logprobs, text_offset}`.
 """
+
 from __future__ import annotations
 
 import json
@@ -26,8 +27,12 @@ def usage_of(dones: dict[int, dict], n: int = 0) -> dict:
     p = sum(int(d.get("prompt_eval_count", 0)) for d in firsts)
     c = sum(int(d.get("eval_count", 0)) for d in dones.values())
     cached = sum(int(d.get(PROMPT_CACHED_KEY, 0)) for d in firsts)
-    return {"prompt_tokens": p, "completion_tokens": c, "total_tokens": p + c,
-            "prompt_tokens_details": {"cached_tokens": cached}}
+    return {
+        "prompt_tokens": p,
+        "completion_tokens": c,
+        "total_tokens": p + c,
+        "prompt_tokens_details": {"cached_tokens": cached},
+    }
 
 
 def _finish_reason(done: dict, had_tools: bool) -> str:
@@ -40,8 +45,14 @@ def _tool_calls(calls: list[dict], start: int) -> list[dict]:
     out = []
     for k, c in enumerate(calls):
         fn = c.get("function", {})
-        out.append({"id": c.get("id") or "call_" + secrets.token_hex(4), "index": start + k, "type": "function",
-                    "function": {"name": fn.get("name"), "arguments": json.dumps(fn.get("arguments", {}))}})
+        out.append(
+            {
+                "id": c.get("id") or "call_" + secrets.token_hex(4),
+                "index": start + k,
+                "type": "function",
+                "function": {"name": fn.get("name"), "arguments": json.dumps(fn.get("arguments", {}))},
+            }
+        )
     return out
 
 
@@ -60,8 +71,10 @@ def _by_choice(items: list[dict]) -> dict[int, list[dict]]:
 
 def _chat_entry(e: dict) -> dict:
     """A native logprob entry -> OpenAI's chat shape (`bytes` null when the token has none; top_logprobs a list)."""
+
     def one(t: dict) -> dict:
         return {"token": t.get("token", ""), "logprob": t.get("logprob", 0.0), "bytes": t.get("bytes") or None}
+
     return {**one(e), "top_logprobs": [one(t) for t in e.get("top_logprobs") or ()]}
 
 
@@ -84,8 +97,13 @@ class ChatStream:
         self.dones: dict[int, dict] = {}
 
     def _base(self, obj: str) -> dict:
-        return {"id": self.id, "object": obj, "created": self.created, "model": self.model,
-                "system_fingerprint": "fp_localrt"}
+        return {
+            "id": self.id,
+            "object": obj,
+            "created": self.created,
+            "model": self.model,
+            "system_fingerprint": "fp_localrt",
+        }
 
     def _chunk(self, i: int, delta: dict, finish: str | None, entries: list[dict] | None = None) -> bytes:
         out = self._base("chat.completion.chunk")
@@ -131,7 +149,11 @@ class ChatStream:
                 message["reasoning_content"] = message["reasoning"] = thinking
             if calls:
                 message["tool_calls"] = _tool_calls(calls, 0)
-            choice: dict[str, Any] = {"index": i, "message": message, "finish_reason": _finish_reason(done, bool(calls))}
+            choice: dict[str, Any] = {
+                "index": i,
+                "message": message,
+                "finish_reason": _finish_reason(done, bool(calls)),
+            }
             if self.opts.logprobs:
                 choice["logprobs"] = _chat_logprobs([e for m in mine for e in m.get("logprobs") or ()])
             choices.append(choice)
@@ -152,8 +174,13 @@ class CompletionStream:
         self.echoed: set[int] = set()  # choices whose text has started (with the prompt, under echo)
 
     def _base(self) -> dict:
-        return {"id": self.id, "object": "text_completion", "created": int(time.time()), "model": self.model,
-                "system_fingerprint": "fp_localrt"}
+        return {
+            "id": self.id,
+            "object": "text_completion",
+            "created": int(time.time()),
+            "model": self.model,
+            "system_fingerprint": "fp_localrt",
+        }
 
     def _logprobs(self, i: int, entries: list[dict]) -> dict:
         """Legacy completions' logprobs: parallel lists; top_logprobs one {token: logprob} per position."""
@@ -198,8 +225,11 @@ class CompletionStream:
         for i, mine in (_by_choice(items) or {0: []}).items():
             done = dones[i] = mine[-1] if mine else {}
             entries = [e for m in mine for e in m.get("logprobs") or ()]
-            choices.append(self._choice(i, self._echo(i, "".join(m.get("response", "") for m in mine)),
-                                        _finish_reason(done, False), entries))
+            choices.append(
+                self._choice(
+                    i, self._echo(i, "".join(m.get("response", "") for m in mine)), _finish_reason(done, False), entries
+                )
+            )
         out = self._base()
         out["choices"] = choices
         out["usage"] = usage_of(dones, self.opts.n)

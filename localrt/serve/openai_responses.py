@@ -9,6 +9,7 @@ conversation (`previous_response_id`, `conversation`, `background`, `prompt`, `i
 it, as are non-function tools, images, files and audio. Unknown fields are ignored and named in one warning.
 The reply side is openai_responses_reply.
 """
+
 from __future__ import annotations
 
 import json
@@ -22,13 +23,26 @@ from .openai_compat import allowed_tools, check_forced, reasoning, sampling_opti
 # `include` values OpenAI documents. Only logprobs adds anything here; the others ask for data of hosted tools,
 # images or encrypted reasoning, none of which a reply from this runtime ever has, so there is nothing to add.
 LOGPROBS_INCLUDE = "message.output_text.logprobs"
-_INCLUDE = frozenset({LOGPROBS_INCLUDE, "reasoning.encrypted_content", "code_interpreter_call.outputs",
-                      "computer_call_output.output.image_url", "file_search_call.results",
-                      "message.input_image.image_url", "web_search_call.action.sources", "web_search_call.results"})
+_INCLUDE = frozenset(
+    {
+        LOGPROBS_INCLUDE,
+        "reasoning.encrypted_content",
+        "code_interpreter_call.outputs",
+        "computer_call_output.output.image_url",
+        "file_search_call.results",
+        "message.input_image.image_url",
+        "web_search_call.action.sources",
+        "web_search_call.results",
+    }
+)
 # Fields that need state this runtime does not keep (stored responses, conversations, prompt templates, a job
 # queue) or a limit it cannot honour: any value but the neutral one is a 400 that names the field.
-_REFUSED = {"previous_response_id": (None, ""), "conversation": (None, ""), "background": (None, False),
-            "prompt": (None,)}
+_REFUSED = {
+    "previous_response_id": (None, ""),
+    "conversation": (None, ""),
+    "background": (None, False),
+    "prompt": (None,),
+}
 
 
 @dataclass
@@ -127,8 +141,10 @@ class _Turns:
         elif kind is None:
             raise InvalidRequest(f"{where}: an input item needs a type (or a role)")
         else:
-            raise InvalidRequest(f"{where}: input item type {kind!r} is not supported (message, function_call, "
-                                 "function_call_output and reasoning are)")
+            raise InvalidRequest(
+                f"{where}: input item type {kind!r} is not supported (message, function_call, "
+                "function_call_output and reasoning are)"
+            )
         f.finish()
 
     def _message(self, f: Fields, where: str) -> None:
@@ -206,8 +222,9 @@ def _tool_choice(choice: Any, chat_tools: list) -> tuple[list, str | None]:
     elif isinstance(choice, dict) and choice.get("type") == "allowed_tools":
         chat_tools, forced = allowed_tools(choice, chat_tools, flat=True)
     elif isinstance(choice, dict):
-        raise InvalidRequest(f"tool_choice type {choice.get('type')!r} is not supported (function and "
-                             "allowed_tools are)")
+        raise InvalidRequest(
+            f"tool_choice type {choice.get('type')!r} is not supported (function and allowed_tools are)"
+        )
     elif choice not in (None, "auto"):
         raise InvalidRequest('tool_choice must be "none", "auto", "required" or {"type": "function", "name": ...}')
     check_forced(forced, chat_tools)
@@ -248,8 +265,9 @@ def responses_request(body: dict) -> tuple[ChatRequest, ResponsesOpts]:
     model = f.str("model", required=True, msg="model is required") or ""
     for key, neutral in _REFUSED.items():
         if f.any(key) not in neutral:
-            raise InvalidRequest(f"{key} is not supported: this server keeps no responses, conversations or "
-                                 "prompt templates")
+            raise InvalidRequest(
+                f"{key} is not supported: this server keeps no responses, conversations or prompt templates"
+            )
     turns = _Turns(f)
     instructions = f.str("instructions")
     if instructions:
@@ -290,9 +308,19 @@ def responses_request(body: dict) -> tuple[ChatRequest, ResponsesOpts]:
     opts.metadata = f.obj("metadata") or {}
     opts.logprobs = _include(f)
     opts.top_logprobs = f.int("top_logprobs", 0, 0, TOP_LOGPROBS_MAX) or 0
-    req = ChatRequest(model=model, messages=messages, tools=tools, tool_choice=forced, stream=True, format=fmt,
-                      keep_alive=f.any("keep_alive"), options=options, truncate=opts.truncation == "auto",
-                      logprobs=opts.logprobs or opts.top_logprobs > 0, top_logprobs=opts.top_logprobs)
+    req = ChatRequest(
+        model=model,
+        messages=messages,
+        tools=tools,
+        tool_choice=forced,
+        stream=True,
+        format=fmt,
+        keep_alive=f.any("keep_alive"),
+        options=options,
+        truncate=opts.truncation == "auto",
+        logprobs=opts.logprobs or opts.top_logprobs > 0,
+        top_logprobs=opts.top_logprobs,
+    )
     reasoning(f, req)
     req.cache_salt = cache_salt(f)  # vLLM's field, as on /v1/chat/completions
     opts.logprobs = req.logprobs

@@ -1,5 +1,6 @@
 """What the routes say about a request besides its reply: its id (set by the access log, serve/access_log.py)
 and one warning line naming what a request ignored."""
+
 from __future__ import annotations
 
 import logging
@@ -23,5 +24,10 @@ def warn_ignored(request: Request, req: Any) -> None:
     Ollama logs "invalid option provided"; nothing when it ignored nothing."""
     keys = ignored_keys(req)
     if keys:
-        log.warning("%s %s (request %s): ignored unknown field(s): %s", request.method, request.url.path,
-                    request_id(request), ", ".join(keys))
+        log.warning(
+            "%s %s (request %s): ignored unknown field(s): %s",
+            request.method,
+            request.url.path,
+            request_id(request),
+            ", ".join(keys),
+        )

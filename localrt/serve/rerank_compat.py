@@ -6,6 +6,7 @@ Jina/Cohere: {"model", "query", "documents": [str], "top_n", "return_documents"}
 [, "document": {"text"}]}]}, the results by score, highest first, at most top_n of them. TEI: {"query", "texts",
 "return_text"} -> [{"index", "score"[, "text"]}]. Scores are the model's raw outputs, as llama-server's.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -45,8 +46,16 @@ def rerank_request(body: dict) -> RerankRequest:
             raise InvalidRequest(f"top_n must be 0 or more, got {int(top_n)}")
         top_n = int(top_n)
     back = f.bool("return_text" if tei else "return_documents", False)
-    req = RerankRequest(model=model, query=query, documents=list(docs), top_n=top_n, return_documents=bool(back),
-                        tei=tei, keep_alive=f.any("keep_alive"), options=f.obj("options") or {})
+    req = RerankRequest(
+        model=model,
+        query=query,
+        documents=list(docs),
+        top_n=top_n,
+        return_documents=bool(back),
+        tei=tei,
+        keep_alive=f.any("keep_alive"),
+        options=f.obj("options") or {},
+    )
     req.ignored = f.finish()
     return req
 
@@ -61,9 +70,17 @@ def rerank_reply(req: RerankRequest, native: dict) -> Any:
     order = sorted(range(len(scores)), key=lambda i: -scores[i])  # a stable sort: equal scores keep their order
     top = order if req.top_n is None else order[: req.top_n]
     if req.tei:
-        return [{"index": i, "score": scores[i], **({"text": req.documents[i]} if req.return_documents else {})}
-                for i in top]
-    results = [{"index": i, "relevance_score": scores[i],
-                **({"document": {"text": req.documents[i]}} if req.return_documents else {})} for i in top]
+        return [
+            {"index": i, "score": scores[i], **({"text": req.documents[i]} if req.return_documents else {})}
+            for i in top
+        ]
+    results = [
+        {
+            "index": i,
+            "relevance_score": scores[i],
+            **({"document": {"text": req.documents[i]}} if req.return_documents else {}),
+        }
+        for i in top
+    ]
     n = int(native["prompt_tokens"])
     return {"model": req.model, "object": "list", "usage": {"prompt_tokens": n, "total_tokens": n}, "results": results}

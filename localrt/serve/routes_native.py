@@ -1,5 +1,6 @@
 """Ollama's native API (`/api/*`): one function per route. Each parses and validates its body, hands the request
 to the service (`request.app.state.service`; no HTTP below this layer) and frames what comes back."""
+
 from __future__ import annotations
 
 from starlette.concurrency import run_in_threadpool

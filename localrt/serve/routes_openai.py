@@ -1,5 +1,6 @@
 """The OpenAI-compatible API (`/v1/*`): one function per route, each a translation in front of the same service
 calls as the native routes (never a second engine path)."""
+
 from __future__ import annotations
 
 from typing import Any

@@ -2,6 +2,7 @@
 
 A pure ASGI middleware, so streamed responses pass through untouched.
 """
+
 from __future__ import annotations
 
 import hmac
@@ -17,14 +18,28 @@ from ..runtime.jobs import CLIENT, LOCAL_CALLER
 from .malloc import BIG_BODY, release_after_big_body
 
 DEFAULT_ORIGINS = (
-    "http://localhost", "https://localhost", "http://localhost:*", "https://localhost:*",
-    "http://127.0.0.1", "https://127.0.0.1", "http://127.0.0.1:*", "https://127.0.0.1:*",
-    "http://[::1]", "https://[::1]", "http://[::1]:*", "https://[::1]:*",
-    "http://0.0.0.0", "https://0.0.0.0", "http://0.0.0.0:*", "https://0.0.0.0:*",
+    "http://localhost",
+    "https://localhost",
+    "http://localhost:*",
+    "https://localhost:*",
+    "http://127.0.0.1",
+    "https://127.0.0.1",
+    "http://127.0.0.1:*",
+    "https://127.0.0.1:*",
+    "http://[::1]",
+    "https://[::1]",
+    "http://[::1]:*",
+    "https://[::1]:*",
+    "http://0.0.0.0",
+    "https://0.0.0.0",
+    "http://0.0.0.0:*",
+    "https://0.0.0.0:*",
 )
 # Names the variable, so a user who meets this knows what to set: the localrt command sends its own LOCALRT_API_KEY
-UNAUTHORIZED = ("unauthorized: a valid bearer token is required (set LOCALRT_API_KEY to the daemon's key; other "
-                "clients send it as Authorization: Bearer <key>)")
+UNAUTHORIZED = (
+    "unauthorized: a valid bearer token is required (set LOCALRT_API_KEY to the daemon's key; other "
+    "clients send it as Authorization: Bearer <key>)"
+)
 CORS_HEADERS = "Authorization, Content-Type, User-Agent, Accept, X-Requested-With, OpenAI-Beta, x-stainless-*"
 
 
@@ -128,9 +143,17 @@ def _address_key(peer: str) -> str:
 class Guard:
     """ASGI middleware. `loopback_bind` turns the Host check on, as Ollama does for a loopback listener."""
 
-    def __init__(self, app, *, loopback_bind: bool, origins: tuple[str, ...] = (), api_key: str | None = None,
-                 max_body: int = 64 * 1024 * 1024, unlimited_body_prefixes: tuple[str, ...] = ("/api/blobs/", "/v2/"),
-                 public_read_prefixes: tuple[str, ...] = ()):
+    def __init__(
+        self,
+        app,
+        *,
+        loopback_bind: bool,
+        origins: tuple[str, ...] = (),
+        api_key: str | None = None,
+        max_body: int = 64 * 1024 * 1024,
+        unlimited_body_prefixes: tuple[str, ...] = ("/api/blobs/", "/v2/"),
+        public_read_prefixes: tuple[str, ...] = (),
+    ):
         self.app = app
         self.loopback_bind = loopback_bind
         self.origins = origins
@@ -151,10 +174,12 @@ class Guard:
         if origin is not None:
             if not origin_allowed(origin, self.origins):
                 return await _reply(send, 403, _error(path, 403, f"origin {origin!r} is not allowed"))
-            cors = [(b"access-control-allow-origin", origin.encode("latin-1")),
-                    (b"vary", b"Origin"),
-                    (b"access-control-allow-methods", b"GET, POST, PUT, PATCH, DELETE, HEAD, OPTIONS"),
-                    (b"access-control-allow-headers", CORS_HEADERS.encode())]
+            cors = [
+                (b"access-control-allow-origin", origin.encode("latin-1")),
+                (b"vary", b"Origin"),
+                (b"access-control-allow-methods", b"GET, POST, PUT, PATCH, DELETE, HEAD, OPTIONS"),
+                (b"access-control-allow-headers", CORS_HEADERS.encode()),
+            ]
         if method == "OPTIONS":
             return await _reply(send, 204, None, cors)
         public = method in ("GET", "HEAD") and (path == "/" or path.startswith(self.public_read))
@@ -177,8 +202,9 @@ class Guard:
             await send(message)
 
         token = CLIENT.set(client_key(scope, headers))  # the service's worker threads inherit both
-        local = LOCAL_CALLER.set(is_loopback((scope.get("client") or ("",))[0] or "")
-                                 and "x-forwarded-for" not in headers)
+        local = LOCAL_CALLER.set(
+            is_loopback((scope.get("client") or ("",))[0] or "") and "x-forwarded-for" not in headers
+        )
         try:
             await self.app(scope, receive, send_with_cors)
         finally:

@@ -1,6 +1,7 @@
 """The HTTP app: the route table, the one place a route's exceptions become HTTP replies, and the guards around
 it all. The routes themselves live in routes_native (Ollama's /api) and routes_openai (/v1); framing in streaming.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -24,6 +25,7 @@ from .streaming import fold_chat, fold_generate, fold_progress  # noqa: F401
 
 def guarded(handler: Callable, openai: bool = False) -> Callable:
     """The one place a route's exceptions become HTTP replies (native or OpenAI error shape)."""
+
     async def route(request: Request) -> Response:
         try:
             return await handler(request)
@@ -31,6 +33,7 @@ def guarded(handler: Callable, openai: bool = False) -> Callable:
             return Response(status_code=499)
         except Exception as exc:  # noqa: BLE001 - mapped once, here
             return error_response(exc, openai=openai)
+
     return route
 
 
@@ -87,5 +90,12 @@ def make_app(service, config):
     app = Starlette(routes=routes)
     app.state.service = service
     public = ("/ui/",) + (("/v2/",) if getattr(config, "registry_public", False) else ())  # the page asks for the key
-    return AccessLog(Guard(app, loopback_bind=is_loopback(config.host), origins=config.origins,
-                           api_key=config.api_key, public_read_prefixes=public))
+    return AccessLog(
+        Guard(
+            app,
+            loopback_bind=is_loopback(config.host),
+            origins=config.origins,
+            api_key=config.api_key,
+            public_read_prefixes=public,
+        )
+    )

@@ -8,6 +8,7 @@ would read an empty error, or a stream that stops short as if complete. With it,
   API's stream, whose failure event needs the reply's own state, is closed unfinished instead.
 Before the stop it passes everything through untouched.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -69,8 +70,16 @@ class StopReplies:
 
     async def _refuse(self, scope, send, state) -> None:
         body = _error_reply(scope["path"])
-        await send({"type": "http.response.start", "status": 503, "headers": [
-            (b"content-type", b"application/json; charset=utf-8"), (b"content-length", str(len(body)).encode())]})
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 503,
+                "headers": [
+                    (b"content-type", b"application/json; charset=utf-8"),
+                    (b"content-length", str(len(body)).encode()),
+                ],
+            }
+        )
         await send({"type": "http.response.body", "body": body})
         state["done"] = True
 

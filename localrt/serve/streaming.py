@@ -1,6 +1,7 @@
 """Framing a stream of events for HTTP: the first event before the status line (so an early failure is a real
 HTTP error), NDJSON or SSE after it (a failure after the first byte is one error line), a fold for non-streamed
 replies, and cancellation when the client goes away."""
+
 from __future__ import annotations
 
 import asyncio
@@ -117,8 +118,13 @@ async def _disconnected(request: Request) -> None:
             return
 
 
-def _stream(pump: EventPump, first: Any, frame: Callable[[Any], bytes], tail: Callable[[], bytes] | None = None,
-            error_frame: Callable[[str], bytes] | None = None):
+def _stream(
+    pump: EventPump,
+    first: Any,
+    frame: Callable[[Any], bytes],
+    tail: Callable[[], bytes] | None = None,
+    error_frame: Callable[[str], bytes] | None = None,
+):
     async def body():
         batch = [first]
         try:
@@ -137,6 +143,7 @@ def _stream(pump: EventPump, first: Any, frame: Callable[[Any], bytes], tail: Ca
             yield (error_frame or (lambda m: _ndjson({"error": m})))(msg)
         finally:
             pump.cancel()
+
     return body()
 
 
@@ -170,8 +177,9 @@ async def streamed(request: Request, events: Iterator[dict], stream: bool, fold:
         return JSONResponse(_public(first))
     if not stream:
         return JSONResponse(_public(fold(await _drain(pump, request, first))))
-    return StreamingResponse(_stream(pump, first, lambda item: _ndjson(_public(item))),
-                             media_type="application/x-ndjson")
+    return StreamingResponse(
+        _stream(pump, first, lambda item: _ndjson(_public(item))), media_type="application/x-ndjson"
+    )
 
 
 async def openai_streamed(request: Request, events, opts, fmt):

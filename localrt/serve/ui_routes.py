@@ -1,6 +1,7 @@
 """The chat page: static files from `ui/` (shipped inside the package, no CDN, no build step), served under /ui/
 with a strict Content-Security-Policy, and `GET /` answered by a redirect for browsers (an Accept of text/html)
 while API clients that probe `/` keep getting "Ollama is running"."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -14,16 +15,27 @@ from starlette.responses import (
 )
 
 UI = Path(__file__).with_name("ui")
-FILES = {"": ("index.html", "text/html; charset=utf-8"), "app.js": ("app.js", "text/javascript; charset=utf-8"),
-         "markdown.js": ("markdown.js", "text/javascript; charset=utf-8"),
-         "math.js": ("math.js", "text/javascript; charset=utf-8"),
-         "convs.js": ("convs.js", "text/javascript; charset=utf-8"), "app.css": ("app.css", "text/css; charset=utf-8")}
+FILES = {
+    "": ("index.html", "text/html; charset=utf-8"),
+    "app.js": ("app.js", "text/javascript; charset=utf-8"),
+    "markdown.js": ("markdown.js", "text/javascript; charset=utf-8"),
+    "math.js": ("math.js", "text/javascript; charset=utf-8"),
+    "convs.js": ("convs.js", "text/javascript; charset=utf-8"),
+    "app.css": ("app.css", "text/css; charset=utf-8"),
+}
 # Scripts and styles from this origin's files only (no inline code, no eval), requests to this origin only, no
 # frames, forms or plugins: a reply that slipped markup past the renderer still could not run or load anything.
-CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
-       "base-uri 'none'; form-action 'none'; frame-ancestors 'none'")
-HEADERS = {"content-security-policy": CSP, "x-content-type-options": "nosniff", "referrer-policy": "no-referrer",
-           "x-frame-options": "DENY", "cache-control": "no-cache"}
+CSP = (
+    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
+    "base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+)
+HEADERS = {
+    "content-security-policy": CSP,
+    "x-content-type-options": "nosniff",
+    "referrer-policy": "no-referrer",
+    "x-frame-options": "DENY",
+    "cache-control": "no-cache",
+}
 
 
 def wants_html(request: Request) -> bool:

@@ -14,6 +14,7 @@ are cached per (state, stack). `format: "json"` is any JSON object at the top le
 json grammar (`root ::= object`). What is generated is documented in schema.py; every finished document
 validates against the schema.
 """
+
 from __future__ import annotations
 
 from .constraint import ConstrainedSampler, Constraint, Grammar, check_format, compile_dfa, compile_format
@@ -22,5 +23,19 @@ from .errors import PatternError, SchemaError, SchemaTooComplex, UnsupportedSche
 from .schema import Framed
 from .vocab import TokenIndex, token_index
 
-__all__ = ["ConstrainedSampler", "Constraint", "LazyConstraint", "Framed", "check_format", "Grammar", "compile_dfa", "compile_format",
-           "PatternError", "SchemaError", "SchemaTooComplex", "UnsupportedSchema", "TokenIndex", "token_index"]
+__all__ = [
+    "ConstrainedSampler",
+    "Constraint",
+    "LazyConstraint",
+    "Framed",
+    "check_format",
+    "Grammar",
+    "compile_dfa",
+    "compile_format",
+    "PatternError",
+    "SchemaError",
+    "SchemaTooComplex",
+    "UnsupportedSchema",
+    "TokenIndex",
+    "token_index",
+]

@@ -7,6 +7,7 @@ opening tag has no reasoning: the constraint holds from there. The bytes that fo
 that completed it, or the answer's first bytes, are stepped through the constraint (blank text dropped, as the
 answer's own parser drops it); when they do not continue it, the answer stays unconstrained.
 """
+
 from __future__ import annotations
 
 import weakref
@@ -71,7 +72,7 @@ class AfterReasoning:
         if at < 0:
             del self.window[: max(0, len(self.window) - len(self.tag))]  # keep what could start the tag
             return
-        self._start(bytes(self.window[at + len(self.tag):]).lstrip())
+        self._start(bytes(self.window[at + len(self.tag) :]).lstrip())
 
     def _start(self, answer: bytes) -> None:
         """The answer begins; `answer` is what of it the model has written already."""

@@ -1,4 +1,5 @@
 """`Constraint`: per-request decoding state over a compiled format; masks come from the token index."""
+
 from __future__ import annotations
 
 import json
@@ -44,13 +45,27 @@ class Grammar:
             return np.unpackbits(packed, count=self.index.n_vocab).view(bool), ids
         ix, d = self.index, self.dfa
         m = np.zeros(ix.n_vocab, bool)  # (n_vocab,)
-        allowed_tokens(ix.ids, ix.offsets, ix.data, ix.lcp, ix.max_len, d.trans, d.action, d.ret,
-                       state, np.asarray(stack, np.int32), MAX_STACK, m)
+        allowed_tokens(
+            ix.ids,
+            ix.offsets,
+            ix.data,
+            ix.lcp,
+            ix.max_len,
+            d.trans,
+            d.action,
+            d.ret,
+            state,
+            np.asarray(stack, np.int32),
+            MAX_STACK,
+            m,
+        )
         if d.accept[state] and not stack:
             m[ix.eog] = True
         n_allowed = int(np.count_nonzero(m))
         if n_allowed == 0:  # the automaton continues only through bytes no token spells
-            raise SchemaError("no token of this model can continue the document; the schema needs characters outside its vocabulary")
+            raise SchemaError(
+                "no token of this model can continue the document; the schema needs characters outside its vocabulary"
+            )
         ids = np.flatnonzero(m) if n_allowed <= _COMPACT_MAX else None  # (n_allowed,)
         packed = np.packbits(m)  # (ceil(n_vocab / 8),) uint8
         with self._lock:
@@ -97,7 +112,9 @@ class Constraint:
         for b in piece:
             state = step(d, state, stack, b, MAX_STACK)
             if state < 0:
-                raise SchemaError(f"token {token} ({piece!r}) does not continue the document {bytes(self.text)[-40:]!r}")
+                raise SchemaError(
+                    f"token {token} ({piece!r}) does not continue the document {bytes(self.text)[-40:]!r}"
+                )
         self.state, self.stack = state, stack
         self.text += piece
 

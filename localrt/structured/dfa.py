@@ -6,6 +6,7 @@ free-form automaton, so their continuations are one subset). When a byte has bot
 edges (anyOf of a free-form object and a structured one) the ordinary edges win: a subset of the
 language, so output still validates.
 """
+
 from __future__ import annotations
 
 import time

@@ -1,4 +1,5 @@
 """Typed errors of schema compilation; all are `InvalidRequest`, so the server answers 400."""
+
 from __future__ import annotations
 
 from ..errors import InvalidRequest

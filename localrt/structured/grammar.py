@@ -4,6 +4,7 @@ free-form value automaton (objects/arrays nest through push/pop edges, so any de
 Whitespace follows llama.cpp's schema grammar: nothing, one space, or a newline plus up to 20 spaces or
 tabs; bounded so that a model cannot loop on blanks.
 """
+
 from __future__ import annotations
 
 from .nfa import NFA, POP, PUSH, RET, complement, normalize
@@ -166,9 +167,17 @@ class SharedChars:
         end = nfa.new()
         for lo, hi in ((0x20, 0x21), (0x23, 0x5B), (0x5D, 0x7F)):
             nfa.byte(s, lo, hi, end)
-        for lo, hi, target in ((0xC2, 0xDF, self.cont[1]), (0xE0, 0xE0, self.e0), (0xE1, 0xEC, self.cont[2]),
-                               (0xED, 0xED, self.ed), (0xEE, 0xEF, self.cont[2]), (0xF0, 0xF0, self.f0),
-                               (0xF1, 0xF3, self.cont[3]), (0xF4, 0xF4, self.f4), (0x5C, 0x5C, self.esc)):
+        for lo, hi, target in (
+            (0xC2, 0xDF, self.cont[1]),
+            (0xE0, 0xE0, self.e0),
+            (0xE1, 0xEC, self.cont[2]),
+            (0xED, 0xED, self.ed),
+            (0xEE, 0xEF, self.cont[2]),
+            (0xF0, 0xF0, self.f0),
+            (0xF1, 0xF3, self.cont[3]),
+            (0xF4, 0xF4, self.f4),
+            (0x5C, 0x5C, self.esc),
+        ):
             nfa.byte(s, lo, hi, target, PUSH, end)
         return end
 
@@ -210,13 +219,16 @@ def _digit(nfa: NFA, s: int) -> int:
 
 
 def scalar(nfa: NFA, s: int) -> int:
-    return nfa.alt(s, [
-        lambda t: string(nfa, t),
-        lambda t: number(nfa, t),
-        lambda t: nfa.lit(t, b"true"),
-        lambda t: nfa.lit(t, b"false"),
-        lambda t: nfa.lit(t, b"null"),
-    ])
+    return nfa.alt(
+        s,
+        [
+            lambda t: string(nfa, t),
+            lambda t: number(nfa, t),
+            lambda t: nfa.lit(t, b"true"),
+            lambda t: nfa.lit(t, b"false"),
+            lambda t: nfa.lit(t, b"null"),
+        ],
+    )
 
 
 class FreeJSON:

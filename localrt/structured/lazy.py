@@ -7,6 +7,7 @@ at once; when they do not continue it (the model opened the call in a shape the 
 occurrence stays unconstrained. With `at_start`, only a trigger that is the first non-blank output counts (a call
 format with no tag of its own, whose call is the whole reply).
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -54,7 +55,9 @@ class LazyConstraint:
             return
         at = self.window.find(self.trigger, max(0, before - len(self.trigger) + 1))
         if at < 0:
-            if self.at_start and (bytes(self.window).strip() and not self.trigger.startswith(bytes(self.window).strip())):
+            if self.at_start and (
+                bytes(self.window).strip() and not self.trigger.startswith(bytes(self.window).strip())
+            ):
                 self.seen_text = True
             del self.window[: max(0, len(self.window) - len(self.trigger))]  # keep what could start a trigger
             return

@@ -4,6 +4,7 @@ Fragments are built forward: a builder takes the state to start from, adds edges
 the state where its text ends. Every new state counts against a budget, so a schema that would blow up
 (huge enums, maxLength 100000, nested minItems) stops early with `SchemaTooComplex`.
 """
+
 from __future__ import annotations
 
 from .errors import SchemaTooComplex

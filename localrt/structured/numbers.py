@@ -3,6 +3,7 @@
 A range of non-negative integers splits into blocks whose members share a length and whose digits each
 run over one range (e.g. [7, 123] -> 7-9 | 10-99 | 100-119 | 120-123), each a chain of byte ranges.
 """
+
 from __future__ import annotations
 
 import math

@@ -6,6 +6,7 @@ by the automaton always matches `re.search` too. Their negations (and negated cl
 shorthand) are restricted to ASCII for the same reason. Lookarounds, backreferences, flags and anchors
 inside the pattern are rejected.
 """
+
 from __future__ import annotations
 
 from .errors import PatternError
@@ -20,8 +21,14 @@ _DIGIT = [(0x30, 0x39)]
 _WORD = [(0x30, 0x39), (0x41, 0x5A), (0x5F, 0x5F), (0x61, 0x7A)]
 _SPACE = [(0x09, 0x0D), (0x20, 0x20)]
 _ASCII = [(0, 0x7F)]
-_SHORTHANDS = {"d": (_DIGIT, False), "D": (_DIGIT, True), "w": (_WORD, False), "W": (_WORD, True),
-               "s": (_SPACE, False), "S": (_SPACE, True)}
+_SHORTHANDS = {
+    "d": (_DIGIT, False),
+    "D": (_DIGIT, True),
+    "w": (_WORD, False),
+    "W": (_WORD, True),
+    "s": (_SPACE, False),
+    "S": (_SPACE, True),
+}
 _CONTROL_ESC = {"n": 0x0A, "t": 0x09, "r": 0x0D, "f": 0x0C, "v": 0x0B, "0": 0}
 _ANY_BUT_NL = complement([(0x0A, 0x0A)])
 
@@ -156,7 +163,9 @@ class _Parser:
     def group(self):
         if self.p.startswith("?:", self.i):
             self.i += 2
-        elif self.p.startswith("?P<", self.i) or (self.p.startswith("?<", self.i) and self.p[self.i + 2 : self.i + 3] not in "=!"):
+        elif self.p.startswith("?P<", self.i) or (
+            self.p.startswith("?<", self.i) and self.p[self.i + 2 : self.i + 3] not in "=!"
+        ):
             close = self.p.find(">", self.i)
             if close < 0:
                 self.fail("unterminated group name")

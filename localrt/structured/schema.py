@@ -8,6 +8,7 @@ are integers in range or non-negative decimals without exponent; string formats 
 uuid are generated through fixed patterns; whitespace is bounded (grammar.ws).
 Annotation keywords are ignored; every other keyword outside SUPPORTED raises UnsupportedSchema.
 """
+
 from __future__ import annotations
 
 import json
@@ -22,11 +23,46 @@ from .errors import SchemaError, SchemaTooComplex, UnsupportedSchema
 from .nfa import NFA
 from .regex import compile_pattern, parse_pattern
 
-ANNOTATIONS = frozenset({"title", "description", "$schema", "$id", "$comment", "examples", "default",
-                         "deprecated", "readOnly", "writeOnly", "$defs", "definitions"})
-SUPPORTED = frozenset({"type", "properties", "required", "additionalProperties", "items", "enum", "const",
-                       "anyOf", "allOf", "minItems", "maxItems", "minLength", "maxLength", "pattern", "$ref",
-                       "format", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"})
+ANNOTATIONS = frozenset(
+    {
+        "title",
+        "description",
+        "$schema",
+        "$id",
+        "$comment",
+        "examples",
+        "default",
+        "deprecated",
+        "readOnly",
+        "writeOnly",
+        "$defs",
+        "definitions",
+    }
+)
+SUPPORTED = frozenset(
+    {
+        "type",
+        "properties",
+        "required",
+        "additionalProperties",
+        "items",
+        "enum",
+        "const",
+        "anyOf",
+        "allOf",
+        "minItems",
+        "maxItems",
+        "minLength",
+        "maxLength",
+        "pattern",
+        "$ref",
+        "format",
+        "minimum",
+        "maximum",
+        "exclusiveMinimum",
+        "exclusiveMaximum",
+    }
+)
 _BOUNDS = ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum")
 TYPES = ("object", "array", "string", "number", "integer", "boolean", "null")
 # String `format`s generated through a pattern of the subset (JSON Schema treats format as an annotation by
@@ -158,8 +194,9 @@ class _Builder:
         if "anyOf" in keys:
             self._only(schema, "anyOf", where)
             alts = schema["anyOf"]
-            return self.nfa.alt(s, [lambda t, i=i, a=a: self.value(a, t, f"{where}/anyOf/{i}", depth + 1)
-                                    for i, a in enumerate(alts)])
+            return self.nfa.alt(
+                s, [lambda t, i=i, a=a: self.value(a, t, f"{where}/anyOf/{i}", depth + 1) for i, a in enumerate(alts)]
+            )
         types = schema.get("type")
         if types is None:
             types = [_infer_type(keys)] if _infer_type(keys) else None

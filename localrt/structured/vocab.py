@@ -4,6 +4,7 @@ Tokens are sorted by their bytes; `lcp[k]` is how many leading bytes token k sha
 kernel keeps the automaton state after every byte of the previous token and resumes from the shared
 prefix, so each trie edge is stepped once, and a prefix that dies kills every token below it at once.
 """
+
 from __future__ import annotations
 
 import threading

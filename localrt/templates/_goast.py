@@ -1,4 +1,5 @@
 """Syntax tree of a parsed Go template. `pos` is the character offset of the node in the source."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -13,14 +14,14 @@ class Text:
 
 @dataclass
 class Field:
-    path: tuple[str, ...]     # .A.B -> ("A", "B")
+    path: tuple[str, ...]  # .A.B -> ("A", "B")
     pos: int
 
 
 @dataclass
 class Variable:
-    name: str                 # "$" or "$x"
-    path: tuple[str, ...]     # $x.A.B -> ("A", "B")
+    name: str  # "$" or "$x"
+    path: tuple[str, ...]  # $x.A.B -> ("A", "B")
     pos: int
 
 
@@ -31,19 +32,19 @@ class Dot:
 
 @dataclass
 class Literal:
-    value: Any                # str, int, float, bool or None (nil)
+    value: Any  # str, int, float, bool or None (nil)
     pos: int
 
 
 @dataclass
 class Ident:
-    name: str                 # a function name
+    name: str  # a function name
     pos: int
 
 
 @dataclass
 class Chain:
-    node: "Pipe"              # (pipeline).A.B
+    node: "Pipe"  # (pipeline).A.B
     path: tuple[str, ...]
     pos: int
 
@@ -56,8 +57,8 @@ class Command:
 
 @dataclass
 class Pipe:
-    decl: list[str]           # variables declared or assigned by the pipeline
-    assign: bool              # `=` instead of `:=`
+    decl: list[str]  # variables declared or assigned by the pipeline
+    assign: bool  # `=` instead of `:=`
     cmds: list[Command]
     pos: int
 
@@ -70,7 +71,7 @@ class Action:
 
 @dataclass
 class Branch:
-    kind: str                 # "if", "with" or "range"
+    kind: str  # "if", "with" or "range"
     pipe: Pipe
     body: list["Node"]
     else_body: list["Node"] | None

@@ -1,13 +1,29 @@
 """Executor for a parsed Go template, with the limits an untrusted template needs: output size, range
 iterations, total steps and wall-clock time."""
+
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass
 from typing import Any
 
-from ._goast import (Action, Arg, Branch, Break, Chain, Command, Continue, Dot, Field, Ident, Literal, Node,
-                     Pipe, Text, Variable)
+from ._goast import (
+    Action,
+    Arg,
+    Branch,
+    Break,
+    Chain,
+    Command,
+    Continue,
+    Dot,
+    Field,
+    Ident,
+    Literal,
+    Node,
+    Pipe,
+    Text,
+    Variable,
+)
 from ._gofmt import FormatError
 from ._gofuncs import ARITY, FUNCTIONS, FuncError
 from ._govalues import SEQUENCE_TYPES, GoStruct, format_v, sorted_keys, truth, type_name
@@ -18,10 +34,10 @@ _NO_ARG = object()  # no value piped in from the previous command
 
 @dataclass(frozen=True)
 class Limits:
-    max_output: int = 8 << 20          # characters of rendered text (and of any one intermediate string)
-    max_iterations: int = 1_000_000    # range iterations over the whole execution
-    max_steps: int = 20_000_000        # nodes and commands evaluated over the whole execution
-    timeout_s: float = 10.0            # wall-clock limit of one execution
+    max_output: int = 8 << 20  # characters of rendered text (and of any one intermediate string)
+    max_iterations: int = 1_000_000  # range iterations over the whole execution
+    max_steps: int = 20_000_000  # nodes and commands evaluated over the whole execution
+    timeout_s: float = 10.0  # wall-clock limit of one execution
 
 
 class _BreakLoop(Exception):
@@ -167,7 +183,7 @@ class Executor:
         if isinstance(first, Ident):
             return self.call(first, rest, dot, scope, final)
         if rest or final is not _NO_ARG:
-            what = ".".join(first.path) if isinstance(first, Field) else self.src[first.pos:first.pos + 20]
+            what = ".".join(first.path) if isinstance(first, Field) else self.src[first.pos : first.pos + 20]
             raise self.error(f"can't give argument to non-function {what}", first.pos)
         return self.arg(first, dot, scope)
 
@@ -213,8 +229,9 @@ class Executor:
         n_args = len(arg_nodes) + (final is not _NO_ARG)
         lo, hi = ARITY.get(name, (0, None))
         if n_args < lo or (hi is not None and n_args > hi):
-            raise self.error(f"wrong number of args for {name}: want {lo}{'' if hi == lo else '+'} got {n_args}",
-                             ident.pos)
+            raise self.error(
+                f"wrong number of args for {name}: want {lo}{'' if hi == lo else '+'} got {n_args}", ident.pos
+            )
         if name in ("and", "or"):
             return self.and_or(name, arg_nodes, dot, scope, final)
         args = [self.arg(a, dot, scope) for a in arg_nodes]

@@ -1,4 +1,5 @@
 """Go's fmt for templates: `print`, `println` and `printf` with the common verbs, flags, width, precision."""
+
 from __future__ import annotations
 
 import json
@@ -33,7 +34,7 @@ def sprintln(args: list[Any]) -> str:
 def sprintf(fmt: str, args: list[Any]) -> str:
     out, used, pos = [], 0, 0
     for m in _DIRECTIVE.finditer(fmt):
-        out.append(fmt[pos:m.start()])
+        out.append(fmt[pos : m.start()])
         pos = m.end()
         flags, width, prec, verb = m.group(1), m.group(2), m.group(3), m.group(4)
         if verb == "%":
@@ -99,8 +100,13 @@ def _int_verb(verb: str, flags: str, v: Any) -> str:
         return _bad(verb, v)
     if verb == "c":
         return chr(v) if 0 <= v <= 0x10FFFF else "\ufffd"
-    body = {"d": str, "b": lambda n: format(n, "b"), "o": lambda n: format(n, "o"),
-            "x": lambda n: format(n, "x"), "X": lambda n: format(n, "X")}[verb](abs(v))
+    body = {
+        "d": str,
+        "b": lambda n: format(n, "b"),
+        "o": lambda n: format(n, "o"),
+        "x": lambda n: format(n, "x"),
+        "X": lambda n: format(n, "X"),
+    }[verb](abs(v))
     if "#" in flags and verb in "xXo":
         body = {"x": "0x", "X": "0X", "o": "0"}[verb] + body
     sign = "-" if v < 0 else ("+" if "+" in flags else (" " if " " in flags else ""))
@@ -130,7 +136,5 @@ def _pad(s: str, flags: str, width: int | None, verb: str) -> str:
         return s + " " * (width - len(s))
     if "0" in flags and verb in "dboxXeEfFgG":
         sign = s[0] if s[:1] in "+- " else ""
-        return sign + "0" * (width - len(s)) + s[len(sign):]
+        return sign + "0" * (width - len(s)) + s[len(sign) :]
     return " " * (width - len(s)) + s
-
-

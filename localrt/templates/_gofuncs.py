@@ -2,6 +2,7 @@
 
 Each takes evaluated arguments and returns a value or raises FuncError; `and`/`or` are in the executor
 because they short-circuit."""
+
 from __future__ import annotations
 
 import datetime
@@ -165,8 +166,15 @@ def yesterday_date(*_args: Any) -> str:
     return (datetime.date.today() - datetime.timedelta(days=1)).isoformat()
 
 
-_TS_TYPES = {"string": "string", "number": "number", "integer": "number", "boolean": "boolean",
-             "array": "any[]", "object": "Record<string, any>", "null": "null"}
+_TS_TYPES = {
+    "string": "string",
+    "number": "number",
+    "integer": "number",
+    "boolean": "boolean",
+    "array": "any[]",
+    "object": "Record<string, any>",
+    "null": "null",
+}
 
 
 def to_typescript_type(v: Any) -> str:
@@ -191,14 +199,43 @@ def urlquery(*args: Any) -> str:
 
 
 FUNCTIONS: dict[str, Callable[..., Any]] = {
-    "eq": eq, "ne": ne, "lt": lt, "le": le, "gt": gt, "ge": ge, "not": not_,
-    "len": length, "index": index, "slice": slice_,
-    "print": lambda *a: sprint(list(a)), "println": lambda *a: sprintln(list(a)), "printf": printf,
-    "json": go_json, "toJson": go_json,
-    "currentDate": current_date, "yesterdayDate": yesterday_date, "toTypeScriptType": to_typescript_type,
-    "html": html_escape, "urlquery": urlquery,
+    "eq": eq,
+    "ne": ne,
+    "lt": lt,
+    "le": le,
+    "gt": gt,
+    "ge": ge,
+    "not": not_,
+    "len": length,
+    "index": index,
+    "slice": slice_,
+    "print": lambda *a: sprint(list(a)),
+    "println": lambda *a: sprintln(list(a)),
+    "printf": printf,
+    "json": go_json,
+    "toJson": go_json,
+    "currentDate": current_date,
+    "yesterdayDate": yesterday_date,
+    "toTypeScriptType": to_typescript_type,
+    "html": html_escape,
+    "urlquery": urlquery,
 }
-ARITY = {"ne": (2, 2), "lt": (2, 2), "le": (2, 2), "gt": (2, 2), "ge": (2, 2), "not": (1, 1), "len": (1, 1),
-         "index": (1, None), "slice": (1, None), "printf": (1, None), "json": (1, 1), "toJson": (1, 1),
-         "eq": (1, None), "toTypeScriptType": (1, 1), "and": (1, None), "or": (1, None)}
+ARITY = {
+    "ne": (2, 2),
+    "lt": (2, 2),
+    "le": (2, 2),
+    "gt": (2, 2),
+    "ge": (2, 2),
+    "not": (1, 1),
+    "len": (1, 1),
+    "index": (1, None),
+    "slice": (1, None),
+    "printf": (1, None),
+    "json": (1, 1),
+    "toJson": (1, 1),
+    "eq": (1, None),
+    "toTypeScriptType": (1, 1),
+    "and": (1, None),
+    "or": (1, None),
+}
 NAMES = frozenset(FUNCTIONS) | {"and", "or"}

@@ -1,4 +1,5 @@
 """Lexer for the Go text/template subset: text, `{{ }}` actions, trim markers, comments, literals."""
+
 from __future__ import annotations
 
 import re
@@ -11,18 +12,18 @@ SPACE = " \t\r\n"
 KEYWORDS = frozenset({"if", "else", "end", "range", "with", "break", "continue", "define", "template", "block"})
 _NUMBER = re.compile(
     r"[+-]?(?:0[xX][0-9a-fA-F_]+|0[bB][01_]+|0[oO][0-7_]+"
-    r"|(?:\d[\d_]*(?:\.[\d_]*)?|\.\d[\d_]*)(?:[eE][+-]?\d+)?)")
-_ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "\\": "\\", '"': '"', "'": "'", "a": "\a", "b": "\b",
-            "f": "\f", "v": "\v"}
+    r"|(?:\d[\d_]*(?:\.[\d_]*)?|\.\d[\d_]*)(?:[eE][+-]?\d+)?)"
+)
+_ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "\\": "\\", '"': '"', "'": "'", "a": "\a", "b": "\b", "f": "\f", "v": "\v"}
 
 
 @dataclass(frozen=True)
 class Token:
-    kind: str    # text ldelim rdelim field var dot ident keyword string number bool nil pipe lparen rparen
+    kind: str  # text ldelim rdelim field var dot ident keyword string number bool nil pipe lparen rparen
     #              comma declare assign eof
     value: Any
-    start: int   # offset of the token's first character in the source
-    end: int     # offset just past it
+    start: int  # offset of the token's first character in the source
+    end: int  # offset just past it
 
 
 def lex(src: str) -> list[Token]:
@@ -109,7 +110,7 @@ class _Lexer:
             end = src.find("`", p + 1)
             if end < 0:
                 raise self.error("unterminated raw quoted string", p)
-            return self.push("string", src[p + 1:end], p, end + 1)
+            return self.push("string", src[p + 1 : end], p, end + 1)
         if c == "'":
             return self.char(p)
         if c == "$":
@@ -117,7 +118,7 @@ class _Lexer:
             return self.push("var", src[p:end], p, end)
         if c == "." and p + 1 < len(src) and (src[p + 1].isalpha() or src[p + 1] == "_"):
             end = self.word_end(p + 1)
-            return self.push("field", src[p + 1:end], p, end)
+            return self.push("field", src[p + 1 : end], p, end)
         if c.isdigit() or (c in "+-." and p + 1 < len(src) and (src[p + 1].isdigit() or src[p + 1] == ".")):
             return self.number(p)
         if c == ".":
@@ -146,7 +147,7 @@ class _Lexer:
         m = _NUMBER.match(self.src, p)
         end = m.end() if m else p
         if not m or (end < len(self.src) and (self.src[end].isalnum() or self.src[end] in "._")):
-            raise self.error(f"bad number syntax: {self.src[p:self.word_end(end) + 1]!r}", p)
+            raise self.error(f"bad number syntax: {self.src[p : self.word_end(end) + 1]!r}", p)
         text = m.group().replace("_", "")
         body = text.lstrip("+-")
         try:
@@ -180,30 +181,30 @@ class _Lexer:
     def escape(self, q: int, start: int) -> tuple[str, int]:
         """Decode the escape whose letter is at `q`; returns (character, offset after it)."""
         src = self.src
-        e = src[q:q + 1]
+        e = src[q : q + 1]
         if e in _ESCAPES:
             return _ESCAPES[e], q + 1
         widths = {"x": 2, "u": 4, "U": 8}
         if e in widths:
-            digits = src[q + 1:q + 1 + widths[e]]
+            digits = src[q + 1 : q + 1 + widths[e]]
             if len(digits) == widths[e] and all(d in "0123456789abcdefABCDEF" for d in digits):
                 code = int(digits, 16)
                 if code <= 0x10FFFF:
                     return chr(code), q + 1 + widths[e]
         if e.isdigit():
-            digits = src[q:q + 3]
+            digits = src[q : q + 3]
             if len(digits) == 3 and all(d in "01234567" for d in digits) and int(digits, 8) < 256:
                 return chr(int(digits, 8)), q + 3
         raise self.error("invalid escape sequence in quoted string", start)
 
     def char(self, p: int) -> int:
         src = self.src
-        if src[p + 1:p + 2] == "\\":
+        if src[p + 1 : p + 2] == "\\":
             ch, q = self.escape(p + 2, p)
         elif p + 1 < len(src) and src[p + 1] not in "'\n":
             ch, q = src[p + 1], p + 2
         else:
             raise self.error("malformed character constant", p)
-        if src[q:q + 1] != "'":
+        if src[q : q + 1] != "'":
             raise self.error("unterminated character constant", p)
         return self.push("number", ord(ch), p, q + 1)

@@ -1,11 +1,27 @@
 """Parser for the Go text/template subset: tokens -> syntax tree, with Go's parse-time checks
 (undefined variables and functions, break/continue outside range, unbalanced end/else)."""
+
 from __future__ import annotations
 
 from typing import Collection
 
-from ._goast import (Action, Arg, Branch, Break, Chain, Command, Continue, Dot, Field, Ident, Literal, Node,
-                     Pipe, Text, Variable)
+from ._goast import (
+    Action,
+    Arg,
+    Branch,
+    Break,
+    Chain,
+    Command,
+    Continue,
+    Dot,
+    Field,
+    Ident,
+    Literal,
+    Node,
+    Pipe,
+    Text,
+    Variable,
+)
 from ._golex import Token, lex
 from .errors import TemplateError, line_col
 
@@ -218,7 +234,7 @@ class _Parser:
         else:
             raise self.error(f"unexpected {self.describe(tok)} in {context}", tok.start)
         if self.peek().kind == "field" and self.peek().start == tok.end:
-            raise self.error(f"unexpected . after term {self.src[tok.start:tok.end]!r}", self.peek().start)
+            raise self.error(f"unexpected . after term {self.src[tok.start : tok.end]!r}", self.peek().start)
         return node
 
     def field_chain(self, prev: Token) -> list[str]:

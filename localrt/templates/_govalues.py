@@ -2,6 +2,7 @@
 
 Python stand-ins: dict = Go map (ranged and printed in sorted key order), list/tuple/SliceView = slice,
 GoStruct = struct (unknown field is an error), None = nil, str/int/float/bool as themselves."""
+
 from __future__ import annotations
 
 import json
@@ -14,8 +15,15 @@ class GoStruct:
 
     __slots__ = ("type_name", "fields", "json_names", "omitempty", "stringer")
 
-    def __init__(self, type_name: str, fields: dict[str, Any], *, json_names: dict[str, str] | None = None,
-                 omitempty: frozenset[str] = frozenset(), stringer: bool = False):
+    def __init__(
+        self,
+        type_name: str,
+        fields: dict[str, Any],
+        *,
+        json_names: dict[str, str] | None = None,
+        omitempty: frozenset[str] = frozenset(),
+        stringer: bool = False,
+    ):
         self.type_name = type_name
         self.fields = fields
         self.json_names = json_names or {}
@@ -131,7 +139,7 @@ def format_float_v(f: float, e: str = "e") -> str:
         return f"{sign}0.{'0' * (-exp - 1)}{digits}"
     if exp + 1 >= len(digits):
         return sign + digits + "0" * (exp + 1 - len(digits))
-    return f"{sign}{digits[:exp + 1]}.{digits[exp + 1:]}"
+    return f"{sign}{digits[: exp + 1]}.{digits[exp + 1 :]}"
 
 
 def _shortest_digits(f: float) -> tuple[str, int]:
@@ -147,7 +155,7 @@ def _shortest_digits(f: float) -> tuple[str, int]:
         int_part, _, frac = r.partition(".")
         if int_part.strip("0"):
             exp10 = len(int_part.lstrip("0")) - 1
-            digits = (int_part.lstrip("0") + frac)
+            digits = int_part.lstrip("0") + frac
         else:
             stripped = frac.lstrip("0")
             exp10 = -(len(frac) - len(stripped)) - 1
@@ -201,11 +209,17 @@ def _json_default(value: Any) -> Any:
 
 def go_json(value: Any) -> str:
     """encoding/json.Marshal: compact, map keys sorted, struct fields in order, HTML characters escaped."""
-    text = json.dumps(_sort_maps(value), ensure_ascii=False, separators=(",", ":"), default=_json_default,
-                      allow_nan=False)
+    text = json.dumps(
+        _sort_maps(value), ensure_ascii=False, separators=(",", ":"), default=_json_default, allow_nan=False
+    )
     # Go's Marshal escapes these for safe embedding in HTML/JS
-    return (text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
-            .replace("\u2028", "\\u2028").replace("\u2029", "\\u2029"))
+    return (
+        text.replace("<", "\\u003c")
+        .replace(">", "\\u003e")
+        .replace("&", "\\u0026")
+        .replace("\u2028", "\\u2028")
+        .replace("\u2029", "\\u2029")
+    )
 
 
 def _sort_maps(value: Any) -> Any:
@@ -221,4 +235,3 @@ def _sort_maps(value: Any) -> Any:
     if isinstance(value, float) and value.is_integer() and abs(value) < 1e21:
         return int(value)  # Go marshals 1.0 as 1
     return value
-

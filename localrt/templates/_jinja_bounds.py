@@ -1,6 +1,7 @@
 """How large the result of a method call or a formatting operation can get, worked out from its arguments before
 Python builds it: str/bytes methods (center, expandtabs, replace, join, split, translate, ...), printf-style `%`,
 and `str.format` fields (widths and precisions, including ones that come from arguments)."""
+
 from __future__ import annotations
 
 import re
@@ -15,9 +16,35 @@ from ._jinja_text import _LINEBREAKS, count_any
 _ASCII_SPACE = " \t\n\r\x0b\x0c\x1c\x1d\x1e\x1f"
 _CASE = {"capitalize", "casefold", "lower", "swapcase", "title", "upper"}
 _SHRINK = {"strip", "lstrip", "rstrip", "removeprefix", "removesuffix", "unescape"}
-_SCALAR = {"count", "find", "rfind", "index", "rindex", "startswith", "endswith", "isalnum", "isalpha", "isascii",
-           "isdecimal", "isdigit", "isidentifier", "islower", "isnumeric", "isprintable", "isspace", "istitle",
-           "isupper", "bit_length", "bit_count", "is_integer", "get", "keys", "values", "items", "conjugate"}
+_SCALAR = {
+    "count",
+    "find",
+    "rfind",
+    "index",
+    "rindex",
+    "startswith",
+    "endswith",
+    "isalnum",
+    "isalpha",
+    "isascii",
+    "isdecimal",
+    "isdigit",
+    "isidentifier",
+    "islower",
+    "isnumeric",
+    "isprintable",
+    "isspace",
+    "istitle",
+    "isupper",
+    "bit_length",
+    "bit_count",
+    "is_integer",
+    "get",
+    "keys",
+    "values",
+    "items",
+    "conjugate",
+}
 _ESC = "&<>\"'"
 
 

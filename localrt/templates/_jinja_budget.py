@@ -5,6 +5,7 @@ an output expression) says first how large its result can get; the budget refuse
 one value may hold (`max_output`) or more than what is left of the render's allowance (`max_built`, counted
 over the whole render and never given back). Sizes are in "units": a character of a string, `REF` per element
 of a list, `OBJ` per small object created on the way (a piece of a split, a chunk of a wrap)."""
+
 from __future__ import annotations
 
 import contextvars
@@ -18,18 +19,18 @@ from jinja2.utils import Namespace
 
 from .errors import TemplateError
 
-MAX_INT_BITS = 4096   # integers a template may build (stops 9**9**9 and repeated squaring)
-REF = 8               # units per element of a list or tuple (a pointer)
-OBJ = 64              # units per small object an operation creates (a str header is ~50 bytes)
+MAX_INT_BITS = 4096  # integers a template may build (stops 9**9**9 and repeated squaring)
+REF = 8  # units per element of a list or tuple (a pointer)
+OBJ = 64  # units per small object an operation creates (a str header is ~50 bytes)
 _EXACT_REPR = 1 << 16  # strings up to this long get an exact repr/json length, longer ones a bound
 
 
 @dataclass(frozen=True)
 class JinjaLimits:
-    max_output: int = 8 << 20       # characters of output, and of any one string or list built on the way
-    max_steps: int = 2_000_000      # loop iterations + calls + guarded operations per render
-    timeout_s: float = 5.0          # wall-clock limit of one render
-    max_built: int | None = None    # units built over the whole render; None = 8 x max_output
+    max_output: int = 8 << 20  # characters of output, and of any one string or list built on the way
+    max_steps: int = 2_000_000  # loop iterations + calls + guarded operations per render
+    timeout_s: float = 5.0  # wall-clock limit of one render
+    max_built: int | None = None  # units built over the whole render; None = 8 x max_output
 
 
 def refuse(msg: str) -> TemplateError:
@@ -138,8 +139,17 @@ def _str_bound(s: str, mode: str, ensure_ascii: bool, cache: dict[int, int]) -> 
     return out
 
 
-def text_bound(value: Any, budget: Budget, *, mode: str = "str", ensure_ascii: bool = False, indent: int = 0,
-               item_sep: int = 2, key_sep: int = 2, limit: int | None = None) -> int:
+def text_bound(
+    value: Any,
+    budget: Budget,
+    *,
+    mode: str = "str",
+    ensure_ascii: bool = False,
+    indent: int = 0,
+    item_sep: int = 2,
+    key_sep: int = 2,
+    limit: int | None = None,
+) -> int:
     """An upper bound on len(str(value)) (mode "str"), repr(value) ("repr"), json.dumps(value, ...) ("json")
     or pprint.pformat(value) ("pprint"), found without building it. Each node visited is a step, a container met
     again (shared references) is counted from memory, and counting stops once the bound passes `limit`

@@ -2,6 +2,7 @@
 from its arguments (a width times the number of lines for `indent`, the matches times the replacement for
 `replace`, the items plus separators for `join`, ...), and is refused before it runs when that is too much.
 `wordwrap` and `striptags` are replaced by linear versions with the same output (see _jinja_text)."""
+
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
@@ -119,10 +120,12 @@ def _escape(a: dict, b: Budget) -> int:
 def _tojson(a: dict, b: Budget) -> int:
     indent, seps = a["indent"], a["separators"]
     ind = len(indent) if isinstance(indent, str) else max(indent, 0) if isinstance(indent, int) else 0
-    item_sep, key_sep = (len(str(seps[0])), len(str(seps[1]))) if isinstance(seps, (list, tuple)) and len(seps) == 2 \
-        else (2, 2)
-    return _tb(a["value"], b, mode="json", ensure_ascii=bool(a["ensure_ascii"]), indent=ind, item_sep=item_sep,
-               key_sep=key_sep)
+    item_sep, key_sep = (
+        (len(str(seps[0])), len(str(seps[1]))) if isinstance(seps, (list, tuple)) and len(seps) == 2 else (2, 2)
+    )
+    return _tb(
+        a["value"], b, mode="json", ensure_ascii=bool(a["ensure_ascii"]), indent=ind, item_sep=item_sep, key_sep=key_sep
+    )
 
 
 def _pprint(a: dict, b: Budget) -> tuple[int, int]:
@@ -166,8 +169,11 @@ def _wordcount(a: dict, b: Budget) -> tuple[int, int]:
 _PRE: dict[str, tuple[tuple[str, ...], dict[str, Any], Pre]] = {
     "batch": (("value", "linecount", "fill_with"), {"fill_with": None}, _batch),
     "capitalize": (("s",), {}, _case),
-    "center": (("value", "width"), {"width": 80},
-               lambda a, b: max(_tb(a["value"], b), a["width"] if isinstance(a["width"], int) else 0)),
+    "center": (
+        ("value", "width"),
+        {"width": 80},
+        lambda a, b: max(_tb(a["value"], b), a["width"] if isinstance(a["width"], int) else 0),
+    ),
     "dictsort": (("value",), {}, lambda a, b: ((REF + OBJ) * _sized(a), _sized(a))),
     "e": (("s",), {}, _escape),
     "escape": (("s",), {}, _escape),
@@ -186,16 +192,24 @@ _PRE: dict[str, tuple[tuple[str, ...], dict[str, Any], Pre]] = {
     "string": (("s",), {}, lambda a, b: _tb(a["s"], b)),
     "sum": (("iterable", "attribute", "start"), {"attribute": None, "start": 0}, _sum),
     "title": (("s",), {}, _title),
-    "tojson": (("value", "ensure_ascii", "indent", "separators", "sort_keys"),
-               {"ensure_ascii": False, "indent": None, "separators": None, "sort_keys": False}, _tojson),
+    "tojson": (
+        ("value", "ensure_ascii", "indent", "separators", "sort_keys"),
+        {"ensure_ascii": False, "indent": None, "separators": None, "sort_keys": False},
+        _tojson,
+    ),
     "trim": (("value", "chars"), {"chars": None}, lambda a, b: _tb(a["value"], b)),
-    "truncate": (("s", "length", "killwords", "end", "leeway"),
-                 {"length": 255, "killwords": False, "end": "...", "leeway": None}, _truncate),
+    "truncate": (
+        ("s", "length", "killwords", "end", "leeway"),
+        {"length": 255, "killwords": False, "end": "...", "leeway": None},
+        _truncate,
+    ),
     "upper": (("s",), {}, _case),
     "urlencode": (("value",), {}, _urlencode),
-    "urlize": (("value", "trim_url_limit", "nofollow", "target", "rel", "extra_schemes"),
-               {"trim_url_limit": None, "nofollow": False, "target": None, "rel": None, "extra_schemes": None},
-               _urlize),
+    "urlize": (
+        ("value", "trim_url_limit", "nofollow", "target", "rel", "extra_schemes"),
+        {"trim_url_limit": None, "nofollow": False, "target": None, "rel": None, "extra_schemes": None},
+        _urlize,
+    ),
     "wordcount": (("s",), {}, _wordcount),
     "xmlattr": (("d", "autospace"), {"autospace": True}, _xmlattr),
 }
@@ -215,8 +229,9 @@ def _named(params: tuple[str, ...], defaults: dict, args: list, kwargs: dict) ->
 @pass_environment
 def _wordwrap(env: Any, s: Any, *args: Any, **kwargs: Any) -> str:
     budget = current()
-    a = _named(_WRAP, {"width": 79, "break_long_words": True, "wrapstring": None, "break_on_hyphens": True},
-               [s, *args], kwargs)
+    a = _named(
+        _WRAP, {"width": 79, "break_long_words": True, "wrapstring": None, "break_on_hyphens": True}, [s, *args], kwargs
+    )
     if a is None:
         raise TypeError("wordwrap() got unexpected arguments")
     text = a["s"] if isinstance(a["s"], str) else str(a["s"]) if _tb(a["s"], budget) <= budget.remaining() else ""
@@ -249,11 +264,11 @@ def guard_filter(name: str, fn: Callable) -> Callable:
         args_l = list(args)
         if len(args_l) > first:
             args_l[first] = materialize(args_l[first], budget)
-        budget.check_args(args_l[first + 1:])
+        budget.check_args(args_l[first + 1 :])
         budget.check_args(kwargs.values())
         reserved = own is not None  # these reserve as they go
         if name == "format":
-            a = {"value": args_l[first] if len(args_l) > first else "", "args": args_l[first + 1:], "kwargs": kwargs}
+            a = {"value": args_l[first] if len(args_l) > first else "", "args": args_l[first + 1 :], "kwargs": kwargs}
             budget.reserve(_format(a, budget))
             reserved = True
         elif pre is not None:

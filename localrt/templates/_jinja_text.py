@@ -2,6 +2,7 @@
 output: Jinja's `wordwrap` (textwrap copies the rest of a long word for every line it cuts from it) and
 markupsafe's `striptags` (every removed comment or tag copies the whole rest of the string). Both count their
 work against the render's budget as they go, so the deadline is checked inside the filter, not only after it."""
+
 from __future__ import annotations
 
 import html
@@ -29,16 +30,20 @@ def _blank_rest(chunk: str, off: int, cache: list) -> bool:
     return cache[1] <= off
 
 
-def wrap_paragraph(text: str, width: int, break_long_words: bool, break_on_hyphens: bool,
-                   budget: Budget) -> list[str]:
+def wrap_paragraph(text: str, width: int, break_long_words: bool, break_on_hyphens: bool, budget: Budget) -> list[str]:
     """textwrap.wrap(text, width, expand_tabs=False, replace_whitespace=False, ...) for one paragraph, with the
     rest of a long word kept as an offset into it instead of a fresh copy per line."""
     if width <= 0:
         raise ValueError(f"invalid width {width!r} (must be > 0)")
     chunks_max = 2 * count_any(text, _TW_SPACE) + 2 * (text.count("-") if break_on_hyphens else 0) + 1
     budget.reserve(OBJ * (chunks_max + 4 * (len(text) // width)), 0)  # the chunks; at least this many lines
-    wrapper = textwrap.TextWrapper(width=width, expand_tabs=False, replace_whitespace=False,
-                                   break_long_words=break_long_words, break_on_hyphens=break_on_hyphens)
+    wrapper = textwrap.TextWrapper(
+        width=width,
+        expand_tabs=False,
+        replace_whitespace=False,
+        break_long_words=break_long_words,
+        break_on_hyphens=break_on_hyphens,
+    )
     chunks = wrapper._split(text)  # with these options textwrap's whitespace munging is the identity
     chunks.reverse()
     off = 0  # characters of chunks[-1] already placed on earlier lines
@@ -66,9 +71,9 @@ def wrap_paragraph(text: str, width: int, break_long_words: bool, break_on_hyphe
                 end = space_left
                 if break_on_hyphens and len(chunk) - off > space_left:
                     hyphen = chunk.rfind("-", off, off + space_left) - off
-                    if hyphen > 0 and chunk[off:off + hyphen].strip("-"):
+                    if hyphen > 0 and chunk[off : off + hyphen].strip("-"):
                         end = hyphen + 1
-                cur.append(chunk[off:off + end])
+                cur.append(chunk[off : off + end])
                 off += end
             elif not cur:
                 cur.append(chunks.pop()[off:])
@@ -84,8 +89,9 @@ def wrap_paragraph(text: str, width: int, break_long_words: bool, break_on_hyphe
     return lines
 
 
-def wordwrap(s: str, width: int, break_long_words: bool, wrapstring: str, break_on_hyphens: bool,
-             budget: Budget) -> str:
+def wordwrap(
+    s: str, width: int, break_long_words: bool, wrapstring: str, break_on_hyphens: bool, budget: Budget
+) -> str:
     """Jinja's do_wordwrap: each existing line is a paragraph, wrapped on its own, joined by `wrapstring`."""
     budget.reserve(len(s) + OBJ * (count_any(s, _LINEBREAKS) + 1), len(s))
     out: list[str] = []
@@ -107,10 +113,10 @@ def _strip_comments(v: str, budget: Budget) -> str:
     pos = 0
     while True:
         budget.tick()
-        window = carry + v[pos:pos + 3]
+        window = carry + v[pos : pos + 3]
         j = window.find("<!--")
         if 0 <= j < len(carry):  # an opening that straddles the seam
-            head = window[j:] + v[pos + 3:pos + 5]  # "-->" may start inside the straddling opening
+            head = window[j:] + v[pos + 3 : pos + 5]  # "-->" may start inside the straddling opening
             k = head.find("-->")
             if k != -1:
                 end = pos + k + 3 - (len(carry) - j)

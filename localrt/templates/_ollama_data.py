@@ -3,6 +3,7 @@
 Field names and types follow Ollama's template structs: `.Role .Content .Thinking .Images .ToolCalls
 .ToolName .ToolCallID` on messages; `.ID .Function.Index/.Name/.Arguments` on tool calls;
 `.Type .Items .Function.Name/.Description/.Parameters.{Type,Defs,Items,Required,Properties}` on tools."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -53,21 +54,42 @@ def _check_call(c: Any, where: str) -> dict:
     index = fn.get("index", 0)
     if isinstance(index, bool) or not isinstance(index, int):
         raise InvalidRequest(f"{where}.function.index must be an integer")
-    return {"id": _str(c, "id", where), "function": {"index": index, "name": _str(fn, "name", where),
-                                                      "arguments": args}}
+    return {
+        "id": _str(c, "id", where),
+        "function": {"index": index, "name": _str(fn, "name", where), "arguments": args},
+    }
 
 
 def go_message(m: dict) -> GoStruct:
-    calls = [GoStruct("template.templateToolCall", {
-        "ID": c["id"],
-        "Function": GoStruct("template.templateToolCallFunction", {
-            "Index": c["function"]["index"], "Name": c["function"]["name"],
-            "Arguments": JSONMap(c["function"]["arguments"])}),
-    }) for c in m["tool_calls"]]
-    return GoStruct("*template.templateMessage", {
-        "Role": m["role"], "Content": m["content"], "Thinking": m["thinking"], "Images": m["images"],
-        "ToolCalls": calls, "ToolName": m["tool_name"], "ToolCallID": m["tool_call_id"],
-    })
+    calls = [
+        GoStruct(
+            "template.templateToolCall",
+            {
+                "ID": c["id"],
+                "Function": GoStruct(
+                    "template.templateToolCallFunction",
+                    {
+                        "Index": c["function"]["index"],
+                        "Name": c["function"]["name"],
+                        "Arguments": JSONMap(c["function"]["arguments"]),
+                    },
+                ),
+            },
+        )
+        for c in m["tool_calls"]
+    ]
+    return GoStruct(
+        "*template.templateMessage",
+        {
+            "Role": m["role"],
+            "Content": m["content"],
+            "Thinking": m["thinking"],
+            "Images": m["images"],
+            "ToolCalls": calls,
+            "ToolName": m["tool_name"],
+            "ToolCallID": m["tool_call_id"],
+        },
+    )
 
 
 def go_tools(tools: Any) -> JSONList | None:
@@ -88,21 +110,48 @@ def _go_tool(t: Any, where: str) -> GoStruct:
     props = params.get("properties") or {}
     if not isinstance(props, dict):
         raise InvalidRequest(f"{where}.function.parameters.properties must be an object")
-    parameters = GoStruct("template.templateToolFunctionParameters", {
-        "Type": _str(params, "type", where), "Defs": params.get("$defs"), "Items": params.get("items"),
-        "Required": params.get("required") or [],
-        # absent properties marshal as null in Ollama (nil map), present-but-empty as {}
-        "Properties": JSONMap({k: go_property(v, f"{where}.properties.{k}") for k, v in props.items()})
-        if params.get("properties") is not None else None,
-    }, json_names={"Type": "type", "Defs": "$defs", "Items": "items", "Required": "required",
-                   "Properties": "properties"}, omitempty=frozenset({"Defs", "Items", "Required"}))
-    function = GoStruct("template.templateToolFunction", {
-        "Name": _str(fn, "name", where), "Description": _str(fn, "description", where), "Parameters": parameters,
-    }, json_names={"Name": "name", "Description": "description", "Parameters": "parameters"}, stringer=True)
-    return GoStruct("template.templateTool", {
-        "Type": _str(t, "type", where) or "function", "Items": t.get("items"), "Function": function,
-    }, json_names={"Type": "type", "Items": "items", "Function": "function"},
-        omitempty=frozenset({"Items"}), stringer=True)
+    parameters = GoStruct(
+        "template.templateToolFunctionParameters",
+        {
+            "Type": _str(params, "type", where),
+            "Defs": params.get("$defs"),
+            "Items": params.get("items"),
+            "Required": params.get("required") or [],
+            # absent properties marshal as null in Ollama (nil map), present-but-empty as {}
+            "Properties": JSONMap({k: go_property(v, f"{where}.properties.{k}") for k, v in props.items()})
+            if params.get("properties") is not None
+            else None,
+        },
+        json_names={
+            "Type": "type",
+            "Defs": "$defs",
+            "Items": "items",
+            "Required": "required",
+            "Properties": "properties",
+        },
+        omitempty=frozenset({"Defs", "Items", "Required"}),
+    )
+    function = GoStruct(
+        "template.templateToolFunction",
+        {
+            "Name": _str(fn, "name", where),
+            "Description": _str(fn, "description", where),
+            "Parameters": parameters,
+        },
+        json_names={"Name": "name", "Description": "description", "Parameters": "parameters"},
+        stringer=True,
+    )
+    return GoStruct(
+        "template.templateTool",
+        {
+            "Type": _str(t, "type", where) or "function",
+            "Items": t.get("items"),
+            "Function": function,
+        },
+        json_names={"Type": "type", "Items": "items", "Function": "function"},
+        omitempty=frozenset({"Items"}),
+        stringer=True,
+    )
 
 
 def go_property(p: Any, where: str) -> GoStruct:
@@ -113,13 +162,27 @@ def go_property(p: Any, where: str) -> GoStruct:
     if not all(isinstance(x, str) for x in types):
         raise InvalidRequest(f"{where}.type must be a string or a list of strings")
     sub = p.get("properties")
-    return GoStruct("api.ToolProperty", {
-        "AnyOf": [go_property(a, f"{where}.anyOf") for a in (p.get("anyOf") or [])],
-        "Type": types, "Items": p.get("items"), "Description": _str(p, "description", where),
-        "Enum": p.get("enum") or [],
-        "Properties": JSONMap({k: go_property(v, f"{where}.{k}") for k, v in sub.items()})
-        if isinstance(sub, dict) else None,
-        "Required": p.get("required") or [],
-    }, json_names={"AnyOf": "anyOf", "Type": "type", "Items": "items", "Description": "description",
-                   "Enum": "enum", "Properties": "properties", "Required": "required"},
-        omitempty=frozenset({"AnyOf", "Type", "Items", "Description", "Enum", "Properties", "Required"}))
+    return GoStruct(
+        "api.ToolProperty",
+        {
+            "AnyOf": [go_property(a, f"{where}.anyOf") for a in (p.get("anyOf") or [])],
+            "Type": types,
+            "Items": p.get("items"),
+            "Description": _str(p, "description", where),
+            "Enum": p.get("enum") or [],
+            "Properties": JSONMap({k: go_property(v, f"{where}.{k}") for k, v in sub.items()})
+            if isinstance(sub, dict)
+            else None,
+            "Required": p.get("required") or [],
+        },
+        json_names={
+            "AnyOf": "anyOf",
+            "Type": "type",
+            "Items": "items",
+            "Description": "description",
+            "Enum": "enum",
+            "Properties": "properties",
+            "Required": "required",
+        },
+        omitempty=frozenset({"AnyOf", "Type", "Items", "Description", "Enum", "Properties", "Required"}),
+    )

@@ -2,6 +2,7 @@
 
 Order: a Modelfile TEMPLATE (Go) > the GGUF's `tokenizer.chat_template` (Jinja) > a built-in Go template for
 the model family (Gemma 3 ships none in its GGUF) > Ollama's plain `{{ .Prompt }}`."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -71,32 +72,43 @@ class Family:
     name: str
     template: str
     stop: tuple[str, ...]
-    marker: str      # a special token whose presence in the vocabulary or template identifies the family
+    marker: str  # a special token whose presence in the vocabulary or template identifies the family
 
 
-FAMILIES: dict[str, Family] = {f.name: f for f in (
-    Family("chatml", CHATML, ("<|im_start|>", "<|im_end|>"), "<|im_start|>"),
-    Family("llama3", LLAMA3, ("<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"), "<|start_header_id|>"),
-    Family("gemma3", GEMMA3, ("<end_of_turn>",), "<start_of_turn>"),
-    Family("gemma", GEMMA, ("<start_of_turn>", "<end_of_turn>"), "<start_of_turn>"),
-    Family("mistral", MISTRAL, ("[INST]", "[/INST]"), "[INST]"),
-    Family("phi3", PHI3, ("<|end|>", "<|system|>", "<|user|>", "<|assistant|>"), "<|assistant|>"),
-)}
-_ARCH_FAMILY = {"gemma3": "gemma3", "gemma3n": "gemma3", "gemma2": "gemma", "gemma": "gemma", "phi3": "phi3",
-                "qwen2": "chatml", "qwen2moe": "chatml", "qwen3": "chatml"}
+FAMILIES: dict[str, Family] = {
+    f.name: f
+    for f in (
+        Family("chatml", CHATML, ("<|im_start|>", "<|im_end|>"), "<|im_start|>"),
+        Family("llama3", LLAMA3, ("<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"), "<|start_header_id|>"),
+        Family("gemma3", GEMMA3, ("<end_of_turn>",), "<start_of_turn>"),
+        Family("gemma", GEMMA, ("<start_of_turn>", "<end_of_turn>"), "<start_of_turn>"),
+        Family("mistral", MISTRAL, ("[INST]", "[/INST]"), "[INST]"),
+        Family("phi3", PHI3, ("<|end|>", "<|system|>", "<|user|>", "<|assistant|>"), "<|assistant|>"),
+    )
+}
+_ARCH_FAMILY = {
+    "gemma3": "gemma3",
+    "gemma3n": "gemma3",
+    "gemma2": "gemma",
+    "gemma": "gemma",
+    "phi3": "phi3",
+    "qwen2": "chatml",
+    "qwen2moe": "chatml",
+    "qwen3": "chatml",
+}
 _MARKER_ORDER = ("llama3", "chatml", "gemma", "phi3", "mistral")  # how markers are tried in vocab or text
 
 
 @dataclass(frozen=True)
 class TemplateChoice:
-    kind: str                 # "go" or "jinja"
+    kind: str  # "go" or "jinja"
     source: str
-    origin: str               # "modelfile", "gguf", "builtin:<family>" or "default"
-    reason: str               # one sentence for `show`
-    stop: tuple[str, ...]     # default stop strings of the template's family (merge with PARAMETER stop)
+    origin: str  # "modelfile", "gguf", "builtin:<family>" or "default"
+    reason: str  # one sentence for `show`
+    stop: tuple[str, ...]  # default stop strings of the template's family (merge with PARAMETER stop)
     bos_token: str = ""
     eos_token: str = ""
-    strip_bos: bool = False   # the tokenizer adds BOS, so a Jinja template's own leading BOS is dropped
+    strip_bos: bool = False  # the tokenizer adds BOS, so a Jinja template's own leading BOS is dropped
 
     def load(self) -> ChatTemplate:
         return load_template(self.source, self.kind, self.bos_token, self.eos_token, self.strip_bos)
@@ -151,8 +163,9 @@ def choose_template(metadata: Mapping[str, Any], modelfile_template: str | None 
     if modelfile_template:
         load_template(modelfile_template, "go")  # raises TemplateError with a position if it does not parse
         fam = family_of_text(modelfile_template)
-        return TemplateChoice("go", modelfile_template, "modelfile", "TEMPLATE from the Modelfile",
-                              fam.stop if fam else ())
+        return TemplateChoice(
+            "go", modelfile_template, "modelfile", "TEMPLATE from the Modelfile", fam.stop if fam else ()
+        )
     skipped = ""
     gguf = metadata.get("tokenizer.chat_template")
     if isinstance(gguf, str) and gguf.strip():
@@ -162,13 +175,29 @@ def choose_template(metadata: Mapping[str, Any], modelfile_template: str | None 
             skipped = f" (the GGUF chat template was rejected: {e.msg})"
         else:
             fam = family_of_text(gguf)
-            return TemplateChoice("jinja", gguf, "gguf", "tokenizer.chat_template from the GGUF file",
-                                  fam.stop if fam else (), _special(metadata, "tokenizer.ggml.bos_token_id"),
-                                  _special(metadata, "tokenizer.ggml.eos_token_id"), _adds_bos(metadata))
+            return TemplateChoice(
+                "jinja",
+                gguf,
+                "gguf",
+                "tokenizer.chat_template from the GGUF file",
+                fam.stop if fam else (),
+                _special(metadata, "tokenizer.ggml.bos_token_id"),
+                _special(metadata, "tokenizer.ggml.eos_token_id"),
+                _adds_bos(metadata),
+            )
     fam, why = builtin_family(metadata)
     if fam is not None:
-        return TemplateChoice("go", fam.template, f"builtin:{fam.name}",
-                              f"no template in the Modelfile or GGUF; built-in {fam.name} template ({why}){skipped}",
-                              fam.stop)
-    return TemplateChoice("go", DEFAULT_TEMPLATE, "default",
-                          f"no template in the Modelfile or GGUF and {why}: the prompt is passed as is{skipped}", ())
+        return TemplateChoice(
+            "go",
+            fam.template,
+            f"builtin:{fam.name}",
+            f"no template in the Modelfile or GGUF; built-in {fam.name} template ({why}){skipped}",
+            fam.stop,
+        )
+    return TemplateChoice(
+        "go",
+        DEFAULT_TEMPLATE,
+        "default",
+        f"no template in the Modelfile or GGUF and {why}: the prompt is passed as is{skipped}",
+        (),
+    )

@@ -1,5 +1,6 @@
 """What a Go chat template tells about its model, read from the parsed tree as Ollama reads it:
 tools and insert support, and the text that opens a tool call in the model's output."""
+
 from __future__ import annotations
 
 from ._goast import Action, Branch, Field, Node, Text
@@ -32,8 +33,9 @@ def _tool_calls_if(nodes: list[Node]) -> Branch | None:
     for n in nodes:
         if not isinstance(n, Branch):
             continue
-        if n.kind == "if" and any(isinstance(a, Field) and "ToolCalls" in a.path
-                                  for cmd in n.pipe.cmds for a in cmd.args):
+        if n.kind == "if" and any(
+            isinstance(a, Field) and "ToolCalls" in a.path for cmd in n.pipe.cmds for a in cmd.args
+        ):
             return n
         found = _tool_calls_if(n.body) or _tool_calls_if(n.else_body or [])
         if found is not None:

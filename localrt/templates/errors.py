@@ -1,4 +1,5 @@
 """The one error type of the template package (Go text/template and Jinja alike)."""
+
 from __future__ import annotations
 
 from ..errors import LocalrtError

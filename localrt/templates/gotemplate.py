@@ -3,6 +3,7 @@
 `GoTemplate(source)` parses, raising TemplateError with line:col. With `add_response` it also does what
 Ollama's `template.Parse` does: a template that mentions neither `.Messages` nor `.Response` gets
 `{{ .Response }}` appended."""
+
 from __future__ import annotations
 
 from typing import Any

@@ -19,6 +19,7 @@ outside any message is answer text, never dropped. A call whose arguments are no
 answer text (no call is invented). Output that ends inside a message keeps what came: a cut-off reasoning stays
 reasoning.
 """
+
 from __future__ import annotations
 
 import json
@@ -104,7 +105,7 @@ def parse_header(raw: str) -> Header:
     m = _CHANNEL_RE.search(raw)
     if m is not None:
         channel = m.group(1)
-        raw = raw[: m.start()] + " " + raw[m.end():]
+        raw = raw[: m.start()] + " " + raw[m.end() :]
     raw = raw.replace(CONSTRAIN, " " + CONSTRAIN + " ")
     words = raw.split()
     role = recipient = constrain = ""
@@ -157,7 +158,7 @@ class HarmonyParser:
         """A parser for the output that continues `prompt`. A prompt that ends inside a message body (a prefilled
         answer or reasoning) continues that body; its channel must be one harmony knows (a 400 naming it)."""
         at = prompt.rfind(START)
-        tail = prompt[at + len(START):] if at >= 0 else ""
+        tail = prompt[at + len(START) :] if at >= 0 else ""
         if at < 0 or any(e in tail for e in _BODY_ENDS):
             return cls(_BETWEEN, "")
         if MESSAGE not in tail:
@@ -165,8 +166,10 @@ class HarmonyParser:
         header = parse_header(tail[: tail.index(MESSAGE)])
         if header.channel not in CHANNELS:
             which = f"on channel {header.channel!r}" if header.channel else "with no channel"
-            raise InvalidRequest(f"the prompt ends inside a harmony message {which}; a message continued by the "
-                                 f"model must be on one of the channels {', '.join(CHANNELS)}")
+            raise InvalidRequest(
+                f"the prompt ends inside a harmony message {which}; a message continued by the "
+                f"model must be on one of the channels {', '.join(CHANNELS)}"
+            )
         return cls(_BODY, "", header)
 
     def feed(self, text: str) -> Piece:
@@ -183,7 +186,7 @@ class HarmonyParser:
         if self.state == _BODY:
             self._close(out)
         elif self.state == _HEADER and not self.model_opened:  # a header cut off is dropped, but plain text
-            said = self.head[len(self.head) - self.head_out:] if self.head_out else ""  # where the prompt wanted one
+            said = self.head[len(self.head) - self.head_out :] if self.head_out else ""  # where the prompt wanted one
             if said.strip() and "<|" not in said and "to=" not in said and not _held(said, _OPENERS + (MESSAGE,)):
                 out.content += said
         self.state, self.head, self.head_out, self.buf = _BETWEEN, "", 0, ""
@@ -203,14 +206,14 @@ class HarmonyParser:
         at, marker = _first(self.buf, _OPENERS)
         if marker is None:
             keep = _held(self.buf, _OPENERS)
-            text, self.buf = self.buf[: len(self.buf) - keep], self.buf[len(self.buf) - keep:]
+            text, self.buf = self.buf[: len(self.buf) - keep], self.buf[len(self.buf) - keep :]
             if text.strip():
                 out.content += text  # text outside any message: the answer's, never dropped (blank text is)
             return False
         if self.buf[:at].strip():
             out.content += self.buf[:at]
         if marker == START:
-            self.buf, self.head, self.role_known = self.buf[at + len(START):], "", False
+            self.buf, self.head, self.role_known = self.buf[at + len(START) :], "", False
         else:  # <|channel|> with no <|start|>assistant before it: the assistant's next message
             self.buf, self.head, self.role_known = self.buf[at:], "assistant", True
         self.head_out, self.state, self.model_opened = 0, _HEADER, True
@@ -223,9 +226,9 @@ class HarmonyParser:
         at = self.head.find(MESSAGE)
         if at >= 0:
             self.header, self.args, self.state = parse_header(self.head[:at]), "", _BODY
-            self.buf, self.head, self.head_out = self.head[at + len(MESSAGE):], "", 0
+            self.buf, self.head, self.head_out = self.head[at + len(MESSAGE) :], "", 0
             return True
-        written = self.head[len(self.head) - self.head_out:]
+        written = self.head[len(self.head) - self.head_out :]
         if len(written) > MAX_HEADER or (self.role_known and not _may_be_header(written)):
             out.content += written  # the model answers in plain text where a header was due
             self.header, self.args, self.state = Header(role="assistant"), "", _BODY
@@ -238,10 +241,10 @@ class HarmonyParser:
         if marker is None:
             keep = _held(self.buf, _BODY_ENDS + _BODY_BREAKS)
             self._body_text(out, self.buf[: len(self.buf) - keep])
-            self.buf = self.buf[len(self.buf) - keep:]
+            self.buf = self.buf[len(self.buf) - keep :]
             return False
         self._body_text(out, self.buf[:at])
-        self.buf = self.buf[at + len(marker):] if marker in _BODY_ENDS else self.buf[at:]
+        self.buf = self.buf[at + len(marker) :] if marker in _BODY_ENDS else self.buf[at:]
         self._close(out)
         self.state = _BETWEEN
         return True

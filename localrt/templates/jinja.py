@@ -6,6 +6,7 @@ build a large value is sized before it runs, against one value's cap and what is
 Semantics follow transformers' `apply_chat_template`: `messages`, `tools`, `add_generation_prompt`,
 `bos_token`, `eos_token`, `raise_exception`, `strftime_now`, `tojson` (no HTML escaping), `trim_blocks` and
 `lstrip_blocks`, loop controls. Any failure, including a sandbox violation, is a TemplateError."""
+
 from __future__ import annotations
 
 import datetime
@@ -30,11 +31,11 @@ from .errors import TemplateError
 
 __all__ = ["MAX_INT_BITS", "MAX_SOURCE", "JinjaLimits", "JinjaTemplate"]
 
-MAX_SOURCE = 256 * 1024      # characters; the largest real chat templates are tens of KiB
-_ITER = "__localrt_iter"     # global that every {% for %} iterable is routed through
+MAX_SOURCE = 256 * 1024  # characters; the largest real chat templates are tens of KiB
+_ITER = "__localrt_iter"  # global that every {% for %} iterable is routed through
 _CONCAT = "__localrt_concat"  # global that every `~` concatenation is routed through
-_DATA = "__localrt_data"     # global that every piece of literal template text is routed through
-_SLICE = "__localrt_slice"   # global that every `x[a:b:c]` is routed through (Jinja compiles slices inline)
+_DATA = "__localrt_data"  # global that every piece of literal template text is routed through
+_SLICE = "__localrt_slice"  # global that every `x[a:b:c]` is routed through (Jinja compiles slices inline)
 
 
 def _guard_iter(iterable: Any) -> Iterator[Any]:
@@ -97,8 +98,12 @@ class _Guards(NodeTransformer):
 
     def visit_Output(self, node: nodes.Output) -> nodes.Node:
         self.generic_visit(node)
-        node.nodes = [nodes.Call(nodes.Name(_DATA, "load"), [nodes.Const(n.data)], [], None, None, lineno=n.lineno)
-                      if isinstance(n, nodes.TemplateData) else n for n in node.nodes]
+        node.nodes = [
+            nodes.Call(nodes.Name(_DATA, "load"), [nodes.Const(n.data)], [], None, None, lineno=n.lineno)
+            if isinstance(n, nodes.TemplateData)
+            else n
+            for n in node.nodes
+        ]
         return node
 
 
@@ -116,7 +121,9 @@ def _binop_bound(operator: str, left: Any, right: Any, budget: Any) -> tuple[int
     elif operator == "+":
         if isinstance(left, str) and isinstance(right, str):
             lm, rm = isinstance(left, Markup), isinstance(right, Markup)
-            size = (len(left) if lm or not rm else escaped_len(left)) + (len(right) if rm or not lm else escaped_len(right))
+            size = (len(left) if lm or not rm else escaped_len(left)) + (
+                len(right) if rm or not lm else escaped_len(right)
+            )
             return size, size
         if isinstance(left, (bytes, list, tuple)) and isinstance(right, (bytes, list, tuple)):
             return _seq_units(left) + _seq_units(right), len(left) + len(right)
@@ -185,7 +192,8 @@ class _Env(ImmutableSandboxedEnvironment):
     def wrap_str_format(self, value: Any) -> Any:
         """Jinja's sandboxed str.format / format_map, with each field's size checked before it is formatted."""
         if getattr(value, "__name__", None) not in ("format", "format_map") or not isinstance(
-                getattr(value, "__self__", None), str):
+            getattr(value, "__self__", None), str
+        ):
             return None
         f_self = value.__self__
         is_map = value.__name__ == "format_map"
@@ -217,8 +225,9 @@ def _strftime_now(fmt: str) -> str:
     return datetime.datetime.now().strftime(fmt)
 
 
-def _tojson(value: Any, ensure_ascii: bool = False, indent: int | None = None, separators: Any = None,
-            sort_keys: bool = False) -> str:
+def _tojson(
+    value: Any, ensure_ascii: bool = False, indent: int | None = None, separators: Any = None, sort_keys: bool = False
+) -> str:
     """transformers' tojson: no HTML escaping (Jinja's own escapes <, >, &, ')."""
     return json.dumps(value, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
 
@@ -235,13 +244,26 @@ class _Generation(Extension):
 
 
 def _make_env() -> _Env:
-    env = _Env(trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols", _Generation],
-               autoescape=False, cache_size=64, finalize=_finalize)
+    env = _Env(
+        trim_blocks=True,
+        lstrip_blocks=True,
+        extensions=["jinja2.ext.loopcontrols", _Generation],
+        autoescape=False,
+        cache_size=64,
+        finalize=_finalize,
+    )
     for name in ("cycler", "joiner", "lipsum"):
         env.globals.pop(name, None)
-    env.globals.update({"raise_exception": _raise_exception, "strftime_now": _strftime_now,
-                        _ITER: _guard_iter, _CONCAT: _guard_concat, _DATA: _data,
-                        _SLICE: _guard_slice})
+    env.globals.update(
+        {
+            "raise_exception": _raise_exception,
+            "strftime_now": _strftime_now,
+            _ITER: _guard_iter,
+            _CONCAT: _guard_concat,
+            _DATA: _data,
+            _SLICE: _guard_slice,
+        }
+    )
     env.filters["tojson"] = _tojson
     env.filters = {k: guard_filter(k, f) for k, f in env.filters.items()}
     return env
@@ -257,8 +279,9 @@ class JinjaTemplate:
         if not isinstance(source, str):
             raise TemplateError(f"template must be a string, not {type(source).__name__}", kind="jinja")
         if len(source) > max_source:
-            raise TemplateError(f"template is {len(source)} characters, more than the limit of {max_source}",
-                                kind="jinja")
+            raise TemplateError(
+                f"template is {len(source)} characters, more than the limit of {max_source}", kind="jinja"
+            )
         self.source = source
         failure: tuple[str, int | None] | None = None
         try:

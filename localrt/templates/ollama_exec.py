@@ -1,5 +1,6 @@
 """Ollama's `Template.Execute`: which data a Go template sees for fill-in-middle, for `.Messages`
 templates, and for legacy `.System/.Prompt/.Response` templates (rendered once per turn)."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -29,16 +30,32 @@ def collate(messages: list[dict]) -> tuple[str, list[dict]]:
     return "\n\n".join(system), merged
 
 
-def execute(t: GoTemplate, messages: list[dict], *, tools: list | None = None, think: bool | str | None = None,
-            prompt: str = "", suffix: str = "", limits: Limits = Limits()) -> str:
+def execute(
+    t: GoTemplate,
+    messages: list[dict],
+    *,
+    tools: list | None = None,
+    think: bool | str | None = None,
+    prompt: str = "",
+    suffix: str = "",
+    limits: Limits = Limits(),
+) -> str:
     """Render `messages` (checked wire dicts) through `t` exactly as Ollama's Execute does."""
     tv = think_values(think)
     if prompt and suffix:
         return t.execute({"Prompt": prompt, "Suffix": suffix, "Response": "", **tv}, limits)
     system, merged = collate(messages)
     if t.uses("messages"):
-        return t.execute({"System": system, "Messages": [go_message(m) for m in merged], "Tools": go_tools(tools),
-                          "Response": "", **tv}, limits)
+        return t.execute(
+            {
+                "System": system,
+                "Messages": [go_message(m) for m in merged],
+                "Tools": go_tools(tools),
+                "Response": "",
+                **tv,
+            },
+            limits,
+        )
     return _legacy(t, merged, tv, limits)
 
 

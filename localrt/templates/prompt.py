@@ -5,6 +5,7 @@
   are always kept).
 - generate: `raw` skips the template; `system` overrides the model's SYSTEM; `suffix` (fill-in-middle)
   needs a template that uses `.Suffix`; `context` text is put in front; `images` are refused (text only)."""
+
 from __future__ import annotations
 
 import functools
@@ -51,8 +52,15 @@ class JinjaChatTemplate:
 
     kind = "jinja"
 
-    def __init__(self, source: str, *, bos_token: str = "", eos_token: str = "", strip_bos: bool = False,
-                 limits: JinjaLimits = JinjaLimits()):
+    def __init__(
+        self,
+        source: str,
+        *,
+        bos_token: str = "",
+        eos_token: str = "",
+        strip_bos: bool = False,
+        limits: JinjaLimits = JinjaLimits(),
+    ):
         self.template = JinjaTemplate(source)
         self.source = source
         self.bos_token, self.eos_token, self.strip_bos = bos_token, eos_token, strip_bos
@@ -64,8 +72,11 @@ class JinjaChatTemplate:
     def render(self, messages: list[dict], tools: list | None = None, think: bool | str | None = None) -> str:
         """`messages` in Ollama's wire shape (checked here), handed to the template in HF's shape."""
         variables: dict[str, Any] = {
-            "messages": [_hf_message(m, self.harmony) for m in check_messages(messages)], "tools": tools or None,
-            "add_generation_prompt": True, "bos_token": self.bos_token, "eos_token": self.eos_token,
+            "messages": [_hf_message(m, self.harmony) for m in check_messages(messages)],
+            "tools": tools or None,
+            "add_generation_prompt": True,
+            "bos_token": self.bos_token,
+            "eos_token": self.eos_token,
         }
         if think is not None:
             variables["enable_thinking"] = bool(think)
@@ -74,7 +85,7 @@ class JinjaChatTemplate:
             variables["reasoning_effort"] = effort
         text = self.template.render(variables, self.limits)
         if self.strip_bos and self.bos_token and text.startswith(self.bos_token):
-            text = text[len(self.bos_token):]
+            text = text[len(self.bos_token) :]
         return text
 
     def render_insert(self, prompt: str, suffix: str, think: bool | str | None = None) -> str:
@@ -85,8 +96,9 @@ ChatTemplate = GoChatTemplate | JinjaChatTemplate
 
 
 @functools.lru_cache(maxsize=64)
-def load_template(source: str, kind: str, bos_token: str = "", eos_token: str = "",
-                  strip_bos: bool = False) -> ChatTemplate:
+def load_template(
+    source: str, kind: str, bos_token: str = "", eos_token: str = "", strip_bos: bool = False
+) -> ChatTemplate:
     """Parse once per distinct template (parsing is the expensive part; rendering is per request).
     `strip_bos`: the tokenizer adds BOS itself, so a BOS the Jinja template writes first is dropped."""
     if kind == "go":
@@ -101,9 +113,14 @@ def _hf_message(m: dict, harmony: bool = False) -> dict:
     `thinking` (llama.cpp copies `reasoning_content` there for gpt-oss)."""
     out: dict[str, Any] = {"role": m["role"], "content": m["content"]}
     if m["tool_calls"]:
-        out["tool_calls"] = [{"type": "function", **({"id": c["id"]} if c["id"] else {}),
-                              "function": {"name": c["function"]["name"], "arguments": c["function"]["arguments"]}}
-                             for c in m["tool_calls"]]
+        out["tool_calls"] = [
+            {
+                "type": "function",
+                **({"id": c["id"]} if c["id"] else {}),
+                "function": {"name": c["function"]["name"], "arguments": c["function"]["arguments"]},
+            }
+            for c in m["tool_calls"]
+        ]
     if m["tool_call_id"]:
         out["tool_call_id"] = m["tool_call_id"]
     if m["tool_name"]:
@@ -138,13 +155,20 @@ def chat_messages(messages: Any, model_system: str = "", model_messages: Sequenc
 @dataclass(frozen=True)
 class Prompt:
     text: str
-    n_tokens: int | None   # as counted while fitting num_ctx (None when not counted)
-    n_dropped: int         # messages left out to fit num_ctx
+    n_tokens: int | None  # as counted while fitting num_ctx (None when not counted)
+    n_dropped: int  # messages left out to fit num_ctx
 
 
-def fit_messages(template: ChatTemplate, messages: list[dict], *, tools: list | None = None,
-                 think: bool | str | None = None, num_ctx: int | None = None,
-                 count_tokens: CountTokens | None = None, truncate: bool = True) -> Prompt:
+def fit_messages(
+    template: ChatTemplate,
+    messages: list[dict],
+    *,
+    tools: list | None = None,
+    think: bool | str | None = None,
+    num_ctx: int | None = None,
+    count_tokens: CountTokens | None = None,
+    truncate: bool = True,
+) -> Prompt:
     """Render `messages` (checked), dropping the oldest non-system messages until the prompt fits
     `num_ctx` tokens by `count_tokens`. The latest message is never dropped: if even it alone does not fit,
     the prompt with just it (and the system messages) is returned and `n_tokens` says how long it is."""
@@ -176,23 +200,45 @@ def fit_messages(template: ChatTemplate, messages: list[dict], *, tools: list | 
     return Prompt(*attempt(start), dropped)
 
 
-def chat_prompt(template: ChatTemplate, messages: Any, *, model_system: str = "",
-                model_messages: Sequence[dict] = (), tools: list | None = None, think: bool | str | None = None,
-                num_ctx: int | None = None, count_tokens: CountTokens | None = None,
-                truncate: bool = True) -> Prompt:
+def chat_prompt(
+    template: ChatTemplate,
+    messages: Any,
+    *,
+    model_system: str = "",
+    model_messages: Sequence[dict] = (),
+    tools: list | None = None,
+    think: bool | str | None = None,
+    num_ctx: int | None = None,
+    count_tokens: CountTokens | None = None,
+    truncate: bool = True,
+) -> Prompt:
     """The prompt for /api/chat."""
     if tools and not template.supports_tools:
         raise InvalidRequest("model does not support tools")
     history = chat_messages(messages, model_system, model_messages)
-    return fit_messages(template, history, tools=tools, think=think, num_ctx=num_ctx,
-                        count_tokens=count_tokens, truncate=truncate)
+    return fit_messages(
+        template, history, tools=tools, think=think, num_ctx=num_ctx, count_tokens=count_tokens, truncate=truncate
+    )
 
 
-def generate_prompt(template: ChatTemplate | None, prompt: str, *, system: str = "", model_system: str = "",
-                    model_messages: Sequence[dict] = (), suffix: str = "", raw: bool = False,
-                    template_override: str = "", images: Sequence[Any] | None = None, context_text: str = "",
-                    has_context: bool = False, think: bool | str | None = None, num_ctx: int | None = None,
-                    count_tokens: CountTokens | None = None, truncate: bool = True) -> Prompt:
+def generate_prompt(
+    template: ChatTemplate | None,
+    prompt: str,
+    *,
+    system: str = "",
+    model_system: str = "",
+    model_messages: Sequence[dict] = (),
+    suffix: str = "",
+    raw: bool = False,
+    template_override: str = "",
+    images: Sequence[Any] | None = None,
+    context_text: str = "",
+    has_context: bool = False,
+    think: bool | str | None = None,
+    num_ctx: int | None = None,
+    count_tokens: CountTokens | None = None,
+    truncate: bool = True,
+) -> Prompt:
     """The prompt for /api/generate. `context_text` is the detokenized `context` of an earlier reply
     (`has_context` says the field was given, even if empty)."""
     if raw and (template_override or system or has_context):
@@ -218,15 +264,25 @@ def generate_prompt(template: ChatTemplate | None, prompt: str, *, system: str =
     checked = check_messages(msgs)
     if template_override:
         return Prompt(context_text + tmpl.render(checked, None, think), None, 0)
-    fitted = fit_messages(tmpl, checked, think=think, num_ctx=num_ctx, count_tokens=count_tokens,
-                          truncate=truncate)
+    fitted = fit_messages(tmpl, checked, think=think, num_ctx=num_ctx, count_tokens=count_tokens, truncate=truncate)
     return Prompt(context_text + fitted.text, fitted.n_tokens, fitted.n_dropped)
 
 
-def render_prompt(template_source: str, kind: str, messages: Any, system: str = "", tools: list | None = None,
-                  *, think: bool | str | None = None, bos_token: str = "", eos_token: str = "",
-                  strip_bos: bool = False, model_messages: Sequence[dict] = ()) -> str:
+def render_prompt(
+    template_source: str,
+    kind: str,
+    messages: Any,
+    system: str = "",
+    tools: list | None = None,
+    *,
+    think: bool | str | None = None,
+    bos_token: str = "",
+    eos_token: str = "",
+    strip_bos: bool = False,
+    model_messages: Sequence[dict] = (),
+) -> str:
     """One-call form: the chat prompt for `messages` with the model's SYSTEM `system`, no truncation."""
     template = load_template(template_source, kind, bos_token, eos_token, strip_bos)
-    return chat_prompt(template, messages, model_system=system, model_messages=model_messages, tools=tools,
-                       think=think).text
+    return chat_prompt(
+        template, messages, model_system=system, model_messages=model_messages, tools=tools, think=think
+    ).text

@@ -7,6 +7,7 @@ The split follows Ollama's rules: only a block that opens the output (after blan
 reasoning; text that may still become a tag is held back until it cannot. A block that never closes is reasoning
 up to the end of output.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -54,7 +55,7 @@ class ThinkingParser:
         if self.state == _LOOKING:
             stripped = self.buf.lstrip()
             if stripped.startswith(self.open_tag):
-                self.buf, self.state = stripped[len(self.open_tag):], _STARTED
+                self.buf, self.state = stripped[len(self.open_tag) :], _STARTED
                 return True
             if self.open_tag.startswith(stripped):  # blank so far, or the start of the tag: wait
                 return False
@@ -71,11 +72,11 @@ class ThinkingParser:
             at = self.buf.find(self.close_tag)
             if at >= 0:
                 reasoning.append(self.buf[:at].rstrip())
-                self.buf, self.state = self.buf[at + len(self.close_tag):], _CLOSED
+                self.buf, self.state = self.buf[at + len(self.close_tag) :], _CLOSED
                 return True
             keep = _held(self.buf, self.close_tag)
             reasoning.append(self.buf[: len(self.buf) - keep])
-            self.buf = self.buf[len(self.buf) - keep:]
+            self.buf = self.buf[len(self.buf) - keep :]
             return False
         answer.append(self.buf)
         self.buf = ""

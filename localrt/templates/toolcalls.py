@@ -11,6 +11,7 @@ the request did not offer, or is cut off by the end of output is given back verb
 is ever invented. `arguments` are returned as objects (the native API); `openai_tool_calls` gives the
 /v1 shape with JSON-string arguments.
 """
+
 from __future__ import annotations
 
 import json
@@ -39,8 +40,12 @@ class ToolCall:
 
     def openai(self) -> dict:
         """OpenAI `tool_calls` entry (also usable as a streaming delta: it carries `index`)."""
-        return {"id": self.id, "index": self.index, "type": "function",
-                "function": {"name": self.name, "arguments": json.dumps(self.arguments, ensure_ascii=False)}}
+        return {
+            "id": self.id,
+            "index": self.index,
+            "type": "function",
+            "function": {"name": self.name, "arguments": json.dumps(self.arguments, ensure_ascii=False)},
+        }
 
 
 @dataclass
@@ -293,8 +298,14 @@ def tool_call_schema(tools: list[dict]) -> dict:
     for t in tools:
         fn = t.get("function", t)
         params = fn.get("parameters") or {"type": "object"}
-        alts.append({"type": "object", "properties": {"name": {"const": fn["name"]}, "arguments": params},
-                     "required": ["name", "arguments"], "additionalProperties": False})
+        alts.append(
+            {
+                "type": "object",
+                "properties": {"name": {"const": fn["name"]}, "arguments": params},
+                "required": ["name", "arguments"],
+                "additionalProperties": False,
+            }
+        )
     if not alts:
         raise ValueError("no tools")
     return alts[0] if len(alts) == 1 else {"anyOf": alts}

@@ -180,8 +180,28 @@ def test_parse_duration(value, seconds):
         assert math.isclose(got, seconds, rel_tol=1e-12)
 
 
-@pytest.mark.parametrize("value", ["", "300", "5", "5x", "m", "5 m", " 5m", "1h-5m", "abc", "5m3", "-1", None, True, [5],
-                                   float("nan"), "--5m", "1.2.3s"])
+@pytest.mark.parametrize(
+    "value",
+    [
+        "",
+        "300",
+        "5",
+        "5x",
+        "m",
+        "5 m",
+        " 5m",
+        "1h-5m",
+        "abc",
+        "5m3",
+        "-1",
+        None,
+        True,
+        [5],
+        float("nan"),
+        "--5m",
+        "1.2.3s",
+    ],
+)
 def test_parse_duration_rejects_garbage(value):
     with pytest.raises(InvalidRequest, match="keep_alive"):
         parse_duration(value)

@@ -1,5 +1,6 @@
 """The `localrt` CLI (typer app) against a real daemon on a free port with a temporary store and the built-in
 SmolLM2, as a user types it; and `run` starting a daemon of its own when none answers."""
+
 from __future__ import annotations
 
 import os
@@ -36,8 +37,12 @@ def daemon(tmp_path_factory):
     conf = make_config(root / "models", data_dir=root / "data")
     service = Service(conf)
     with BackgroundServer(service, conf) as srv:
-        srv.env = {"LOCALRT_HOST": f"127.0.0.1:{conf.port}", "LOCALRT_MODELS": str(conf.models_dir),
-                   "LOCALRT_DATA": str(conf.data_dir), "LOCALRT_API_KEY": ""}
+        srv.env = {
+            "LOCALRT_HOST": f"127.0.0.1:{conf.port}",
+            "LOCALRT_MODELS": str(conf.models_dir),
+            "LOCALRT_DATA": str(conf.data_dir),
+            "LOCALRT_API_KEY": "",
+        }
         srv.root = root
         yield srv
     service.close()
@@ -118,8 +123,15 @@ def test_run_one_shot_verbose_then_ps_and_stop(cli):
     assert r.exit_code == 0, r.output
     assert r.stdout.strip(), "no answer printed"
     stats = dict(line.split(":", 1) for line in r.stderr.splitlines() if ":" in line)
-    for key in ("total duration", "load duration", "prompt eval count", "prompt eval rate", "eval count",
-                "eval duration", "eval rate"):
+    for key in (
+        "total duration",
+        "load duration",
+        "prompt eval count",
+        "prompt eval rate",
+        "eval count",
+        "eval duration",
+        "eval rate",
+    ):
         assert key in stats, r.stderr
     assert 0 < int(stats["eval count"].split()[0]) <= 8  # the Modelfile's num_predict reached the engine
     assert "tokens/s" in stats["eval rate"]
@@ -162,8 +174,12 @@ def test_run_unknown_model_fails_clearly(cli):
 
 
 def test_commands_without_a_daemon_fail_clearly(tmp_path):
-    env = {"LOCALRT_HOST": f"127.0.0.1:{free_port()}", "LOCALRT_MODELS": str(tmp_path / "m"),
-           "LOCALRT_DATA": str(tmp_path / "d"), "LOCALRT_API_KEY": ""}
+    env = {
+        "LOCALRT_HOST": f"127.0.0.1:{free_port()}",
+        "LOCALRT_MODELS": str(tmp_path / "m"),
+        "LOCALRT_DATA": str(tmp_path / "d"),
+        "LOCALRT_API_KEY": "",
+    }
     for args in (["list"], ["ps"], ["show", BASE]):
         r = CliRunner().invoke(app, args, env=env, catch_exceptions=False)
         assert r.exit_code == 1 and "could not connect" in r.stderr and "localrt serve" in r.stderr, args
@@ -217,12 +233,24 @@ def _alive(pid: int) -> bool:
 def test_run_starts_a_daemon_when_none_answers(tmp_path):
     port = free_port()
     data = tmp_path / "data"
-    env = {**os.environ, "LOCALRT_HOST": f"127.0.0.1:{port}", "LOCALRT_DATA": str(data),
-           "LOCALRT_MODELS": str(tmp_path / "models"), "LOCALRT_API_KEY": ""}
+    env = {
+        **os.environ,
+        "LOCALRT_HOST": f"127.0.0.1:{port}",
+        "LOCALRT_DATA": str(data),
+        "LOCALRT_MODELS": str(tmp_path / "models"),
+        "LOCALRT_API_KEY": "",
+    }
     env.pop("LOCALRT_MODELS_READONLY", None)
     try:
-        r = subprocess.run([sys.executable, "-m", "cli", "run", "no-such-model", "hi"], cwd=REPO, env=env,
-                           capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+        r = subprocess.run(
+            [sys.executable, "-m", "cli", "run", "no-such-model", "hi"],
+            cwd=REPO,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            stdin=subprocess.DEVNULL,
+        )
         assert "starting the daemon" in r.stderr and "localrt serve --stop" in r.stderr, r.stderr
         assert r.returncode == 1 and "not found" in r.stderr  # it reached the new daemon, which said so
         assert httpx.get(f"http://127.0.0.1:{port}/", timeout=5).text == "Ollama is running"
@@ -231,8 +259,9 @@ def test_run_starts_a_daemon_when_none_answers(tmp_path):
         cmdline = Path(f"/proc/{daemons[0]}/cmdline").read_bytes().rstrip(b"\0").split(b"\0")
         assert cmdline[-2].endswith(b"localrt") and cmdline[-1] == b"serve", cmdline  # ps reads `localrt serve`
         assert (data / "logs" / "server.log").is_file()
-        listed = subprocess.run([sys.executable, "-m", "cli", "list"], cwd=REPO, env=env, capture_output=True,
-                                text=True, timeout=60)
+        listed = subprocess.run(
+            [sys.executable, "-m", "cli", "list"], cwd=REPO, env=env, capture_output=True, text=True, timeout=60
+        )
         assert listed.returncode == 0 and "starting the daemon" not in listed.stderr and "NAME" in listed.stdout
     finally:
         _stop(_pids_with_env(str(data)))

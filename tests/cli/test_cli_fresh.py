@@ -1,5 +1,6 @@
 """What a new user meets first: starting the daemon (and its failures), one-line errors instead of tracebacks,
 built-in models on an air-gapped PC, `--version`, the access log and `show -v`."""
+
 from __future__ import annotations
 
 import json
@@ -27,16 +28,26 @@ from localrt.runtime.service import Service
 from _testpaths import REPO
 
 
-
 def _env(tmp_path: Path, port: int) -> dict:
     env = {k: v for k, v in os.environ.items() if not k.startswith("LOCALRT_")}
-    return {**env, "LOCALRT_HOST": f"127.0.0.1:{port}", "LOCALRT_DATA": str(tmp_path / "data"),
-            "LOCALRT_MODELS": str(tmp_path / "models")}
+    return {
+        **env,
+        "LOCALRT_HOST": f"127.0.0.1:{port}",
+        "LOCALRT_DATA": str(tmp_path / "data"),
+        "LOCALRT_MODELS": str(tmp_path / "models"),
+    }
 
 
 def _localrt(env: dict, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "localrt", *args], cwd=REPO, env=env, capture_output=True,
-                          text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+    return subprocess.run(
+        [sys.executable, "-m", "localrt", *args],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        stdin=subprocess.DEVNULL,
+    )
 
 
 # ---- serve -----------------------------------------------------------------------------------------------------
@@ -62,8 +73,7 @@ def test_serve_refuses_a_public_host_without_a_key_in_one_line(tmp_path):
 
 
 def test_serve_on_an_unknown_host_is_one_clear_line(tmp_path):
-    env = {**_env(tmp_path, free_port()), "LOCALRT_HOST": "no-such-host.invalid:11434",
-           "LOCALRT_API_KEY": "k"}
+    env = {**_env(tmp_path, free_port()), "LOCALRT_HOST": "no-such-host.invalid:11434", "LOCALRT_API_KEY": "k"}
     r = _localrt(env, "serve", timeout=60)
     assert r.returncode == 1 and "Traceback" not in r.stderr
     assert r.stderr.strip().startswith("Error: cannot listen on") and "unknown host" in r.stderr
@@ -109,10 +119,13 @@ def test_the_daemon_command_line_reads_localrt_serve():
 # ---- one-line errors -------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("text, line, words", [
-    ("FROM smollm2:135m\nPARAMETER temprature 0.2\n", 2, "unknown parameter 'temprature'"),
-    ("FORM smollm2:135m\n", 1, "command must be one of"),
-])
+@pytest.mark.parametrize(
+    "text, line, words",
+    [
+        ("FROM smollm2:135m\nPARAMETER temprature 0.2\n", 2, "unknown parameter 'temprature'"),
+        ("FORM smollm2:135m\n", 1, "command must be one of"),
+    ],
+)
 def test_a_modelfile_typo_is_one_line_with_its_line_number(tmp_path, text, line, words):
     mf = tmp_path / "Modelfile"
     mf.write_text(text)
@@ -167,12 +180,15 @@ class _DyingDaemon:
                 path = head.split(" ", 2)[1] if " " in head else "/"
                 if path == "/api/generate":
                     chunk = json.dumps({"response": "The sky", "done": False}).encode() + b"\n"
-                    conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/x-ndjson\r\n"
-                                 b"Transfer-Encoding: chunked\r\n\r\n" + b"%x\r\n%s\r\n" % (len(chunk), chunk))
+                    conn.sendall(
+                        b"HTTP/1.1 200 OK\r\nContent-Type: application/x-ndjson\r\n"
+                        b"Transfer-Encoding: chunked\r\n\r\n" + b"%x\r\n%s\r\n" % (len(chunk), chunk)
+                    )
                     continue  # closed without the last chunk
                 body = b'{"model_info": {}}' if path == "/api/show" else b"Ollama is running"
-                conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s"
-                             % (len(body), body))
+                conn.sendall(
+                    b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s" % (len(body), body)
+                )
 
     def close(self) -> None:
         self.sock.close()
@@ -200,8 +216,12 @@ def daemon(tmp_path):
     conf = make_config(tmp_path / "models", data_dir=tmp_path / "data")
     service = Service(conf)
     with BackgroundServer(service, conf) as srv:
-        srv.env = {"LOCALRT_HOST": f"127.0.0.1:{conf.port}", "LOCALRT_MODELS": str(conf.models_dir),
-                   "LOCALRT_DATA": str(conf.data_dir), "LOCALRT_API_KEY": ""}
+        srv.env = {
+            "LOCALRT_HOST": f"127.0.0.1:{conf.port}",
+            "LOCALRT_MODELS": str(conf.models_dir),
+            "LOCALRT_DATA": str(conf.data_dir),
+            "LOCALRT_API_KEY": "",
+        }
         yield srv
     service.close()
 
@@ -259,8 +279,14 @@ def test_one_access_log_line_per_request(daemon, caplog):
 
 
 def test_show_verbose_shortens_long_arrays_unless_full():
-    info = {"model_info": {"general.architecture": "llama", "tokenizer.ggml.tokens": [f"t{i}" for i in range(50000)],
-                           "tokenizer.ggml.merges": ["a b", "c d"]}, "details": {}}
+    info = {
+        "model_info": {
+            "general.architecture": "llama",
+            "tokenizer.ggml.tokens": [f"t{i}" for i in range(50000)],
+            "tokenizer.ggml.merges": ["a b", "c d"],
+        },
+        "details": {},
+    }
     short = describe(info, verbose=True)
     assert '["t0", "t1", "t2", ...] (50000 items)' in short and "t3" not in short
     assert '["a b", "c d"]' in short  # short arrays are printed whole
@@ -272,8 +298,15 @@ def test_one_shot_run_wraps_words_on_a_terminal(daemon, smollm2_path):
     assert _cli(daemon, "pull", "smollm2:135m").exit_code == 0
     prompt = "Write two long sentences about the history of the city of Paris."
     env = {k: v for k, v in {**os.environ, **daemon.env}.items() if k not in ("COLUMNS", "LINES")}  # the pty's size
-    child = pexpect.spawn(sys.executable, ["-m", "localrt", "run", "smollm2:135m", prompt], cwd=str(REPO),
-                          env=env, encoding="utf-8", timeout=90, dimensions=(40, 30))
+    child = pexpect.spawn(
+        sys.executable,
+        ["-m", "localrt", "run", "smollm2:135m", prompt],
+        cwd=str(REPO),
+        env=env,
+        encoding="utf-8",
+        timeout=90,
+        dimensions=(40, 30),
+    )
     child.expect(pexpect.EOF)
     out = child.before
     text = re.sub("\r(?:[\u2800-\u28ff][^\r\n\x1b]*)?\x1b\\[K", "", out)  # spinner frames

@@ -1,6 +1,7 @@
 """Configuration from the environment: a mistyped LOCALRT_ (or OLLAMA_) value is one `Error:` line naming the
 variable in every command; Ollama's variables are read where localrt's are unset; the refusals of a shared
 daemon name LOCALRT_API_KEY."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -20,19 +21,39 @@ from localrt.serve.daemon import BackgroundServer, InsecureBind, check_bind, fre
 from _testpaths import REPO
 
 
-
 def _clean_env(tmp_path: Path, **extra: str) -> dict:
     """For CliRunner: this machine's LOCALRT_ and OLLAMA_ variables removed (None), temporary directories."""
     gone = {k: None for k in os.environ if k.startswith(("LOCALRT_", "OLLAMA_"))}
-    return {**gone, "LOCALRT_DATA": str(tmp_path / "data"), "LOCALRT_MODELS": str(tmp_path / "models"),
-            "LOCALRT_HOST": f"127.0.0.1:{free_port()}", **extra}
+    return {
+        **gone,
+        "LOCALRT_DATA": str(tmp_path / "data"),
+        "LOCALRT_MODELS": str(tmp_path / "models"),
+        "LOCALRT_HOST": f"127.0.0.1:{free_port()}",
+        **extra,
+    }
 
 
 # ---- one line per mistake, in every command ---------------------------------------------------------------------
 
-COMMANDS = [["list"], ["ps"], ["run", "m", "hi"], ["show", "m"], ["rm", "m"], ["cp", "a", "b"], ["stop", "m"],
-            ["pull", "m"], ["push", "m"], ["version"], ["serve"], ["serve", "--status"], ["serve", "--stop"],
-            ["export", "m", "out"], ["import", "in"], ["verify"], ["prune"]]
+COMMANDS = [
+    ["list"],
+    ["ps"],
+    ["run", "m", "hi"],
+    ["show", "m"],
+    ["rm", "m"],
+    ["cp", "a", "b"],
+    ["stop", "m"],
+    ["pull", "m"],
+    ["push", "m"],
+    ["version"],
+    ["serve"],
+    ["serve", "--status"],
+    ["serve", "--stop"],
+    ["export", "m", "out"],
+    ["import", "in"],
+    ["verify"],
+    ["prune"],
+]
 MISTAKES = [
     ({"LOCALRT_HOST": "127.0.0.1:99999"}, "Error: LOCALRT_HOST has an invalid port"),
     ({"LOCALRT_NUM_PARALLEL": "abc"}, "Error: LOCALRT_NUM_PARALLEL must be an integer, got 'abc'"),
@@ -52,19 +73,23 @@ def test_a_mistyped_variable_is_one_line_in_every_command(tmp_path, args, env, l
 def test_a_mistyped_variable_is_one_line_for_the_real_command(tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith(("LOCALRT_", "OLLAMA_"))}
     env.update(LOCALRT_DATA=str(tmp_path / "d"), LOCALRT_NUM_PARALLEL="abc")
-    r = subprocess.run([sys.executable, "-m", "cli", "list"], cwd=REPO, env=env, capture_output=True, text=True,
-                       timeout=60)
+    r = subprocess.run(
+        [sys.executable, "-m", "cli", "list"], cwd=REPO, env=env, capture_output=True, text=True, timeout=60
+    )
     assert r.returncode == 1 and r.stderr == "Error: LOCALRT_NUM_PARALLEL must be an integer, got 'abc'\n"
 
 
-@pytest.mark.parametrize("env, words", [
-    ({"LOCALRT_HOST": ":0"}, "LOCALRT_HOST has an invalid port"),
-    ({"LOCALRT_NUM_PARALLEL": "-1"}, "LOCALRT_NUM_PARALLEL must be 0 (automatic) or a positive integer"),
-    ({"LOCALRT_MAX_LOADED_MODELS": "-2"}, "LOCALRT_MAX_LOADED_MODELS must be 0 (automatic) or more"),
-    ({"LOCALRT_NUM_THREADS": "two"}, "LOCALRT_NUM_THREADS must be an integer"),
-    ({"OLLAMA_CONTEXT_LENGTH": "8k"}, "OLLAMA_CONTEXT_LENGTH must be an integer"),
-    ({"OLLAMA_KEEP_ALIVE": "forever"}, "OLLAMA_KEEP_ALIVE: invalid keep_alive duration"),
-])
+@pytest.mark.parametrize(
+    "env, words",
+    [
+        ({"LOCALRT_HOST": ":0"}, "LOCALRT_HOST has an invalid port"),
+        ({"LOCALRT_NUM_PARALLEL": "-1"}, "LOCALRT_NUM_PARALLEL must be 0 (automatic) or a positive integer"),
+        ({"LOCALRT_MAX_LOADED_MODELS": "-2"}, "LOCALRT_MAX_LOADED_MODELS must be 0 (automatic) or more"),
+        ({"LOCALRT_NUM_THREADS": "two"}, "LOCALRT_NUM_THREADS must be an integer"),
+        ({"OLLAMA_CONTEXT_LENGTH": "8k"}, "OLLAMA_CONTEXT_LENGTH must be an integer"),
+        ({"OLLAMA_KEEP_ALIVE": "forever"}, "OLLAMA_KEEP_ALIVE: invalid keep_alive duration"),
+    ],
+)
 def test_each_check_names_its_variable(env, words):
     with pytest.raises(cfg.ConfigError) as e:
         cfg.load(env)
@@ -79,8 +104,11 @@ def test_serve_help_lists_every_variable_config_reads():
     import re
 
     tree = ast.parse(Path(cfg.__file__).read_text(encoding="utf-8"))
-    read = {n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)
-            and re.fullmatch(r"LOCALRT_[A-Z_]+", n.value)}
+    read = {
+        n.value
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Constant) and isinstance(n.value, str) and re.fullmatch(r"LOCALRT_[A-Z_]+", n.value)
+    }
     assert {"LOCALRT_REGISTRY", "LOCALRT_REGISTRY_TOKEN", "LOCALRT_REGISTRY_PUBLIC", "LOCALRT_DATA"} <= read
     r = CliRunner().invoke(app, ["serve", "--help"], terminal_width=200)
     assert r.exit_code == 0, r.output
@@ -99,16 +127,28 @@ def test_keep_alive_reads_as_ollama_reads_it():
 
 
 def test_ollama_variables_are_read_where_localrt_ones_are_unset(tmp_path):
-    ollama = {"OLLAMA_HOST": "0.0.0.0:8080", "OLLAMA_MODELS": str(tmp_path / "ollama-models"),
-              "OLLAMA_KEEP_ALIVE": "10m", "OLLAMA_NUM_PARALLEL": "2", "OLLAMA_MAX_LOADED_MODELS": "1",
-              "OLLAMA_MAX_QUEUE": "64", "OLLAMA_ORIGINS": "http://app.example, chrome-extension://*",
-              "OLLAMA_CONTEXT_LENGTH": "8192"}
+    ollama = {
+        "OLLAMA_HOST": "0.0.0.0:8080",
+        "OLLAMA_MODELS": str(tmp_path / "ollama-models"),
+        "OLLAMA_KEEP_ALIVE": "10m",
+        "OLLAMA_NUM_PARALLEL": "2",
+        "OLLAMA_MAX_LOADED_MODELS": "1",
+        "OLLAMA_MAX_QUEUE": "64",
+        "OLLAMA_ORIGINS": "http://app.example, chrome-extension://*",
+        "OLLAMA_CONTEXT_LENGTH": "8192",
+    }
     c = cfg.load(ollama)
     assert (c.host, c.port, c.models_dir, c.keep_alive) == ("0.0.0.0", 8080, tmp_path / "ollama-models", "10m")
     assert (c.num_parallel, c.max_loaded_models, c.max_queue, c.context_length) == (2, 1, 64, 8192)
     assert c.origins == ("http://app.example", "chrome-extension://*")
-    mine = cfg.load({**ollama, "LOCALRT_HOST": "127.0.0.1:9000", "LOCALRT_NUM_PARALLEL": "3",
-                     "LOCALRT_MODELS": str(tmp_path / "mine")})
+    mine = cfg.load(
+        {
+            **ollama,
+            "LOCALRT_HOST": "127.0.0.1:9000",
+            "LOCALRT_NUM_PARALLEL": "3",
+            "LOCALRT_MODELS": str(tmp_path / "mine"),
+        }
+    )
     assert (mine.port, mine.num_parallel, mine.models_dir) == (9000, 3, tmp_path / "mine")  # LOCALRT_ wins
     assert cfg.load({**ollama, "LOCALRT_HOST": ""}).port == 8080  # empty is unset, as Ollama reads its own
 

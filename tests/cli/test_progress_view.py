@@ -1,6 +1,7 @@
 """Progress bars as a new user sees them (issue 46 friction): on `create --quantize`, `pull`, `export` and `import`
 every bar is drawn before the status lines that follow it ("success"), and counts bytes (quantization reported as
 bytes of weights, not as a count of tensors drawn as bytes)."""
+
 from __future__ import annotations
 
 import io
@@ -19,12 +20,16 @@ from localrt.models.create import create
 from localrt.runtime.service import Service
 from localrt.serve.daemon import BackgroundServer
 
-PULL = [{"status": "pulling manifest"},
-        {"status": "pulling 0123456789ab", "digest": "sha256:0123456789ab", "total": 3000, "completed": 1000},
-        {"status": "pulling 0123456789ab", "digest": "sha256:0123456789ab", "total": 3000, "completed": 3000},
-        {"status": "copying file m.gguf", "total": 5000, "completed": 100},
-        {"status": "copying file m.gguf", "total": 5000, "completed": 5000},
-        {"status": "verifying sha256 digest"}, {"status": "writing manifest"}, {"status": "success"}]
+PULL = [
+    {"status": "pulling manifest"},
+    {"status": "pulling 0123456789ab", "digest": "sha256:0123456789ab", "total": 3000, "completed": 1000},
+    {"status": "pulling 0123456789ab", "digest": "sha256:0123456789ab", "total": 3000, "completed": 3000},
+    {"status": "copying file m.gguf", "total": 5000, "completed": 100},
+    {"status": "copying file m.gguf", "total": 5000, "completed": 5000},
+    {"status": "verifying sha256 digest"},
+    {"status": "writing manifest"},
+    {"status": "success"},
+]
 BAR = re.compile(r"^(\S.*?)\s+━+\s+([\d.]+)/([\d.]+) (bytes|kB|MB|GB)\b")
 
 
@@ -40,8 +45,15 @@ def test_bars_sit_between_the_status_lines_they_came_between():
     out = io.StringIO()
     render_progress(PULL, Console(file=out, width=120))
     text = out.getvalue()
-    lines_in_order(text, "pulling manifest", "pulling 0123456789ab", "copying file m.gguf", "verifying sha256 digest",
-                   "writing manifest", "success")
+    lines_in_order(
+        text,
+        "pulling manifest",
+        "pulling 0123456789ab",
+        "copying file m.gguf",
+        "verifying sha256 digest",
+        "writing manifest",
+        "success",
+    )
     assert text.count("copying file m.gguf") == 1  # one bar, not a line per progress object
     bars = [BAR.match(ln) for ln in text.splitlines() if "━" in ln]
     assert [(b.group(2), b.group(3), b.group(4)) for b in bars] == [("3.0", "3.0", "kB"), ("5.0", "5.0", "kB")]
@@ -60,8 +72,15 @@ def daemon(tmp_path):
     service = Service(conf)
     try:
         with BackgroundServer(service, conf):
-            yield {"LOCALRT_HOST": f"127.0.0.1:{conf.port}", "LOCALRT_MODELS": str(conf.models_dir),
-                   "LOCALRT_DATA": str(tmp_path / "data"), "LOCALRT_API_KEY": ""}, service
+            yield (
+                {
+                    "LOCALRT_HOST": f"127.0.0.1:{conf.port}",
+                    "LOCALRT_MODELS": str(conf.models_dir),
+                    "LOCALRT_DATA": str(tmp_path / "data"),
+                    "LOCALRT_API_KEY": "",
+                },
+                service,
+            )
     finally:
         service.close()
 
@@ -77,8 +96,16 @@ def test_create_quantize_shows_upload_and_quantization_in_bytes_before_success(d
     write_tiny_gguf(tmp_path / "model-f32.gguf", n_embd=64)
     (tmp_path / "Modelfile").write_text("FROM ./model-f32.gguf\n")
     err = _cli(env, "create", "mine", "-q", "q8_0", "-f", str(tmp_path / "Modelfile")).stderr
-    lines_in_order(err, "hashing model-f32.gguf", "transferring model data", "parsing GGUF",
-                   "quantizing F32 model to Q8_0", "verifying conversion", "writing manifest", "success")
+    lines_in_order(
+        err,
+        "hashing model-f32.gguf",
+        "transferring model data",
+        "parsing GGUF",
+        "quantizing F32 model to Q8_0",
+        "verifying conversion",
+        "writing manifest",
+        "success",
+    )
     assert re.search(r"^using existing layer sha256:[0-9a-f]{64}$", err, re.M), err  # one line, however narrow
     quantizing = next(BAR.match(ln) for ln in err.splitlines() if ln.startswith("quantizing"))
     weights = service.store.model_record("mine").model_path.stat().st_size  # Q8_0 out of F32: the source is bigger

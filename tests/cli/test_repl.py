@@ -1,5 +1,6 @@
 """`localrt run MODEL` as an interactive chat, driven in a pseudo-terminal as a user types it, against a real daemon
 (`python -m cli serve` in a subprocess over a temporary store) and the built-in SmolLM2."""
+
 from __future__ import annotations
 
 import os
@@ -30,13 +31,24 @@ PASTE_MODE = re.compile("\x1b\\[\\?2004[hl]\r?")  # readline turning the termina
 def daemon(tmp_path_factory):
     """A real `localrt serve` on a free loopback port; always stopped at teardown."""
     root = tmp_path_factory.mktemp("repl")
-    env = dict(os.environ, LOCALRT_HOST=f"127.0.0.1:{free_port()}", LOCALRT_MODELS=str(root / "models"),
-               LOCALRT_DATA=str(root / "data"), LOCALRT_API_KEY="",
-               PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    env = dict(
+        os.environ,
+        LOCALRT_HOST=f"127.0.0.1:{free_port()}",
+        LOCALRT_MODELS=str(root / "models"),
+        LOCALRT_DATA=str(root / "data"),
+        LOCALRT_API_KEY="",
+        PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""),
+    )
     url = "http://" + env["LOCALRT_HOST"]
     with open(root / "serve.log", "wb") as log:
-        proc = subprocess.Popen([sys.executable, "-m", "cli", "serve"], cwd=REPO, env=env, stdout=log,
-                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "cli", "serve"],
+            cwd=REPO,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+        )
     try:
         _wait_up(proc, url, root / "serve.log")
         yield env, url
@@ -67,8 +79,15 @@ class Session:
 
     def __init__(self, env: dict, *args: str, columns: int = 200):
         env = {k: v for k, v in env.items() if k not in ("COLUMNS", "LINES")}  # the pty's size, not the runner's
-        self.child = pexpect.spawn(sys.executable, ["-m", "cli", "run", MODEL, *args], cwd=str(REPO), env=env,
-                                   encoding="utf-8", timeout=ANSWER_S, dimensions=(40, columns))
+        self.child = pexpect.spawn(
+            sys.executable,
+            ["-m", "cli", "run", MODEL, *args],
+            cwd=str(REPO),
+            env=env,
+            encoding="utf-8",
+            timeout=ANSWER_S,
+            dimensions=(40, columns),
+        )
         self.child.expect_exact(PROMPT)  # the model is preloaded before the first prompt
 
     def say(self, line: str, timeout: float = QUICK_S, prompt: str = PROMPT) -> str:
@@ -148,7 +167,9 @@ def test_interactive_session_commands_and_save_load(daemon, session):
     assert float(params["num_predict"]) == 8 and float(params["temperature"]) == 0
     # the history after /clear only: one user turn and its answer
     assert [(m["role"], m["content"].strip()) for m in saved["messages"]] == [
-        ("user", "What is 2+2?"), ("assistant", again.strip())]
+        ("user", "What is 2+2?"),
+        ("assistant", again.strip()),
+    ]
 
     assert s.say("/load no-such-model", timeout=ANSWER_S).strip().endswith("Couldn't find model 'no-such-model'")
     assert s.say("/load mysaved", timeout=ANSWER_S).strip() == "Loading model 'mysaved'"

@@ -1,5 +1,6 @@
 """The chat's input history is kept across sessions (issue 46 friction: up-arrow finds yesterday's questions), in the
 data directory's `history` file, as `ollama run` keeps ~/.ollama/history."""
+
 from __future__ import annotations
 
 import pytest

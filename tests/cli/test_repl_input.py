@@ -1,5 +1,6 @@
 """The chat as a new user meets it (issue 46 frictions): several pasted lines are one message (bracketed paste), and
 `/?`, `/set`, `/set parameter` alone list what exists, as `ollama run` does."""
+
 from __future__ import annotations
 
 import os
@@ -30,9 +31,16 @@ def scripted(tmp_path):
     service = Service(conf, load_model=script.load)
     try:
         with BackgroundServer(service, conf):
-            env = {k: v for k, v in os.environ.items() if not k.startswith("LOCALRT_") and k not in ("COLUMNS", "LINES")}
-            env.update(LOCALRT_HOST=f"127.0.0.1:{conf.port}", LOCALRT_MODELS=str(conf.models_dir),
-                       LOCALRT_DATA=str(tmp_path / "data"), LOCALRT_API_KEY="", TERM="xterm")
+            env = {
+                k: v for k, v in os.environ.items() if not k.startswith("LOCALRT_") and k not in ("COLUMNS", "LINES")
+            }
+            env.update(
+                LOCALRT_HOST=f"127.0.0.1:{conf.port}",
+                LOCALRT_MODELS=str(conf.models_dir),
+                LOCALRT_DATA=str(tmp_path / "data"),
+                LOCALRT_API_KEY="",
+                TERM="xterm",
+            )
             yield env, script
     finally:
         service.close()
@@ -41,8 +49,15 @@ def scripted(tmp_path):
 def test_pasted_lines_are_one_message(scripted):
     pytest.importorskip("readline")
     env, script = scripted
-    child = pexpect.spawn(sys.executable, ["-m", "cli", "run", MODEL], cwd=str(REPO), env=env, encoding="utf-8",
-                          timeout=QUICK_S, dimensions=(40, 200))
+    child = pexpect.spawn(
+        sys.executable,
+        ["-m", "cli", "run", MODEL],
+        cwd=str(REPO),
+        env=env,
+        encoding="utf-8",
+        timeout=QUICK_S,
+        dimensions=(40, 200),
+    )
     try:
         child.expect_exact("\x1b[?2004h")  # the terminal is asked to mark pastes (CPython's readline does not)
         child.expect_exact(PROMPT)
@@ -71,14 +86,35 @@ def test_help_and_set_alone_list_what_exists(capsys):
         assert f"  {cmd}" in helptext, helptext
     assert _said(capsys, "/help") == helptext
     listed = _said(capsys, "/set")
-    for what in ("parameter", "system", "format json", "noformat", "verbose", "quiet", "wordwrap", "nowordwrap",
-                 "think", "nothink"):
+    for what in (
+        "parameter",
+        "system",
+        "format json",
+        "noformat",
+        "verbose",
+        "quiet",
+        "wordwrap",
+        "nowordwrap",
+        "think",
+        "nothink",
+    ):
         assert f"  /set {what} " in listed, listed
     assert _said(capsys, "/? set") == listed
     params = _said(capsys, "/set parameter")
     assert params.startswith("Available Parameters:")
-    for name in ("seed", "num_predict", "top_k", "top_p", "min_p", "num_ctx", "temperature", "repeat_penalty",
-                 "repeat_last_n", "num_gpu", "stop"):
+    for name in (
+        "seed",
+        "num_predict",
+        "top_k",
+        "top_p",
+        "min_p",
+        "num_ctx",
+        "temperature",
+        "repeat_penalty",
+        "repeat_last_n",
+        "num_gpu",
+        "stop",
+    ):
         assert f"/set parameter {name} " in params, params
     assert "Ctrl + d" in _said(capsys, "/? shortcuts")
     assert "/show modelfile" in _said(capsys, "/show")

@@ -1,5 +1,6 @@
 """`localrt run NAME` of a model that is not stored (issue 46 friction): with a mirror configured it is pulled first,
 as `ollama run` pulls; with none, the error lists the offline ways to get a model."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -27,8 +28,13 @@ def daemon_with(tmp_path):
         service = Service(conf, load_model=Script(answer="scripted answer").load)
         srv = BackgroundServer(service, conf).__enter__()
         started.append((srv, service))
-        env = {"LOCALRT_HOST": f"127.0.0.1:{conf.port}", "LOCALRT_MODELS": str(conf.models_dir),
-               "LOCALRT_DATA": str(tmp_path / "data"), "LOCALRT_API_KEY": "", "LOCALRT_REGISTRY": registry or ""}
+        env = {
+            "LOCALRT_HOST": f"127.0.0.1:{conf.port}",
+            "LOCALRT_MODELS": str(conf.models_dir),
+            "LOCALRT_DATA": str(tmp_path / "data"),
+            "LOCALRT_API_KEY": "",
+            "LOCALRT_REGISTRY": registry or "",
+        }
         return env, service
 
     yield start
@@ -42,8 +48,15 @@ def test_run_of_a_missing_model_without_a_mirror_lists_the_offline_ways(daemon_w
     r = CliRunner().invoke(app, ["run", "no-such-model", "hi"], env=env, catch_exceptions=False)
     assert r.exit_code == 1 and not r.stdout.strip(), r.output
     assert r.stderr.startswith("Error: model 'no-such-model' not found\n"), r.stderr
-    for way in ("localrt import PATH", "localrt export", "localrt create NAME -f Modelfile", ".gguf",
-                "smollm2:135m", "gemma3:270m", "LOCALRT_REGISTRY"):
+    for way in (
+        "localrt import PATH",
+        "localrt export",
+        "localrt create NAME -f Modelfile",
+        ".gguf",
+        "smollm2:135m",
+        "gemma3:270m",
+        "LOCALRT_REGISTRY",
+    ):
         assert way in r.stderr, r.stderr
     assert "pulling" not in r.stderr and not service.store.list()  # nothing was tried, nothing stored
 

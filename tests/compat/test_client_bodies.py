@@ -2,6 +2,7 @@
 openai-python), sent as those clients send them to a real daemon (scripted model: the answer's text does not
 matter here). Each must be served (200), its reply must parse with the official `ollama` / `openai` types, and
 the one warning line must name exactly the keys the daemon ignored."""
+
 from __future__ import annotations
 
 import json
@@ -43,7 +44,7 @@ def _openai_replies(r: httpx.Response, case: Case) -> list:
     chat = case.path == "/v1/chat/completions"
     if not case.stream:
         return [(openai.types.chat.ChatCompletion if chat else openai.types.Completion).model_validate(r.json())]
-    data = [line[len("data: "):] for line in r.text.splitlines() if line.startswith("data: ")]
+    data = [line[len("data: ") :] for line in r.text.splitlines() if line.startswith("data: ")]
     assert data[-1] == "[DONE]"
     kind = openai.types.chat.ChatCompletionChunk if chat else openai.types.Completion
     return [kind.model_validate(json.loads(d)) for d in data[:-1]]
@@ -79,8 +80,9 @@ def test_client_request_is_served_and_parses(daemon, case, caplog):
         usage = [x.usage for x in replies if x.usage]
         if usage:
             assert usage[-1].prompt_tokens > 0 and usage[-1].prompt_tokens_details.cached_tokens >= 0
-    lines = [rec.getMessage() for rec in caplog.records
-             if rec.name == "localrt.server" and rec.levelno == logging.WARNING]
+    lines = [
+        rec.getMessage() for rec in caplog.records if rec.name == "localrt.server" and rec.levelno == logging.WARNING
+    ]
     if not case.ignored:
         assert lines == []
         return
@@ -97,10 +99,10 @@ def test_openai_client_sends_these_bodies_unchanged(daemon):
     def capture(request: httpx.Request) -> None:
         seen.append(json.loads(request.content))
 
-    c = openai.OpenAI(base_url=daemon.url + "/v1", api_key="unused",
-                      http_client=httpx.Client(event_hooks={"request": [capture]}))
+    c = openai.OpenAI(
+        base_url=daemon.url + "/v1", api_key="unused", http_client=httpx.Client(event_hooks={"request": [capture]})
+    )
     body = dict(case.body)
-    r = c.chat.completions.create(**{k: v for k, v in body.items() if k != "functions"},
-                                  extra_body={"functions": None})
+    r = c.chat.completions.create(**{k: v for k, v in body.items() if k != "functions"}, extra_body={"functions": None})
     assert r.choices[0].message.role == "assistant"
     assert seen[-1] == body

@@ -1,4 +1,5 @@
 """Export / import bundles (directory and tar), Ollama models directories, hostile archives, pulls from folders."""
+
 from __future__ import annotations
 
 import hashlib
@@ -131,17 +132,20 @@ def _link(name: str, target: str, kind=tarfile.SYMTYPE) -> tuple[tarfile.TarInfo
     return info, None
 
 
-@pytest.mark.parametrize("member, match", [
-    (_file("../../evil"), "outside the store"),
-    (_file("manifests/../../evil"), "outside the store"),
-    (_file("/etc/cron.d/evil"), "absolute"),
-    (_file("C:/evil"), "absolute"),
-    (_file("blobs\\..\\evil"), "absolute or non-portable"),
-    (_link("blobs/sha256-" + "a" * 64, "/etc/passwd"), "link or special"),
-    (_link("manifests/x", "/etc/passwd", tarfile.LNKTYPE), "link or special"),
-    (_file("notes.txt"), "not part of a models directory"),
-    (_file("blobs/evil.sh"), "not part of a models directory"),
-])
+@pytest.mark.parametrize(
+    "member, match",
+    [
+        (_file("../../evil"), "outside the store"),
+        (_file("manifests/../../evil"), "outside the store"),
+        (_file("/etc/cron.d/evil"), "absolute"),
+        (_file("C:/evil"), "absolute"),
+        (_file("blobs\\..\\evil"), "absolute or non-portable"),
+        (_link("blobs/sha256-" + "a" * 64, "/etc/passwd"), "link or special"),
+        (_link("manifests/x", "/etc/passwd", tarfile.LNKTYPE), "link or special"),
+        (_file("notes.txt"), "not part of a models directory"),
+        (_file("blobs/evil.sh"), "not part of a models directory"),
+    ],
+)
 def test_hostile_archive_members_refused(src, tmp_path, member, match):
     s, _ = src
     good = tmp_path / "good.tar"
@@ -208,7 +212,10 @@ def test_pull_from_bundle_folder_and_file_url(src, tmp_path):
     blobs = [layer.digest for layer in manifest.layers] + [manifest.config.digest]
     statuses = list(dict.fromkeys(e["status"] for e in events))
     assert statuses == ["pulling manifest"] + [f"pulling {d[7:19]}" for d in blobs] + [
-        "verifying sha256 digest", "writing manifest", "success"]
+        "verifying sha256 digest",
+        "writing manifest",
+        "success",
+    ]
     _same_model(s, dst, "tiny:1")
     # A plain store folder with two models: name the one wanted, or configure the folder as the default mirror.
     with pytest.raises(bd.BundleError, match="holds 2 models"):

@@ -1,4 +1,5 @@
 """Pull between two real daemons on loopback, resume after interruption, verification, concurrency, full disks."""
+
 from __future__ import annotations
 
 import errno
@@ -44,8 +45,7 @@ def two(tmp_path, fast):
 
 
 def _api_pull(base_url: str, model: str, **body) -> list[dict]:
-    with httpx.stream("POST", f"{base_url}/api/pull", json={"model": model, "insecure": True, **body},
-                      timeout=60) as r:
+    with httpx.stream("POST", f"{base_url}/api/pull", json={"model": model, "insecure": True, **body}, timeout=60) as r:
         return [json.loads(line) for line in r.iter_lines() if line]
 
 
@@ -63,7 +63,10 @@ def test_pull_between_daemons_and_repull_is_cache_hits(two):
     events = _api_pull(b.url, f"{host}/library/tiny:1")
     blobs = [layer.digest for layer in manifest.layers] + [manifest.config.digest]
     assert _statuses(events) == ["pulling manifest"] + [f"pulling {d[7:19]}" for d in blobs] + [
-        "verifying sha256 digest", "writing manifest", "success"]
+        "verifying sha256 digest",
+        "writing manifest",
+        "success",
+    ]
     for e in events:
         if e["status"].startswith("pulling ") and e["status"] != "pulling manifest":
             assert list(e) == ["status", "digest", "total", "completed"] and 0 <= e["completed"] <= e["total"]

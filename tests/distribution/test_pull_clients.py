@@ -1,5 +1,6 @@
 """Pull between two real localrt daemons on loopback with the clients users have: the official `ollama` Python
 client and `localrt pull`. The source holds the built-in SmolLM2 (a real ~98 MB GGUF); the destination then runs it."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -30,8 +31,16 @@ def source(tmp_path_factory):
 @pytest.fixture
 def runnable(tmp_path):
     """An empty destination daemon whose service really loads and runs models."""
-    conf = dataclasses.replace(cfg.load({}), host="127.0.0.1", port=free_port(), models_dir=tmp_path / "models",
-                               data_dir=tmp_path / "data", readonly_models_dirs=(), api_key=None, registry=None)
+    conf = dataclasses.replace(
+        cfg.load({}),
+        host="127.0.0.1",
+        port=free_port(),
+        models_dir=tmp_path / "models",
+        data_dir=tmp_path / "data",
+        readonly_models_dirs=(),
+        api_key=None,
+        registry=None,
+    )
     service = Service(conf)
     try:
         with BackgroundServer(service, conf) as srv:
@@ -59,7 +68,10 @@ def test_ollama_client_pulls_from_a_second_daemon_then_runs_it(source, runnable)
     events = list(dst.pull(source.ref, insecure=True, stream=True))
     digests = _layer_digests(source)
     assert _statuses(events) == ["pulling manifest"] + [f"pulling {d[7:19]}" for d in digests] + [
-        "verifying sha256 digest", "writing manifest", "success"]
+        "verifying sha256 digest",
+        "writing manifest",
+        "success",
+    ]
     for e in events:
         if e.digest:
             assert e.status == f"pulling {e.digest[7:19]}" and 0 <= e.completed <= e.total
@@ -72,8 +84,7 @@ def test_ollama_client_pulls_from_a_second_daemon_then_runs_it(source, runnable)
 
     names = [m.model for m in dst.list().models]
     assert source.ref in names
-    r = dst.generate(model=source.ref, prompt="The capital of France is",
-                     options={"num_predict": 4, "temperature": 0})
+    r = dst.generate(model=source.ref, prompt="The capital of France is", options={"num_predict": 4, "temperature": 0})
     assert r.done and 1 <= r.eval_count <= 4 and r.response.strip()
 
     again = list(dst.pull(source.ref, insecure=True, stream=True))
@@ -85,17 +96,23 @@ def test_ollama_client_pulls_from_a_second_daemon_then_runs_it(source, runnable)
 
 def test_localrt_pull_cli_shows_progress_and_succeeds(source, tmp_path):
     with daemon(tmp_path / "models") as dst:
-        r = CliRunner().invoke(app, ["pull", source.ref, "--insecure"],
-                               env={"LOCALRT_HOST": dst.url.split("//", 1)[1], "LOCALRT_API_KEY": ""},
-                               catch_exceptions=False)
+        r = CliRunner().invoke(
+            app,
+            ["pull", source.ref, "--insecure"],
+            env={"LOCALRT_HOST": dst.url.split("//", 1)[1], "LOCALRT_API_KEY": ""},
+            catch_exceptions=False,
+        )
         assert r.exit_code == 0, r.output
         for line in ("pulling manifest", "verifying sha256 digest", "writing manifest", "success"):
             assert line in r.stderr, r.stderr
         digests = _layer_digests(source)
         assert all(f"pulling {d[7:19]}" in r.stderr for d in digests), r.stderr  # one bar per blob
         assert dst.service.store.get(source.ref).manifest.digests == source.service.store.get(MODEL).manifest.digests
-        missing = CliRunner().invoke(app, ["pull", source.ref.replace(MODEL, "nope:1"), "--insecure"],
-                                     env={"LOCALRT_HOST": dst.url.split("//", 1)[1], "LOCALRT_API_KEY": ""})
+        missing = CliRunner().invoke(
+            app,
+            ["pull", source.ref.replace(MODEL, "nope:1"), "--insecure"],
+            env={"LOCALRT_HOST": dst.url.split("//", 1)[1], "LOCALRT_API_KEY": ""},
+        )
         assert missing.exit_code == 1 and "Error: pull model manifest: file does not exist" in missing.stderr
         with pytest.raises(ollama.ResponseError, match="file does not exist"):
             list(ollama.Client(host=dst.url).pull(source.ref.replace(MODEL, "nope:1"), insecure=True, stream=True))

@@ -1,4 +1,5 @@
 """A mirror that lies (pain_points 8 item 19): every answer is a clear error and nothing lands outside the store."""
+
 from __future__ import annotations
 
 import gzip
@@ -24,8 +25,9 @@ BLOB_PATH = rf"/v2/{REPO}/blobs/(sha256:[0-9a-f]{{64}})"
 def manifest_bytes(layers=None, config=None) -> bytes:
     layers = layers if layers is not None else [{"mediaType": mf.MODEL, "digest": sha(BLOB), "size": len(BLOB)}]
     config = config or {"mediaType": mf.CONFIG_MEDIA_TYPE, "digest": sha(CONFIG), "size": len(CONFIG)}
-    return json.dumps({"schemaVersion": 2, "mediaType": mf.MANIFEST_MEDIA_TYPE, "config": config,
-                       "layers": layers}).encode()
+    return json.dumps(
+        {"schemaVersion": 2, "mediaType": mf.MANIFEST_MEDIA_TYPE, "config": config, "layers": layers}
+    ).encode()
 
 
 @pytest.fixture()
@@ -41,18 +43,22 @@ def world(tmp_path, monkeypatch):
 
 def serve_manifest(mirror: RawMirror, body: bytes, headers: dict | None = None) -> None:
     def h(handler, m):
-        handler.send_raw(200, {"Content-Type": mf.MANIFEST_MEDIA_TYPE, "Content-Length": str(len(body)),
-                               **(headers or {})}, body)
+        handler.send_raw(
+            200, {"Content-Type": mf.MANIFEST_MEDIA_TYPE, "Content-Length": str(len(body)), **(headers or {})}, body
+        )
+
     mirror.route("GET", rf"/v2/{REPO}/manifests/1", h)
 
 
 def serve_blob(mirror: RawMirror, fn) -> None:
     """`fn(handler, digest)` answers the model blob; the config blob is served honestly."""
+
     def h(handler, m):
         if m.group(1) == sha(CONFIG):
             handler.send_raw(200, {"Content-Length": str(len(CONFIG))}, CONFIG)
         else:
             fn(handler, m.group(1))
+
     mirror.route("GET", BLOB_PATH, h)
 
 
@@ -66,16 +72,24 @@ def outcome(s: st.Store, mirror: RawMirror, tmp_path) -> None:
         assert not s.has_blob(sha(BLOB)) or s.blob_path(sha(BLOB)).read_bytes() == BLOB
 
 
-@pytest.mark.parametrize("layers, match", [
-    ([{"mediaType": mf.MODEL, "digest": "sha256:../../../../etc/passwd", "size": 4}], "is not sha256"),
-    ([{"mediaType": mf.MODEL, "digest": "sha256-" + "a" * 64, "size": 4}], "is not sha256"),
-    ([{"mediaType": mf.MODEL, "digest": sha(BLOB), "size": -5}], "invalid size"),
-    ([{"mediaType": mf.MODEL, "digest": sha(BLOB), "size": "16384"}], "invalid size"),
-    ([{"mediaType": mf.MODEL, "digest": sha(BLOB), "size": True}], "invalid size"),
-    ([{"mediaType": mf.MODEL, "digest": sha(b"%d" % i), "size": 1} for i in range(5000)], "layers"),
-    ([{"mediaType": mf.MODEL, "digest": sha(BLOB), "size": 1}, {"mediaType": mf.MODEL, "digest": sha(BLOB), "size": 2}],
-     "two different sizes"),
-])
+@pytest.mark.parametrize(
+    "layers, match",
+    [
+        ([{"mediaType": mf.MODEL, "digest": "sha256:../../../../etc/passwd", "size": 4}], "is not sha256"),
+        ([{"mediaType": mf.MODEL, "digest": "sha256-" + "a" * 64, "size": 4}], "is not sha256"),
+        ([{"mediaType": mf.MODEL, "digest": sha(BLOB), "size": -5}], "invalid size"),
+        ([{"mediaType": mf.MODEL, "digest": sha(BLOB), "size": "16384"}], "invalid size"),
+        ([{"mediaType": mf.MODEL, "digest": sha(BLOB), "size": True}], "invalid size"),
+        ([{"mediaType": mf.MODEL, "digest": sha(b"%d" % i), "size": 1} for i in range(5000)], "layers"),
+        (
+            [
+                {"mediaType": mf.MODEL, "digest": sha(BLOB), "size": 1},
+                {"mediaType": mf.MODEL, "digest": sha(BLOB), "size": 2},
+            ],
+            "two different sizes",
+        ),
+    ],
+)
 def test_bad_manifests(world, layers, match):
     s, mirror, tmp_path = world
     serve_manifest(mirror, manifest_bytes(layers))
@@ -152,8 +166,9 @@ def gzipped(handler, digest):
 
 
 def wrong_range(handler, digest):
-    handler.send_raw(206, {"Content-Length": str(len(BLOB)), "Content-Range": f"bytes 5-{len(BLOB) + 4}/{len(BLOB)}"},
-                     BLOB)
+    handler.send_raw(
+        206, {"Content-Length": str(len(BLOB)), "Content-Range": f"bytes 5-{len(BLOB) + 4}/{len(BLOB)}"}, BLOB
+    )
 
 
 def wrong_bytes(handler, digest):
@@ -174,18 +189,21 @@ def file_scheme(handler, digest):
     handler.send_raw(302, {"Location": "file:///etc/passwd", "Content-Length": "0"})
 
 
-@pytest.mark.parametrize("answer, error, match", [
-    (longer, MirrorError, "more bytes"),
-    (endless, MirrorError, "more bytes"),
-    (shorter, MirrorError, "failed after 2 retries"),
-    (zero, MirrorError, "declares 0 bytes"),
-    (gzipped, MirrorError, "gzip-encoded"),
-    (wrong_range, MirrorError, "Content-Range"),
-    (wrong_bytes, BlobMismatch, "digest mismatch"),
-    (elsewhere, MirrorError, "another host"),
-    (loop, MirrorError, "more than 5 redirects"),
-    (file_scheme, MirrorError, "not http"),
-])
+@pytest.mark.parametrize(
+    "answer, error, match",
+    [
+        (longer, MirrorError, "more bytes"),
+        (endless, MirrorError, "more bytes"),
+        (shorter, MirrorError, "failed after 2 retries"),
+        (zero, MirrorError, "declares 0 bytes"),
+        (gzipped, MirrorError, "gzip-encoded"),
+        (wrong_range, MirrorError, "Content-Range"),
+        (wrong_bytes, BlobMismatch, "digest mismatch"),
+        (elsewhere, MirrorError, "another host"),
+        (loop, MirrorError, "more than 5 redirects"),
+        (file_scheme, MirrorError, "not http"),
+    ],
+)
 def test_bad_blob_answers(world, answer, error, match):
     s, mirror, tmp_path = world
     serve_manifest(mirror, manifest_bytes())
@@ -198,12 +216,24 @@ def test_manifest_redirect_and_auth_challenge_are_not_followed(world):
     s, mirror, tmp_path = world
     calls = []
     mirror.route("GET", r"/realm.*", lambda h, m: calls.append(h.path))
-    mirror.route("GET", rf"/v2/{REPO}/manifests/1",
-                 lambda h, m: h.send_raw(307, {"Location": "/v2/library/other/manifests/1", "Content-Length": "0"}))
+    mirror.route(
+        "GET",
+        rf"/v2/{REPO}/manifests/1",
+        lambda h, m: h.send_raw(307, {"Location": "/v2/library/other/manifests/1", "Content-Length": "0"}),
+    )
     with pytest.raises(MirrorError, match="redirect for a manifest"):
         outcome(s, mirror, tmp_path)
-    mirror.routes.insert(0, ("GET", rf"/v2/{REPO}/manifests/1", lambda h, m: h.send_raw(
-        401, {"WWW-Authenticate": f'Bearer realm="http://{mirror.host}/realm",service="x"', "Content-Length": "0"})))
+    mirror.routes.insert(
+        0,
+        (
+            "GET",
+            rf"/v2/{REPO}/manifests/1",
+            lambda h, m: h.send_raw(
+                401,
+                {"WWW-Authenticate": f'Bearer realm="http://{mirror.host}/realm",service="x"', "Content-Length": "0"},
+            ),
+        ),
+    )
     with pytest.raises(RegistryError, match="requires a token"):
         outcome(s, mirror, tmp_path)
     assert calls == []
@@ -214,8 +244,12 @@ def test_same_host_redirect_to_other_port_is_followed(world):
     with RawMirror() as direct:
         direct.route("GET", BLOB_PATH, lambda h, m: h.send_raw(206, _ok_headers(h, len(BLOB)), BLOB))
         serve_manifest(mirror, manifest_bytes())
-        serve_blob(mirror, lambda h, d: h.send_raw(307, {"Location": f"http://{direct.host}/v2/{REPO}/blobs/{d}",
-                                                         "Content-Length": "0"}))
+        serve_blob(
+            mirror,
+            lambda h, d: h.send_raw(
+                307, {"Location": f"http://{direct.host}/v2/{REPO}/blobs/{d}", "Content-Length": "0"}
+            ),
+        )
         events = list(pl.pull(s, f"{mirror.host}/{REPO}:1", insecure=True))
     assert events[-1] == {"status": "success"} and s.blob_path(sha(BLOB)).read_bytes() == BLOB
 

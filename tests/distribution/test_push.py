@@ -1,4 +1,5 @@
 """Push a model from one real daemon to another over the upload protocol."""
+
 from __future__ import annotations
 
 import json
@@ -32,7 +33,9 @@ def test_push_via_api_then_pull_back(tmp_path, monkeypatch):
         blobs = [layer.digest for layer in manifest.layers] + [manifest.config.digest]
         statuses = list(dict.fromkeys(e["status"] for e in events))
         assert statuses == ["retrieving manifest"] + [f"pushing {d[7:19]}" for d in blobs] + [
-            "pushing manifest", "success"]
+            "pushing manifest",
+            "success",
+        ]
         last = {e["digest"]: e for e in events if "digest" in e}
         assert all(last[d]["completed"] == last[d]["total"] for d in blobs)
         m_store = mirror.service.store
@@ -80,8 +83,11 @@ def test_push_refuses_upload_location_on_another_host(tmp_path):
     make_model(s, "tiny:1", tmp_path / "src")
     with RawMirror() as reg:
         reg.route("HEAD", r"/v2/library/tiny/blobs/.*", lambda h, m: h.send_json(404, {}))
-        reg.route("POST", r"/v2/library/tiny/blobs/uploads/", lambda h, m: h.send_raw(
-            202, {"Location": "http://169.254.169.254/upload", "Content-Length": "0"}))
+        reg.route(
+            "POST",
+            r"/v2/library/tiny/blobs/uploads/",
+            lambda h, m: h.send_raw(202, {"Location": "http://169.254.169.254/upload", "Content-Length": "0"}),
+        )
         target = f"{reg.host}/library/tiny:1"
         s.copy("tiny:1", target)
         with pytest.raises(RegistryError, match="another host"):

@@ -1,4 +1,5 @@
 """The registry protocol served from a store: manifests, blobs with Range, uploads, and when it is switched on."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -70,11 +71,15 @@ def test_blob_full_ranges_and_errors(served):
     r = client.get(f"/v2/library/tiny/blobs/{d}")
     assert r.status_code == 200 and r.content == data and r.headers["docker-content-digest"] == d
     assert int(r.headers["content-length"]) == n and r.headers["accept-ranges"] == "bytes"
-    for header, (a, b) in {"bytes=10-99": (10, 99), "bytes=1000-": (1000, n - 1), "bytes=-50": (n - 50, n - 1),
-                           f"bytes=0-{n + 999}": (0, n - 1)}.items():
+    for header, (a, b) in {
+        "bytes=10-99": (10, 99),
+        "bytes=1000-": (1000, n - 1),
+        "bytes=-50": (n - 50, n - 1),
+        f"bytes=0-{n + 999}": (0, n - 1),
+    }.items():
         r = client.get(f"/v2/library/tiny/blobs/{d}", headers={"Range": header})
         assert r.status_code == 206, header
-        assert r.content == data[a:b + 1]
+        assert r.content == data[a : b + 1]
         assert r.headers["content-range"] == f"bytes {a}-{b}/{n}"
         assert int(r.headers["content-length"]) == b - a + 1
     for bad in (f"bytes={n}-", "bytes=5-1", "bytes=0-1,5-9", "items=0-1", "bytes=-0"):
@@ -104,7 +109,7 @@ def _upload(client, data: bytes, digest: str, chunks: int = 3, repo: str = "libr
     loc = r.headers["location"]
     step = -(-len(data) // chunks)
     for i in range(0, len(data), step):
-        piece = data[i:i + step]
+        piece = data[i : i + step]
         r = client.patch(loc, content=piece, headers={"Content-Range": f"{i}-{i + len(piece) - 1}"})
         assert r.status_code == 202, r.text
         loc = r.headers["location"]
@@ -122,8 +127,7 @@ def test_upload_roundtrip_then_manifest(served, tmp_path):
     cfg_blob = b"{}"
     assert _upload(client, cfg_blob, sha(cfg_blob), chunks=1).status_code == 201
     m = mf.build(mf.Layer(mf.CONFIG_MEDIA_TYPE, sha(cfg_blob), 2), [mf.Layer(mf.MODEL, d, len(data))])
-    r = client.put("/v2/team/up/manifests/v2", content=m.to_bytes(),
-                   headers={"Content-Type": mf.MANIFEST_MEDIA_TYPE})
+    r = client.put("/v2/team/up/manifests/v2", content=m.to_bytes(), headers={"Content-Type": mf.MANIFEST_MEDIA_TYPE})
     assert r.status_code == 201, r.text
     assert s.get("team/up:v2").manifest.digests == m.digests  # stored under the default host
 

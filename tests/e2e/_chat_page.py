@@ -1,5 +1,6 @@
 """The chat page's browser tests' shared parts: Debian's Chromium driven by Playwright (never a downloaded browser),
 a real daemon with the built-in SmolLM2 per module, a fresh page per test, and the moves a user makes."""
+
 from __future__ import annotations
 
 import shutil
@@ -12,12 +13,21 @@ from _daemon_fakes import real_daemon
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed (the dev extra has it)")
 # slow (CI runs it): a browser against a daemon, about 10 s with the daemon's start
-MARKS = [pytest.mark.slow,
-         pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed (.ci/run installs it)")]
+MARKS = [
+    pytest.mark.slow,
+    pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed (.ci/run installs it)"),
+]
 
 MODEL = "smollm2:135m"
-ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
-        "--disable-component-update", "--disable-sync"]
+ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
 
 
 @pytest.fixture(scope="module")

@@ -3,6 +3,7 @@ against a real daemon started by the test with the built-in SmolLM2. Send and st
 reload and keep the history, the API-key prompt, a hostile reply shown inert, switching models, the status line
 while a model loads or kernels compile, a closed tab cancelling its reply, ten tabs at once, and garbage in
 localStorage or an imported file (issue 46's other features: test_chat_page_features.py)."""
+
 from __future__ import annotations
 
 import json
@@ -61,10 +62,21 @@ def test_stop_ends_a_long_reply_and_regenerate_replaces_it(page):
 
 
 def test_a_hostile_reply_is_shown_as_text(page, daemon):
-    hostile = ('<img src=x onerror="window.pwned=1"> <script>window.pwned=2</script> '
-               '[click](javascript:window.pwned=3) [ok](https://example.org/a) **bold** `x<b>`')
-    conv = [{"id": "h", "title": "hostile", "model": MODEL, "messages": [
-        {"role": "user", "content": "hi"}, {"role": "assistant", "content": hostile, "thinking": "<b>t</b>"}]}]
+    hostile = (
+        '<img src=x onerror="window.pwned=1"> <script>window.pwned=2</script> '
+        "[click](javascript:window.pwned=3) [ok](https://example.org/a) **bold** `x<b>`"
+    )
+    conv = [
+        {
+            "id": "h",
+            "title": "hostile",
+            "model": MODEL,
+            "messages": [
+                {"role": "user", "content": "hi"},
+                {"role": "assistant", "content": hostile, "thinking": "<b>t</b>"},
+            ],
+        }
+    ]
     page.evaluate("c => localStorage.setItem('localrt.conversations', c)", json.dumps(conv))
     page.reload()
     page.wait_for_selector(".msg.assistant")
@@ -100,7 +112,9 @@ def test_the_page_asks_for_the_api_key_once_per_tab(browser, tmp_path):
 
 def test_the_picker_switches_the_model_of_the_next_message(page, daemon):
     _ensure_model(daemon)
-    assert httpx.post(daemon.url + "/api/copy", json={"source": MODEL, "destination": "other:latest"}).status_code == 200
+    assert (
+        httpx.post(daemon.url + "/api/copy", json={"source": MODEL, "destination": "other:latest"}).status_code == 200
+    )
     page.reload()
     page.wait_for_selector("#model option[value='other:latest']", state="attached")
     sent = []
@@ -146,8 +160,13 @@ def test_the_status_line_says_while_the_model_loads(page, daemon):
 def test_the_status_line_counts_kernels_compiling_for_this_cpu(page, daemon):
     """Kernels compile only on a fresh machine (Numba's cache has them here), so /api/kernels answers as a daemon
     compiling would, and the chat request is held until the page has shown it."""
-    answers = iter([{"compiling": False, "compiled": 5}, {"compiling": True, "compiled": 6, "kernel": "matvec_q4_k"},
-                    {"compiling": True, "compiled": 7, "kernel": "rms_norm"}])
+    answers = iter(
+        [
+            {"compiling": False, "compiled": 5},
+            {"compiling": True, "compiled": 6, "kernel": "matvec_q4_k"},
+            {"compiling": True, "compiled": 7, "kernel": "rms_norm"},
+        ]
+    )
     last = [{"compiling": False, "compiled": 9}]
     page.route("**/api/kernels", lambda r: r.fulfill(json=next(answers, last[0])))
     held = []
@@ -163,7 +182,9 @@ def test_the_status_line_counts_kernels_compiling_for_this_cpu(page, daemon):
         text = page.inner_text("#status")
         if not seen or seen[-1] != text:
             seen.append(text)
-    assert any(t.startswith("Preparing kernels for this CPU (first run only): 1 compiled, now matvec_q4_k") for t in seen)
+    assert any(
+        t.startswith("Preparing kernels for this CPU (first run only): 1 compiled, now matvec_q4_k") for t in seen
+    )
     assert any(t.startswith("Preparing kernels for this CPU (first run only): 2 compiled, now rms_norm") for t in seen)
     held[0].continue_()
     page.wait_for_selector(".msg.assistant .stats:has-text('tokens')", timeout=120_000)
@@ -186,8 +207,16 @@ def test_a_tab_closed_mid_reply_cancels_its_generation(browser, daemon):
         time.sleep(0.05)
     assert not errors, errors
     started = time.monotonic()  # and the next request starts at once
-    r = httpx.post(daemon.url + "/api/chat", json={"model": MODEL, "messages": [{"role": "user", "content": "hi"}],
-                                                   "stream": False, "options": {"num_predict": 2}}, timeout=60)
+    r = httpx.post(
+        daemon.url + "/api/chat",
+        json={
+            "model": MODEL,
+            "messages": [{"role": "user", "content": "hi"}],
+            "stream": False,
+            "options": {"num_predict": 2},
+        },
+        timeout=60,
+    )
     assert r.status_code == 200 and time.monotonic() - started < 10
 
 
@@ -218,17 +247,35 @@ def test_ten_tabs_streaming_at_once_all_finish_and_the_page_stays_fast(browser, 
 
 
 def test_garbage_in_local_storage_is_ignored_and_the_page_still_works(page):
-    garbage = ["not json {", "42", '{"messages": []}', '"a string"', "[1, null, \"x\", [], {\"messages\": 5}]",
-               json.dumps([{"__proto__": {"polluted": 1}, "messages": [{"role": "user", "content": {"x": 1}}]}])]
+    garbage = [
+        "not json {",
+        "42",
+        '{"messages": []}',
+        '"a string"',
+        '[1, null, "x", [], {"messages": 5}]',
+        json.dumps([{"__proto__": {"polluted": 1}, "messages": [{"role": "user", "content": {"x": 1}}]}]),
+    ]
     for g in garbage:
         page.evaluate("g => localStorage.setItem('localrt.conversations', g)", g)
         page.reload()
         page.wait_for_selector(f"#model option[value='{MODEL}']", state="attached")
         assert page.locator(".msg").count() == 0, g
     assert page.evaluate("({}).polluted") is None
-    mixed = [{"id": "ok", "title": {"x": 1}, "model": 7, "messages": [
-        None, {"role": "user", "content": 7}, {"role": "evil", "content": "x"}, {"role": "user", "content": "kept"},
-        {"role": "assistant", "content": "fine", "thinking": ["no"], "stats": "<b>3 tokens</b>"}]}, "junk"]
+    mixed = [
+        {
+            "id": "ok",
+            "title": {"x": 1},
+            "model": 7,
+            "messages": [
+                None,
+                {"role": "user", "content": 7},
+                {"role": "evil", "content": "x"},
+                {"role": "user", "content": "kept"},
+                {"role": "assistant", "content": "fine", "thinking": ["no"], "stats": "<b>3 tokens</b>"},
+            ],
+        },
+        "junk",
+    ]
     page.evaluate("g => localStorage.setItem('localrt.conversations', g)", json.dumps(mixed))
     page.reload()
     page.wait_for_selector(".msg.assistant")
@@ -249,8 +296,17 @@ def _import(p, obj=None, raw=None):
 
 
 def test_import_takes_back_an_export_and_refuses_or_defuses_a_hostile_file(page):
-    conv = [{"id": "e", "title": "exported", "model": MODEL, "messages": [
-        {"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello", "stats": "2 tokens"}]}]
+    conv = [
+        {
+            "id": "e",
+            "title": "exported",
+            "model": MODEL,
+            "messages": [
+                {"role": "user", "content": "hi"},
+                {"role": "assistant", "content": "hello", "stats": "2 tokens"},
+            ],
+        }
+    ]
     page.evaluate("c => localStorage.setItem('localrt.conversations', c)", json.dumps(conv))
     page.reload()
     page.wait_for_selector(".msg.assistant")
@@ -260,7 +316,9 @@ def test_import_takes_back_an_export_and_refuses_or_defuses_a_hostile_file(page)
     _import(page, raw=exported)
     page.wait_for_selector("#status:has-text('Imported 1 conversation')")
     assert page.locator("#conversations li").count() == 2
-    assert page.inner_text("#conversations li.active") == "exported" and page.inner_text(".msg.assistant .body") == "hello"
+    assert (
+        page.inner_text("#conversations li.active") == "exported" and page.inner_text(".msg.assistant .body") == "hello"
+    )
 
     def refused(obj=None, raw=None):
         _import(page, obj, raw)
@@ -280,10 +338,12 @@ def test_import_takes_back_an_export_and_refuses_or_defuses_a_hostile_file(page)
     assert "not an object" in refused(raw=b"[1, 2]")
     assert "no conversations" in refused(raw=b"[]")
 
-    hostile = ('{"__proto__": {"polluted": "yes"}, "constructor": {"prototype": {"polluted": "yes"}}, '
-               '"id": "e", "title": "<img src=x onerror=\\"window.pwned=1\\">", "model": "<b>m</b>", "messages": ['
-               '{"role": "user", "content": "<script>window.pwned=2</script>", "__proto__": {"polluted": "yes"}},'
-               '{"role": "assistant", "content": "[x](javascript:window.pwned=3)", "stats": "<i>s</i>"}]}')
+    hostile = (
+        '{"__proto__": {"polluted": "yes"}, "constructor": {"prototype": {"polluted": "yes"}}, '
+        '"id": "e", "title": "<img src=x onerror=\\"window.pwned=1\\">", "model": "<b>m</b>", "messages": ['
+        '{"role": "user", "content": "<script>window.pwned=2</script>", "__proto__": {"polluted": "yes"}},'
+        '{"role": "assistant", "content": "[x](javascript:window.pwned=3)", "stats": "<i>s</i>"}]}'
+    )
     _import(page, raw=hostile.encode())
     page.wait_for_selector("#status:has-text('Imported 1 conversation')")
     assert page.locator("#conversations li").count() == 3
@@ -296,12 +356,23 @@ def test_import_takes_back_an_export_and_refuses_or_defuses_a_hostile_file(page)
 
 
 def test_tex_math_is_shown_as_mathml_and_stays_inert(page):
-    reply = ("Euler: $e^{i\\pi} + 1 = 0$ and \\(x_1^2\\). It costs $5 and $10, `$a$` is code.\n\n"
-             "$$\n\\frac{a+b}{\\sqrt[3]{c}} = \\sum_{k=0}^{n} \\alpha_k \\left( x \\right) \\unknown\n$$\n\n"
-             "Hostile: $\\text{<img src=x onerror=\"window.pwned=1\">}$ and $\\mathrm{<b>x</b>}$; deep: $"
-             + "{" * 200 + "x" + "}" * 200 + "$")
-    conv = [{"id": "m", "title": "math", "model": MODEL, "messages": [
-        {"role": "user", "content": "math?"}, {"role": "assistant", "content": reply}]}]
+    reply = (
+        "Euler: $e^{i\\pi} + 1 = 0$ and \\(x_1^2\\). It costs $5 and $10, `$a$` is code.\n\n"
+        "$$\n\\frac{a+b}{\\sqrt[3]{c}} = \\sum_{k=0}^{n} \\alpha_k \\left( x \\right) \\unknown\n$$\n\n"
+        'Hostile: $\\text{<img src=x onerror="window.pwned=1">}$ and $\\mathrm{<b>x</b>}$; deep: $'
+        + "{" * 200
+        + "x"
+        + "}" * 200
+        + "$"
+    )
+    conv = [
+        {
+            "id": "m",
+            "title": "math",
+            "model": MODEL,
+            "messages": [{"role": "user", "content": "math?"}, {"role": "assistant", "content": reply}],
+        }
+    ]
     page.evaluate("c => localStorage.setItem('localrt.conversations', c)", json.dumps(conv))
     page.reload()
     page.wait_for_selector(".msg.assistant math")

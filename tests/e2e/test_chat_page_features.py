@@ -1,6 +1,7 @@
 """The chat page's other features in a real browser (issue 46): the copy button of a code block, rename, delete,
 export as Markdown, a text file dropped on the composer, Shift+Enter, the system prompt and num_ctx in the request,
 and what a busy daemon (503) or a failed request shows."""
+
 from __future__ import annotations
 
 import json
@@ -17,6 +18,7 @@ pytestmark = MARKS
 # settings in the request, and the messages a busy daemon or a failed request shows. Most start from a stored
 # conversation, or answer /api/chat in the browser (page.route), so they need no generation.
 
+
 def _store(p, *convs):
     p.evaluate("c => localStorage.setItem('localrt.conversations', c)", json.dumps(list(convs)))
     p.reload()
@@ -25,8 +27,12 @@ def _store(p, *convs):
 
 def _conv(cid, title, *turns):
     roles = ["user", "assistant"] * len(turns)
-    return {"id": cid, "title": title, "model": MODEL,
-            "messages": [{"role": r, "content": t} for r, t in zip(roles, turns)]}
+    return {
+        "id": cid,
+        "title": title,
+        "model": MODEL,
+        "messages": [{"role": r, "content": t} for r, t in zip(roles, turns)],
+    }
 
 
 def _titles(p):
@@ -35,13 +41,24 @@ def _titles(p):
 
 def _canned_reply(text, requests=None):
     """A route handler answering /api/chat as the daemon streams: the text, then the done event (2 tokens)."""
+
     def handle(route):
         if requests is not None:
             requests.append(json.loads(route.request.post_data))
-        events = [{"model": MODEL, "message": {"role": "assistant", "content": text}, "done": False},
-                  {"model": MODEL, "message": {"role": "assistant", "content": ""}, "done": True,
-                   "eval_count": 2, "eval_duration": 10_000_000}]
-        route.fulfill(status=200, content_type="application/x-ndjson", body="".join(json.dumps(e) + "\n" for e in events))
+        events = [
+            {"model": MODEL, "message": {"role": "assistant", "content": text}, "done": False},
+            {
+                "model": MODEL,
+                "message": {"role": "assistant", "content": ""},
+                "done": True,
+                "eval_count": 2,
+                "eval_duration": 10_000_000,
+            },
+        ]
+        route.fulfill(
+            status=200, content_type="application/x-ndjson", body="".join(json.dumps(e) + "\n" for e in events)
+        )
+
     return handle
 
 
@@ -101,22 +118,35 @@ def test_delete_asks_first_then_removes_the_conversation_for_good(page):
 
 
 def test_export_markdown_downloads_the_conversation_as_markdown(page):
-    _store(page, _conv("m", "Lighthouse notes", "Who keeps the light?", "The **keeper**.\n\n```\nlamp()\n```",
-                       "And <at night>?", "Always."))
+    _store(
+        page,
+        _conv(
+            "m",
+            "Lighthouse notes",
+            "Who keeps the light?",
+            "The **keeper**.\n\n```\nlamp()\n```",
+            "And <at night>?",
+            "Always.",
+        ),
+    )
     with page.expect_download() as dl:
         page.click("#export-md")
     assert dl.value.suggested_filename == "Lighthouse notes.md"
     text = open(dl.value.path(), encoding="utf-8").read()
-    assert text == ("# Lighthouse notes\n\nModel: smollm2:135m\n\n"
-                    "## user\n\nWho keeps the light?\n\n## assistant\n\nThe **keeper**.\n\n```\nlamp()\n```\n\n"
-                    "## user\n\nAnd <at night>?\n\n## assistant\n\nAlways.\n")
+    assert text == (
+        "# Lighthouse notes\n\nModel: smollm2:135m\n\n"
+        "## user\n\nWho keeps the light?\n\n## assistant\n\nThe **keeper**.\n\n```\nlamp()\n```\n\n"
+        "## user\n\nAnd <at night>?\n\n## assistant\n\nAlways.\n"
+    )
 
 
 def _drop(p, name, content, mime="text/plain"):
     """Drops a file on the composer as a browser does: a drop event whose DataTransfer holds the file."""
-    dt = p.evaluate_handle("([name, bytes, mime]) => { const dt = new DataTransfer();"
-                           " dt.items.add(new File([new Uint8Array(bytes)], name, {type: mime})); return dt; }",
-                           [name, list(content), mime])
+    dt = p.evaluate_handle(
+        "([name, bytes, mime]) => { const dt = new DataTransfer();"
+        " dt.items.add(new File([new Uint8Array(bytes)], name, {type: mime})); return dt; }",
+        [name, list(content), mime],
+    )
     p.dispatch_event("#prompt", "dragover", {"dataTransfer": dt})
     p.dispatch_event("#prompt", "drop", {"dataTransfer": dt})
 
@@ -173,8 +203,10 @@ def test_the_system_prompt_and_num_ctx_reach_the_daemon(page, daemon):
     assert not page.locator(".msg.error").count() and page.inner_text("#status") == ""
     body = sent[0]
     assert body["model"] == MODEL and body["stream"] is True
-    assert body["messages"] == [{"role": "system", "content": "You are a terse assistant."},
-                                {"role": "user", "content": "Hello"}]
+    assert body["messages"] == [
+        {"role": "system", "content": "You are a terse assistant."},
+        {"role": "user", "content": "Hello"},
+    ]
     assert body["options"] == {"temperature": 0, "num_ctx": 1024, "num_predict": 3}
     page.fill("#system", "")  # emptied: no system message, the model's own; an empty field sends no option
     page.fill("#num_ctx", "")
@@ -184,16 +216,32 @@ def test_the_system_prompt_and_num_ctx_reach_the_daemon(page, daemon):
     assert sent[1]["options"] == {"temperature": 0, "num_predict": 3}
 
 
-@pytest.mark.parametrize("answer, shown", [
-    ({"status": 503, "json": {"error": "server busy, please try again. maximum pending requests exceeded"}},
-     "The daemon is busy or shutting down: server busy, please try again. maximum pending requests exceeded"),
-    ({"status": 500, "json": {"error": "the model failed to load"}}, "the model failed to load"),
-    ({"status": 502, "body": "Bad Gateway", "content_type": "text/plain"}, "Bad Gateway"),
-    (None, "Failed to fetch"),  # the connection itself failed
-    ({"status": 200, "content_type": "application/x-ndjson",
-      "body": json.dumps({"model": MODEL, "message": {"role": "assistant", "content": "Half a"}, "done": False})
-      + "\n" + json.dumps({"error": "generation failed: out of memory"}) + "\n"}, "generation failed: out of memory"),
-], ids=["busy-503", "failed-500", "plain-502", "network", "error-mid-stream"])
+@pytest.mark.parametrize(
+    "answer, shown",
+    [
+        (
+            {"status": 503, "json": {"error": "server busy, please try again. maximum pending requests exceeded"}},
+            "The daemon is busy or shutting down: server busy, please try again. maximum pending requests exceeded",
+        ),
+        ({"status": 500, "json": {"error": "the model failed to load"}}, "the model failed to load"),
+        ({"status": 502, "body": "Bad Gateway", "content_type": "text/plain"}, "Bad Gateway"),
+        (None, "Failed to fetch"),  # the connection itself failed
+        (
+            {
+                "status": 200,
+                "content_type": "application/x-ndjson",
+                "body": json.dumps(
+                    {"model": MODEL, "message": {"role": "assistant", "content": "Half a"}, "done": False}
+                )
+                + "\n"
+                + json.dumps({"error": "generation failed: out of memory"})
+                + "\n",
+            },
+            "generation failed: out of memory",
+        ),
+    ],
+    ids=["busy-503", "failed-500", "plain-502", "network", "error-mid-stream"],
+)
 def test_a_busy_daemon_or_a_failed_request_is_said_plainly(page, answer, shown):
     page.route("**/api/chat", lambda r: r.abort("connectionrefused") if answer is None else r.fulfill(**answer))
     page.select_option("#model", MODEL)

@@ -2,6 +2,7 @@
 finish delta) checked with openai's own `.stream()` helper, x-request-id, /v1 refusals in OpenAI's error shape,
 general.parameter_count in /api/show, num_gpu on a machine without a GPU, create --quantize of a quantized
 model, and a create/copy over a loaded model's name taking effect on the next request."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -32,16 +33,24 @@ def daemon(tmp_path_factory):
 
 
 def _sse(r: httpx.Response) -> list[dict]:
-    lines = [line[len("data: "):] for line in r.text.splitlines() if line.startswith("data: ")]
+    lines = [line[len("data: ") :] for line in r.text.splitlines() if line.startswith("data: ")]
     assert lines[-1] == "[DONE]"
     return [json.loads(x) for x in lines[:-1]]
 
 
 def test_v1_stream_sends_the_role_once_and_an_empty_finish_delta(daemon):
     srv, _ = daemon
-    r = httpx.post(srv.url + "/v1/chat/completions", timeout=30, json={
-        "model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 3, "stream": True,
-        "stream_options": {"include_usage": True}})
+    r = httpx.post(
+        srv.url + "/v1/chat/completions",
+        timeout=30,
+        json={
+            "model": MODEL,
+            "messages": [{"role": "user", "content": "hi"}],
+            "max_tokens": 3,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        },
+    )
     chunks = [openai.types.chat.ChatCompletionChunk.model_validate(c) for c in _sse(r)]
     deltas = [c.choices[0].delta.model_dump(exclude_none=True) for c in chunks if c.choices]
     assert deltas == [{"role": "assistant", "content": "x"}, {"content": "x"}, {"content": "x"}, {}]
@@ -53,8 +62,9 @@ def test_v1_stream_sends_the_role_once_and_an_empty_finish_delta(daemon):
 def test_openai_stream_helper_accumulates_one_assistant_message(daemon):
     srv, _ = daemon
     client = openai.OpenAI(base_url=srv.url + "/v1", api_key="unused")
-    with client.chat.completions.stream(model=MODEL, messages=[{"role": "user", "content": "hi [eos]"}],
-                                        max_tokens=4) as stream:
+    with client.chat.completions.stream(
+        model=MODEL, messages=[{"role": "user", "content": "hi [eos]"}], max_tokens=4
+    ) as stream:
         events = [e.type for e in stream]
         final = stream.get_final_completion()
     message = final.choices[0].message
@@ -65,10 +75,15 @@ def test_openai_stream_helper_accumulates_one_assistant_message(daemon):
 def test_the_finish_chunk_keeps_late_content_and_tool_calls_in_a_delta_of_their_own():
     stream = openai_replies.ChatStream("m", openai_compat.Opts(stream=True))
     call = {"function": {"name": "get_weather", "arguments": {"city": "Oslo"}}}
-    done = {"message": {"role": "assistant", "content": "held", "tool_calls": [call]}, "done": True,
-            "done_reason": "stop", "prompt_eval_count": 3, "eval_count": 2}
+    done = {
+        "message": {"role": "assistant", "content": "held", "tool_calls": [call]},
+        "done": True,
+        "done_reason": "stop",
+        "prompt_eval_count": 3,
+        "eval_count": 2,
+    }
     body = stream.chunk({"message": {"role": "assistant", "content": "a"}, "done": False}) + stream.chunk(done)
-    chunks = [json.loads(x[len(b"data: "):]) for x in body.split(b"\n\n") if x]
+    chunks = [json.loads(x[len(b"data: ") :]) for x in body.split(b"\n\n") if x]
     deltas = [c["choices"][0]["delta"] for c in chunks]
     assert deltas[0] == {"role": "assistant", "content": "a"}
     assert deltas[1]["content"] == "held" and deltas[1]["tool_calls"][0]["function"]["name"] == "get_weather"
@@ -80,9 +95,12 @@ def test_every_reply_has_an_x_request_id(daemon):
     srv, _ = daemon
     mine = httpx.get(srv.url + "/api/tags", headers={"X-Request-ID": "client-abc-123"})
     assert mine.headers["x-request-id"] == "client-abc-123"
-    fresh = [httpx.get(srv.url + "/api/tags"), httpx.post(srv.url + "/api/show", json={"model": "nope"}),
-             httpx.get(srv.url + "/api/tags", headers={"Host": "evil.example.com"}),
-             httpx.get(srv.url + "/v1/models", headers={"x-request-id": "bad id with spaces"})]
+    fresh = [
+        httpx.get(srv.url + "/api/tags"),
+        httpx.post(srv.url + "/api/show", json={"model": "nope"}),
+        httpx.get(srv.url + "/api/tags", headers={"Host": "evil.example.com"}),
+        httpx.get(srv.url + "/v1/models", headers={"x-request-id": "bad id with spaces"}),
+    ]
     assert [r.status_code for r in fresh] == [200, 404, 403, 200]
     ids = [r.headers["x-request-id"] for r in fresh]
     assert all(i.startswith("req_") for i in ids) and len(set(ids)) == len(ids)
@@ -99,8 +117,11 @@ def test_v1_refusals_of_the_guard_have_openais_error_shape(tmp_path):
             assert e.value.status_code == 401 and e.value.code == "invalid_api_key"
             assert set(e.value.body) >= {"message", "type", "code"} and "bearer token" in e.value.body["message"]
             refused = httpx.get(srv.url + "/api/tags").json()  # the native shape stays Ollama's
-            assert list(refused) == ["error"] and refused["error"].startswith(
-                "unauthorized: a valid bearer token is required") and "LOCALRT_API_KEY" in refused["error"]
+            assert (
+                list(refused) == ["error"]
+                and refused["error"].startswith("unauthorized: a valid bearer token is required")
+                and "LOCALRT_API_KEY" in refused["error"]
+            )
             ok = openai.OpenAI(base_url=srv.url + "/v1", api_key="s3cret")
             assert ok.models.list().data is not None
     finally:
@@ -173,7 +194,8 @@ def test_load_time_options_reach_the_loader(tmp_path):
     # num_parallel 0: the automatic slot count, whose memory estimate runs before the load too
     with fake_daemon(tmp_path, service_kw={"gpu_probe": lambda _main_gpu: NO_GPU}, num_parallel=0) as (srv, lab):
         c = ollama.Client(host=srv.url)
-        r = c.generate(model=MODEL, prompt="hi [load-options]",
-                       options={"num_thread": 1, "use_mmap": False, "num_predict": 1})
+        r = c.generate(
+            model=MODEL, prompt="hi [load-options]", options={"num_thread": 1, "use_mmap": False, "num_predict": 1}
+        )
         assert r.done
         assert lab.loaded_from[-1][1]["num_thread"] == 1 and lab.loaded_from[-1][1]["use_mmap"] is False

@@ -1,5 +1,6 @@
 """Drop-in behaviours that need the real engine (the built-in SmolLM2 from PyPI): prompt counts on a prompt-cache
 hit, and num_gpu on a machine without a GPU."""
+
 from __future__ import annotations
 
 import ollama
@@ -36,8 +37,11 @@ def test_v1_usage_reports_the_cached_part_of_the_prompt(daemon):
     assert first.usage.prompt_tokens == again.usage.prompt_tokens > 10
     cached = again.usage.prompt_tokens_details.cached_tokens
     assert 0 < cached < again.usage.prompt_tokens  # at least the last prompt token is evaluated again
-    streamed = list(c.chat.completions.create(model=MODEL, messages=msgs, temperature=0, max_tokens=2, stream=True,
-                                              stream_options={"include_usage": True}))
+    streamed = list(
+        c.chat.completions.create(
+            model=MODEL, messages=msgs, temperature=0, max_tokens=2, stream=True, stream_options={"include_usage": True}
+        )
+    )
     assert streamed[-1].usage.prompt_tokens == first.usage.prompt_tokens
     assert streamed[-1].usage.prompt_tokens_details.cached_tokens == cached
 

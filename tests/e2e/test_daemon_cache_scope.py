@@ -2,6 +2,7 @@
 its own client (the caller's address; X-Forwarded-For from a loopback proxy names the client it forwards for) and
 its own cache_salt, unless LOCALRT_PREFIX_CACHE=shared. cached_tokens and the reply show it; the reply's tokens are
 the same either way. The real SmolLM2 runs in a real daemon."""
+
 from __future__ import annotations
 
 import httpx
@@ -15,8 +16,12 @@ SECRET = "Internal memo. The vault code is 4417-2208. " + "Keep this confidentia
 
 
 def _ask(url: str, client: str, salt: str | None = None) -> tuple[int, str]:
-    body = {"model": MODEL, "temperature": 0, "max_tokens": 6,
-            "messages": [{"role": "system", "content": SECRET}, {"role": "user", "content": "What is the code?"}]}
+    body = {
+        "model": MODEL,
+        "temperature": 0,
+        "max_tokens": 6,
+        "messages": [{"role": "system", "content": SECRET}, {"role": "user", "content": "What is the code?"}],
+    }
     if salt is not None:
         body["cache_salt"] = salt
     r = httpx.post(url + "/v1/chat/completions", json=body, headers={"X-Forwarded-For": client}, timeout=300)

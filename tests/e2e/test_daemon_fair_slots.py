@@ -5,6 +5,7 @@ apart by X-Forwarded-For from loopback (a reverse proxy on this machine), as the
 
 Before the fix the newcomer waited for one of the flood's requests to finish (its time to first token grew with the
 flood's num_predict: 118 s in the issue); now it waits about one step and its prompt."""
+
 from __future__ import annotations
 
 import json
@@ -20,9 +21,11 @@ from _daemon_fakes import real_daemon, wait_until
 MODEL = "smollm2:135m"
 FLOOD, NEWCOMER, ALONE = "192.0.2.10", "198.51.100.20", "203.0.113.30"  # ALONE: a scope of its own, no cache shared
 LONG = 96  # tokens of the flood's paused request: before, the newcomer waited about this many steps
-PROMPTS = ["Write a long story about a dragon who learns to bake bread.",
-           "Explain how a steam engine works, step by step, in detail.",
-           "List the planets of the solar system and describe each one."]
+PROMPTS = [
+    "Write a long story about a dragon who learns to bake bread.",
+    "Explain how a steam engine works, step by step, in detail.",
+    "List the planets of the solar system and describe each one.",
+]
 
 
 class Call(threading.Thread):
@@ -36,11 +39,15 @@ class Call(threading.Thread):
         self.times: list[float] = []  # when each token's line came
 
     def run(self) -> None:
-        body = {"model": MODEL, "prompt": self.prompt,
-                "options": {"temperature": 0, "repeat_penalty": 1.0, "num_predict": self.num_predict}}
+        body = {
+            "model": MODEL,
+            "prompt": self.prompt,
+            "options": {"temperature": 0, "repeat_penalty": 1.0, "num_predict": self.num_predict},
+        }
         self.sent = time.monotonic()
-        with httpx.stream("POST", self.url + "/api/generate", json=body, headers={"X-Forwarded-For": self.client},
-                          timeout=300) as r:
+        with httpx.stream(
+            "POST", self.url + "/api/generate", json=body, headers={"X-Forwarded-For": self.client}, timeout=300
+        ) as r:
             assert r.status_code == 200
             for line in r.iter_lines():
                 if not line:
@@ -92,8 +99,10 @@ def test_a_newcomer_gets_a_slot_from_a_flooding_client_whose_paused_request_is_u
             c.join(300)
     assert all(c.last is not None for c in (a1, a2, a3, b))
     waited = a1.tokens_between(b.sent, b.first)
-    print(f"\nnewcomer's time to first token {b.ttft:.2f} s, while the flood's first request gave {waited} tokens; "
-          f"the first of the flood's running requests ended {min(a1.done, a2.done) - b.sent:.1f} s after it asked")
+    print(
+        f"\nnewcomer's time to first token {b.ttft:.2f} s, while the flood's first request gave {waited} tokens; "
+        f"the first of the flood's running requests ended {min(a1.done, a2.done) - b.sent:.1f} s after it asked"
+    )
 
     # Both slots were the flood's: before, the newcomer's first token came after one of its requests ended.
     assert b.first < min(a1.done, a2.done), "the newcomer waited for a flood request to finish"

@@ -1,6 +1,7 @@
 """Bad input against a real daemon (pain_points section 8, items 15, 20, 22): each gets the right status and a clear
 message, and the daemon keeps serving. The model loader is scripted (tests/_daemon_fakes.py); everything between
 the socket and the loader is the real daemon."""
+
 from __future__ import annotations
 
 import json
@@ -32,8 +33,9 @@ def daemon(models_dir):
 
 def _ok(srv) -> None:
     """The daemon still answers a real generation after the bad request."""
-    r = httpx.post(srv.url + GEN, json={"model": MODEL, "prompt": "hi", "stream": False,
-                                        "options": {"num_predict": 3}}, timeout=30)
+    r = httpx.post(
+        srv.url + GEN, json={"model": MODEL, "prompt": "hi", "stream": False, "options": {"num_predict": 3}}, timeout=30
+    )
     assert r.status_code == 200, r.text
     assert r.json()["response"] == "xxx" and r.json()["done_reason"] == "length"
 
@@ -44,8 +46,9 @@ def _post(srv, body: dict | bytes, path: str = GEN, **kw) -> httpx.Response:
     return httpx.post(srv.url + path, json={"stream": False, **body}, timeout=30, **kw)
 
 
-@pytest.mark.parametrize("host", ["evil.example.com", "evil.example.com:11434", "127.0.0.1.nip.io",
-                                  "localhost.attacker.net", "localhost."])
+@pytest.mark.parametrize(
+    "host", ["evil.example.com", "evil.example.com:11434", "127.0.0.1.nip.io", "localhost.attacker.net", "localhost."]
+)
 def test_host_not_allowed_is_403(daemon, host):
     r = httpx.get(daemon.url + "/api/tags", headers={"Host": host}, timeout=10)
     assert r.status_code == 403 and "host" in r.json()["error"]
@@ -59,8 +62,17 @@ def test_loopback_hosts_are_allowed(daemon, host):
     assert httpx.get(daemon.url + "/api/tags", headers={"Host": host}, timeout=10).status_code == 200
 
 
-@pytest.mark.parametrize("origin", ["https://evil.example.com", "null", "file://", "file:///home/u/x.html",
-                                    "http://localhost.evil.com", "http://127.0.0.1.evil.com"])
+@pytest.mark.parametrize(
+    "origin",
+    [
+        "https://evil.example.com",
+        "null",
+        "file://",
+        "file:///home/u/x.html",
+        "http://localhost.evil.com",
+        "http://127.0.0.1.evil.com",
+    ],
+)
 def test_foreign_origin_is_403(daemon, origin):
     r = _post(daemon, {"model": MODEL, "prompt": "hi"}, headers={"Origin": origin})
     assert r.status_code == 403 and "origin" in r.json()["error"]
@@ -71,14 +83,18 @@ def test_foreign_origin_is_403(daemon, origin):
 
 
 def test_local_origin_gets_cors_headers(daemon):
-    r = _post(daemon, {"model": MODEL, "prompt": "hi", "options": {"num_predict": 1}},
-              headers={"Origin": "http://localhost:5173"})
+    r = _post(
+        daemon,
+        {"model": MODEL, "prompt": "hi", "options": {"num_predict": 1}},
+        headers={"Origin": "http://localhost:5173"},
+    )
     assert r.status_code == 200 and r.headers["access-control-allow-origin"] == "http://localhost:5173"
 
 
 def test_declared_oversized_body_is_413_before_reading(daemon):
-    head = (f"POST {GEN} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
-            f"Content-Length: {1 << 30}\r\n\r\n").encode()  # a 1 GB prompt, announced and never sent
+    head = (
+        f"POST {GEN} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: {1 << 30}\r\n\r\n"
+    ).encode()  # a 1 GB prompt, announced and never sent
     t0 = time.monotonic()
     reply = raw_request(daemon.config.port, head)
     assert status_of(reply) == 413 and time.monotonic() - t0 < 5
@@ -116,29 +132,32 @@ def _opts(**o) -> dict:
     return {"model": MODEL, "prompt": "hi", "options": o}
 
 
-@pytest.mark.parametrize("body, needle", [
-    (_opts(num_ctx=-1), "num_ctx"),
-    (_opts(num_ctx=0), "num_ctx"),
-    (_opts(num_ctx=1 << 40), "num_ctx"),
-    (_opts(num_predict=-3), "num_predict"),
-    (_opts(num_predict=1 << 40), "num_predict"),
-    (_opts(num_thread=100000), "num_thread"),
-    (_opts(num_batch=-8), "num_batch"),
-    (_opts(top_k=-1), "top_k"),
-    (_opts(top_p=1.5), "top_p"),
-    (_opts(temperature=-0.1), "temperature"),
-    (_opts(repeat_last_n=-2), "repeat_last_n"),
-    (_opts(num_keep=-5), "num_keep"),
-    (_opts(seed=1 << 64), "seed"),
-    (_opts(seed=10**30), "seed"),
-    (_opts(seed=1.5), "seed"),
-    (_opts(stop=["a"] * 100_000), "stop"),
-    (_opts(num_ctx="4096"), "num_ctx"),
-    (_opts(temperature=True), "temperature"),
-    ({"model": MODEL, "prompt": "hi", "keep_alive": "300"}, "keep_alive"),
-    ({"model": MODEL, "prompt": "hi", "keep_alive": "5 minutes"}, "keep_alive"),
-    ({"model": MODEL, "prompt": "hi", "keep_alive": [1]}, "keep_alive"),
-])
+@pytest.mark.parametrize(
+    "body, needle",
+    [
+        (_opts(num_ctx=-1), "num_ctx"),
+        (_opts(num_ctx=0), "num_ctx"),
+        (_opts(num_ctx=1 << 40), "num_ctx"),
+        (_opts(num_predict=-3), "num_predict"),
+        (_opts(num_predict=1 << 40), "num_predict"),
+        (_opts(num_thread=100000), "num_thread"),
+        (_opts(num_batch=-8), "num_batch"),
+        (_opts(top_k=-1), "top_k"),
+        (_opts(top_p=1.5), "top_p"),
+        (_opts(temperature=-0.1), "temperature"),
+        (_opts(repeat_last_n=-2), "repeat_last_n"),
+        (_opts(num_keep=-5), "num_keep"),
+        (_opts(seed=1 << 64), "seed"),
+        (_opts(seed=10**30), "seed"),
+        (_opts(seed=1.5), "seed"),
+        (_opts(stop=["a"] * 100_000), "stop"),
+        (_opts(num_ctx="4096"), "num_ctx"),
+        (_opts(temperature=True), "temperature"),
+        ({"model": MODEL, "prompt": "hi", "keep_alive": "300"}, "keep_alive"),
+        ({"model": MODEL, "prompt": "hi", "keep_alive": "5 minutes"}, "keep_alive"),
+        ({"model": MODEL, "prompt": "hi", "keep_alive": [1]}, "keep_alive"),
+    ],
+)
 def test_option_out_of_range_is_400(daemon, body, needle):
     r = _post(daemon, body)
     assert r.status_code == 400, (body, r.text)
@@ -149,7 +168,11 @@ def test_option_out_of_range_is_400(daemon, body, needle):
 @pytest.mark.parametrize("literal", [b"NaN", b"Infinity", b"-Infinity"])
 @pytest.mark.parametrize("option", ["temperature", "top_p", "repeat_penalty", "presence_penalty"])
 def test_non_finite_float_options_are_400(daemon, literal, option):
-    raw = b'{"model":"%s","prompt":"hi","stream":false,"options":{"%s":%s}}' % (MODEL.encode(), option.encode(), literal)
+    raw = b'{"model":"%s","prompt":"hi","stream":false,"options":{"%s":%s}}' % (
+        MODEL.encode(),
+        option.encode(),
+        literal,
+    )
     r = _post(daemon, raw)
     assert r.status_code == 400 and option in r.json()["error"], r.text
     _ok(daemon)
@@ -195,8 +218,13 @@ def test_openai_route_rejects_out_of_range_options(daemon):
     _ok(daemon)
 
 
-SYNTAX = [(b"{nope", "invalid JSON"), (b'{"model": "smollm2:135m", "prompt": "hi"', "invalid JSON"),
-          (b"[1, 2, 3]", "JSON object"), (b"\xff\xfe\x00garbage", "invalid JSON"), (b"", "missing request body")]
+SYNTAX = [
+    (b"{nope", "invalid JSON"),
+    (b'{"model": "smollm2:135m", "prompt": "hi"', "invalid JSON"),
+    (b"[1, 2, 3]", "JSON object"),
+    (b"\xff\xfe\x00garbage", "invalid JSON"),
+    (b"", "missing request body"),
+]
 
 
 @pytest.mark.parametrize("raw, needle", SYNTAX)
@@ -208,9 +236,14 @@ def test_invalid_json_is_400_on_every_json_route(daemon, raw, needle):
     _ok(daemon)
 
 
-@pytest.mark.parametrize("raw, needle", [(b'{"model": "smollm2:135m", "prompt": 7}', "prompt"),
-                                         (b'{"model": 7, "prompt": "hi"}', "model"),
-                                         (b'{"model": "smollm2:135m", "prompt": "hi", "options": []}', "options")])
+@pytest.mark.parametrize(
+    "raw, needle",
+    [
+        (b'{"model": "smollm2:135m", "prompt": 7}', "prompt"),
+        (b'{"model": 7, "prompt": "hi"}', "model"),
+        (b'{"model": "smollm2:135m", "prompt": "hi", "options": []}', "options"),
+    ],
+)
 def test_wrong_json_types_are_400(daemon, raw, needle):
     r = _post(daemon, raw)
     assert r.status_code == 400 and needle in r.json()["error"], r.text
@@ -224,16 +257,26 @@ def test_deep_nesting_is_400_not_a_crash(daemon):
     _ok(daemon)
 
 
-@pytest.mark.parametrize("method, path", [("GET", GEN), ("PUT", "/api/chat"), ("GET", "/api/delete"),
-                                          ("POST", "/api/tags"), ("DELETE", "/api/show"), ("POST", "/api/ps")])
+@pytest.mark.parametrize(
+    "method, path",
+    [
+        ("GET", GEN),
+        ("PUT", "/api/chat"),
+        ("GET", "/api/delete"),
+        ("POST", "/api/tags"),
+        ("DELETE", "/api/show"),
+        ("POST", "/api/ps"),
+    ],
+)
 def test_wrong_method_is_405(daemon, method, path):
     r = httpx.request(method, daemon.url + path, timeout=10)
     assert r.status_code == 405, (method, path, r.status_code)
     _ok(daemon)
 
 
-@pytest.mark.parametrize("path", ["/api/nope", "/api", "/v1/chat", "/api/generate/x", "/../etc/passwd",
-                                  "/api/%2e%2e/%2e%2e/etc/passwd"])
+@pytest.mark.parametrize(
+    "path", ["/api/nope", "/api", "/v1/chat", "/api/generate/x", "/../etc/passwd", "/api/%2e%2e/%2e%2e/etc/passwd"]
+)
 def test_unknown_path_is_404(daemon, path):
     r = httpx.get(daemon.url + path, timeout=10)
     assert r.status_code == 404, (path, r.status_code)
@@ -243,8 +286,13 @@ def test_unknown_path_is_404(daemon, path):
 def test_bearer_token_required_when_api_key_set(models_dir):
     with fake_daemon(models_dir, api_key="s3cret-token") as (srv, _lab):
         body = {"model": MODEL, "prompt": "hi", "stream": False, "options": {"num_predict": 2}}
-        for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": "s3cret-token"},
-                        {"Authorization": "Basic s3cret-token"}, {"Authorization": "Bearer s3cret-token-and-more"}):
+        for headers in (
+            {},
+            {"Authorization": "Bearer wrong"},
+            {"Authorization": "s3cret-token"},
+            {"Authorization": "Basic s3cret-token"},
+            {"Authorization": "Bearer s3cret-token-and-more"},
+        ):
             r = httpx.post(srv.url + GEN, json=body, headers=headers, timeout=10)
             assert r.status_code == 401 and "token" in r.json()["error"], headers
             assert httpx.get(srv.url + "/api/tags", headers=headers, timeout=10).status_code == 401

@@ -2,6 +2,7 @@
 compile and NaN/Inf metadata (show and chat still answer), server-side paths in pull/create from a remote caller
 (one 400 whether or not the path exists), CORS origins with IPv6 literals, a full disk during upload/create (507),
 JSON numbers beyond float range (400). The daemon keeps serving after each."""
+
 from __future__ import annotations
 
 import asyncio
@@ -28,8 +29,10 @@ BAD = "badtemplate:latest"
 NAN = "nanmeta:latest"
 BOMB = "bombtemplate:latest"
 BOMB_TEMPLATES = [
-    "{{ ('a' * 40000)|replace('a', 'b' * 40000) }}", "{{ '{:>1500000000}'.format(1) }}",
-    "{{ ('\t' * 200000).expandtabs(8000) }}", "{{ ('a\n' * 400000)|indent(4000) }}",
+    "{{ ('a' * 40000)|replace('a', 'b' * 40000) }}",
+    "{{ '{:>1500000000}'.format(1) }}",
+    "{{ ('\t' * 200000).expandtabs(8000) }}",
+    "{{ ('a\n' * 400000)|indent(4000) }}",
     "{{ ('a' * 1000000)|wordwrap(1) }}",
 ]
 
@@ -72,19 +75,31 @@ def daemon(models_dir):
 
 
 def _ok(srv) -> None:
-    r = httpx.post(srv.url + "/api/generate", json={"model": MODEL, "prompt": "hi", "stream": False,
-                                                   "options": {"num_predict": 2}}, timeout=30)
+    r = httpx.post(
+        srv.url + "/api/generate",
+        json={"model": MODEL, "prompt": "hi", "stream": False, "options": {"num_predict": 2}},
+        timeout=30,
+    )
     assert r.status_code == 200, r.text
 
 
 # ---- part 1: a template that does not compile --------------------------------------------------------------
 
+
 def test_show_and_chat_fall_back_when_the_gguf_template_does_not_compile(daemon):
     r = httpx.post(daemon.url + "/api/show", json={"model": BAD}, timeout=30)
     assert r.status_code == 200, r.text  # before: 500 (SyntaxError escaped the fallback)
     assert "rejected" in r.json()["template_info"]["reason"]
-    r = httpx.post(daemon.url + "/api/chat", json={"model": BAD, "stream": False, "options": {"num_predict": 2},
-                                                  "messages": [{"role": "user", "content": "hi"}]}, timeout=30)
+    r = httpx.post(
+        daemon.url + "/api/chat",
+        json={
+            "model": BAD,
+            "stream": False,
+            "options": {"num_predict": 2},
+            "messages": [{"role": "user", "content": "hi"}],
+        },
+        timeout=30,
+    )
     assert r.status_code == 200, r.text
     _ok(daemon)
 
@@ -121,9 +136,11 @@ def test_fair_share_through_http_clients_named_by_a_local_proxy(models_dir):
         def client(addr: str) -> None:
             with httpx.Client(timeout=30) as c:
                 while not stop.is_set():
-                    r = c.post(srv.url + "/api/generate", headers={"X-Forwarded-For": addr},
-                               json={"model": MODEL, "prompt": "[slow] x", "stream": False,
-                                     "options": {"num_predict": 4}})
+                    r = c.post(
+                        srv.url + "/api/generate",
+                        headers={"X-Forwarded-For": addr},
+                        json={"model": MODEL, "prompt": "[slow] x", "stream": False, "options": {"num_predict": 4}},
+                    )
                     if r.status_code == 503:
                         refused_ok.append(r.headers.get("retry-after") is not None)
                         time.sleep(0.2)
@@ -146,6 +163,7 @@ def test_fair_share_through_http_clients_named_by_a_local_proxy(models_dir):
 
 # ---- part 7: NaN metadata ---------------------------------------------------------------------------------
 
+
 def test_show_renders_nan_and_inf_metadata_as_null(daemon):
     r = httpx.post(daemon.url + "/api/show", json={"model": NAN}, timeout=30)
     assert r.status_code == 200, r.text
@@ -155,6 +173,7 @@ def test_show_renders_nan_and_inf_metadata_as_null(daemon):
 
 
 # ---- part 7: server-side paths from a remote caller -------------------------------------------------------
+
 
 def _remote(models_dir: Path, method: str, path: str, body: dict, peer: str = "10.1.2.3") -> httpx.Response:
     """The app behind its guards, as reached from another machine (the ASGI scope's peer address)."""
@@ -174,16 +193,22 @@ def _remote(models_dir: Path, method: str, path: str, body: dict, peer: str = "1
 
 def test_remote_pull_of_a_server_path_is_one_400_whether_or_not_it_exists(models_dir, tmp_path):
     missing = tmp_path / "no-such-folder"
-    replies = [_remote(models_dir, "POST", "/api/pull", {"model": str(p), "stream": False})
-               for p in (models_dir, missing, f"file://{models_dir}")]
+    replies = [
+        _remote(models_dir, "POST", "/api/pull", {"model": str(p), "stream": False})
+        for p in (models_dir, missing, f"file://{models_dir}")
+    ]
     assert {r.status_code for r in replies} == {400}
     assert len({r.json()["error"] for r in replies}) == 1
     assert "badtemplate" not in replies[0].text and "nanmeta" not in replies[0].text
 
 
 def test_pull_of_a_server_path_via_a_local_proxy_is_refused_too(daemon, models_dir):
-    r = httpx.post(daemon.url + "/api/pull", json={"model": str(models_dir), "stream": False},
-                   headers={"X-Forwarded-For": "203.0.113.9"}, timeout=30)
+    r = httpx.post(
+        daemon.url + "/api/pull",
+        json={"model": str(models_dir), "stream": False},
+        headers={"X-Forwarded-For": "203.0.113.9"},
+        timeout=30,
+    )
     assert r.status_code == 400 and "badtemplate" not in r.text
     r = httpx.post(daemon.url + "/api/pull", json={"model": str(models_dir), "stream": False}, timeout=30)
     assert "only be pulled from this machine" not in r.text  # this machine itself may still use a folder
@@ -214,8 +239,11 @@ def test_a_folder_whose_blob_links_out_is_refused_through_the_daemon(daemon, tmp
 
 
 def test_remote_create_from_a_server_path_is_one_400(models_dir, tmp_path):
-    bodies = [{"model": "x", "from": str(models_dir)}, {"model": "x", "from": str(tmp_path / "nope.gguf")},
-              {"model": "x", "modelfile": f"FROM {models_dir}"}]
+    bodies = [
+        {"model": "x", "from": str(models_dir)},
+        {"model": "x", "from": str(tmp_path / "nope.gguf")},
+        {"model": "x", "modelfile": f"FROM {models_dir}"},
+    ]
     replies = [_remote(models_dir, "POST", "/api/create", {**b, "stream": False}) for b in bodies]
     assert {r.status_code for r in replies} == {400}
     assert all("local file paths are not accepted" in r.json()["error"] for r in replies)
@@ -223,13 +251,29 @@ def test_remote_create_from_a_server_path_is_one_400(models_dir, tmp_path):
 
 # ---- part 7: CORS origins -----------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("origin,ok", [
-    ("http://[::1]:8080", True), ("http://[::1]", True), ("https://[0:0::1]:3", True), ("http://localhost:5173", True),
-    ("http://127.0.0.1", True), ("http://localhost:80", True), ("http://[::1]x", False), ("http://[:1]:8080", False),
-    ("http://[::2]:8080", False), ("http://localhost.evil.com", False), ("http://evil.com:*", False),
-    ("http://127.0.0.1:99999", False), ("http://localhost/path", False), ("http://u@localhost", False),
-    ("null", False), ("file://", False), ("javascript:alert(1)", False),
-])
+
+@pytest.mark.parametrize(
+    "origin,ok",
+    [
+        ("http://[::1]:8080", True),
+        ("http://[::1]", True),
+        ("https://[0:0::1]:3", True),
+        ("http://localhost:5173", True),
+        ("http://127.0.0.1", True),
+        ("http://localhost:80", True),
+        ("http://[::1]x", False),
+        ("http://[:1]:8080", False),
+        ("http://[::2]:8080", False),
+        ("http://localhost.evil.com", False),
+        ("http://evil.com:*", False),
+        ("http://127.0.0.1:99999", False),
+        ("http://localhost/path", False),
+        ("http://u@localhost", False),
+        ("null", False),
+        ("file://", False),
+        ("javascript:alert(1)", False),
+    ],
+)
 def test_cors_origin_parser(origin, ok):
     assert origin_allowed(origin, ()) is ok
 
@@ -252,6 +296,7 @@ def test_ipv6_loopback_origin_gets_cors_headers(daemon):
 
 
 # ---- part 7: a full disk ------------------------------------------------------------------------------------
+
 
 def _enospc(*_a, **_k):
     raise OSError(errno.ENOSPC, "No space left on device")
@@ -285,20 +330,25 @@ def test_disk_full_during_create_is_507(daemon, monkeypatch):
 
 # ---- part 7: JSON numbers beyond float range --------------------------------------------------------------
 
-@pytest.mark.parametrize("path,raw", [
-    ("/api/generate", '{"model":"%s","prompt":"hi","stream":false,"options":{"temperature":1e400}}'),
-    ("/api/generate", '{"model":"%s","prompt":"hi","stream":false,"keep_alive":1e400}'),
-    ("/api/generate", '{"model":"%s","prompt":"hi","stream":false,"keep_alive":-1e999}'),
-    ("/api/chat", '{"model":"%s","messages":[],"keep_alive":%s}' % ("%s", "1" * 400)),
-    ("/v1/chat/completions", '{"model":"%s","messages":[{"role":"user","content":"x"}],"max_tokens":1e400}'),
-    ("/v1/chat/completions", '{"model":"%s","messages":[{"role":"user","content":"x"}],"max_tokens":Infinity}'),
-    ("/v1/completions", '{"model":"%s","prompt":"x","max_tokens":1e400}'),
-    ("/api/embed", '{"model":"%s","input":"x","dimensions":1e400}'),
-    ("/api/embed", '{"model":"%s","input":"x","dimensions":-Infinity}'),
-    ("/v1/embeddings", '{"model":"%s","input":"x","dimensions":1e400}'),
-])
+
+@pytest.mark.parametrize(
+    "path,raw",
+    [
+        ("/api/generate", '{"model":"%s","prompt":"hi","stream":false,"options":{"temperature":1e400}}'),
+        ("/api/generate", '{"model":"%s","prompt":"hi","stream":false,"keep_alive":1e400}'),
+        ("/api/generate", '{"model":"%s","prompt":"hi","stream":false,"keep_alive":-1e999}'),
+        ("/api/chat", '{"model":"%s","messages":[],"keep_alive":%s}' % ("%s", "1" * 400)),
+        ("/v1/chat/completions", '{"model":"%s","messages":[{"role":"user","content":"x"}],"max_tokens":1e400}'),
+        ("/v1/chat/completions", '{"model":"%s","messages":[{"role":"user","content":"x"}],"max_tokens":Infinity}'),
+        ("/v1/completions", '{"model":"%s","prompt":"x","max_tokens":1e400}'),
+        ("/api/embed", '{"model":"%s","input":"x","dimensions":1e400}'),
+        ("/api/embed", '{"model":"%s","input":"x","dimensions":-Infinity}'),
+        ("/v1/embeddings", '{"model":"%s","input":"x","dimensions":1e400}'),
+    ],
+)
 def test_numbers_beyond_float_range_are_400(daemon, path, raw):
-    r = httpx.post(daemon.url + path, content=(raw % MODEL).encode(), timeout=30,
-                   headers={"content-type": "application/json"})
+    r = httpx.post(
+        daemon.url + path, content=(raw % MODEL).encode(), timeout=30, headers={"content-type": "application/json"}
+    )
     assert r.status_code == 400, r.text
     _ok(daemon)

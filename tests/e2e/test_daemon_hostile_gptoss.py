@@ -3,6 +3,7 @@ metadata whose experts, sinks or window contradict the tensors. `create` refuses
 key; a file that is in the store anyway (stored by an older version without the check, or changed on disk since) is
 a 400 naming it on /api/chat and /v1/chat/completions, every time; and the daemon keeps answering on a good gpt-oss
 file. The loader-level checks are in test_gptoss.py."""
+
 from __future__ import annotations
 
 import hashlib
@@ -26,8 +27,10 @@ DOWN = "blk.1.ffn_down_exps.weight"  # numpy shape (n_expert 4, n_embd 64, n_ff_
 # variant -> what its error says (a regex), naming the tensor or the key
 PROBLEMS = {
     "blocks": f"tensor '{re.escape(DOWN)}' .*row length 48 is not a multiple of the MXFP4 block size 32",
-    "rows": (rf"tensor '{re.escape(DOWN)}' has shape \(4, 32, 64\) but the metadata gives \(4, 64, 32\) "
-             r"\(gpt-oss\.embedding_length is 64; gpt-oss\.expert_feed_forward_length is 32\)"),
+    "rows": (
+        rf"tensor '{re.escape(DOWN)}' has shape \(4, 32, 64\) but the metadata gives \(4, 64, 32\) "
+        r"\(gpt-oss\.embedding_length is 64; gpt-oss\.expert_feed_forward_length is 32\)"
+    ),
     "experts": r"ffn_gate_exps\.weight' has shape .*gpt-oss\.expert_feed_forward_length is 16",
     "sinks": r"blk\.1\.attn_sinks\.weight.*gpt-oss\.attention\.head_count is 4",
     "window": r"gpt-oss\.attention\.sliding_window is 0; it must be at least 1",
@@ -60,8 +63,12 @@ def files(tmp_path_factory) -> dict[str, Path]:
         # the same bytes as (64, 32, 4): whole blocks, but the expert's rows and columns swapped against the metadata
         "rows": redim(good, root / "rows.gguf", DOWN, (64, 32, 4)),
         "experts": rewrite(good, root / "experts.gguf", meta={"gpt-oss.expert_feed_forward_length": 16}),
-        "sinks": rewrite(good, root / "sinks.gguf", drop_tensors=("blk.1.attn_sinks.weight",),
-                         add_tensors={"blk.1.attn_sinks.weight": sinks}),
+        "sinks": rewrite(
+            good,
+            root / "sinks.gguf",
+            drop_tensors=("blk.1.attn_sinks.weight",),
+            add_tensors={"blk.1.attn_sinks.weight": sinks},
+        ),
         "window": rewrite(good, root / "window.gguf", meta={"gpt-oss.attention.sliding_window": 0}),
     }
 
@@ -80,16 +87,21 @@ def _upload(srv, data: bytes) -> str:
 
 
 def _create(srv, name: str, digest: str) -> httpx.Response:
-    return httpx.post(srv.url + "/api/create", json={"model": name, "files": {"m.gguf": digest}, "stream": False},
-                      timeout=60)
+    return httpx.post(
+        srv.url + "/api/create", json={"model": name, "files": {"m.gguf": digest}, "stream": False}, timeout=60
+    )
 
 
 def _chats(srv, name: str) -> tuple[httpx.Response, httpx.Response]:
     """(/api/chat, /v1/chat/completions) on model `name`."""
-    native = httpx.post(srv.url + "/api/chat", json={"model": name, "messages": MESSAGES, "stream": False,
-                                                     "options": {"num_predict": 2, "num_ctx": 64}}, timeout=120)
-    v1 = httpx.post(srv.url + "/v1/chat/completions", json={"model": name, "messages": MESSAGES, "max_tokens": 2},
-                    timeout=120)
+    native = httpx.post(
+        srv.url + "/api/chat",
+        json={"model": name, "messages": MESSAGES, "stream": False, "options": {"num_predict": 2, "num_ctx": 64}},
+        timeout=120,
+    )
+    v1 = httpx.post(
+        srv.url + "/v1/chat/completions", json={"model": name, "messages": MESSAGES, "max_tokens": 2}, timeout=120
+    )
     return native, v1
 
 

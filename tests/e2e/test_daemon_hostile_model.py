@@ -1,6 +1,7 @@
 """A hostile model file through a real daemon (issue 12): `create` of a file whose rope.dimension_count is larger
 than its head size (which used to corrupt the daemon's heap at the first request) is a 400 naming the key, a
 file that slipped into the store is a 400 at load, and the daemon keeps serving a good model after both."""
+
 from __future__ import annotations
 
 import hashlib
@@ -27,7 +28,9 @@ def files(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def daemon(tmp_path_factory):
-    with pinned_daemon(tmp_path_factory.mktemp("models")) as srv:  # the real loader: hostile files meet the validator, not a fake
+    with pinned_daemon(
+        tmp_path_factory.mktemp("models")
+    ) as srv:  # the real loader: hostile files meet the validator, not a fake
         yield srv
 
 
@@ -40,7 +43,9 @@ def _upload(srv, path) -> str:
 
 
 def _create(srv, name: str, digest: str, stream: bool = False) -> httpx.Response:
-    return httpx.post(srv.url + "/api/create", json={"model": name, "files": {"m.gguf": digest}, "stream": stream}, timeout=60)
+    return httpx.post(
+        srv.url + "/api/create", json={"model": name, "files": {"m.gguf": digest}, "stream": stream}, timeout=60
+    )
 
 
 def _generate(srv, name: str) -> httpx.Response:

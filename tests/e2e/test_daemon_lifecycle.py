@@ -1,6 +1,7 @@
 """One daemon per port and data directory, started once and stopped cleanly: two `serve` at once (one wins, the
 other says so in one line), two `run` at once (one daemon, its log kept), `serve --status`, `serve --stop`
 (running replies end with a clear error), and the lock that a crash gives back."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -28,21 +29,38 @@ from localrt.serve.daemon import BackgroundServer, free_port
 from _testpaths import REPO
 
 
-
 def _env(tmp_path: Path, port: int) -> dict:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("LOCALRT_", "OLLAMA_"))}
-    return {**env, "LOCALRT_HOST": f"127.0.0.1:{port}", "LOCALRT_DATA": str(tmp_path / "data"),
-            "LOCALRT_MODELS": str(tmp_path / "models")}
+    return {
+        **env,
+        "LOCALRT_HOST": f"127.0.0.1:{port}",
+        "LOCALRT_DATA": str(tmp_path / "data"),
+        "LOCALRT_MODELS": str(tmp_path / "models"),
+    }
 
 
 def _cli(env: dict, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "cli", *args], cwd=REPO, env=env, capture_output=True, text=True,
-                          timeout=timeout, stdin=subprocess.DEVNULL)
+    return subprocess.run(
+        [sys.executable, "-m", "cli", *args],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        stdin=subprocess.DEVNULL,
+    )
 
 
 def _popen(env: dict, *args: str, stderr=subprocess.PIPE) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "cli", *args], cwd=REPO, env=env, stdout=subprocess.PIPE,
-                            stderr=stderr, stdin=subprocess.DEVNULL, text=True)
+    return subprocess.Popen(
+        [sys.executable, "-m", "cli", *args],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=stderr,
+        stdin=subprocess.DEVNULL,
+        text=True,
+    )
 
 
 def _wait_answer(port: int, timeout: float = 90) -> None:
@@ -148,8 +166,10 @@ def test_status_and_stop_tell_apart_a_server_of_another_data_directory(tmp_path)
     service = Service(make_config(tmp_path / "models"), load_model=Lab().load_model)
     try:
         with BackgroundServer(service, service.config) as srv:
-            env = {**{k: None for k in os.environ if k.startswith(("LOCALRT_", "OLLAMA_"))},
-                   **_env(tmp_path, srv.config.port)}
+            env = {
+                **{k: None for k in os.environ if k.startswith(("LOCALRT_", "OLLAMA_"))},
+                **_env(tmp_path, srv.config.port),
+            }
             st = CliRunner().invoke(app, ["serve", "--status"], env=env)
             assert st.exit_code == 1 and "another LOCALRT_DATA" in st.stdout
             stop = CliRunner().invoke(app, ["serve", "--stop"], env=env)
@@ -187,15 +207,25 @@ def test_one_claim_per_port_and_data_directory(tmp_path):
 @pytest.mark.skipif(not hasattr(signal, "SIGKILL"), reason="kills a process")
 def test_a_killed_daemon_gives_its_lock_back(tmp_path):
     conf = _conf(tmp_path)
-    holder = subprocess.Popen([sys.executable, "-c", (
-        "import dataclasses, sys, time\n"
-        "from pathlib import Path\n"
-        "from localrt import config\n"
-        "from localrt.serve import lockfile\n"
-        f"c = dataclasses.replace(config.load({{}}), data_dir=Path({str(tmp_path / 'data')!r}), port=11434)\n"
-        "lockfile.claim(c, None, 'v')\n"
-        "print('held', flush=True)\n"
-        "time.sleep(60)\n")], cwd=REPO, stdout=subprocess.PIPE, text=True)
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            (
+                "import dataclasses, sys, time\n"
+                "from pathlib import Path\n"
+                "from localrt import config\n"
+                "from localrt.serve import lockfile\n"
+                f"c = dataclasses.replace(config.load({{}}), data_dir=Path({str(tmp_path / 'data')!r}), port=11434)\n"
+                "lockfile.claim(c, None, 'v')\n"
+                "print('held', flush=True)\n"
+                "time.sleep(60)\n"
+            ),
+        ],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert holder.stdout.readline().strip() == "held"
         assert lockfile.running(conf).pid == holder.pid
@@ -232,6 +262,7 @@ def _collect(fn, out: dict, key: str) -> threading.Thread:
             out[key] = ("ok", fn())
         except Exception as e:  # noqa: BLE001 - the test looks at what the client met
             out[key] = (type(e).__name__, str(e))
+
     t = threading.Thread(target=run)
     t.start()
     return t
@@ -246,7 +277,9 @@ def _sse_lines(url: str, prompt: str) -> list[str]:
 
 def _shutting_down(lines: list[str]) -> bool:
     """An OpenAI stream that ends with the error event, then [DONE]."""
-    return lines[-1] == "data: [DONE]" and json.loads(lines[-2][5:])["error"]["message"] == "the server is shutting down"
+    return (
+        lines[-1] == "data: [DONE]" and json.loads(lines[-2][5:])["error"]["message"] == "the server is shutting down"
+    )
 
 
 @pytest.mark.parametrize("api", ["native", "openai"])
@@ -254,8 +287,11 @@ def test_a_stop_ends_running_and_waiting_replies_with_a_clear_error(stoppable, a
     srv, lab = stoppable
     client = Client(srv.url, api_key="")
     out: dict = {}
-    running = (lambda: list(client.generate(MODEL, "[slow] running"))) if api == "native" else (
-        lambda: _sse_lines(srv.url, "[slow] running"))
+    running = (
+        (lambda: list(client.generate(MODEL, "[slow] running")))
+        if api == "native"
+        else (lambda: _sse_lines(srv.url, "[slow] running"))
+    )
     threads = [_collect(running, out, "running")]
     lab.wait_run("[slow] running")
     threads.append(_collect(lambda: list(client.generate(MODEL, "[slow] queued", stream=False)), out, "waiting"))

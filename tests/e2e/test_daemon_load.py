@@ -2,6 +2,7 @@
 Retry-After, idle half-open connections do not lock others out, and a client that goes away during load, prompt
 evaluation or decoding stops its work; the next request is served each time. The loader is scripted and blocks on
 gates the test opens (tests/_daemon_fakes.py); every wait is bounded."""
+
 from __future__ import annotations
 
 import json
@@ -60,8 +61,10 @@ class _Sender:
     def __init__(self, port: int, body: dict):
         data = json.dumps(body).encode()
         self.sock = socket.create_connection(("127.0.0.1", port), timeout=30)
-        self.sock.sendall(b"POST %s HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
-                          b"Content-Length: %d\r\n\r\n%s" % (GEN.encode(), len(data), data))
+        self.sock.sendall(
+            b"POST %s HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+            b"Content-Length: %d\r\n\r\n%s" % (GEN.encode(), len(data), data)
+        )
 
     def drop(self) -> None:
         self.sock.shutdown(socket.SHUT_RDWR)
@@ -131,7 +134,7 @@ def _stall(port: int, n: int, half_body: bool) -> list[socket.socket]:
     for i in range(n):
         s = socket.create_connection(("127.0.0.1", port), timeout=10)
         if half_body and i % 2:
-            s.sendall(b"POST /api/chat HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 1000\r\n\r\n{\"model\": \"sm")
+            s.sendall(b'POST /api/chat HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 1000\r\n\r\n{"model": "sm')
         else:
             s.sendall(b"POST /api/generate HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Le")  # headers never finish
         socks.append(s)
@@ -233,8 +236,9 @@ def test_disconnect_during_load_withdraws_the_request(daemon):
 
 def test_disconnect_while_queued_withdraws_the_request(daemon):
     srv, lab = daemon
-    holder = threading.Thread(target=lambda: httpx.post(srv.url + GEN, json=_body("[decode-gate] holder",
-                                                                                  num_predict=3), timeout=30))
+    holder = threading.Thread(
+        target=lambda: httpx.post(srv.url + GEN, json=_body("[decode-gate] holder", num_predict=3), timeout=30)
+    )
     holder.start()
     assert lab.wait_run("holder").in_decode.wait(10)
     sender = _Sender(srv.config.port, _body("[slow] queued-then-gone", stream=True))
@@ -284,4 +288,3 @@ def read_reply_head(s: socket.socket) -> bytes:
     while b"\r\n\r\n" not in buf and time.monotonic() < deadline:
         buf += s.recv(4096)
     return buf
-

@@ -2,6 +2,7 @@
 registry blob sha256:ae370d884f10...) as the model's TEMPLATE and a scripted model that records its prompt:
 /api/show lists `thinking` (and `tools`), think false renders "/no_think" and the empty think block, think true
 "/think", and no think at all is think true for a thinking model, as Ollama's ChatHandler sets it."""
+
 from __future__ import annotations
 
 import pytest
@@ -28,13 +29,16 @@ def test_show_lists_thinking_and_the_template_verbatim(daemon):
     assert shown.template == QWEN3
 
 
-@pytest.mark.parametrize("think, tail", [
-    (False, " /no_think<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n"),
-    (True, " /think<|im_end|>\n<|im_start|>assistant\n"),
-    # none sent: Ollama's handlers (server/routes.go) set think true for a model with the thinking capability, so
-    # IsThinkSet is true and qwen3's last user message gets " /think" (runtime.reasoning.default_think)
-    (None, " /think<|im_end|>\n<|im_start|>assistant\n"),
-])
+@pytest.mark.parametrize(
+    "think, tail",
+    [
+        (False, " /no_think<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n"),
+        (True, " /think<|im_end|>\n<|im_start|>assistant\n"),
+        # none sent: Ollama's handlers (server/routes.go) set think true for a model with the thinking capability, so
+        # IsThinkSet is true and qwen3's last user message gets " /think" (runtime.reasoning.default_think)
+        (None, " /think<|im_end|>\n<|im_start|>assistant\n"),
+    ],
+)
 def test_think_reaches_the_template(daemon, think, tail):
     client, script = daemon
     script.answer = REASONED

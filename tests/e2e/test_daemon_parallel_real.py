@@ -1,6 +1,7 @@
 """Requests for one model run together (LOCALRT_NUM_PARALLEL): a real daemon with the built-in SmolLM2 serves four
 streaming greedy chats at once through the model's BatchDriver; each one's output is exactly what it is alone
 (the Batcher is batch-invariant) and their decodes overlap in time."""
+
 from __future__ import annotations
 
 import threading
@@ -12,8 +13,12 @@ from _daemon_fakes import real_daemon
 
 MODEL = "smollm2:135m"
 GREEDY = {"temperature": 0, "repeat_penalty": 1.0, "num_predict": 16}
-QUESTIONS = ["Write a long story about a cat.", "Explain how a steam engine works, in detail.",
-             "List many fruits and describe each one.", "Tell me everything about the history of Rome."]
+QUESTIONS = [
+    "Write a long story about a cat.",
+    "Explain how a steam engine works, in detail.",
+    "List many fruits and describe each one.",
+    "Tell me everything about the history of Rome.",
+]
 
 
 @pytest.fixture(scope="module")
@@ -78,8 +83,12 @@ def test_ps_shows_the_slots_and_the_kv_cache_in_use(daemon):
 def test_an_embedding_beside_running_chats_waits_its_turn_and_is_unchanged(daemon):
     client = ollama.Client(host=daemon.url)
     alone = client.embed(model=MODEL, input="hello world").embeddings[0]
-    chats = [threading.Thread(target=lambda m=m: client.chat(model=MODEL, messages=[{"role": "user", "content": m}],
-                                                              options=GREEDY)) for m in QUESTIONS[:3]]
+    chats = [
+        threading.Thread(
+            target=lambda m=m: client.chat(model=MODEL, messages=[{"role": "user", "content": m}], options=GREEDY)
+        )
+        for m in QUESTIONS[:3]
+    ]
     for t in chats:
         t.start()
     beside = client.embed(model=MODEL, input="hello world").embeddings[0]

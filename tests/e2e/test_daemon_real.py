@@ -1,5 +1,6 @@
 """End to end: a real daemon on a free port with a temporary store, the built-in SmolLM2 from PyPI, driven by the
 official `ollama` and `openai` clients as a user would."""
+
 from __future__ import annotations
 
 import json
@@ -63,10 +64,22 @@ def test_embed_normalised_and_dimensions(client):
 
 def test_the_builtin_chat_model_takes_tools(client):
     """What a UI that attaches tools to every chat (Open WebUI) sends first: no 400, a real answer."""
-    tools = [{"type": "function", "function": {"name": "get_time", "description": "The current time",
-                                               "parameters": {"type": "object", "properties": {}}}}]
-    r = client.chat(model=MODEL, messages=[{"role": "user", "content": "Hello!"}], tools=tools,
-                    options={"num_predict": 8, "temperature": 0})
+    tools = [
+        {
+            "type": "function",
+            "function": {
+                "name": "get_time",
+                "description": "The current time",
+                "parameters": {"type": "object", "properties": {}},
+            },
+        }
+    ]
+    r = client.chat(
+        model=MODEL,
+        messages=[{"role": "user", "content": "Hello!"}],
+        tools=tools,
+        options={"num_predict": 8, "temperature": 0},
+    )
     assert r.message.role == "assistant" and (r.message.content or r.message.tool_calls)
 
 
@@ -97,8 +110,11 @@ def test_bad_requests_get_clear_errors_and_daemon_keeps_serving(daemon, client):
         ({"model": MODEL, "prompt": "x", "options": {"num_ctx": -5}}, 400, "num_ctx"),
         ({"model": MODEL, "prompt": "x", "options": {"top_k": "many"}}, 400, "top_k"),
         ({"model": MODEL, "prompt": "x", "keep_alive": "forever-ish"}, 400, "keep_alive"),
-        ({"model": MODEL, "prompt": "word " * 400, "truncate": False, "options": {"num_ctx": 64}}, 400,
-         "context length"),
+        (
+            {"model": MODEL, "prompt": "word " * 400, "truncate": False, "options": {"num_ctx": 64}},
+            400,
+            "context length",
+        ),
     ]
     for body, status, text in cases:
         r = httpx.post(daemon.url + "/api/generate", json={**body, "stream": False}, timeout=120)
@@ -111,17 +127,29 @@ def test_a_prompt_past_the_context_is_cut_as_ollama_cuts_it(daemon):
     """/api/generate's `truncate` (Ollama's default true): num_keep first tokens and the newest ones, half of the rest
     of the context (prompt_fit); a 7 MB text is cut in about a second, its tail tokenized from the end only."""
     for prompt, n_ctx, keep in [("Tell me more. " * 500_000, 2048, 4), ("word " * 400 + "The end.", 256, 10)]:
-        r = httpx.post(daemon.url + "/api/generate", timeout=120, json={
-            "model": MODEL, "prompt": prompt, "raw": True, "stream": False,
-            "options": {"num_ctx": n_ctx, "num_keep": keep, "num_predict": 1, "temperature": 0}})
+        r = httpx.post(
+            daemon.url + "/api/generate",
+            timeout=120,
+            json={
+                "model": MODEL,
+                "prompt": prompt,
+                "raw": True,
+                "stream": False,
+                "options": {"num_ctx": n_ctx, "num_keep": keep, "num_predict": 1, "temperature": 0},
+            },
+        )
         assert r.status_code == 200, r.text[:300]
         assert r.json()["prompt_eval_count"] == keep + (n_ctx - keep) // 2
         assert r.elapsed.total_seconds() < 30
 
 
 def test_disconnect_mid_stream_frees_the_worker(daemon, client):
-    with httpx.stream("POST", daemon.url + "/api/generate", timeout=120,
-                      json={"model": MODEL, "prompt": "Tell me a long story.", "options": {"num_predict": 200}}) as r:
+    with httpx.stream(
+        "POST",
+        daemon.url + "/api/generate",
+        timeout=120,
+        json={"model": MODEL, "prompt": "Tell me a long story.", "options": {"num_predict": 200}},
+    ) as r:
         lines = r.iter_lines()
         for _ in range(2):
             assert "response" in json.loads(next(lines))
@@ -134,8 +162,11 @@ def test_openai_client_chat_completions_embeddings_models(daemon):
     msgs = [{"role": "user", "content": "What is 2+2?"}]
     r = c.chat.completions.create(model=MODEL, messages=msgs, temperature=0, max_tokens=8, seed=3)
     assert r.choices[0].message.content and r.usage.completion_tokens <= 8
-    chunks = list(c.chat.completions.create(model=MODEL, messages=msgs, temperature=0, max_tokens=8, stream=True,
-                                            stream_options={"include_usage": True}))
+    chunks = list(
+        c.chat.completions.create(
+            model=MODEL, messages=msgs, temperature=0, max_tokens=8, stream=True, stream_options={"include_usage": True}
+        )
+    )
     text = "".join(ch.choices[0].delta.content or "" for ch in chunks if ch.choices)
     assert text == r.choices[0].message.content and chunks[-1].usage.completion_tokens == r.usage.completion_tokens
     comp = c.completions.create(model=MODEL, prompt="The capital of France is", max_tokens=4, temperature=0)
@@ -145,16 +176,21 @@ def test_openai_client_chat_completions_embeddings_models(daemon):
     assert MODEL in [m.id for m in c.models.list().data]
 
 
-@pytest.mark.parametrize("path, body", [
-    ("/api/generate", {"prompt": "Tell me more. " * 500_000, "raw": True, "truncate": False}),  # 7 MB, 2M tokens
-    ("/api/chat", {"messages": [{"role": "user", "content": "Tell me more. " * 500_000}]}),
-])
+@pytest.mark.parametrize(
+    "path, body",
+    [
+        ("/api/generate", {"prompt": "Tell me more. " * 500_000, "raw": True, "truncate": False}),  # 7 MB, 2M tokens
+        ("/api/chat", {"messages": [{"role": "user", "content": "Tell me more. " * 500_000}]}),
+    ],
+)
 def test_a_prompt_far_past_the_context_is_refused_without_tokenizing_it_all(daemon, path, body):
     """Tokenizing stops once the count passes the context (Tokenizer.encode's limit): a 400 in about a second here,
     not after the whole text (35 s for 8 MB before); the bound is loose for a loaded runner."""
-    httpx.post(daemon.url + "/api/generate", json={"model": MODEL, "prompt": "hi", "options": {"num_predict": 1}},
-               timeout=120)  # loaded first
-    r = httpx.post(daemon.url + path, json={"model": MODEL, "stream": False, "options": {"num_ctx": 2048}, **body},
-                   timeout=120)
+    httpx.post(
+        daemon.url + "/api/generate", json={"model": MODEL, "prompt": "hi", "options": {"num_predict": 1}}, timeout=120
+    )  # loaded first
+    r = httpx.post(
+        daemon.url + path, json={"model": MODEL, "stream": False, "options": {"num_ctx": 2048}, **body}, timeout=120
+    )
     assert r.status_code == 400 and "more than 2048 tokens" in r.json()["error"], r.text[:300]
     assert r.elapsed.total_seconds() < 10  # a second or so here, however long the text

@@ -1,6 +1,7 @@
 """/v1/rerank (and llama-server's other names for it) against a real daemon started here: the tiny reranker of
 bertgen created from its GGUF through /api/blobs and /api/create, its replies compared with llama-server's on the
 same file (tests/data/bert/rerank_server.json), top_n, return_documents, TEI's shape, keep_alive, and the 400s."""
+
 from __future__ import annotations
 
 import hashlib
@@ -55,8 +56,11 @@ def test_top_n_and_return_documents(daemon):
 
 @pytest.mark.parametrize("route", ["/rerank", "/v1/reranking", "/reranking"])
 def test_llama_servers_other_routes_and_the_tei_shape(daemon, route):
-    r = _post(daemon, {"model": RERANKER, "query": bertgen.RERANK_QUERY, "texts": bertgen.RERANK_DOCS,
-                       "return_text": True}, route)
+    r = _post(
+        daemon,
+        {"model": RERANKER, "query": bertgen.RERANK_QUERY, "texts": bertgen.RERANK_DOCS, "return_text": True},
+        route,
+    )
     assert r.status_code == 200, r.text
     got, want = r.json(), SERVED["tei"]
     assert [(x["index"], x["text"]) for x in got] == [(x["index"], x["text"]) for x in want]
@@ -75,17 +79,23 @@ def test_unknown_fields_are_warned_by_name(daemon, caplog):
     assert any("rank_fields" in rec.getMessage() for rec in caplog.records)
 
 
-@pytest.mark.parametrize("change, message", [
-    ({"model": None}, "model is required"),
-    ({"query": None}, "query is required"),
-    ({"documents": []}, "non-empty array of strings"),
-    ({"documents": ["w1", 7]}, r"documents[1] must be a string"),
-    ({"top_n": -1}, "top_n must be 0 or more"),
-    ({"top_n": "3"}, "top_n must be an integer"),
-    ({"documents": ["w1"] * 10_000}, "at most 1000"),
-    ({"model": EMBEDDER}, f"model {EMBEDDER} is not a reranker"),
-    ({"documents": ["w1", " ".join(["w2"] * 70)]}, "documents[1]: the query and document are more than the context"),
-])
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        ({"model": None}, "model is required"),
+        ({"query": None}, "query is required"),
+        ({"documents": []}, "non-empty array of strings"),
+        ({"documents": ["w1", 7]}, r"documents[1] must be a string"),
+        ({"top_n": -1}, "top_n must be 0 or more"),
+        ({"top_n": "3"}, "top_n must be an integer"),
+        ({"documents": ["w1"] * 10_000}, "at most 1000"),
+        ({"model": EMBEDDER}, f"model {EMBEDDER} is not a reranker"),
+        (
+            {"documents": ["w1", " ".join(["w2"] * 70)]},
+            "documents[1]: the query and document are more than the context",
+        ),
+    ],
+)
 def test_bad_requests_are_400s_naming_the_problem(daemon, change, message):
     body = {k: v for k, v in {**BODY, **change}.items() if v is not None}
     r = _post(daemon, body)
@@ -105,6 +115,7 @@ def test_creating_a_rank_file_without_its_head_is_a_400_naming_the_tensors(daemo
     data = (tmp_path / "headless.gguf").read_bytes()
     digest = "sha256:" + hashlib.sha256(data).hexdigest()
     assert httpx.post(f"{daemon.url}/api/blobs/{digest}", content=data, timeout=30).status_code in (200, 201)
-    r = httpx.post(daemon.url + "/api/create", json={"model": "headless", "files": {"m.gguf": digest}, "stream": False},
-                   timeout=60)
+    r = httpx.post(
+        daemon.url + "/api/create", json={"model": "headless", "files": {"m.gguf": digest}, "stream": False}, timeout=60
+    )
     assert r.status_code == 400 and "cls.output.weight" in r.json()["error"], r.text

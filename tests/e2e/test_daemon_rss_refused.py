@@ -3,6 +3,7 @@ of 8 MB (each past the context, refused in about a second without being tokenize
 resident size before them. The body and its parsed copies are freed into the C heap, which the edge hands back
 after each big-body request, once the cycles that hold them are collected (serve/malloc.release_after_big_body);
 the tokenizer's caches skip long fragments."""
+
 from __future__ import annotations
 
 import os
@@ -28,10 +29,20 @@ def _rss_mb(pid: int) -> int:
 @pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads the daemon's RSS from /proc")
 def test_a_hundred_refused_8mb_prompts_leave_rss_within_ten_percent(tmp_path):
     port = free_port()
-    env = {**os.environ, "LOCALRT_HOST": f"127.0.0.1:{port}", "LOCALRT_DATA": str(tmp_path / "data"),
-           "LOCALRT_MODELS": str(tmp_path / "models"), "LOCALRT_API_KEY": ""}
-    daemon = subprocess.Popen([sys.executable, "-m", "localrt", "serve"], env=env, cwd=REPO,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    env = {
+        **os.environ,
+        "LOCALRT_HOST": f"127.0.0.1:{port}",
+        "LOCALRT_DATA": str(tmp_path / "data"),
+        "LOCALRT_MODELS": str(tmp_path / "models"),
+        "LOCALRT_API_KEY": "",
+    }
+    daemon = subprocess.Popen(
+        [sys.executable, "-m", "localrt", "serve"],
+        env=env,
+        cwd=REPO,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 120
@@ -41,12 +52,20 @@ def test_a_hundred_refused_8mb_prompts_leave_rss_within_ten_percent(tmp_path):
                 break
             except httpx.HTTPError:
                 time.sleep(0.2)
-        first = httpx.post(url + "/api/generate", timeout=300, json={
-            "model": MODEL, "prompt": "hi", "stream": False, "options": {"num_predict": 2}})
+        first = httpx.post(
+            url + "/api/generate",
+            timeout=300,
+            json={"model": MODEL, "prompt": "hi", "stream": False, "options": {"num_predict": 2}},
+        )
         assert first.status_code == 200, first.text
         start = _rss_mb(daemon.pid)
-        body = {"model": MODEL, "prompt": "Tell me more. " * 600_000, "raw": True, "stream": False,
-                "truncate": False}  # 8.4 MB, refused (truncate: true would cut it as Ollama does)
+        body = {
+            "model": MODEL,
+            "prompt": "Tell me more. " * 600_000,
+            "raw": True,
+            "stream": False,
+            "truncate": False,
+        }  # 8.4 MB, refused (truncate: true would cut it as Ollama does)
         for _ in range(100):
             r = httpx.post(url + "/api/generate", json=body, timeout=300)
             assert r.status_code == 400 and "context length" in r.json()["error"]

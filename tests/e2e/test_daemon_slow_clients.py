@@ -2,6 +2,7 @@
 body (or trickle it, or trickle a second head on a kept-alive connection) are closed by rate/time deadlines and
 never count toward the concurrency limit, so every other client keeps being served meanwhile; past the socket
 limit the slowest waiting connections are shed. Real uploads at a real rate are not cut."""
+
 from __future__ import annotations
 
 import hashlib
@@ -15,8 +16,9 @@ import pytest
 from _daemon_fakes import MODEL, fake_daemon, status_of, read_reply, wait_until
 from localrt.serve import daemon as dmn
 
-STALL = (b"POST /api/generate HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
-         b"Content-Length: 1000\r\n\r\n{")
+STALL = (
+    b"POST /api/generate HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{"
+)
 
 
 @pytest.fixture
@@ -27,8 +29,11 @@ def fast_deadlines(monkeypatch):
 
 
 def _ok(srv) -> None:
-    r = httpx.post(srv.url + "/api/generate", json={"model": MODEL, "prompt": "hi", "stream": False,
-                                                   "options": {"num_predict": 2}}, timeout=20)
+    r = httpx.post(
+        srv.url + "/api/generate",
+        json={"model": MODEL, "prompt": "hi", "stream": False, "options": {"num_predict": 2}},
+        timeout=20,
+    )
     assert r.status_code == 200, r.text
 
 
@@ -153,10 +158,12 @@ def test_a_real_upload_at_a_modest_rate_is_not_cut(tmp_path, fast_deadlines):
     digest = "sha256:" + hashlib.sha256(payload).hexdigest()
     with fake_daemon(tmp_path) as (srv, lab):
         with socket.create_connection(("127.0.0.1", srv.config.port), timeout=20) as s:
-            s.sendall(f"POST /api/blobs/{digest} HTTP/1.1\r\nHost: 127.0.0.1\r\n"
-                      f"Content-Length: {len(payload)}\r\n\r\n".encode())
+            s.sendall(
+                f"POST /api/blobs/{digest} HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                f"Content-Length: {len(payload)}\r\n\r\n".encode()
+            )
             for i in range(0, len(payload), 8192):
-                s.sendall(payload[i:i + 8192])
+                s.sendall(payload[i : i + 8192])
                 time.sleep(0.1)
             assert status_of(read_reply(s)) == 201
         assert httpx.head(srv.url + f"/api/blobs/{digest}", timeout=10).status_code == 200

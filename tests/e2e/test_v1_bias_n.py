@@ -1,4 +1,5 @@
 """/v1's logit_bias and n > 1 through the official `openai` client, against a daemon on the built-in SmolLM2."""
+
 from __future__ import annotations
 
 import httpx
@@ -37,6 +38,7 @@ def token_id():
     def one(text: str) -> int:
         (i,) = tok.encode(text, add_special=False)
         return i
+
     return one
 
 
@@ -55,8 +57,13 @@ def test_logit_bias_bans_and_forces_a_token_under_greedy(client, token_id):
     assert banned.top_logprobs[0] == plain.top_logprobs[0]
     forced = _first(client, logit_bias={str(token_id(" zebra")): 100})
     assert forced.tokens == [" zebra"]
-    chat = client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": PROMPT}], temperature=0,
-                                          max_tokens=1, logit_bias={str(token_id(" zebra")): 100})
+    chat = client.chat.completions.create(
+        model=MODEL,
+        messages=[{"role": "user", "content": PROMPT}],
+        temperature=0,
+        max_tokens=1,
+        logit_bias={str(token_id(" zebra")): 100},
+    )
     assert chat.choices[0].message.content == " zebra"
 
 
@@ -70,17 +77,23 @@ def test_a_small_bias_shifts_the_distribution_the_sampler_sees(client, token_id)
     assert short.tokens == [best]
 
 
-@pytest.mark.parametrize("bias, word", [
-    ({"abc": 1}, "not a token id"),
-    ({"-1": 1}, "not a token id"),
-    ({"5": 101}, "between -100 and 100"),
-    ({"5": "high"}, "between -100 and 100"),
-    ({"49152": 1}, "outside the vocabulary"),  # SmolLM2 has 49152 tokens
-    ([1, 2], "must be an object"),
-])
+@pytest.mark.parametrize(
+    "bias, word",
+    [
+        ({"abc": 1}, "not a token id"),
+        ({"-1": 1}, "not a token id"),
+        ({"5": 101}, "between -100 and 100"),
+        ({"5": "high"}, "between -100 and 100"),
+        ({"49152": 1}, "outside the vocabulary"),  # SmolLM2 has 49152 tokens
+        ([1, 2], "must be an object"),
+    ],
+)
 def test_bad_logit_bias_is_a_400(daemon, bias, word):
-    r = httpx.post(daemon.url + "/v1/chat/completions", timeout=600, json={
-        "model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 1, "logit_bias": bias})
+    r = httpx.post(
+        daemon.url + "/v1/chat/completions",
+        timeout=600,
+        json={"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 1, "logit_bias": bias},
+    )
     assert r.status_code == 400, r.text
     assert word in r.json()["error"]["message"]
 
@@ -100,9 +113,19 @@ def test_n_choices_are_the_single_requests_with_seed_plus_i(client):
 def test_streamed_chat_choices_carry_their_index(client):
     msgs = [{"role": "user", "content": SHORT}]
     whole = client.chat.completions.create(model=MODEL, messages=msgs, n=2, seed=7, temperature=1.0, max_tokens=6)
-    chunks = list(client.chat.completions.create(model=MODEL, messages=msgs, n=2, seed=7, temperature=1.0,
-                                                 max_tokens=6, stream=True, stream_options={"include_usage": True},
-                                                 logprobs=True))
+    chunks = list(
+        client.chat.completions.create(
+            model=MODEL,
+            messages=msgs,
+            n=2,
+            seed=7,
+            temperature=1.0,
+            max_tokens=6,
+            stream=True,
+            stream_options={"include_usage": True},
+            logprobs=True,
+        )
+    )
     text = {0: "", 1: ""}
     finished, spelled = [], {0: "", 1: ""}
     for ch in chunks[:-1]:
@@ -118,8 +141,9 @@ def test_streamed_chat_choices_carry_their_index(client):
 
 
 def test_greedy_choices_are_equal(client):
-    r = client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "Hi"}], n=2, temperature=0,
-                                       max_tokens=4)
+    r = client.chat.completions.create(
+        model=MODEL, messages=[{"role": "user", "content": "Hi"}], n=2, temperature=0, max_tokens=4
+    )
     assert r.choices[0].message.content == r.choices[1].message.content and r.usage.completion_tokens == 8
 
 
@@ -143,9 +167,18 @@ def test_embeddings_take_token_ids(client, token_id):
     assert one.usage.prompt_tokens == 2
 
 
-@pytest.mark.parametrize("inp, word", [([49152], "out of range"), ([[1], []], "invalid input"), ([1, "a"], "invalid input"),
-                                       ([True], "invalid input"), ([[-1]], "invalid input"),
-                                       ("", "empty string"), (["a", ""], "input[1] is an empty string")])
+@pytest.mark.parametrize(
+    "inp, word",
+    [
+        ([49152], "out of range"),
+        ([[1], []], "invalid input"),
+        ([1, "a"], "invalid input"),
+        ([True], "invalid input"),
+        ([[-1]], "invalid input"),
+        ("", "empty string"),
+        (["a", ""], "input[1] is an empty string"),
+    ],
+)
 def test_bad_token_id_embedding_input_is_a_400(daemon, inp, word):
     r = httpx.post(daemon.url + "/v1/embeddings", timeout=600, json={"model": MODEL, "input": inp})
     assert r.status_code == 400, r.text

@@ -1,6 +1,7 @@
 """Issue 47's last /v1 gaps, with the real openai SDK against a real daemon serving the built-in SmolLM2: prompts as
 a list or as token ids on /v1/completions, tool_choice "allowed_tools", the legacy functions / function_call fields
 and the function role, nameless tools, and max_tool_calls on /v1/responses."""
+
 from __future__ import annotations
 
 import json
@@ -14,15 +15,33 @@ from localrt.serve.openai_responses_reply import ResponsesStream
 
 MODEL = "smollm2:135m"
 GREEDY = {"temperature": 0, "max_tokens": 4}
-WEATHER = {"type": "function", "function": {
-    "name": "get_weather", "description": "The weather in a city",
-    "parameters": {"type": "object", "properties": {"city": {"type": "string", "enum": ["Paris", "London"]}},
-                   "required": ["city"]}}}
-ADD = {"type": "function", "function": {
-    "name": "add", "description": "Add two small numbers",
-    "parameters": {"type": "object", "properties": {"a": {"type": "integer", "minimum": 0, "maximum": 9},
-                                                   "b": {"type": "integer", "minimum": 0, "maximum": 9}},
-                   "required": ["a", "b"]}}}
+WEATHER = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "The weather in a city",
+        "parameters": {
+            "type": "object",
+            "properties": {"city": {"type": "string", "enum": ["Paris", "London"]}},
+            "required": ["city"],
+        },
+    },
+}
+ADD = {
+    "type": "function",
+    "function": {
+        "name": "add",
+        "description": "Add two small numbers",
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "a": {"type": "integer", "minimum": 0, "maximum": 9},
+                "b": {"type": "integer", "minimum": 0, "maximum": 9},
+            },
+            "required": ["a", "b"],
+        },
+    },
+}
 ASK = [{"role": "user", "content": "What is 2 plus 3?"}]
 
 
@@ -60,39 +79,60 @@ def test_completions_take_token_ids_as_given(oai, llamacpp_reference):
 
 
 def test_allowed_tools_limits_what_the_model_may_call(oai):
-    choice = {"type": "allowed_tools", "allowed_tools": {"mode": "required", "tools": [
-        {"type": "function", "function": {"name": "add"}}]}}
-    r = oai.chat.completions.create(model=MODEL, messages=ASK, tools=[WEATHER, ADD], tool_choice=choice,
-                                    temperature=0, max_tokens=60)
+    choice = {
+        "type": "allowed_tools",
+        "allowed_tools": {"mode": "required", "tools": [{"type": "function", "function": {"name": "add"}}]},
+    }
+    r = oai.chat.completions.create(
+        model=MODEL, messages=ASK, tools=[WEATHER, ADD], tool_choice=choice, temperature=0, max_tokens=60
+    )
     (call,) = r.choices[0].message.tool_calls
     assert call.function.name == "add" and set(json.loads(call.function.arguments)) == {"a", "b"}
-    bad = {"type": "allowed_tools", "allowed_tools": {"mode": "auto", "tools": [
-        {"type": "function", "function": {"name": "nope"}}]}}
+    bad = {
+        "type": "allowed_tools",
+        "allowed_tools": {"mode": "auto", "tools": [{"type": "function", "function": {"name": "nope"}}]},
+    }
     with pytest.raises(openai.BadRequestError, match="nope"):
         oai.chat.completions.create(model=MODEL, messages=ASK, tools=[WEATHER, ADD], tool_choice=bad)
-    auto = {"type": "allowed_tools", "allowed_tools": {"mode": "auto", "tools": [
-        {"type": "function", "function": {"name": "add"}}]}}  # the other tools never reach the prompt
-    usage = [oai.chat.completions.create(model=MODEL, messages=ASK, temperature=0, max_tokens=1, **kw).usage
-             for kw in ({"tools": [WEATHER, ADD], "tool_choice": auto}, {"tools": [ADD]}, {"tools": [WEATHER, ADD]})]
+    auto = {
+        "type": "allowed_tools",
+        "allowed_tools": {"mode": "auto", "tools": [{"type": "function", "function": {"name": "add"}}]},
+    }  # the other tools never reach the prompt
+    usage = [
+        oai.chat.completions.create(model=MODEL, messages=ASK, temperature=0, max_tokens=1, **kw).usage
+        for kw in ({"tools": [WEATHER, ADD], "tool_choice": auto}, {"tools": [ADD]}, {"tools": [WEATHER, ADD]})
+    ]
     assert usage[0].prompt_tokens == usage[1].prompt_tokens < usage[2].prompt_tokens
-    resp = oai.responses.create(model=MODEL, input="What is 2 plus 3?", max_output_tokens=60, temperature=0,
-                                tools=[{"type": "function", **ADD["function"]}, {"type": "function",
-                                                                               **WEATHER["function"]}],
-                                tool_choice={"type": "allowed_tools", "mode": "required",
-                                             "tools": [{"type": "function", "name": "add"}]})
+    resp = oai.responses.create(
+        model=MODEL,
+        input="What is 2 plus 3?",
+        max_output_tokens=60,
+        temperature=0,
+        tools=[{"type": "function", **ADD["function"]}, {"type": "function", **WEATHER["function"]}],
+        tool_choice={"type": "allowed_tools", "mode": "required", "tools": [{"type": "function", "name": "add"}]},
+    )
     assert [o.name for o in resp.output if o.type == "function_call"] == ["add"]
 
 
 def test_legacy_functions_are_tools_and_the_function_role_a_tool_turn(oai):
-    r = oai.chat.completions.create(model=MODEL, messages=ASK, temperature=0, max_tokens=60,
-                                    functions=[ADD["function"], WEATHER["function"]], function_call={"name": "add"})
+    r = oai.chat.completions.create(
+        model=MODEL,
+        messages=ASK,
+        temperature=0,
+        max_tokens=60,
+        functions=[ADD["function"], WEATHER["function"]],
+        function_call={"name": "add"},
+    )
     (call,) = r.choices[0].message.tool_calls
     assert call.function.name == "add"
-    history = [*ASK, {"role": "assistant", "content": None,
-                      "function_call": {"name": "add", "arguments": '{"a": 2, "b": 3}'}},
-               {"role": "function", "name": "add", "content": "5"}]
-    answer = oai.chat.completions.create(model=MODEL, messages=history, functions=[ADD["function"]],
-                                         function_call="none", temperature=0, max_tokens=8)
+    history = [
+        *ASK,
+        {"role": "assistant", "content": None, "function_call": {"name": "add", "arguments": '{"a": 2, "b": 3}'}},
+        {"role": "function", "name": "add", "content": "5"},
+    ]
+    answer = oai.chat.completions.create(
+        model=MODEL, messages=history, functions=[ADD["function"]], function_call="none", temperature=0, max_tokens=8
+    )
     assert answer.choices[0].message.content and not answer.choices[0].message.tool_calls
     with pytest.raises(openai.BadRequestError, match="cannot be combined"):
         oai.chat.completions.create(model=MODEL, messages=ASK, functions=[ADD["function"]], tools=[ADD])
@@ -108,12 +148,19 @@ def test_a_tool_without_a_name_is_a_400_naming_the_field(oai, tool):
 def test_max_tool_calls_leaves_later_calls_out_and_is_echoed():
     stream = ResponsesStream(MODEL, ResponsesOpts(max_tool_calls=1))
     calls = [{"function": {"name": n, "arguments": {"a": 1, "b": 2}}} for n in ("add", "add")]
-    out = stream.whole([{"message": {"role": "assistant", "content": "", "tool_calls": calls}, "done": True,
-                         "done_reason": "stop"}])
+    out = stream.whole(
+        [{"message": {"role": "assistant", "content": "", "tool_calls": calls}, "done": True, "done_reason": "stop"}]
+    )
     assert [o["type"] for o in out["output"]] == ["function_call"] and out["max_tool_calls"] == 1
 
 
 def test_max_tool_calls_zero_hides_the_tools(oai):
-    resp = oai.responses.create(model=MODEL, input="What is 2 plus 3?", max_output_tokens=8, temperature=0,
-                                tools=[{"type": "function", **ADD["function"]}], max_tool_calls=0)
+    resp = oai.responses.create(
+        model=MODEL,
+        input="What is 2 plus 3?",
+        max_output_tokens=8,
+        temperature=0,
+        tools=[{"type": "function", **ADD["function"]}],
+        max_tool_calls=0,
+    )
     assert not [o for o in resp.output if o.type == "function_call"] and resp.max_tool_calls == 0

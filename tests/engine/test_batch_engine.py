@@ -7,6 +7,7 @@ while the others decode) give token for token what each gives alone. Prefix reus
 reuses the earlier turn, and a prompt that copies a shared prefix from another running slot, give the tokens
 and logprobs of a fresh evaluation.
 """
+
 from __future__ import annotations
 
 import threading
@@ -21,7 +22,6 @@ from localrt.engine.backends.pieces import BLAS_MIN_TOKENS
 from localrt.engine.batch import PREFILL_ROWS_PER_STEP, Batcher
 from localrt.engine.events import Done, Token
 from _kernel_blocks import ALL_KERNELS, random_weights
-
 
 
 # -- kernels -----------------------------------------------------------------------------------------
@@ -56,7 +56,9 @@ def test_decode_attention_rows_equal_one_row_calls(window: int) -> None:
     be.attention(q, k, v, positions, slots, window, 0.17, out)
     for i in range(n_slots):
         one = np.empty((1, n_head, hd), np.float32)
-        be.attention(np.ascontiguousarray(q[i : i + 1]), k, v, positions[i : i + 1], slots[i : i + 1], window, 0.17, one)
+        be.attention(
+            np.ascontiguousarray(q[i : i + 1]), k, v, positions[i : i + 1], slots[i : i + 1], window, 0.17, one
+        )
         assert np.array_equal(one[0], out[i]), f"row {i} (position {positions[i]}) differs from its one-row call"
 
 
@@ -71,8 +73,10 @@ PROMPTS = [
     "Q: What is 12 times 7?\nA:",
     "Here is a recipe for bread:",
 ]
-PROSE = ("The history of the printing press begins in the fifteenth century, when movable metal type made books "
-         "cheaper and faster to produce than ever before. Within decades, presses spread across Europe. ")
+PROSE = (
+    "The history of the printing press begins in the fifteenth century, when movable metal type made books "
+    "cheaper and faster to produce than ever before. Within decades, presses spread across Europe. "
+)
 NUM_BATCH = 256  # the long prompt's chunks: 256 and 256 rows on the BLAS path, the rest on the fused one
 SAMPLED = {"temperature": 0.9, "top_k": 40, "top_p": 0.95, "seed": 1234}
 
@@ -194,7 +198,9 @@ def test_prefix_cached_at_a_chunk_boundary_is_exact(smollm2_path):
 @pytest.mark.parametrize("name", ["smollm2", pytest.param("gemma3", marks=pytest.mark.slow)])
 # 270 (a BLAS piece and a per-row tail) with SmolLM2 in the README's run; the rest with the slow tests (20-60 s each
 # cold on two cores)
-@pytest.mark.parametrize("words", [pytest.param(0, marks=pytest.mark.slow), 270, pytest.param(330, marks=pytest.mark.slow)])
+@pytest.mark.parametrize(
+    "words", [pytest.param(0, marks=pytest.mark.slow), 270, pytest.param(330, marks=pytest.mark.slow)]
+)
 def test_a_follow_up_that_reuses_the_earlier_turn_is_exact(request, name, words):
     """The cache holds the last turn (prompt chunks + decoded tokens); the follow-up reuses what was computed on
     the path a fresh evaluation of it takes: short prompts are per-row throughout (everything but the new text
@@ -253,7 +259,7 @@ def test_short_prompts_that_arrive_together_start_in_one_step(smollm2_path):
     long one does not pass it. Each gives what it gives alone."""
     model = load_model(smollm2_path, num_ctx=1024, n_slots=5)
     short = [model.tokenize(p) for p in PROMPTS[:3]]
-    long_ids = model.tokenize(PROSE * 12)[:PREFILL_ROWS_PER_STEP + 40]
+    long_ids = model.tokenize(PROSE * 12)[: PREFILL_ROWS_PER_STEP + 40]
     late = model.tokenize(PROMPTS[4])
     refs = [_greedy(model, ids, 4, fresh=True)[0] for ids in (*short, long_ids, late)]
     batcher = Batcher(model)

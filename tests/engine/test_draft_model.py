@@ -7,6 +7,7 @@ rejections as the target's), a seeded sampled run reproducible, and the joint di
 tokens (the last two from speculative sampling against the other-weights draft) against the exact one from
 the target's logits (chi-square and total variation).
 """
+
 from __future__ import annotations
 
 from dataclasses import replace
@@ -108,10 +109,14 @@ def test_tokenizers_must_match(target):
     check_tokenizers(target.tokenizer, SimpleNamespace(vocab=replace(vocab)))  # an equal copy passes
     tokens = list(vocab.tokens)
     tokens[200] = "other"
-    for changed, what in ((dict(tokens=tokens), "token 200"), (dict(tokens=vocab.tokens[:-1]), "tokens"),
-                          (dict(eog_ids=frozenset({EOS_ID, 7})), "end-of-generation"),
-                          (dict(add_bos=True), "add_bos"), (dict(ids={**vocab.ids, "bos": 5}), "BOS id"),
-                          (dict(kind="spm", model="llama"), "tokenizer")):
+    for changed, what in (
+        (dict(tokens=tokens), "token 200"),
+        (dict(tokens=vocab.tokens[:-1]), "tokens"),
+        (dict(eog_ids=frozenset({EOS_ID, 7})), "end-of-generation"),
+        (dict(add_bos=True), "add_bos"),
+        (dict(ids={**vocab.ids, "bos": 5}), "BOS id"),
+        (dict(kind="spm", model="llama"), "tokenizer"),
+    ):
         with pytest.raises(DraftModelMismatch, match=f"draft_model 'd'.*{what}"):
             check_tokenizers(target.tokenizer, SimpleNamespace(vocab=replace(vocab, **changed)), "t", "d")
     assert issubclass(DraftModelMismatch, InvalidRequest)  # a 400 at the HTTP edge
@@ -137,6 +142,7 @@ def _cache_is_a_prefix(drafter):
         have = drafter.cached[seq.slot]
         assert have == seq.history[: len(have)]
         assert int(drafter.model.cache.lengths[seq.slot]) == len(have)
+
     return check
 
 
@@ -216,8 +222,12 @@ def test_speculative_sampling_keeps_the_targets_distribution(target, other):
 
     exact = exact_joint(target, PROMPT, 4, SAMPLED["temperature"])  # the chain of SAMPLED: top 2, then softmax
     n = 600
-    runs = _many(target, other, PROMPT, [{**SAMPLED, "seed": 20_000 + i, "num_predict": 4, "draft_model": "other"}
-                                         for i in range(n)])
+    runs = _many(
+        target,
+        other,
+        PROMPT,
+        [{**SAMPLED, "seed": 20_000 + i, "num_predict": 4, "draft_model": "other"} for i in range(n)],
+    )
     chi2, tv, counts = compare([tuple(_tokens(ev)) for ev in runs], exact)
     assert all(ev[-1].draft_count >= 2 for ev in runs)  # seeded: the draft length follows acceptance, not timing
     accepted = sum(ev[-1].draft_accepted_count > 0 for ev in runs)

@@ -1,4 +1,5 @@
 """Engine on tiny random-weight GGUF files: forward vs a float64 NumPy reference, KV cache, generate()."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -68,7 +69,9 @@ def test_sliding_window_layers_keep_a_ring(files):
     model = load_model(path, num_ctx=64, num_batch=3)
     caps = [k.shape[2] for k in model.cache.k]  # a ring per slot; the full layer's 64 positions are one pool block
     assert caps == [spec.window + 3] * 5 + [64] + [spec.window + 3] == model.cache.caps
-    assert model.cache.paged == [False] * 5 + [True] + [False] and model.cache.k[5].shape[0] == model.cache.pool.n_blocks
+    assert (
+        model.cache.paged == [False] * 5 + [True] + [False] and model.cache.k[5].shape[0] == model.cache.pool.n_blocks
+    )
     assert model.config.windows == (4, 4, 4, 4, 4, 0, 4)
 
 
@@ -206,10 +209,18 @@ def test_missing_tensor_and_unknown_arch_are_named(files, tmp_path):
 
 
 def test_config_from_metadata_rope_and_windows():
-    md = {"general.architecture": "gemma3", "gemma3.embedding_length": 640, "gemma3.block_count": 12,
-          "gemma3.attention.head_count": 4, "gemma3.attention.head_count_kv": 1, "gemma3.feed_forward_length": 2048,
-          "gemma3.attention.key_length": 256, "gemma3.attention.sliding_window": 512, "gemma3.rope.freq_base": 1e6,
-          "gemma3.vocab_size": 262144}
+    md = {
+        "general.architecture": "gemma3",
+        "gemma3.embedding_length": 640,
+        "gemma3.block_count": 12,
+        "gemma3.attention.head_count": 4,
+        "gemma3.attention.head_count_kv": 1,
+        "gemma3.feed_forward_length": 2048,
+        "gemma3.attention.key_length": 256,
+        "gemma3.attention.sliding_window": 512,
+        "gemma3.rope.freq_base": 1e6,
+        "gemma3.vocab_size": 262144,
+    }
     cfg = config_from_metadata(md)
     assert cfg.rope_mode == ops.ROPE_NEOX and cfg.head_dim == 256 and cfg.attn_scale == 1 / 16
     assert [il for il, w in enumerate(cfg.windows) if w == 0] == [5, 11]

@@ -4,6 +4,7 @@ convert/convert_gemma3.go writes them). This runtime runs the text model only (l
 are those of the same file without the vision tensors, the load says so once, the memory estimate leaves the tower
 out, and through a real daemon `create` accepts the file, `show` lists its vision keys but not the `vision`
 capability, and a request with images is refused."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -21,10 +22,17 @@ from localrt.runtime.service import estimate_memory
 
 CASE = archgen.CASES["gemma3"]
 VE, VF, PATCH, IMAGE = 32, 64, 4, 16  # the tower's width, feed-forward width, patch and image sizes (pixels)
-VISION_KEYS = {"vision.block_count": 1, "vision.embedding_length": VE, "vision.feed_forward_length": VF,
-               "vision.image_size": IMAGE, "vision.patch_size": PATCH, "vision.num_channels": 3,
-               "vision.attention.head_count": 2, "vision.attention.layer_norm_epsilon": 1e-6,
-               "mm.tokens_per_image": 4}
+VISION_KEYS = {
+    "vision.block_count": 1,
+    "vision.embedding_length": VE,
+    "vision.feed_forward_length": VF,
+    "vision.image_size": IMAGE,
+    "vision.patch_size": PATCH,
+    "vision.num_channels": 3,
+    "vision.attention.head_count": 2,
+    "vision.attention.layer_norm_epsilon": 1e-6,
+    "mm.tokens_per_image": 4,
+}
 LOG_LINE = "gemma3: {n} vision tensors ignored: this runtime runs the text model only"
 
 
@@ -35,8 +43,11 @@ def vision_tensors() -> dict[str, np.ndarray]:
     def t(*shape, dtype=np.float16):
         return rng.standard_normal(shape).astype(dtype)
 
-    out = {"v.patch_embedding.weight": t(VE, 3, PATCH, PATCH), "v.patch_embedding.bias": t(VE, dtype=np.float32),
-           "v.position_embedding.weight": t((IMAGE // PATCH) ** 2, VE)}
+    out = {
+        "v.patch_embedding.weight": t(VE, 3, PATCH, PATCH),
+        "v.patch_embedding.bias": t(VE, dtype=np.float32),
+        "v.position_embedding.weight": t((IMAGE // PATCH) ** 2, VE),
+    }
     for proj in ("attn_q", "attn_k", "attn_v", "attn_output"):
         out[f"v.blk.0.{proj}.weight"], out[f"v.blk.0.{proj}.bias"] = t(VE, VE), t(VE, dtype=np.float32)
     for norm in ("layer_norm1", "layer_norm2"):
@@ -53,8 +64,9 @@ def files(tmp_path_factory):
     """(the text-only gemma3 file, the same weights with Ollama's embedded vision tower)"""
     root = tmp_path_factory.mktemp("gemma3")
     plain = archgen.write(root / "text.gguf", CASE)
-    ollama_style = archgen.write(root / "ollama.gguf", dataclasses.replace(CASE, extra=VISION_KEYS),
-                                 more=vision_tensors())
+    ollama_style = archgen.write(
+        root / "ollama.gguf", dataclasses.replace(CASE, extra=VISION_KEYS), more=vision_tensors()
+    )
     return plain, ollama_style
 
 
@@ -87,8 +99,9 @@ def test_the_memory_estimate_leaves_the_tower_out(files):
     plain, ollama_style = files
     assert ollama_style.stat().st_size > plain.stat().st_size
     for use_mmap in (True, False):  # mapped, or copied into private memory: never the tower
-        assert estimate_memory(ollama_style, CASE.n_ctx, 32, use_mmap=use_mmap) == \
-            estimate_memory(plain, CASE.n_ctx, 32, use_mmap=use_mmap)
+        assert estimate_memory(ollama_style, CASE.n_ctx, 32, use_mmap=use_mmap) == estimate_memory(
+            plain, CASE.n_ctx, 32, use_mmap=use_mmap
+        )
 
 
 @pytest.fixture(scope="module")
@@ -101,8 +114,11 @@ def test_create_show_and_generate_through_the_daemon(daemon, files, caplog):
     data = files[1].read_bytes()
     digest = "sha256:" + hashlib.sha256(data).hexdigest()
     assert httpx.post(f"{daemon.url}/api/blobs/{digest}", content=data, timeout=60).status_code == 201
-    r = httpx.post(daemon.url + "/api/create", timeout=120,
-                   json={"model": "gemma3-ollama", "files": {"model.gguf": digest}, "stream": False})
+    r = httpx.post(
+        daemon.url + "/api/create",
+        timeout=120,
+        json={"model": "gemma3-ollama", "files": {"model.gguf": digest}, "stream": False},
+    )
     assert r.status_code == 200, r.text
 
     shown = httpx.post(daemon.url + "/api/show", json={"model": "gemma3-ollama"}, timeout=60).json()
@@ -112,14 +128,25 @@ def test_create_show_and_generate_through_the_daemon(daemon, files, caplog):
     assert {t["name"] for t in shown["tensors"]} >= set(vision_tensors())
 
     with caplog.at_level(logging.INFO, logger="localrt.engine"):
-        r = httpx.post(daemon.url + "/api/generate", timeout=120, json={
-            "model": "gemma3-ollama", "prompt": "hello", "stream": False, "options": {"num_predict": 3, "temperature": 0}})
+        r = httpx.post(
+            daemon.url + "/api/generate",
+            timeout=120,
+            json={
+                "model": "gemma3-ollama",
+                "prompt": "hello",
+                "stream": False,
+                "options": {"num_predict": 3, "temperature": 0},
+            },
+        )
     assert r.status_code == 200, r.text
     assert r.json()["eval_count"] == 3
     assert _ignored_lines(caplog) == [LOG_LINE.format(n=len(vision_tensors()))]
 
-    r = httpx.post(daemon.url + "/api/generate", timeout=60, json={
-        "model": "gemma3-ollama", "prompt": "what is this?", "images": ["aGVsbG8="], "stream": False})
+    r = httpx.post(
+        daemon.url + "/api/generate",
+        timeout=60,
+        json={"model": "gemma3-ollama", "prompt": "what is this?", "images": ["aGVsbG8="], "stream": False},
+    )
     assert r.status_code == 400 and "images are not supported" in r.json()["error"]
 
 

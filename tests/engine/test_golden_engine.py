@@ -7,6 +7,7 @@ continuation token for token, except that it may diverge where llama.cpp's own t
 divergent position is a near-tie: which near-ties flip depends on the CPU's and the BLAS kernel's rounding,
 so no count of exact matches is asserted.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -52,7 +53,9 @@ def test_teacher_forced_top1_agrees_with_llamacpp(request, llamacpp_reference, n
             else:
                 assert ref[0] - ref[1] <= NEAR_TIE, f"{e['prompt']!r} position {pos}: a clear miss"
             diffs.extend(np.abs(logits[pos, ids] - ref))
-    print(f"{name}: top-1 {agree}/{total}, |logit diff| over llama.cpp's top-8: max {max(diffs):.3f} mean {np.mean(diffs):.3f}")
+    print(
+        f"{name}: top-1 {agree}/{total}, |logit diff| over llama.cpp's top-8: max {max(diffs):.3f} mean {np.mean(diffs):.3f}"
+    )
     assert agree / total >= 0.95
 
 

@@ -9,6 +9,7 @@ longrope factor array shorter than the rotation needs; a phi3 attention factor o
 frequencies; and a zero Q8_0 scale in a head of 64, which is legal in a weight (an all-zero block) but was a
 Q8_0 `rope_freqs` (n_rot / 2 = 32 factors, one block) whose zero scale made rope divide by zero.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -75,29 +76,70 @@ def _factors(path, name: str) -> np.ndarray:
 # name -> (base, rewrite arguments (or a function of the base path giving them), texts the 400 must contain,
 # whether the loader refuses it too: metadata and rope factors are checked at load, weight values only at create)
 CASES = {
-    "q8_0_nan_scale": ("q8", dict(scales={"blk.0.attn_q.weight": ("d", 5, NAN)}),
-                       ["tensor 'blk.0.attn_q.weight' (Q8_0)", "d = nan", "block 1 of row 2"], False),
-    "q8_0_inf_scale": ("q8", dict(scales={"output.weight": ("d", 0, INF)}),
-                       ["tensor 'output.weight' (Q8_0)", "d = inf", "block 0 of row 0"], False),
-    "iq4_nl_inf_scale": ("iq4nl", dict(scales={"blk.1.ffn_up.weight": ("d", 7, -INF)}),
-                         ["tensor 'blk.1.ffn_up.weight' (IQ4_NL)", "d = -inf"], False),
-    "expert_nan_scale": ("moe", dict(scales={"blk.2.ffn_down_exps.weight": ("d", 2 * 64 + 3, NAN)}),
-                         ["tensor 'blk.2.ffn_down_exps.weight' (Q8_0)", "d = nan", "expert 2, row 3"], False),
-    "large_f32_embedding_nan": ("f32_big", dict(values={"token_embd.weight": (200 * 1024 + 7, np.nan)}),
-                                ["tensor 'token_embd.weight' holds NaN", "nan at row 200, column 7"], False),
-    "longrope_factors_short": ("phi3", lambda p: dict(replace={"rope_factors_long.weight": (
-                                   F32, (3,), _factors(p, "rope_factors_long.weight")[:3].view(np.uint8))}),
-                               ["tensor 'rope_factors_long.weight' has shape (3,)", "phi3.rope.dimension_count / 2 is 6"],
-                               True),
-    "longrope_attn_factor_1e6": ("phi3", dict(meta={"phi3.rope.scaling.attn_factor": 1e6}),
-                                 ["phi3.rope.scaling.attn_factor is 1000000", "at most 10"], True),
-    "llama3_freqs_denormal": ("llama3", dict(values={"rope_freqs.weight": (3, 1e-40)}),  # float32: 9.999946e-41
-                              ["tensor 'rope_freqs.weight' holds 9.999946e-41 at index 3", "from 1e-06 to 1e+06"], True),
-    "llama3_freqs_nan": ("llama3", dict(values={"rope_freqs.weight": (0, np.nan)}),
-                         ["tensor 'rope_freqs.weight' holds NaN"], True),
-    "head64_q8_0_rope_freqs_zero_scale": ("head64", dict(replace={"rope_freqs.weight": _q8_0_zero_scale(32)}),
-                                          ["tensor 'rope_freqs.weight' has ggml type 8", "must be F32, F16 or BF16"],
-                                          True),
+    "q8_0_nan_scale": (
+        "q8",
+        dict(scales={"blk.0.attn_q.weight": ("d", 5, NAN)}),
+        ["tensor 'blk.0.attn_q.weight' (Q8_0)", "d = nan", "block 1 of row 2"],
+        False,
+    ),
+    "q8_0_inf_scale": (
+        "q8",
+        dict(scales={"output.weight": ("d", 0, INF)}),
+        ["tensor 'output.weight' (Q8_0)", "d = inf", "block 0 of row 0"],
+        False,
+    ),
+    "iq4_nl_inf_scale": (
+        "iq4nl",
+        dict(scales={"blk.1.ffn_up.weight": ("d", 7, -INF)}),
+        ["tensor 'blk.1.ffn_up.weight' (IQ4_NL)", "d = -inf"],
+        False,
+    ),
+    "expert_nan_scale": (
+        "moe",
+        dict(scales={"blk.2.ffn_down_exps.weight": ("d", 2 * 64 + 3, NAN)}),
+        ["tensor 'blk.2.ffn_down_exps.weight' (Q8_0)", "d = nan", "expert 2, row 3"],
+        False,
+    ),
+    "large_f32_embedding_nan": (
+        "f32_big",
+        dict(values={"token_embd.weight": (200 * 1024 + 7, np.nan)}),
+        ["tensor 'token_embd.weight' holds NaN", "nan at row 200, column 7"],
+        False,
+    ),
+    "longrope_factors_short": (
+        "phi3",
+        lambda p: dict(
+            replace={
+                "rope_factors_long.weight": (F32, (3,), _factors(p, "rope_factors_long.weight")[:3].view(np.uint8))
+            }
+        ),
+        ["tensor 'rope_factors_long.weight' has shape (3,)", "phi3.rope.dimension_count / 2 is 6"],
+        True,
+    ),
+    "longrope_attn_factor_1e6": (
+        "phi3",
+        dict(meta={"phi3.rope.scaling.attn_factor": 1e6}),
+        ["phi3.rope.scaling.attn_factor is 1000000", "at most 10"],
+        True,
+    ),
+    "llama3_freqs_denormal": (
+        "llama3",
+        dict(values={"rope_freqs.weight": (3, 1e-40)}),  # float32: 9.999946e-41
+        ["tensor 'rope_freqs.weight' holds 9.999946e-41 at index 3", "from 1e-06 to 1e+06"],
+        True,
+    ),
+    "llama3_freqs_nan": (
+        "llama3",
+        dict(values={"rope_freqs.weight": (0, np.nan)}),
+        ["tensor 'rope_freqs.weight' holds NaN"],
+        True,
+    ),
+    "head64_q8_0_rope_freqs_zero_scale": (
+        "head64",
+        dict(replace={"rope_freqs.weight": _q8_0_zero_scale(32)}),
+        ["tensor 'rope_freqs.weight' has ggml type 8", "must be F32, F16 or BF16"],
+        True,
+    ),
 }
 
 
@@ -162,7 +204,10 @@ def test_the_loader_refuses_rope_factors_and_attention_factors_too(hostile, name
 def test_a_zero_scale_is_an_all_zero_block_and_legal(bases, tmp_path):
     """Zero scales in weights (rows, a whole head of 64 in q and k, an embedding row) are created and generate."""
     with gguf_io.open(bases["head64"]) as f:
-        blocks = {n: len(np.array(f.tensors[n].data).reshape(-1)) // 34 for n in ("blk.0.attn_q.weight", "blk.0.attn_k.weight")}
+        blocks = {
+            n: len(np.array(f.tensors[n].data).reshape(-1)) // 34
+            for n in ("blk.0.attn_q.weight", "blk.0.attn_k.weight")
+        }
     zeros = {n: ("d", slice(0, count), 0) for n, count in blocks.items()}
     zeros["token_embd.weight"] = ("d", slice(0, 2), 0)  # token 0's row
     path = rewrite(bases["head64"], tmp_path / "zeros.gguf", scales=zeros)
@@ -178,6 +223,7 @@ def test_a_zero_scale_is_an_all_zero_block_and_legal(bases, tmp_path):
 @pytest.mark.parametrize("fmt", [f for f in FORMATS.values() if not f.activations_only], ids=lambda f: f.name)
 def test_the_scan_reads_every_float_field_of_every_format(fmt):
     """Each format's f16 scales (d, m, dmin) and each float type's elements, read in the blocks' own layout."""
+
     class T:  # a tensor as gguf_io gives it: type, NumPy-order shape, raw rows
         def __init__(self, data):
             self.ggml_type, self.shape, self.data = fmt.ggml_type, (4, 256), data
@@ -187,7 +233,10 @@ def test_the_scan_reads_every_float_field_of_every_format(fmt):
     if fmt.name in ("F32", "F16", "BF16"):
         bad = raw.copy()
         bad.reshape(-1).view({"F32": np.uint32, "F16": np.uint16, "BF16": np.uint16}[fmt.name])[256 + 9] = {
-            "F32": 0x7FC00000, "F16": 0x7E00, "BF16": 0x7FC0}[fmt.name]  # a NaN at row 1, column 9
+            "F32": 0x7FC00000,
+            "F16": 0x7E00,
+            "BF16": 0x7FC0,
+        }[fmt.name]  # a NaN at row 1, column 9
         with pytest.raises(InvalidModel, match=r"tensor 'w' holds NaN or infinite values .*nan at row 1, column 9"):
             finite.check_finite({"w": T(bad)})
         return
@@ -198,8 +247,9 @@ def test_the_scan_reads_every_float_field_of_every_format(fmt):
             bad.reshape(-1).view(fmt.dtype)[field][2 * per_row + per_row - 1] = value  # the last block of row 2
             with pytest.raises(InvalidModel) as exc:
                 finite.check_finite({"w": T(bad)})
-            _assert_names(exc.value, [f"({fmt.name}) has a block scale {field} = {float(value)}",
-                                      f"block {per_row - 1} of row 2"])
+            _assert_names(
+                exc.value, [f"({fmt.name}) has a block scale {field} = {float(value)}", f"block {per_row - 1} of row 2"]
+            )
 
 
 def test_the_q8_k_quantizer_takes_infinite_activations():

@@ -7,6 +7,7 @@ the same model with Q8_0 matrices differs from llama.cpp by 0.42, with F32 ones 
 with ggml's own vec_dot to ~1e-7 relative: the gap is how llama.cpp's graph quantizes activations, not these
 formats. A position counts as clear when llama.cpp's top two logits are more than CLEAR apart.
 """
+
 from __future__ import annotations
 
 import json
@@ -78,10 +79,13 @@ def test_decode_steps_follow_llamacpp_greedy_and_are_batch_invariant(reference):
                 assert int(np.argmax(row)) == top1, f"decode step {k}: llama.cpp's greedy token {top1} is clear"
 
 
-@pytest.mark.parametrize(("level", "label", "types"), [
-    ("iq4_xs", "IQ4_XS", {gguf_io.GGMLType.IQ4_XS, gguf_io.GGMLType.IQ4_NL, gguf_io.GGMLType.Q6_K}),
-    ("IQ4_NL", "IQ4_NL", {gguf_io.GGMLType.IQ4_NL, gguf_io.GGMLType.Q6_K}),
-])
+@pytest.mark.parametrize(
+    ("level", "label", "types"),
+    [
+        ("iq4_xs", "IQ4_XS", {gguf_io.GGMLType.IQ4_XS, gguf_io.GGMLType.IQ4_NL, gguf_io.GGMLType.Q6_K}),
+        ("IQ4_NL", "IQ4_NL", {gguf_io.GGMLType.IQ4_NL, gguf_io.GGMLType.Q6_K}),
+    ],
+)
 def test_create_quantize_loads_estimates_and_runs(tmp_path, level, label, types):
     # rows of 256 are IQ4_XS; the token embedding stays the default type; the tied output would be Q6_K
     src = tmp_path / "f32.gguf"

@@ -1,6 +1,7 @@
 """The paged KV pool (localrt.engine.kv_pool, kv_cache): blocks, reference counts, LRU eviction, copy-on-write,
 kernels that read through the block tables bit for bit as over a contiguous cache, shared prefix blocks, and
 what happens when the pool runs dry (preemption: outputs unchanged)."""
+
 from __future__ import annotations
 
 import threading
@@ -45,7 +46,10 @@ def test_paged_attention_is_bit_identical_to_contiguous(dtype, hd, window, softc
     kc, vc = (rng.standard_normal((n_slots, n_kv, cap, hd)).astype(np.float32) for _ in range(2))
     if dtype == np.uint16:
         kc, vc = kc.astype(np.float16).view(np.uint16), vc.astype(np.float16).view(np.uint16)
-    (kp, table), (vp, _) = _paged_copy(kc, size, np.random.default_rng(1)), _paged_copy(vc, size, np.random.default_rng(1))
+    (kp, table), (vp, _) = (
+        _paged_copy(kc, size, np.random.default_rng(1)),
+        _paged_copy(vc, size, np.random.default_rng(1)),
+    )
     # Decode rows from one key (serial kernel) to hundreds (threaded), several slots.
     positions = np.array([0, 3, 63, 64, 200, 450, 599, 130], np.int64)
     slots = np.array([0, 1, 2, 3, 0, 1, 2, 3], np.int64)
@@ -83,8 +87,17 @@ def test_paged_store_writes_each_row_at_its_block():
     with pytest.raises(KernelArgumentError):  # position 9 of slot 0 has no block
         paged.kv_store_paged(k[:1], v[:1], pool_k, pool_v, table, np.array([9]), np.array([0]))
     with pytest.raises(KernelArgumentError):
-        paged.attention_paged(np.zeros((1, 2, 3), np.float32), pool_k, pool_k, table, np.array([4]), np.array([1]),
-                              0, 1.0, np.zeros((1, 2, 3), np.float32))
+        paged.attention_paged(
+            np.zeros((1, 2, 3), np.float32),
+            pool_k,
+            pool_k,
+            table,
+            np.array([4]),
+            np.array([1]),
+            0,
+            1.0,
+            np.zeros((1, 2, 3), np.float32),
+        )
 
 
 # -- the pool's bookkeeping --------------------------------------------------------------------------
@@ -195,7 +208,6 @@ def test_sequences_take_blocks_as_they_grow_share_prefixes_and_copy_on_write():
     assert cache.pool.n_in_use == 0 and cache.pool.n_cached == 2
 
 
-
 def test_forget_prefixes_drops_the_cached_ones_and_keeps_what_runs():
     cache = _cache(n_blocks=8)
     _write(cache, 0, 6, 1.0)
@@ -210,6 +222,7 @@ def test_forget_prefixes_drops_the_cached_ones_and_keeps_what_runs():
     assert cache.prefixes() == [] and cache.pool.n_cached == 0
     assert cache.blocks_of(0) == running and list(cache.pool.refs[running]) == [1, 1]  # slot 0 still holds its own
     assert cache.pool.n_in_use == 2 and cache.pool.n_free == 6
+
 
 def test_two_sequences_appending_at_one_shared_frontier_in_one_batch_each_get_their_own():
     cache = _cache(n_blocks=8)
@@ -368,8 +381,10 @@ def test_when_the_pool_runs_dry_the_newest_waits_and_every_output_is_unchanged(t
     holds more."""
     model = load_model(tiny_path, num_ctx=256, num_batch=64, n_slots=3, kv_budget=256)
     sampled = {"temperature": 1.5, "top_k": 3, "seed": 7}
-    requests = [([60 + i, 70, 71, 72] * (10 + 3 * i), {"num_predict": 120, "temperature": 0, **opts})
-                for i, opts in enumerate([{}, sampled, {}])]
+    requests = [
+        ([60 + i, 70, 71, 72] * (10 + 3 * i), {"num_predict": 120, "temperature": 0, **opts})
+        for i, opts in enumerate([{}, sampled, {}])
+    ]
     for ids, opts in requests:
         opts["temperature"] = opts.get("temperature", 0)
     alone = []

@@ -1,5 +1,6 @@
 """The engine's pieces of logprobs and logit_bias, without a model: which events carry which tokens' entries around
 a stop string, and the bias stage of the sampler (greedy included, ids and values checked)."""
+
 from __future__ import annotations
 
 import numpy as np

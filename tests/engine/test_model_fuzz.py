@@ -6,6 +6,7 @@ hidden 500) or a MemoryError under the child's 8 GiB cap fails, naming the case.
 
 Several cases share one subprocess to pay Numba's start-up once; the child prints a line before each case,
 so a crash is attributed to the case it was in. Small for a 2-core CI: 6 batches of 4 cases."""
+
 from __future__ import annotations
 
 import os
@@ -64,19 +65,22 @@ OVERRIDES = {
     "expert_count": ints(0, 8),
 }
 
-shapes = st.fixed_dictionaries({
-    "arch": st.sampled_from(["llama", "qwen2", "gemma3"]),
-    "n_layer": st.integers(1, 3),
-    "n_head": st.sampled_from([1, 2, 4]),
-    "kv_group": st.sampled_from([1, 2]),
-    "head_dim": st.sampled_from([8, 16]),
-    "n_embd": st.sampled_from([16, 32]),
-    "n_ff": st.sampled_from([16, 32]),
-    "window": st.sampled_from([0, 3]),
-    "q8_0": st.booleans(),
-})
-overrides = st.lists(st.sampled_from(sorted(OVERRIDES)).flatmap(lambda k: st.tuples(st.just(k), OVERRIDES[k])),
-                     max_size=3).map(dict)
+shapes = st.fixed_dictionaries(
+    {
+        "arch": st.sampled_from(["llama", "qwen2", "gemma3"]),
+        "n_layer": st.integers(1, 3),
+        "n_head": st.sampled_from([1, 2, 4]),
+        "kv_group": st.sampled_from([1, 2]),
+        "head_dim": st.sampled_from([8, 16]),
+        "n_embd": st.sampled_from([16, 32]),
+        "n_ff": st.sampled_from([16, 32]),
+        "window": st.sampled_from([0, 3]),
+        "q8_0": st.booleans(),
+    }
+)
+overrides = st.lists(
+    st.sampled_from(sorted(OVERRIDES)).flatmap(lambda k: st.tuples(st.just(k), OVERRIDES[k])), max_size=3
+).map(dict)
 poison = st.sampled_from([None, None, "nan_norm", "drop_tensor"])
 case = st.tuples(shapes, overrides, poison)
 
@@ -85,9 +89,18 @@ def _spec(shape: dict) -> Spec:
     n_head_kv = max(1, shape["n_head"] // shape["kv_group"])
     dims = (shape["n_embd"], shape["n_ff"], shape["n_head"] * shape["head_dim"], n_head_kv * shape["head_dim"])
     q8 = shape["q8_0"] and all(d % 32 == 0 for d in dims)  # Q8_0 rows are whole 32-element blocks
-    return Spec(arch=shape["arch"], n_layer=shape["n_layer"], n_head=shape["n_head"], n_head_kv=n_head_kv,
-                head_dim=shape["head_dim"], n_embd=shape["n_embd"], n_ff=shape["n_ff"], window=shape["window"],
-                wtype=8 if q8 else 0, n_ctx_train=64)
+    return Spec(
+        arch=shape["arch"],
+        n_layer=shape["n_layer"],
+        n_head=shape["n_head"],
+        n_head_kv=n_head_kv,
+        head_dim=shape["head_dim"],
+        n_embd=shape["n_embd"],
+        n_ff=shape["n_ff"],
+        window=shape["window"],
+        wtype=8 if q8 else 0,
+        n_ctx_train=64,
+    )
 
 
 def _write_case(root: Path, i: int, shape: dict, over: dict, bad: str | None) -> tuple[Path, str]:
@@ -114,8 +127,15 @@ def _run_batch(batch: list) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         cases = [_write_case(Path(tmp), i, *c) for i, c in enumerate(batch)]
         env = dict(os.environ, **CHILD_ENV, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
-        proc = subprocess.run([sys.executable, str(RUNNER), *(str(p) for p, _ in cases)], cwd=ROOT, env=env,
-                              capture_output=True, text=True, timeout=CHILD_TIMEOUT_S, preexec_fn=_limit_memory)
+        proc = subprocess.run(
+            [sys.executable, str(RUNNER), *(str(p) for p, _ in cases)],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=CHILD_TIMEOUT_S,
+            preexec_fn=_limit_memory,
+        )
     lines = proc.stdout.splitlines()
     started = [int(x.split()[1]) for x in lines if x.startswith("START ")]
     if proc.returncode < 0:
@@ -130,14 +150,26 @@ def _run_batch(batch: list) -> None:
 
 
 KNOWN = [  # the crashers and 500s the review found, always in the first batch
-    (dict(arch="llama", n_layer=2, n_head=4, kv_group=2, head_dim=16, n_embd=64, n_ff=32, window=0, q8_0=False),
-     {"rope.dimension_count": 96}, None),
-    (dict(arch="gemma3", n_layer=2, n_head=2, kv_group=2, head_dim=16, n_embd=32, n_ff=32, window=3, q8_0=True),
-     {"block_count": 10**8, "attention.key_length": 0}, None),
-    (dict(arch="qwen2", n_layer=1, n_head=2, kv_group=1, head_dim=8, n_embd=16, n_ff=16, window=0, q8_0=False),
-     {"rope.dimension_count": 7, "attention.layer_norm_rms_epsilon": NAN}, "nan_norm"),
-    (dict(arch="llama", n_layer=1, n_head=2, kv_group=1, head_dim=16, n_embd=32, n_ff=32, window=0, q8_0=True),
-     {}, None),  # a good one: it must generate
+    (
+        dict(arch="llama", n_layer=2, n_head=4, kv_group=2, head_dim=16, n_embd=64, n_ff=32, window=0, q8_0=False),
+        {"rope.dimension_count": 96},
+        None,
+    ),
+    (
+        dict(arch="gemma3", n_layer=2, n_head=2, kv_group=2, head_dim=16, n_embd=32, n_ff=32, window=3, q8_0=True),
+        {"block_count": 10**8, "attention.key_length": 0},
+        None,
+    ),
+    (
+        dict(arch="qwen2", n_layer=1, n_head=2, kv_group=1, head_dim=8, n_embd=16, n_ff=16, window=0, q8_0=False),
+        {"rope.dimension_count": 7, "attention.layer_norm_rms_epsilon": NAN},
+        "nan_norm",
+    ),
+    (
+        dict(arch="llama", n_layer=1, n_head=2, kv_group=1, head_dim=16, n_embd=32, n_ff=32, window=0, q8_0=True),
+        {},
+        None,
+    ),  # a good one: it must generate
 ]
 
 

@@ -3,6 +3,7 @@ llama.cpp's layout: gpt-oss as `gptoss` (other tensor names, no expert width, Ya
 `gemma3` with dense.0/dense.1, and gemma3 with its rope bases under rope.global/local, no eps and a longer
 vocabulary than its embedding. The llama.cpp-layout files are the
 ones checked against llama.cpp in test_arch_fixtures.py and test_gemma_embedding.py."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -62,8 +63,11 @@ def test_ollamas_embeddinggemma_file_gives_llamacpps_embeddings(tmp_path):
 
 
 def test_ollamas_gemma3_file_gives_llamacpps_logits(tmp_path):
-    src = rewrite(archgen.write(tmp_path / "g.gguf", archgen.CASES["gemma3"]), tmp_path / "llamacpp.gguf",
-                  meta={"gemma3.rope.freq_base_swa": 5000.0})
+    src = rewrite(
+        archgen.write(tmp_path / "g.gguf", archgen.CASES["gemma3"]),
+        tmp_path / "llamacpp.gguf",
+        meta={"gemma3.rope.freq_base_swa": 5000.0},
+    )
     dst = _ollama_files.gemma3(src, tmp_path / "ollama.gguf", extra_tokens=3)
     with gguf_io.open(dst) as f:
         assert "gemma3.rope.freq_base" not in f.metadata and f.metadata["gemma3.rope.global.freq_base"] == 1e6
@@ -85,10 +89,16 @@ def test_ollamas_gemma3_defaults_are_gemma3s_own():
     assert out["gemma3.attention.layer_norm_rms_epsilon"] == np.float32(1e-6)
     assert (out["gemma3.rope.freq_base"], out["gemma3.rope.freq_base_swa"]) == (1e6, 1e4)
     assert (out["gemma3.rope.scaling.type"], out["gemma3.rope.scaling.factor"]) == ("linear", 8.0)
-    assert md == {"general.architecture": "gemma3", "gemma3.context_length": 131072,
-                  "gemma3.mm.tokens_per_image": 256}  # the file's own mapping is not changed
-    llamacpp = {"general.architecture": "gemma3", "gemma3.attention.layer_norm_rms_epsilon": 1e-6,
-                "gemma3.context_length": 131072}  # no quirk: llama.cpp's layout, left as it is
+    assert md == {
+        "general.architecture": "gemma3",
+        "gemma3.context_length": 131072,
+        "gemma3.mm.tokens_per_image": 256,
+    }  # the file's own mapping is not changed
+    llamacpp = {
+        "general.architecture": "gemma3",
+        "gemma3.attention.layer_norm_rms_epsilon": 1e-6,
+        "gemma3.context_length": 131072,
+    }  # no quirk: llama.cpp's layout, left as it is
     assert ollama_layout(llamacpp, {})[0] is llamacpp
     assert ollama_layout({"general.architecture": "gptoss"}, {})[0]["tokenizer.ggml.pre"] == "gpt-4o"
 
@@ -104,7 +114,10 @@ def test_a_tensor_under_both_names_is_refused(tmp_path):
     src = archgen.write(tmp_path / "g.gguf", archgen.CASES["gpt-oss"])
     dst = _ollama_files.gptoss(src, tmp_path / "ollama.gguf")
     both = rewrite(dst, tmp_path / "both.gguf", add_tensors={"blk.0.attn_output.weight": np.zeros((4, 4), np.float32)})
-    with pytest.raises(InvalidModel, match="both blk.0.attn_out.weight and blk.0.attn_output.weight|"
-                                           "both blk.0.attn_output.weight and blk.0.attn_out.weight"):
+    with pytest.raises(
+        InvalidModel,
+        match="both blk.0.attn_out.weight and blk.0.attn_output.weight|"
+        "both blk.0.attn_output.weight and blk.0.attn_out.weight",
+    ):
         _load(both, num_ctx=64)
     assert isinstance(gguf_facts(both)["invalid"], InvalidModel)

@@ -1,6 +1,7 @@
 """Embeddings pooled as the file says (`{arch}.pooling_type`, issue 45): mean, cls (first token), last (last token:
 qwen3-embedding); a file without it is mean-pooled; a reranker's or an unknown type is refused; a file that names a
 pooling type is an embedding model (`embedding` capability, chat refused)."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -48,8 +49,11 @@ def test_a_model_that_names_its_pooling_embeds_and_refuses_chat(tmp_path):
         client.create(model="emb", files={"emb.gguf": client.create_blob(path)})
         assert client.show("emb").capabilities == ["embedding"]
         assert len(client.embed(model="emb", input="the the").embeddings[0]) == Spec().n_embd
-        r = httpx.post(srv.url + "/api/chat", json={"model": "emb", "stream": False,
-                                                    "messages": [{"role": "user", "content": "hi"}]}, timeout=60)
+        r = httpx.post(
+            srv.url + "/api/chat",
+            json={"model": "emb", "stream": False, "messages": [{"role": "user", "content": "hi"}]},
+            timeout=60,
+        )
         assert r.status_code == 400 and "does not support chat" in r.json()["error"], r.text
 
 

@@ -7,7 +7,18 @@ import pytest
 from localrt.errors import InvalidRequest
 from localrt.api.options import resolve
 from _llama_oracle import llama_cpp_or_skip
-from localrt.engine.sampler import Candidates, Mt19937, draw, make_sampler, min_p, penalize, temperature, top_k, top_p, typical_p
+from localrt.engine.sampler import (
+    Candidates,
+    Mt19937,
+    draw,
+    make_sampler,
+    min_p,
+    penalize,
+    temperature,
+    top_k,
+    top_p,
+    typical_p,
+)
 
 
 def cands(logits, sorted_=False, ids=None):
@@ -270,8 +281,11 @@ def test_filters_agree_with_a_naive_reference(seed):
     rng = np.random.default_rng(seed)
     n = int(rng.integers(1, 30))
     logits = np.round(rng.standard_normal(n) * 2, 1).astype(np.float32)  # rounding makes ties
-    k, p_top, p_min = int(rng.integers(0, n + 2)), float(rng.choice([0.3, 0.7, 0.95, 1.0])), float(
-        rng.choice([0.0, 0.05, 0.3]))
+    k, p_top, p_min = (
+        int(rng.integers(0, n + 2)),
+        float(rng.choice([0.3, 0.7, 0.95, 1.0])),
+        float(rng.choice([0.0, 0.05, 0.3])),
+    )
     c = cands(logits)
     c = top_k(c, k)
     c = top_p(c, p_top)

@@ -6,6 +6,7 @@ distribution of the first two sampled tokens matches the exact one computed from
 (chi-square); a drafted token a grammar forbids ends the accepted run at once. Options: draft_num_predict
 is range-checked and draft_model must be a model name (tests/engine/test_draft_model.py drafts with one).
 """
+
 from __future__ import annotations
 
 from types import SimpleNamespace
@@ -46,17 +47,20 @@ class FlatCosts(CostModel):
 # -- draft index -------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("tokens,k,expected", [
-    ([1, 2, 3, 4, 1, 2, 3], 3, (3, [4, 1, 2])),  # the 3-gram (1, 2, 3) occurred before
-    ([1, 2, 3, 4, 9, 2, 3], 2, (2, [4, 9])),  # only the 2-gram (2, 3) matches
-    ([5, 6, 7, 8, 7], 4, (1, [8, 7])),  # a 1-gram; the continuation runs to the end of the list
-    ([1, 2, 3, 4], 3, (0, [])),  # nothing occurred before
-    ([1, 2, 1, 5, 1, 2, 1, 6, 1, 2, 1], 1, (3, [6])),  # equal context: the most recent occurrence wins
-    # (3, 4, 5) follows (1, 2) at the start and 8 later: the occurrence whose context agrees longest wins
-    ([1, 2, 3, 4, 5, 6, 7, 8, 3, 4, 5, 9, 1, 2, 3, 4, 5], 3, (3, [6, 7, 8])),
-    ([7, 7, 7, 7], 3, (3, [7])),  # overlapping occurrences
-    ([1, 2, 3, 1, 2], 0, (0, [])),
-])
+@pytest.mark.parametrize(
+    "tokens,k,expected",
+    [
+        ([1, 2, 3, 4, 1, 2, 3], 3, (3, [4, 1, 2])),  # the 3-gram (1, 2, 3) occurred before
+        ([1, 2, 3, 4, 9, 2, 3], 2, (2, [4, 9])),  # only the 2-gram (2, 3) matches
+        ([5, 6, 7, 8, 7], 4, (1, [8, 7])),  # a 1-gram; the continuation runs to the end of the list
+        ([1, 2, 3, 4], 3, (0, [])),  # nothing occurred before
+        ([1, 2, 1, 5, 1, 2, 1, 6, 1, 2, 1], 1, (3, [6])),  # equal context: the most recent occurrence wins
+        # (3, 4, 5) follows (1, 2) at the start and 8 later: the occurrence whose context agrees longest wins
+        ([1, 2, 3, 4, 5, 6, 7, 8, 3, 4, 5, 9, 1, 2, 3, 4, 5], 3, (3, [6, 7, 8])),
+        ([7, 7, 7, 7], 3, (3, [7])),  # overlapping occurrences
+        ([1, 2, 3, 1, 2], 0, (0, [])),
+    ],
+)
 def test_ngram_draft(tokens, k, expected):
     assert NgramIndex().draft(tokens, k) == expected
 
@@ -64,9 +68,9 @@ def test_ngram_draft(tokens, k, expected):
 def test_a_match_with_a_long_agreeing_context_is_its_own_class():
     passage = list(range(10, 10 + LONG_AGREE + 6))
     # the last LONG_AGREE tokens repeat the passage's first ones: a copy under way, whose drafts run on
-    assert NgramIndex().draft(passage + [5] + passage[:LONG_AGREE], 3) == (LONG, passage[LONG_AGREE:LONG_AGREE + 3])
+    assert NgramIndex().draft(passage + [5] + passage[:LONG_AGREE], 3) == (LONG, passage[LONG_AGREE : LONG_AGREE + 3])
     # one token fewer agrees: the 3-gram match it is
-    assert NgramIndex().draft(passage + [5] + passage[1:LONG_AGREE], 3) == (3, passage[LONG_AGREE:LONG_AGREE + 3])
+    assert NgramIndex().draft(passage + [5] + passage[1:LONG_AGREE], 3) == (3, passage[LONG_AGREE : LONG_AGREE + 3])
     st = DraftState(16)
     assert st.rate(LONG) == 0.9 and st.rate(3) == 0.75  # the priors: measured acceptance of each class
     st.observe(LONG, 8, 2)
@@ -126,7 +130,7 @@ def test_a_step_without_a_draft_relaxes_the_cap_a_rejection_set():
     # (2-3 rows) do not pay, three (a 4-row forward) do. The step without a draft raises the cap, so the
     # sequence drafts three the step after instead of never drafting again.
     spec = Speculator(max_rows=254, max_run=15, costs=_cpu_costs())
-    seq = _seq(COPY[:30] + [5] + COPY[-LONG_AGREE + 1:])  # a 3-gram match: fewer than LONG_AGREE tokens agree
+    seq = _seq(COPY[:30] + [5] + COPY[-LONG_AGREE + 1 :])  # a 3-gram match: fewer than LONG_AGREE tokens agree
     seq.draft.observe(3, 4, 1)
     assert seq.draft.length == 2
     [[(_, _, draft)]] = spec.plan([seq], [100])
@@ -278,7 +282,6 @@ def test_modelfile_draft_parameters():
 # -- a tiny random model -----------------------------------------------------------------------------
 
 
-
 def test_a_models_batchers_share_its_priors_which_go_with_it(tmp_path):
     """priors(model): one cost model and one acceptance record per loaded model, for every Batcher of it, not kept
     on the model and not keeping it alive."""
@@ -300,6 +303,7 @@ def test_a_models_batchers_share_its_priors_which_go_with_it(tmp_path):
     gc.collect()
     assert gone() is None and priors(other).costs is not None
     other.close()
+
 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
@@ -363,8 +367,10 @@ def test_sampled_distribution_is_the_models(tiny):
 def test_several_sequences_draft_in_one_forward(tiny):
     ids = [40, 41, 42, 43, 40, 41, 42]
     prompts = [ids, ids[1:] + ids, ids + ids]
-    refs = [[e.token for e in _run(tiny, p, {"temperature": 0, "num_predict": 12, "draft_num_predict": 0})[:-1]]
-            for p in prompts]
+    refs = [
+        [e.token for e in _run(tiny, p, {"temperature": 0, "num_predict": 12, "draft_num_predict": 0})[:-1]]
+        for p in prompts
+    ]
     rows_per_forward: list[tuple[int, int]] = []  # (rows, distinct slots) of each decode forward
     forward = tiny.forward
 
@@ -392,8 +398,9 @@ def test_several_sequences_draft_in_one_forward(tiny):
 def test_a_draft_the_grammar_forbids_ends_the_run(tiny):
     from localrt.structured import compile_format
 
-    seq = Batcher(tiny).add([40, 41, 42], {"temperature": 0},
-                            constraint=compile_format({"type": "object"}, tiny.tokenizer))
+    seq = Batcher(tiny).add(
+        [40, 41, 42], {"temperature": 0}, constraint=compile_format({"type": "object"}, tiny.tokenizer)
+    )
     brace = tiny.tokenizer.encode("{", add_special=False)[0]
     x = 120  # "x": no JSON document starts with it
     logits = np.zeros((3, tiny.config.n_vocab), np.float32)  # (pending + 2 drafts, n_vocab)

@@ -6,6 +6,7 @@ drafts wherever a match exists whatever the load of the machine running the test
 a seeded sampled one, a stop string inside the copied passage, a JSON schema constraint, and the first
 precondition of all, that a verify forward's rows are bit-identical to one-token decode steps.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -14,13 +15,18 @@ import pytest
 from localrt import load_model
 from localrt.engine.speculative import CostModel, priors
 
-PARAGRAPH = ("The committee met on Tuesday to review the budget. After a long discussion, the members agreed to "
-             "increase funding for the library by ten percent and to postpone the decision on the new parking lot.")
+PARAGRAPH = (
+    "The committee met on Tuesday to review the budget. After a long discussion, the members agreed to "
+    "increase funding for the library by ten percent and to postpone the decision on the new parking lot."
+)
 ASK = f"Repeat this paragraph exactly, changing Tuesday to Friday:\n\n{PARAGRAPH}"
 REPEAT = "Say it again: " + "the red fox jumps over the lazy brown dog, " * 4
 JSON_ASK = 'Copy this JSON object exactly: {"name": "Alice Smith", "city": "Lisbon", "age": 31, "tags": ["a", "b"]}'
-SCHEMA = {"type": "object", "properties": {"name": {"type": "string"}, "city": {"type": "string"},
-                                            "age": {"type": "integer"}}, "required": ["name", "city", "age"]}
+SCHEMA = {
+    "type": "object",
+    "properties": {"name": {"type": "string"}, "city": {"type": "string"}, "age": {"type": "integer"}},
+    "required": ["name", "city", "age"],
+}
 
 
 class FlatCosts(CostModel):

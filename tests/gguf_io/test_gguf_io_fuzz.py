@@ -1,4 +1,5 @@
 """Property test: mutated real and synthetic GGUF headers only ever raise InvalidGGUF, quickly, in bounded memory."""
+
 from __future__ import annotations
 
 import struct
@@ -24,15 +25,15 @@ def seeds(smollm2_path, tmp_path_factory):
     with open(smollm2_path, "rb") as f:
         real = f.read(64 << 10)
     values, types = sample_metadata()
-    synthetic = write_gguf(tmp_path_factory.mktemp("seed") / "s.gguf", values, sample_tensors(),
-                           metadata_types=types).read_bytes()
+    synthetic = write_gguf(
+        tmp_path_factory.mktemp("seed") / "s.gguf", values, sample_tensors(), metadata_types=types
+    ).read_bytes()
     return [real, synthetic]
 
 
 @pytest.fixture(scope="module")
 def target(tmp_path_factory):
     return tmp_path_factory.mktemp("fuzz") / "m.gguf"
-
 
 
 _mutation = st.one_of(
@@ -57,13 +58,13 @@ def _mutate(blob: bytes, mutations: list, near_front: list[bool], hot: tuple[int
             data[pos] = value
         elif kind in ("u32", "u64"):
             packed = struct.pack("<I" if kind == "u32" else "<Q", value)
-            data[pos:pos + len(packed)] = packed
+            data[pos : pos + len(packed)] = packed
         elif kind == "cut":
             del data[pos:]
         elif kind == "insert":
             data[pos:pos] = bytes([pos & 0xFF]) * value
         else:
-            del data[pos:pos + value]
+            del data[pos : pos + value]
     return bytes(data)
 
 
@@ -75,8 +76,11 @@ def _exercise(f: gguf_io.GGUFFile) -> None:
 
 
 @settings(max_examples=150, deadline=2000, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(which=st.integers(0, 1), mutations=st.lists(_mutation, min_size=1, max_size=6),
-       near_front=st.lists(st.booleans(), min_size=6, max_size=6))
+@given(
+    which=st.integers(0, 1),
+    mutations=st.lists(_mutation, min_size=1, max_size=6),
+    near_front=st.lists(st.booleans(), min_size=6, max_size=6),
+)
 def test_mutated_headers_raise_only_invalid_gguf(seeds, target, which, mutations, near_front):
     target.write_bytes(_mutate(seeds[which], mutations, near_front))
     _open_bounded(target)
@@ -91,7 +95,9 @@ def _open_bounded(path, trace_memory: bool = True) -> None:
         try:
             with gguf_io.open(path, lazy_strings=lazy) as f:
                 _exercise(f)
-                outcomes.append({k: list(v) for k, v in f.metadata.items() if f.metadata_types[k] == (VT.ARRAY, VT.STRING)})
+                outcomes.append(
+                    {k: list(v) for k, v in f.metadata.items() if f.metadata_types[k] == (VT.ARRAY, VT.STRING)}
+                )
         except InvalidGGUF as e:
             assert "malformed GGUF (unexpected" not in str(e)  # the reader's safety net must never be what caught it
             outcomes.append(str(e))
@@ -117,8 +123,9 @@ def real_header(smollm2_path):
 # The 49k-token header costs ~50 ms a parse (x4 under tracemalloc), so fewer examples and no tracing here;
 # memory is bounded by the same caps the synthetic test above measures.
 @settings(max_examples=40, deadline=3000, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(mutations=st.lists(_mutation, min_size=1, max_size=4),
-       near_front=st.lists(st.booleans(), min_size=4, max_size=4))
+@given(
+    mutations=st.lists(_mutation, min_size=1, max_size=4), near_front=st.lists(st.booleans(), min_size=4, max_size=4)
+)
 def test_mutated_real_tensor_infos_raise_only_invalid_gguf(real_header, target, mutations, near_front):
     header, infos_span, size = real_header
     mutated = _mutate(header, mutations, near_front, infos_span)

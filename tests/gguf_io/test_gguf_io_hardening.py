@@ -1,4 +1,5 @@
 """Crafted malformed GGUF files (pain_points.md section 8, items 1-11): each is one clear InvalidGGUF."""
+
 from __future__ import annotations
 
 import functools
@@ -34,8 +35,14 @@ def info(name: str, ne: tuple[int, ...], ggml_type: int = GGMLType.F32, offset: 
 
 
 def gguf(kvs=(), infos=(), data=b"", *, version=3, n_kv=None, n_tensors=None, alignment=32) -> bytes:
-    head = (b"GGUF" + u32(version) + u64(len(infos) if n_tensors is None else n_tensors)
-            + u64(len(kvs) if n_kv is None else n_kv) + b"".join(kvs) + b"".join(infos))
+    head = (
+        b"GGUF"
+        + u32(version)
+        + u64(len(infos) if n_tensors is None else n_tensors)
+        + u64(len(kvs) if n_kv is None else n_kv)
+        + b"".join(kvs)
+        + b"".join(infos)
+    )
     return head + bytes(-len(head) % alignment) + data
 
 
@@ -68,17 +75,20 @@ def test_baseline_crafted_file_is_valid(tmp_path):
 
 
 # 1. Not a GGUF at all.
-@pytest.mark.parametrize("blob, match", [
-    (b"", r"empty file \(0 bytes\)"),
-    (b"version https://git-lfs.github.com/spec/v1\noid sha256:ab\nsize 98362432\n", "git-lfs pointer"),
-    (b"<!DOCTYPE html>\n<html><body>404</body></html>", "HTML page"),
-    (b"  <html><head><title>Sign in</title>", "HTML page"),
-    (b"PK\x03\x04" + bytes(60), "zip archive"),
-    (b"ggjt" + bytes(60), "old GGJT"),
-    (u64(2) + b"{}" + bytes(20), "safetensors"),
-    (b"GGUU" + bytes(60), r"magic is b'GGUU', expected b'GGUF'"),
-    (b"GG", "only 2 bytes long"),
-])
+@pytest.mark.parametrize(
+    "blob, match",
+    [
+        (b"", r"empty file \(0 bytes\)"),
+        (b"version https://git-lfs.github.com/spec/v1\noid sha256:ab\nsize 98362432\n", "git-lfs pointer"),
+        (b"<!DOCTYPE html>\n<html><body>404</body></html>", "HTML page"),
+        (b"  <html><head><title>Sign in</title>", "HTML page"),
+        (b"PK\x03\x04" + bytes(60), "zip archive"),
+        (b"ggjt" + bytes(60), "old GGJT"),
+        (u64(2) + b"{}" + bytes(20), "safetensors"),
+        (b"GGUU" + bytes(60), r"magic is b'GGUU', expected b'GGUF'"),
+        (b"GG", "only 2 bytes long"),
+    ],
+)
 def test_not_a_gguf(tmp_path, blob, match):
     _rejects(tmp_path, blob, match)
 
@@ -101,27 +111,46 @@ def test_version_2_is_read(tmp_path):
 KV_ONLY = gguf([ARCH, kv("general.name", T.STRING, s("tiny"))])
 
 
-@pytest.mark.parametrize("blob, cut, where", [
-    (ONE_TENSOR, 5, "version"), (ONE_TENSOR, 12, "tensor count"), (ONE_TENSOR, 30, "entries counted by tensor count"),
-    (KV_ONLY, 50, "key of metadata pair #0"), (KV_ONLY, 60, "'general.architecture'"),
-    (KV_ONLY, 70, "key of metadata pair #1"), (KV_ONLY, 100, "'general.name'"),
-    (ONE_TENSOR, 70, "name of tensor #0"), (ONE_TENSOR, 90, "tensor 'w'"),
-])
+@pytest.mark.parametrize(
+    "blob, cut, where",
+    [
+        (ONE_TENSOR, 5, "version"),
+        (ONE_TENSOR, 12, "tensor count"),
+        (ONE_TENSOR, 30, "entries counted by tensor count"),
+        (KV_ONLY, 50, "key of metadata pair #0"),
+        (KV_ONLY, 60, "'general.architecture'"),
+        (KV_ONLY, 70, "key of metadata pair #1"),
+        (KV_ONLY, 100, "'general.name'"),
+        (ONE_TENSOR, 70, "name of tensor #0"),
+        (ONE_TENSOR, 90, "tensor 'w'"),
+    ],
+)
 def test_truncated_header(tmp_path, blob, cut, where):
     msg = _rejects(tmp_path, blob[:cut], rf"truncated file: header says \d+ bytes needed \(.*{where}")
     assert msg.endswith(f"file has {cut}")
 
 
 def test_truncated_tensor_data(tmp_path):
-    _rejects(tmp_path, ONE_TENSOR[:-4], rf"truncated file: header says {len(ONE_TENSOR)} bytes needed, "
-                                        rf"file has {len(ONE_TENSOR) - 4}")
+    _rejects(
+        tmp_path,
+        ONE_TENSOR[:-4],
+        rf"truncated file: header says {len(ONE_TENSOR)} bytes needed, "
+        rf"file has {len(ONE_TENSOR) - 4}",
+    )
 
 
 # 3. Huge counts.
-@pytest.mark.parametrize("field, value", [
-    ("n_kv", 2**64 - 1), ("n_kv", 2**64 // 24), ("n_tensors", 2**64 - 1), ("n_tensors", 2**63),
-    ("n_tensors", 70_000), ("n_kv", 70_000),
-])
+@pytest.mark.parametrize(
+    "field, value",
+    [
+        ("n_kv", 2**64 - 1),
+        ("n_kv", 2**64 // 24),
+        ("n_tensors", 2**64 - 1),
+        ("n_tensors", 2**63),
+        ("n_tensors", 70_000),
+        ("n_kv", 70_000),
+    ],
+)
 def test_huge_counts_hit_the_cap(tmp_path, field, value):
     _rejects(tmp_path, gguf(**{field: value}), f"is {value}, over the cap of 65536")
 
@@ -162,13 +191,16 @@ def test_invalid_utf8(tmp_path, raw):
 
 
 # 5. Arrays.
-@pytest.mark.parametrize("etype, count, match", [
-    (T.UINT8, 2**64 - 1, "over the cap"),
-    (T.STRING, 2**40, "over the cap"),
-    (T.FLOAT32, 1000, r"truncated file.*1000 entries counted by length of 'k'"),
-    (T.STRING, 1000, r"truncated file.*1000 entries"),
-    (T.ARRAY, 1000, r"truncated file.*1000 entries"),
-])
+@pytest.mark.parametrize(
+    "etype, count, match",
+    [
+        (T.UINT8, 2**64 - 1, "over the cap"),
+        (T.STRING, 2**40, "over the cap"),
+        (T.FLOAT32, 1000, r"truncated file.*1000 entries counted by length of 'k'"),
+        (T.STRING, 1000, r"truncated file.*1000 entries"),
+        (T.ARRAY, 1000, r"truncated file.*1000 entries"),
+    ],
+)
 def test_array_counts(tmp_path, etype, count, match):
     _rejects(tmp_path, gguf([kv("k", T.ARRAY, u32(etype) + u64(count))]), match)
 
@@ -178,12 +210,12 @@ def test_string_array_item_past_end(tmp_path):
     _rejects(tmp_path, gguf([kv("k", T.ARRAY, arr)]), r"truncated file.*'k'\[1\]")
 
 
-
 @pytest.mark.parametrize("length", [2**63, 2**64 - 9])
 def test_string_array_item_length_past_any_offset(tmp_path, length):
     # The offsets pass runs unchecked; a length that throws the next read past any buffer is named all the same.
     arr = u32(T.STRING) + u64(3) + s("ok") + u64(length) + b"xx" + s("z")
     _rejects(tmp_path, gguf([kv("k", T.ARRAY, arr)]), r"truncated file.*'k'\[1\]")
+
 
 def test_array_of_arrays_is_read(tmp_path):
     inner = u32(T.INT32) + u64(2) + u32(7) + u32(8)
@@ -205,11 +237,14 @@ def test_too_many_string_items_hit_the_budget(tmp_path, monkeypatch):
     _rejects(tmp_path, gguf([kv("k", T.ARRAY, arr)]), "more than 10 string or nested-array items")
 
 
-@pytest.mark.parametrize("key, payload, match", [
-    ("tokenizer.ggml.scores", u32(T.INT8) + u64(1) + b"\x01", r"ARRAY\[INT8\], expected ARRAY\[FLOAT32\]"),
-    ("tokenizer.ggml.tokens", u32(T.INT32) + u64(1) + u32(1), r"expected ARRAY\[STRING\]"),
-    ("tokenizer.ggml.token_type", u32(T.FLOAT32) + u64(1) + u32(1), r"expected ARRAY\[INT32\]"),
-])
+@pytest.mark.parametrize(
+    "key, payload, match",
+    [
+        ("tokenizer.ggml.scores", u32(T.INT8) + u64(1) + b"\x01", r"ARRAY\[INT8\], expected ARRAY\[FLOAT32\]"),
+        ("tokenizer.ggml.tokens", u32(T.INT32) + u64(1) + u32(1), r"expected ARRAY\[STRING\]"),
+        ("tokenizer.ggml.token_type", u32(T.FLOAT32) + u64(1) + u32(1), r"expected ARRAY\[INT32\]"),
+    ],
+)
 def test_tokenizer_arrays_of_the_wrong_type(tmp_path, key, payload, match):
     _rejects(tmp_path, gguf([kv(key, T.ARRAY, payload)]), match)
 
@@ -253,15 +288,18 @@ def test_bad_n_dims(tmp_path, n_dims):
     _rejects(tmp_path, blob, f"n_dims {n_dims}, expected 1..4")
 
 
-@pytest.mark.parametrize("ne, match", [
-    ((4, 0), r"must each be in 1..2\^63-1"),
-    ((0,), r"must each be in 1..2\^63-1"),
-    ((2**63,), r"must each be in 1..2\^63-1"),
-    ((2**32, 2**32), "overflows int64"),
-    ((2**62, 2, 2), "overflows int64"),
-    ((2**40, 2**20), "truncated file: header says 4611686018427388000 bytes needed, file has 160"),
-    ((33, 1), "row length 33 is not a multiple of the Q8_0 block size 32"),
-])
+@pytest.mark.parametrize(
+    "ne, match",
+    [
+        ((4, 0), r"must each be in 1..2\^63-1"),
+        ((0,), r"must each be in 1..2\^63-1"),
+        ((2**63,), r"must each be in 1..2\^63-1"),
+        ((2**32, 2**32), "overflows int64"),
+        ((2**62, 2, 2), "overflows int64"),
+        ((2**40, 2**20), "truncated file: header says 4611686018427388000 bytes needed, file has 160"),
+        ((33, 1), "row length 33 is not a multiple of the Q8_0 block size 32"),
+    ],
+)
 def test_bad_dimensions(tmp_path, ne, match):
     ggml_type = GGMLType.Q8_0 if "Q8_0" in match else GGMLType.F32
     _rejects(tmp_path, gguf([], [info("w", ne, ggml_type, offset=0)], bytes(64)), match)
@@ -336,6 +374,7 @@ def test_message_names_the_file(tmp_path):
 
 def test_fifo_is_not_opened(tmp_path):
     import os
+
     fifo = tmp_path / "pipe.gguf"
     os.mkfifo(fifo)
     with pytest.raises(InvalidGGUF, match="not a regular file"):

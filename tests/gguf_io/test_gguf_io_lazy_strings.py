@@ -1,6 +1,7 @@
 """gguf_io.open(path, lazy_strings=True): string arrays as StringArrays (offsets into the mapping), equal to the
 eager lists item for item, checked as fully at open (the hostile cases run in both modes in
 test_gguf_io_hardening and test_gguf_io_fuzz), and alive after close() while the caller holds them."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -15,8 +16,12 @@ ITEMS = ["", "a", "é", "日本語", "x\0y", "\u2581the", "", "🎉" * 40, "<0x0
 
 def _write(tmp_path, items, name="s.gguf"):
     path = tmp_path / name
-    gguf_io.write(path, {"general.architecture": "llama", "k": items, "one": ["solo"], "none": [], "s": "plain"}, [],
-                  metadata_types={"k": (VT.ARRAY, VT.STRING), "one": (VT.ARRAY, VT.STRING), "none": (VT.ARRAY, VT.STRING)})
+    gguf_io.write(
+        path,
+        {"general.architecture": "llama", "k": items, "one": ["solo"], "none": [], "s": "plain"},
+        [],
+        metadata_types={"k": (VT.ARRAY, VT.STRING), "one": (VT.ARRAY, VT.STRING), "none": (VT.ARRAY, VT.STRING)},
+    )
     return path
 
 
@@ -56,8 +61,14 @@ def test_invalid_utf8_names_the_same_item_as_an_eager_read(tmp_path, bad_at, raw
     items[bad_at] = raw
     # written by hand: the writer refuses invalid UTF-8
     body = b"".join(len(b).to_bytes(8, "little") + b for b in items)
-    kv = (len(b"k").to_bytes(8, "little") + b"k" + int(VT.ARRAY).to_bytes(4, "little") + int(VT.STRING).to_bytes(4, "little")
-          + len(items).to_bytes(8, "little") + body)
+    kv = (
+        len(b"k").to_bytes(8, "little")
+        + b"k"
+        + int(VT.ARRAY).to_bytes(4, "little")
+        + int(VT.STRING).to_bytes(4, "little")
+        + len(items).to_bytes(8, "little")
+        + body
+    )
     blob = b"GGUF" + (3).to_bytes(4, "little") + (0).to_bytes(8, "little") + (1).to_bytes(8, "little") + kv
     path = tmp_path / "bad.gguf"
     path.write_bytes(blob + bytes(-len(blob) % 32))
@@ -73,8 +84,15 @@ def test_a_truncated_sequence_cannot_borrow_the_next_items_bytes(tmp_path):
     """b"a\\xc3" then b"\\xa9": joined without a separator they would spell "aé"; each alone is invalid."""
     items = [b"a\xc3", b"\xa9"]
     body = b"".join(len(b).to_bytes(8, "little") + b for b in items)
-    kv = (b"\x01" + bytes(7) + b"k" + int(VT.ARRAY).to_bytes(4, "little") + int(VT.STRING).to_bytes(4, "little")
-          + (2).to_bytes(8, "little") + body)
+    kv = (
+        b"\x01"
+        + bytes(7)
+        + b"k"
+        + int(VT.ARRAY).to_bytes(4, "little")
+        + int(VT.STRING).to_bytes(4, "little")
+        + (2).to_bytes(8, "little")
+        + body
+    )
     blob = b"GGUF" + (3).to_bytes(4, "little") + bytes(8) + (1).to_bytes(8, "little") + kv
     path = tmp_path / "borrow.gguf"
     path.write_bytes(blob + bytes(-len(blob) % 32))
@@ -87,4 +105,4 @@ def test_offsets_are_two_int64_per_item_not_python_objects(tmp_path):
     with gguf_io.open(_write(tmp_path, items), lazy_strings=True) as g:
         data, starts, ends = g.metadata["k"].spans()
         assert starts.dtype == ends.dtype == np.int64 and starts.shape == ends.shape == (5000,)
-        assert not data.flags.writeable and data[starts[7]:ends[7]].tobytes() == b"tok7"
+        assert not data.flags.writeable and data[starts[7] : ends[7]].tobytes() == b"tok7"

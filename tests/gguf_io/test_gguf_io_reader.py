@@ -1,4 +1,5 @@
 """gguf_io reader against the `gguf` package's GGUFReader on the real models."""
+
 from __future__ import annotations
 
 import time

@@ -1,4 +1,5 @@
 """Split GGUF sets: the first part opens every part as one model; broken sets are one clear InvalidGGUF."""
+
 from __future__ import annotations
 
 import numpy as np

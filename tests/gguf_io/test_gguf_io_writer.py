@@ -1,4 +1,5 @@
 """gguf_io writer: files read back identically by our reader and by the gguf package's GGUFReader."""
+
 from __future__ import annotations
 
 import hashlib
@@ -56,13 +57,31 @@ def test_gguf_package_reads_back_values_types_and_tensors(sample_file):
 
 
 def test_inferred_types_follow_the_contract(tmp_path):
-    meta = {"u": 7, "big": 2**40, "neg": -1, "f": 1.5, "b": False, "s": "x", "ss": ["a", "b"],
-            "arr": np.arange(3, dtype=np.int16), "ints": [1, -2], "floats": [1.0, 2], "nested": [[1], ["a"]]}
+    meta = {
+        "u": 7,
+        "big": 2**40,
+        "neg": -1,
+        "f": 1.5,
+        "b": False,
+        "s": "x",
+        "ss": ["a", "b"],
+        "arr": np.arange(3, dtype=np.int16),
+        "ints": [1, -2],
+        "floats": [1.0, 2],
+        "nested": [[1], ["a"]],
+    }
     with gguf_io.open(write_gguf(tmp_path / "i.gguf", meta)) as f:
         t = GGUFValueType
         assert f.metadata_types == {
-            "u": t.UINT32, "big": t.INT64, "neg": t.INT64, "f": t.FLOAT32, "b": t.BOOL, "s": t.STRING,
-            "ss": (t.ARRAY, t.STRING), "arr": (t.ARRAY, t.INT16), "ints": (t.ARRAY, t.INT32),
+            "u": t.UINT32,
+            "big": t.INT64,
+            "neg": t.INT64,
+            "f": t.FLOAT32,
+            "b": t.BOOL,
+            "s": t.STRING,
+            "ss": (t.ARRAY, t.STRING),
+            "arr": (t.ARRAY, t.INT16),
+            "ints": (t.ARRAY, t.INT32),
             "floats": (t.ARRAY, t.FLOAT32),
             "nested": (t.ARRAY, t.ARRAY, ((t.ARRAY, t.INT32), (t.ARRAY, t.STRING))),
         }
@@ -71,8 +90,9 @@ def test_inferred_types_follow_the_contract(tmp_path):
 
 def test_float_arrays_are_written_for_f32_and_f16(tmp_path):
     w = np.linspace(-1, 1, 12, dtype=np.float32).reshape(3, 4)
-    path = write_gguf(tmp_path / "f.gguf", {}, [("a", GGMLType.F32, (3, 4), w),
-                                                ("b", GGMLType.F16, (3, 4), w.astype(np.float16))])
+    path = write_gguf(
+        tmp_path / "f.gguf", {}, [("a", GGMLType.F32, (3, 4), w), ("b", GGMLType.F16, (3, 4), w.astype(np.float16))]
+    )
     with gguf_io.open(path) as f:
         assert np.array_equal(f.tensors["a"].data.view(np.float32), w)
         assert np.array_equal(f.tensors["b"].data.view(np.float16), w.astype(np.float16))
@@ -140,35 +160,41 @@ def test_streaming_writer_leaves_nothing_behind_on_error(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
-@pytest.mark.parametrize("tensors, match", [
-    ([("a", GGMLType.Q8_0, (2, 33), np.zeros(70, np.uint8))], "multiple of the Q8_0 block size 32"),
-    ([("a", GGMLType.F32, (0, 4), np.zeros(0, np.float32))], "each >= 1"),
-    ([("a", GGMLType.F32, (1, 1, 1, 1, 4), np.zeros(4, np.float32))], "1..4 dims"),
-    ([("a", 4, (4,), np.zeros(4, np.uint8))], "unknown ggml type 4"),
-    ([("a", GGMLType.F32, (4,), np.zeros(4, np.float32))] * 2, "duplicate tensor name"),
-    ([("x" * 64, GGMLType.F32, (4,), np.zeros(4, np.float32))], "longer than 63 bytes"),
-    ([("a", GGMLType.Q8_0, (1, 32), np.zeros(33, np.uint8))], "33 bytes of data"),
-    ([("a", GGMLType.Q8_0, (1, 32), np.zeros(32, np.float32))], "pass raw uint8 blocks"),
-    ([("a", GGMLType.F32, (4,), np.zeros(5, np.float32))], "5 elements"),
-])
+@pytest.mark.parametrize(
+    "tensors, match",
+    [
+        ([("a", GGMLType.Q8_0, (2, 33), np.zeros(70, np.uint8))], "multiple of the Q8_0 block size 32"),
+        ([("a", GGMLType.F32, (0, 4), np.zeros(0, np.float32))], "each >= 1"),
+        ([("a", GGMLType.F32, (1, 1, 1, 1, 4), np.zeros(4, np.float32))], "1..4 dims"),
+        ([("a", 4, (4,), np.zeros(4, np.uint8))], "unknown ggml type 4"),
+        ([("a", GGMLType.F32, (4,), np.zeros(4, np.float32))] * 2, "duplicate tensor name"),
+        ([("x" * 64, GGMLType.F32, (4,), np.zeros(4, np.float32))], "longer than 63 bytes"),
+        ([("a", GGMLType.Q8_0, (1, 32), np.zeros(33, np.uint8))], "33 bytes of data"),
+        ([("a", GGMLType.Q8_0, (1, 32), np.zeros(32, np.float32))], "pass raw uint8 blocks"),
+        ([("a", GGMLType.F32, (4,), np.zeros(5, np.float32))], "5 elements"),
+    ],
+)
 def test_writer_rejects_bad_tensors(tmp_path, tensors, match):
     with pytest.raises(ValueError, match=match):
         gguf_io.write(tmp_path / "bad.gguf", {}, tensors)
     assert not (tmp_path / "bad.gguf").exists()
 
 
-@pytest.mark.parametrize("meta, types, match", [
-    ({"a": 256}, {"a": GGUFValueType.UINT8}, "do not fit UINT8"),
-    ({"a": -1}, {"a": GGUFValueType.UINT64}, "do not fit UINT64"),
-    ({"a": 2**64}, None, "cannot write"),
-    ({"a": 1e39}, None, "overflow FLOAT32"),
-    ({"a": 2}, {"a": GGUFValueType.BOOL}, "BOOL values"),
-    ({"a": []}, None, "empty list"),
-    ({"a": [1, "x"]}, None, "mixes element types"),
-    ({"a": {"b": 1}}, None, "cannot write a value of type dict"),
-    ({"a": 3}, {"a": GGUFValueType.STRING}, "expected str"),
-    ({"general.alignment": 48}, None, "not a power of two"),
-])
+@pytest.mark.parametrize(
+    "meta, types, match",
+    [
+        ({"a": 256}, {"a": GGUFValueType.UINT8}, "do not fit UINT8"),
+        ({"a": -1}, {"a": GGUFValueType.UINT64}, "do not fit UINT64"),
+        ({"a": 2**64}, None, "cannot write"),
+        ({"a": 1e39}, None, "overflow FLOAT32"),
+        ({"a": 2}, {"a": GGUFValueType.BOOL}, "BOOL values"),
+        ({"a": []}, None, "empty list"),
+        ({"a": [1, "x"]}, None, "mixes element types"),
+        ({"a": {"b": 1}}, None, "cannot write a value of type dict"),
+        ({"a": 3}, {"a": GGUFValueType.STRING}, "expected str"),
+        ({"general.alignment": 48}, None, "not a power of two"),
+    ],
+)
 def test_writer_rejects_bad_metadata(tmp_path, meta, types, match):
     with pytest.raises(ValueError, match=match):
         gguf_io.write(tmp_path / "bad.gguf", meta, [], metadata_types=types)

@@ -1,5 +1,6 @@
 """Modelfile parser and formatter: table tests of Ollama's syntax, errors with line numbers, parameter
 types, and format(parse(x)) round trips."""
+
 from __future__ import annotations
 
 import pytest
@@ -32,15 +33,18 @@ def one(text: str):
         ('SYSTEM "two\nlines"', "system", "two\nlines"),
         ("SYSTEM 'single' quotes", "system", "'single' quotes"),
         ("SYSTEM has # not a comment", "system", "has # not a comment"),
-        ('TEMPLATE """{{ if .System }}<|im_start|>system\n{{ .System }}<|im_end|>\n{{ end }}"""', "template",
-         "{{ if .System }}<|im_start|>system\n{{ .System }}<|im_end|>\n{{ end }}"),
+        (
+            'TEMPLATE """{{ if .System }}<|im_start|>system\n{{ .System }}<|im_end|>\n{{ end }}"""',
+            "template",
+            "{{ if .System }}<|im_start|>system\n{{ .System }}<|im_end|>\n{{ end }}",
+        ),
         ("TEMPLATE {{ .Prompt }}", "template", "{{ .Prompt }}"),
         ("LICENSE MIT", "license", "MIT"),
         ("ADAPTER ./lora.gguf", "adapter", "./lora.gguf"),
         ('SYSTEM "a"b"', "system", 'a"b'),
         ('SYSTEM """x""" y"""', "system", 'x""" y'),
         ('SYSTEM "line ends with quote"\n', "system", "line ends with quote"),
-        ("SYSTEM \"crlf\r\nkept\"", "system", "crlf\r\nkept"),
+        ('SYSTEM "crlf\r\nkept"', "system", "crlf\r\nkept"),
         ("SYSTEM emoji 🙂 and é", "system", "emoji 🙂 and é"),
     ],
 )
@@ -116,7 +120,9 @@ def test_repeated_template_and_system_warn():
 
 
 def test_messages_and_licenses_keep_order():
-    mf = M.parse('FROM m\nMESSAGE user hi\nLICENSE A\nMESSAGE assistant """hello\nthere"""\nLICENSE B\nMESSAGE system s\n')
+    mf = M.parse(
+        'FROM m\nMESSAGE user hi\nLICENSE A\nMESSAGE assistant """hello\nthere"""\nLICENSE B\nMESSAGE system s\n'
+    )
     assert mf.messages == [
         {"role": "user", "content": "hi"},
         {"role": "assistant", "content": "hello\nthere"},
@@ -132,7 +138,7 @@ def test_messages_and_licenses_keep_order():
         ("", 0, "no FROM line"),
         ("# only a comment\n", 0, "no FROM line"),
         ("FROM m\nBOGUS x\n", 2, "command must be one of"),
-        ("FROM m\n\"SYSTEM\" x\n", 2, "command must be one of"),
+        ('FROM m\n"SYSTEM" x\n', 2, "command must be one of"),
         ("FROM m\nSYSTEM\n", 2, "has no value"),
         ("FROM m\nSYSTEM   \n", 2, "has no value"),
         ("FROM\n", 1, "has no value"),
@@ -155,7 +161,7 @@ def test_messages_and_licenses_keep_order():
         ("FROM m\nMESSAGE User hi\n", 2, "message role must be one of"),
         ("FROM m\nMESSAGE tool hi\n", 2, "message role must be one of"),
         ("FROM m\nMESSAGE user\n", 2, "has no value"),
-        ("FROM m\nSYSTEM \"unterminated\nstill\n", 2, "unterminated quoted string"),
+        ('FROM m\nSYSTEM "unterminated\nstill\n', 2, "unterminated quoted string"),
         ('FROM m\nSYSTEM """unterminated"\n', 2, "unterminated quoted string"),
         ("FROM m\nSYSTEM a\x00b\n", 2, "control character U+0000"),
         ("FROM m\n\nSYSTEM a\x1bb\n", 3, "control character U+001B"),
@@ -210,8 +216,18 @@ def test_quote_refuses_what_cannot_round_trip():
 
 @pytest.mark.parametrize(
     "x, text",
-    [(0.7, "0.7"), (1.0, "1"), (0.0, "0"), (-2.5, "-2.5"), (100000.0, "100000"), (1e6, "1e+06"),
-     (123456789.0, "1.23456789e+08"), (1e-4, "0.0001"), (1e-5, "1e-05"), (0.95, "0.95")],
+    [
+        (0.7, "0.7"),
+        (1.0, "1"),
+        (0.0, "0"),
+        (-2.5, "-2.5"),
+        (100000.0, "100000"),
+        (1e6, "1e+06"),
+        (123456789.0, "1.23456789e+08"),
+        (1e-4, "0.0001"),
+        (1e-5, "1e-05"),
+        (0.95, "0.95"),
+    ],
 )
 def test_go_float(x, text):
     assert go_float(x) == text
@@ -273,16 +289,29 @@ def test_format_show_header_and_order():
 
 def test_build_from_stored_layers_round_trips():
     params = {"stop": ["<|eot_id|>", "<|end|>"], "temperature": 1, "num_ctx": 8192, "use_mmap": True}
-    mf = M.build(["/models/blobs/sha256-" + "a" * 64], template="{{ .Prompt }}", system=" sys ",
-                 parameters=params, licenses=["L"], messages=[{"role": "user", "content": "q"}])
+    mf = M.build(
+        ["/models/blobs/sha256-" + "a" * 64],
+        template="{{ .Prompt }}",
+        system=" sys ",
+        parameters=params,
+        licenses=["L"],
+        messages=[{"role": "user", "content": "q"}],
+    )
     again = M.parse(M.format(mf))
-    assert again.parameters == {"stop": ["<|eot_id|>", "<|end|>"], "temperature": 1.0, "num_ctx": 8192, "use_mmap": True}
+    assert again.parameters == {
+        "stop": ["<|eot_id|>", "<|end|>"],
+        "temperature": 1.0,
+        "num_ctx": 8192,
+        "use_mmap": True,
+    }
     assert (again.system, again.template, again.licenses) == (" sys ", "{{ .Prompt }}", ["L"])
     with pytest.raises(ValueError, match="deprecated parameter 'mirostat'"):
         M.build(["m"], parameters={"mirostat": 1})
     lenient = M.build(["m"], parameters={"penalize_newline": False, "draft_x": 1, "top_k": 3}, strict=False)
     assert lenient.parameters == {"top_k": 3} and lenient.warnings == [
-        "parameter penalize_newline is deprecated and is left out", "parameter draft_x is unknown and is left out"]
+        "parameter penalize_newline is deprecated and is left out",
+        "parameter draft_x is unknown and is left out",
+    ]
     with pytest.raises(ValueError, match="should be int"):
         M.build(["m"], parameters={"num_ctx": "big"})
     with pytest.raises(ValueError, match="message role"):
@@ -303,9 +332,9 @@ def test_format_parameters_like_api_show():
 
 SAMPLES = [
     FULL,
-    "FROM llama3.2\nPARAMETER stop \"\"\"\n\"\"\"\n",
+    'FROM llama3.2\nPARAMETER stop """\n"""\n',
     'FROM m\nSYSTEM """""nested""" quotes"""\n',
-    "FROM m\nMESSAGE system \" spaced \"\nMESSAGE user \"\"\n",
+    'FROM m\nMESSAGE system " spaced "\nMESSAGE user ""\n',
     "FROM /abs/path with spaces/m.gguf\n",
 ]
 
@@ -321,7 +350,7 @@ def test_round_trip_property():
     from hypothesis import strategies as s
 
     alphabet = s.characters(blacklist_categories=("Cs",), blacklist_characters="\x00\x01\x1b\x7f\x0b\x0c")
-    texts = s.text(alphabet=s.sampled_from(list(' "\n\tab#\r') ) | alphabet, max_size=30)
+    texts = s.text(alphabet=s.sampled_from(list(' "\n\tab#\r')) | alphabet, max_size=30)
 
     @hypothesis.given(texts, texts)
     @hypothesis.settings(max_examples=300, deadline=None)
@@ -343,11 +372,18 @@ D = "sha256:" + "b" * 64
 
 
 def test_from_create_request_full():
-    mf = M.from_create_request({
-        "model": "x", "files": {"model.gguf": D}, "adapters": {"lora.gguf": D}, "template": "{{ .Prompt }}",
-        "system": "s", "parameters": {"temperature": 1, "stop": "<|end|>", "num_ctx": 4096.0, "mirostat": 1},
-        "license": "MIT", "messages": [{"role": "user", "content": "hi"}],
-    })
+    mf = M.from_create_request(
+        {
+            "model": "x",
+            "files": {"model.gguf": D},
+            "adapters": {"lora.gguf": D},
+            "template": "{{ .Prompt }}",
+            "system": "s",
+            "parameters": {"temperature": 1, "stop": "<|end|>", "num_ctx": 4096.0, "mirostat": 1},
+            "license": "MIT",
+            "messages": [{"role": "user", "content": "hi"}],
+        }
+    )
     assert mf.froms == ["@" + D] and mf.adapters == ["@" + D]
     assert (mf.template, mf.system, mf.licenses) == ("{{ .Prompt }}", "s", ["MIT"])
     assert mf.parameters == {"temperature": 1.0, "stop": ["<|end|>"], "num_ctx": 4096}

@@ -1,4 +1,5 @@
 """create(): Modelfile -> layers -> manifest, with tiny GGUF files made by the `gguf` package."""
+
 from __future__ import annotations
 
 import json
@@ -62,10 +63,18 @@ def test_create_from_gguf_file(env):
     assert s.blob_path(model.digest).read_bytes() == src.read_bytes()
     assert json.loads(s.read_blob(params.digest)) == {"temperature": 0.5}
     r = s.model_record("tiny:1")
-    assert r.config["model_format"] == "gguf" and r.config["rootfs"]["diff_ids"] == [model.digest, system.digest, params.digest]
+    assert r.config["model_format"] == "gguf" and r.config["rootfs"]["diff_ids"] == [
+        model.digest,
+        system.digest,
+        params.digest,
+    ]
     assert r.details == {
-        "parent_model": "", "format": "gguf", "family": "llama", "families": ["llama"],
-        "parameter_size": human_number(n_params()), "quantization_level": "F32",
+        "parent_model": "",
+        "format": "gguf",
+        "family": "llama",
+        "families": ["llama"],
+        "parameter_size": human_number(n_params()),
+        "quantization_level": "F32",
     }
 
 
@@ -153,8 +162,11 @@ def test_truncated_gguf_rejected(env):
 
 def test_bad_requests_fail_before_the_first_event(env):
     d, src, s = env
-    for name, text, err in [("../x", f"FROM {src}\n", st.InvalidName), ("m", "FROM\n", M.ModelfileError),
-                            ("m", f"FROM {src}\nFROM {src}\n", CreateError)]:
+    for name, text, err in [
+        ("../x", f"FROM {src}\n", st.InvalidName),
+        ("m", "FROM\n", M.ModelfileError),
+        ("m", f"FROM {src}\nFROM {src}\n", CreateError),
+    ]:
         with pytest.raises(err):
             next(create(s, name, text))
 
@@ -206,7 +218,11 @@ def test_adapter_layer(env):
 def test_split_and_projector_and_multiple_from(env):
     d, src, s = env
     parts = write_tiny_split(d)
-    assert [p.name for p in parts] == ["split-00001-of-00003.gguf", "split-00002-of-00003.gguf", "split-00003-of-00003.gguf"]
+    assert [p.name for p in parts] == [
+        "split-00001-of-00003.gguf",
+        "split-00002-of-00003.gguf",
+        "split-00003-of-00003.gguf",
+    ]
     with pytest.raises(CreateError, match="split"):
         run(s, "x", f"FROM {parts[0]}\n")
     with pytest.raises(gguf_io.InvalidGGUF, match="first part"):
@@ -292,9 +308,15 @@ def test_quantize_refuses_a_quantized_source_by_its_type_before_the_first_event(
     s = st.Store(tmp_path / "models")
     src = write_tiny_gguf(tmp_path / "f32.gguf", n_embd=64)
     run(s, "q8", f"FROM {src}\n", quantize="q8_0")
-    for from_ in ("q8", f"@{s.model_record('q8').entry.manifest.layers[0].digest}", str(s.model_record("q8").model_path)):
+    for from_ in (
+        "q8",
+        f"@{s.model_record('q8').entry.manifest.layers[0].digest}",
+        str(s.model_record("q8").model_path),
+    ):
         gen = create(s, "again", f"FROM {from_}\n", quantize="q4_0")
-        with pytest.raises(CreateError, match="its weights are Q8_0; quantization is only supported for F16, BF16 and F32"):
+        with pytest.raises(
+            CreateError, match="its weights are Q8_0; quantization is only supported for F16, BF16 and F32"
+        ):
             next(gen)  # before "parsing modelfile": a server answers 400, not a 200 stream with an error line
     assert not s.exists("again")
     assert "success" in statuses(run(s, "from-f32", f"FROM {src}\n", quantize="q4_0"))
@@ -302,8 +324,16 @@ def test_quantize_refuses_a_quantized_source_by_its_type_before_the_first_event(
 
 @pytest.mark.parametrize(
     "n, text",
-    [(512, "512"), (22_000, "22K"), (134_515_008, "134.52M"), (137_000_000, "137M"), (268_098_176, "268.10M"),
-     (8_000_000_000, "8B"), (8_030_261_248, "8.0B"), (3_212_749_824, "3.2B")],
+    [
+        (512, "512"),
+        (22_000, "22K"),
+        (134_515_008, "134.52M"),
+        (137_000_000, "137M"),
+        (268_098_176, "268.10M"),
+        (8_000_000_000, "8B"),
+        (8_030_261_248, "8.0B"),
+        (3_212_749_824, "3.2B"),
+    ],
 )
 def test_human_number(n, text):
     assert human_number(n) == text
@@ -324,8 +354,11 @@ def test_cli_create_errors_name_the_users_file_not_the_blob(tmp_path):
     `.../models/blobs/sha256-...: not a GGUF file`; the error names the user's file. A request that gives no file
     name (the legacy `modelfile` form) gets the digest, never the server's store path."""
     model = write_tiny_gguf(tmp_path / "good.gguf")
-    cases = [(b"hello, this is not a model\n" * 4, "not a GGUF file"), (b"", "empty file"),
-             (model.read_bytes()[:-100], "truncated file")]
+    cases = [
+        (b"hello, this is not a model\n" * 4, "not a GGUF file"),
+        (b"", "empty file"),
+        (model.read_bytes()[:-100], "truncated file"),
+    ]
     conf = dataclasses.replace(make_config(tmp_path / "models"), data_dir=tmp_path / "data")
     service = Service(conf)
     try:
@@ -343,9 +376,13 @@ def test_cli_create_errors_name_the_users_file_not_the_blob(tmp_path):
             assert r.exit_code == 1 and "ADAPTER 'my-model.gguf' is not a LoRA adapter" in r.stderr, r.output
 
             import httpx
+
             digest = service.store.import_file(tmp_path / "Modelfile").digest  # a blob that is no GGUF
-            r = httpx.post(srv.url + "/api/create", json={"model": "legacy", "modelfile": f"FROM @{digest}\n",
-                                                          "stream": False}, timeout=30)
+            r = httpx.post(
+                srv.url + "/api/create",
+                json={"model": "legacy", "modelfile": f"FROM @{digest}\n", "stream": False},
+                timeout=30,
+            )
             assert r.status_code >= 400 and digest in r.text and "blobs" not in r.text, r.text
     finally:
         service.close()

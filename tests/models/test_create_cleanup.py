@@ -1,6 +1,7 @@
 """A create leaves no unreferenced blob of its own behind (issue 46 friction: each `create --quantize` left its
 270 MB F16 source, and a failed create what it had copied, until prune's 10-minute grace): what it added and no
 manifest references is gone when it ends; what another model references, or a concurrent create still uses, stays."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -137,8 +138,12 @@ def test_cli_create_quantize_leaves_no_unreferenced_blob(tmp_path):
     try:
         with BackgroundServer(service, conf):
             env = {"LOCALRT_HOST": f"127.0.0.1:{conf.port}", "LOCALRT_API_KEY": ""}
-            r = CliRunner().invoke(app, ["create", "mine", "-q", "q8_0", "-f", str(tmp_path / "Modelfile")], env=env,
-                                   catch_exceptions=False)
+            r = CliRunner().invoke(
+                app,
+                ["create", "mine", "-q", "q8_0", "-f", str(tmp_path / "Modelfile")],
+                env=env,
+                catch_exceptions=False,
+            )
             assert r.exit_code == 0, r.output
             s = service.store
             assert s.model_record("mine").details["quantization_level"] == "Q8_0"
@@ -147,8 +152,10 @@ def test_cli_create_quantize_leaves_no_unreferenced_blob(tmp_path):
             kept = blobs(s)
 
             write_tiny_gguf(tmp_path / "other.gguf", n_embd=64, seed=2)
-            for text, why in (("FROM ./other.gguf\nADAPTER ./missing.gguf\n", "adapter file ./missing.gguf not found"),
-                              ('FROM ./other.gguf\nTEMPLATE "{{ .Bad"\n', "template error")):
+            for text, why in (
+                ("FROM ./other.gguf\nADAPTER ./missing.gguf\n", "adapter file ./missing.gguf not found"),
+                ('FROM ./other.gguf\nTEMPLATE "{{ .Bad"\n', "template error"),
+            ):
                 (tmp_path / "Modelfile").write_text(text)
                 r = CliRunner().invoke(app, ["create", "other", "-f", str(tmp_path / "Modelfile")], env=env)
                 assert r.exit_code == 1 and why in r.stderr, r.output

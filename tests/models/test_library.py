@@ -1,5 +1,6 @@
 """Built-in models: name resolution, their Modelfiles and templates (checked against the reference
 prompts and SmolLM2's own Jinja template), and one real offline creation from the PyPI package."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -90,7 +91,10 @@ def test_gemma3_is_a_base_model_that_continues_text():
     paragraph by default instead of rambling to the end of the context."""
     mf = M.parse(library.BUILTINS["gemma3:270m"].modelfile("/p/gemma.gguf"))
     assert mf.system is None and mf.parameters == {
-        "num_predict": library.BASE_NUM_PREDICT, "temperature": 1.0, "top_k": 64, "top_p": 0.95
+        "num_predict": library.BASE_NUM_PREDICT,
+        "temperature": 1.0,
+        "top_k": 64,
+        "top_p": 0.95,
     }
     assert 0 < library.BASE_NUM_PREDICT <= 512
     tmpl = load_template(mf.template, "go")
@@ -99,12 +103,18 @@ def test_gemma3_is_a_base_model_that_continues_text():
 
 def test_real_gguf_facts(smollm2_path, gemma3_path):
     assert config_from_gguf(gguf_facts(smollm2_path)) == {
-        "model_format": "gguf", "model_family": "llama", "model_families": ["llama"],
-        "model_type": "134.52M", "file_type": "Q4_1",
+        "model_format": "gguf",
+        "model_family": "llama",
+        "model_families": ["llama"],
+        "model_type": "134.52M",
+        "file_type": "Q4_1",
     }
     assert config_from_gguf(gguf_facts(gemma3_path)) == {
-        "model_format": "gguf", "model_family": "gemma3", "model_families": ["gemma3"],
-        "model_type": "268.10M", "file_type": "Q4_K_M",
+        "model_format": "gguf",
+        "model_family": "gemma3",
+        "model_families": ["gemma3"],
+        "model_type": "268.10M",
+        "file_type": "Q4_K_M",
     }
 
 
@@ -135,8 +145,9 @@ def test_ensure_builtin_uses_create_path(tmp_path, monkeypatch):
 
 def test_a_stored_latest_wins_over_the_builtin_alias(tmp_path, monkeypatch):
     tiny = write_tiny_gguf(tmp_path / "tiny.gguf", arch="gemma3")
-    monkeypatch.setitem(library.BUILTINS, "gemma3:270m",
-                        dataclasses.replace(library.BUILTINS["gemma3:270m"], gguf_path=lambda: tiny))
+    monkeypatch.setitem(
+        library.BUILTINS, "gemma3:270m", dataclasses.replace(library.BUILTINS["gemma3:270m"], gguf_path=lambda: tiny)
+    )
     s = st.Store(tmp_path / "models")
     list(create(s, "gemma3:latest", f"FROM {tiny}\nSYSTEM mine\n"))
     assert library.resolve(s, "gemma3") == "gemma3"
@@ -148,7 +159,9 @@ def test_missing_package_is_a_clear_error(tmp_path, monkeypatch):
     def missing():
         raise builtin_models.BuiltinModelMissing("Gemma 3 270M is not installed; run: pip install ...")
 
-    monkeypatch.setitem(library.BUILTINS, "gemma3:270m", dataclasses.replace(library.BUILTINS["gemma3:270m"], gguf_path=missing))
+    monkeypatch.setitem(
+        library.BUILTINS, "gemma3:270m", dataclasses.replace(library.BUILTINS["gemma3:270m"], gguf_path=missing)
+    )
     s = st.Store(tmp_path)
     with pytest.raises(builtin_models.BuiltinModelMissing, match="pip install"):
         library.ensure_builtin(s, "gemma3:270m")
@@ -170,9 +183,16 @@ def test_real_smollm2_builtin_offline(tmp_path, smollm2_path):
     assert s.verify(rehash=False).ok
 
 
-TOOLS = [{"type": "function", "function": {"name": "get_weather", "description": "Weather of a city",
-                                            "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
-                                                           "required": ["city"]}}}]
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "description": "Weather of a city",
+            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+        },
+    }
+]
 
 
 def test_smollm2_is_tools_capable_with_hermes_calls():
@@ -182,8 +202,13 @@ def test_smollm2_is_tools_capable_with_hermes_calls():
 
     tmpl = load_template(library.SMOLLM2_TEMPLATE, "go")
     assert tmpl.supports_tools and "tools" in capabilities(tmpl.template) and tag_for_template(tmpl) == HERMES
-    prompt = render_prompt(library.SMOLLM2_TEMPLATE, "go", [{"role": "user", "content": "Weather in Paris?"}],
-                           system=library.SMOLLM2_SYSTEM, tools=TOOLS)
+    prompt = render_prompt(
+        library.SMOLLM2_TEMPLATE,
+        "go",
+        [{"role": "user", "content": "Weather in Paris?"}],
+        system=library.SMOLLM2_SYSTEM,
+        tools=TOOLS,
+    )
     assert prompt.startswith(f"<|im_start|>system\n{library.SMOLLM2_SYSTEM}\n\n# Tools\n")
     assert '"name":"get_weather"' in prompt.replace(" ", "") and "<tool_call>" in prompt
     assert prompt.endswith("<|im_start|>user\nWeather in Paris?<|im_end|>\n<|im_start|>assistant\n")

@@ -1,4 +1,5 @@
 """localrt.models.quantize: a whole tiny F32 GGUF quantized per llama-quantize's recipe, read back by two readers."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -15,9 +16,21 @@ N_EMBD, N_FF, N_VOCAB, N_LAYER = 288, 512, 64, 2  # 288: not a multiple of 256, 
 
 # max |error| / max |x| per output type for N(0, 1) weights
 TOLERANCE = {
-    GGMLType.F32: 0.0, GGMLType.F16: 1e-3, GGMLType.BF16: 8e-3, GGMLType.Q8_0: 0.01, GGMLType.Q6_K: 0.03,
-    GGMLType.Q5_0: 0.05, GGMLType.Q5_1: 0.05, GGMLType.Q5_K: 0.06, GGMLType.Q4_0: 0.1, GGMLType.Q4_1: 0.1,
-    GGMLType.Q4_K: 0.12, GGMLType.Q3_K: 0.2, GGMLType.Q2_K: 0.4, GGMLType.IQ4_NL: 0.12, GGMLType.IQ4_XS: 0.12,
+    GGMLType.F32: 0.0,
+    GGMLType.F16: 1e-3,
+    GGMLType.BF16: 8e-3,
+    GGMLType.Q8_0: 0.01,
+    GGMLType.Q6_K: 0.03,
+    GGMLType.Q5_0: 0.05,
+    GGMLType.Q5_1: 0.05,
+    GGMLType.Q5_K: 0.06,
+    GGMLType.Q4_0: 0.1,
+    GGMLType.Q4_1: 0.1,
+    GGMLType.Q4_K: 0.12,
+    GGMLType.Q3_K: 0.2,
+    GGMLType.Q2_K: 0.4,
+    GGMLType.IQ4_NL: 0.12,
+    GGMLType.IQ4_XS: 0.12,
 }
 
 
@@ -25,10 +38,17 @@ def tiny_tensors(dtype=np.float32) -> dict[str, np.ndarray]:
     rng = np.random.default_rng(42)
     t = {"token_embd.weight": rng.standard_normal((N_VOCAB, N_EMBD)), "output_norm.weight": 1 + rng.random(N_EMBD)}
     for i in range(N_LAYER):
-        for part, shape in (("attn_q", (N_EMBD, N_EMBD)), ("attn_k", (N_EMBD, N_EMBD)),
-                            ("attn_v", (N_EMBD, N_EMBD)), ("attn_output", (N_EMBD, N_EMBD)),
-                            ("ffn_gate", (N_FF, N_EMBD)), ("ffn_up", (N_FF, N_EMBD)), ("ffn_down", (N_EMBD, N_FF)),
-                            ("attn_norm", (N_EMBD,)), ("ffn_norm", (N_EMBD,))):
+        for part, shape in (
+            ("attn_q", (N_EMBD, N_EMBD)),
+            ("attn_k", (N_EMBD, N_EMBD)),
+            ("attn_v", (N_EMBD, N_EMBD)),
+            ("attn_output", (N_EMBD, N_EMBD)),
+            ("ffn_gate", (N_FF, N_EMBD)),
+            ("ffn_up", (N_FF, N_EMBD)),
+            ("ffn_down", (N_EMBD, N_FF)),
+            ("attn_norm", (N_EMBD,)),
+            ("ffn_norm", (N_EMBD,)),
+        ):
             t[f"blk.{i}.{part}.weight"] = rng.standard_normal(shape)
     return {k: v.astype(dtype if v.ndim == 2 else np.float32) for k, v in t.items()}
 
@@ -36,9 +56,15 @@ def tiny_tensors(dtype=np.float32) -> dict[str, np.ndarray]:
 def write_tiny(path, dtype=np.float32, extra_meta=None):
     tensors = tiny_tensors(dtype)
     ggml = {np.float32: GGMLType.F32, np.float16: GGMLType.F16}
-    metadata = {"general.architecture": "llama", "general.name": "tiny", "llama.block_count": N_LAYER,
-                "llama.embedding_length": N_EMBD, "general.file_type": 0 if dtype == np.float32 else 1,
-                "tokenizer.ggml.tokens": [f"t{i}" for i in range(N_VOCAB)], **(extra_meta or {})}
+    metadata = {
+        "general.architecture": "llama",
+        "general.name": "tiny",
+        "llama.block_count": N_LAYER,
+        "llama.embedding_length": N_EMBD,
+        "general.file_type": 0 if dtype == np.float32 else 1,
+        "tokenizer.ggml.tokens": [f"t{i}" for i in range(N_VOCAB)],
+        **(extra_meta or {}),
+    }
     gguf_io.write(path, metadata, [(n, ggml[a.dtype.type], a.shape, a) for n, a in tensors.items()])
     return tensors
 
@@ -49,8 +75,26 @@ def tiny_f32(tmp_path_factory):
     return path, write_tiny(path)
 
 
-@pytest.mark.parametrize("quantization", ["q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q2_K", "q3_K_M", "q4_K_S",
-                                          "q4_K_M", "q5_K_M", "q6_K", "f16", "bf16", "iq4_nl", "iq4_xs"])
+@pytest.mark.parametrize(
+    "quantization",
+    [
+        "q8_0",
+        "q4_0",
+        "q4_1",
+        "q5_0",
+        "q5_1",
+        "q2_K",
+        "q3_K_M",
+        "q4_K_S",
+        "q4_K_M",
+        "q5_K_M",
+        "q6_K",
+        "f16",
+        "bf16",
+        "iq4_nl",
+        "iq4_xs",
+    ],
+)
 def test_quantize_tiny_model(tiny_f32, tmp_path, quantization):
     src, originals = tiny_f32
     dst = tmp_path / "out.gguf"
@@ -131,11 +175,32 @@ def test_bad_requests(tiny_f32, tmp_path):
     assert "Q4_K_M" in QUANTIZATIONS and "Q8_0" in QUANTIZATIONS
 
 
-LLAMA_HPARAMS = {"llama.context_length": 128, "llama.feed_forward_length": N_FF, "llama.attention.head_count": 4,
-                 "llama.attention.head_count_kv": 4, "llama.attention.layer_norm_rms_epsilon": 1e-5,
-                 "llama.rope.dimension_count": 72}
-ALL_QUANTIZATIONS = ["q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q2_K", "q3_K_S", "q3_K_M", "q3_K_L", "q4_K_S",
-                     "q4_K_M", "q5_K_S", "q5_K_M", "q6_K", "iq4_nl", "iq4_xs"]
+LLAMA_HPARAMS = {
+    "llama.context_length": 128,
+    "llama.feed_forward_length": N_FF,
+    "llama.attention.head_count": 4,
+    "llama.attention.head_count_kv": 4,
+    "llama.attention.layer_norm_rms_epsilon": 1e-5,
+    "llama.rope.dimension_count": 72,
+}
+ALL_QUANTIZATIONS = [
+    "q8_0",
+    "q4_0",
+    "q4_1",
+    "q5_0",
+    "q5_1",
+    "q2_K",
+    "q3_K_S",
+    "q3_K_M",
+    "q3_K_L",
+    "q4_K_S",
+    "q4_K_M",
+    "q5_K_S",
+    "q5_K_M",
+    "q6_K",
+    "iq4_nl",
+    "iq4_xs",
+]
 
 
 def write_deep(path, n_layer: int = 12) -> None:
@@ -146,12 +211,20 @@ def write_deep(path, n_layer: int = 12) -> None:
     rng = np.random.default_rng(7)
     tensors = [("token_embd.weight", (32, 256)), ("output.weight", (32, 256)), ("output_norm.weight", (256,))]
     for i in range(n_layer):
-        tensors += [(f"blk.{i}.{p}.weight", (16, 256)) for p in
-                    ("attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down")]
+        tensors += [
+            (f"blk.{i}.{p}.weight", (16, 256))
+            for p in ("attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down")
+        ]
         tensors.append((f"blk.{i}.attn_norm.weight", (256,)))
-    metadata = {"general.architecture": "llama", "llama.block_count": n_layer, "llama.embedding_length": 256,
-                **LLAMA_HPARAMS, "llama.feed_forward_length": 256, "llama.attention.head_count_kv": 1,
-                "llama.rope.dimension_count": 64}
+    metadata = {
+        "general.architecture": "llama",
+        "llama.block_count": n_layer,
+        "llama.embedding_length": 256,
+        **LLAMA_HPARAMS,
+        "llama.feed_forward_length": 256,
+        "llama.attention.head_count_kv": 1,
+        "llama.rope.dimension_count": 64,
+    }
     arrays = [(n, GGMLType.F32, shape, rng.standard_normal(shape).astype(np.float32)) for n, shape in tensors]
     gguf_io.write(path, metadata, arrays)
 

@@ -1,6 +1,7 @@
 """The layout's rules, checked on the source: no import cycles, leaves stay leaves, the engine knows no HTTP or
 scheduler, and no source file is over 500 lines. Imports are read with `ast` (lazy imports inside functions
 count too: a cycle through a function body is still a cycle)."""
+
 from __future__ import annotations
 
 import ast
@@ -102,19 +103,27 @@ def test_the_cycle_finder_finds_one():
 
 
 def test_leaves_never_import_localrt():
-    bad = {m: sorted(t for t in deps if t.startswith("localrt")) for m, deps in _graph().items()
-           if m.split(".")[0] in LEAVES + ("simd_kernels",)}
+    bad = {
+        m: sorted(t for t in deps if t.startswith("localrt"))
+        for m, deps in _graph().items()
+        if m.split(".")[0] in LEAVES + ("simd_kernels",)
+    }
     assert {m: d for m, d in bad.items() if d} == {}
 
 
 def test_the_engine_knows_no_http_scheduler_or_distribution():
     above = ("localrt.serve", "localrt.runtime", "localrt.distribution", "localrt.cli", "localrt.models")
-    bad = {m: sorted(t for t in deps if t.startswith(above)) for m, deps in _graph().items()
-           if m.startswith(("localrt.engine", "localrt.api"))}
+    bad = {
+        m: sorted(t for t in deps if t.startswith(above))
+        for m, deps in _graph().items()
+        if m.startswith(("localrt.engine", "localrt.api"))
+    }
     assert {m: d for m, d in bad.items() if d} == {}
 
 
 def test_no_source_file_over_500_lines():
     files = [p for top in PACKAGES for p in (ROOT / top).rglob("*.py")] + [ROOT / "cli.py"]
-    long = {str(p.relative_to(ROOT)): n for p in files if (n := len(p.read_text(encoding="utf-8").splitlines())) > MAX_LINES}
+    long = {
+        str(p.relative_to(ROOT)): n for p in files if (n := len(p.read_text(encoding="utf-8").splitlines())) > MAX_LINES
+    }
     assert long == {}

@@ -1,5 +1,6 @@
 """Benchmark results as data: bench/results/<benchmark>.jsonl records, the helper that appends them
 (bench/results_log.py) and the table of the latest ones (bench/latest.py). Nothing here runs a benchmark."""
+
 from __future__ import annotations
 
 import ast
@@ -16,8 +17,19 @@ from _testpaths import REPO
 ROOT = REPO
 BENCH = ROOT / "bench"
 RESULTS = BENCH / "results"
-KEYS = {"benchmark", "date", "commit", "cpu_model", "cpu_flags", "threads", "cpus", "load", "results", "native",
-        "source"}
+KEYS = {
+    "benchmark",
+    "date",
+    "commit",
+    "cpu_model",
+    "cpu_flags",
+    "threads",
+    "cpus",
+    "load",
+    "results",
+    "native",
+    "source",
+}
 
 
 def _results_log():
@@ -44,8 +56,9 @@ def test_every_record_has_the_fields(path):
         assert record["date"] is None or re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", record["date"])
         assert record["commit"] is None or re.fullmatch(r"[0-9a-f]{7,40}", record["commit"])
         flags = record["cpu_flags"]
-        assert flags is None or (set(flags) == {"avx2", "avx512", "vnni"}
-                                 and all(v is None or isinstance(v, bool) for v in flags.values()))
+        assert flags is None or (
+            set(flags) == {"avx2", "avx512", "vnni"} and all(v is None or isinstance(v, bool) for v in flags.values())
+        )
         assert isinstance(record["results"], dict) and record["results"]
         assert record["native"] is None or isinstance(record["native"], dict)
 
@@ -92,11 +105,13 @@ def test_latest_prints_every_benchmark():
 
 def test_latest_views_read_every_record():
     """Not only the latest: an older record of each benchmark still gives rows (the shapes changed over time)."""
-    code = ("import json, sys; sys.path.insert(0, sys.argv[1]); import latest, results_log\n"
-            "for p in sorted(results_log.RESULTS_DIR.glob('*.jsonl')):\n"
-            "    for r in results_log.read_records(path=p):\n"
-            "        peer, rows, notes = latest.VIEWS[p.stem](results_log.merged(r))\n"
-            "        assert rows, (p.stem, r['source'])\n")
+    code = (
+        "import json, sys; sys.path.insert(0, sys.argv[1]); import latest, results_log\n"
+        "for p in sorted(results_log.RESULTS_DIR.glob('*.jsonl')):\n"
+        "    for r in results_log.read_records(path=p):\n"
+        "        peer, rows, notes = latest.VIEWS[p.stem](results_log.merged(r))\n"
+        "        assert rows, (p.stem, r['source'])\n"
+    )
     proc = subprocess.run([sys.executable, "-c", code, str(BENCH)], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
 

@@ -3,6 +3,7 @@ use a Linux- or POSIX-only facility unguarded. This test reads every runtime sou
 (fcntl and friends, os.sysconf / confstr / fork / killpg ..., POSIX-only signals, madvise, glibc's malloc calls,
 /proc paths) that is not inside a `try` catching the error it raises or an `if` on the platform or `hasattr`. The
 few uses guarded otherwise are listed with why; the guarded paths are then run with the facility taken away."""
+
 from __future__ import annotations
 
 import ast
@@ -12,14 +13,53 @@ from _testpaths import REPO
 
 ROOTS = ["localrt", "simd_kernels", "store", "gguf_io", "quant", "modelfile", "cli.py"]
 MODULES = {"fcntl", "msvcrt", "resource", "termios", "pwd", "grp", "tty", "pty"}
-ATTRS = {("os", a) for a in ("confstr", "sysconf", "getloadavg", "killpg", "setsid", "fork", "getuid", "geteuid",
-                             "sched_getaffinity", "sched_setaffinity", "getpgid", "O_NOFOLLOW", "O_DIRECTORY",
-                             "mkfifo", "chown", "statvfs")}
-ATTRS |= {("signal", a) for a in ("SIGKILL", "SIGHUP", "SIGUSR1", "SIGUSR2", "SIGQUIT", "SIGCHLD", "SIGPIPE",
-                                  "SIGALRM", "alarm", "setitimer")}
+ATTRS = {
+    ("os", a)
+    for a in (
+        "confstr",
+        "sysconf",
+        "getloadavg",
+        "killpg",
+        "setsid",
+        "fork",
+        "getuid",
+        "geteuid",
+        "sched_getaffinity",
+        "sched_setaffinity",
+        "getpgid",
+        "O_NOFOLLOW",
+        "O_DIRECTORY",
+        "mkfifo",
+        "chown",
+        "statvfs",
+    )
+}
+ATTRS |= {
+    ("signal", a)
+    for a in (
+        "SIGKILL",
+        "SIGHUP",
+        "SIGUSR1",
+        "SIGUSR2",
+        "SIGQUIT",
+        "SIGCHLD",
+        "SIGPIPE",
+        "SIGALRM",
+        "alarm",
+        "setitimer",
+    )
+}
 METHODS = {"madvise", "malloc_trim", "mallopt"}
-CATCHES = {"Exception", "BaseException", "OSError", "AttributeError", "ImportError", "ModuleNotFoundError",
-           "ValueError", "NotImplementedError"}
+CATCHES = {
+    "Exception",
+    "BaseException",
+    "OSError",
+    "AttributeError",
+    "ImportError",
+    "ModuleNotFoundError",
+    "ValueError",
+    "NotImplementedError",
+}
 # (file, use): guarded by something this lexical check cannot see
 GUARDED_ELSEWHERE = {
     ("localrt/engine/backends/heap.py", ".malloc_trim"): "runs only when _done, i.e. _glibc() found glibc",
@@ -70,6 +110,7 @@ def _unguarded(tree: ast.AST, rel: str) -> list[tuple[int, str]]:
             if use and (rel, use) not in GUARDED_ELSEWHERE and not _guarded(stack + [node]):
                 found.append((child.lineno, use))
             walk(child, stack + [node])
+
     walk(tree, [])
     return found
 
@@ -81,18 +122,24 @@ def _sources():
 
 
 def test_no_unguarded_linux_only_use_in_the_runtime():
-    bad = [f"{p.relative_to(REPO)}:{line}: {use}" for p in _sources()
-           for line, use in _unguarded(ast.parse(p.read_text()), str(p.relative_to(REPO)))]
+    bad = [
+        f"{p.relative_to(REPO)}:{line}: {use}"
+        for p in _sources()
+        for line, use in _unguarded(ast.parse(p.read_text()), str(p.relative_to(REPO)))
+    ]
     assert not bad, "unguarded platform-specific uses:\n" + "\n".join(bad)
 
 
 def test_the_check_sees_an_unguarded_use():
-    tree = ast.parse("import os\nimport fcntl\nos.sysconf('x')\ntry:\n    os.confstr('y')\nexcept ValueError:\n"
-                     "    pass\nif hasattr(os, 'fork'):\n    os.fork()\n")
+    tree = ast.parse(
+        "import os\nimport fcntl\nos.sysconf('x')\ntry:\n    os.confstr('y')\nexcept ValueError:\n"
+        "    pass\nif hasattr(os, 'fork'):\n    os.fork()\n"
+    )
     assert [use for _, use in _unguarded(tree, "x.py")] == ["import fcntl", "os.sysconf"]
 
 
 # ---- the guarded paths, with the facility taken away ------------------------------------------------------------
+
 
 def test_memory_without_sysconf_proc_or_windows(monkeypatch, tmp_path):
     from localrt.engine.backends import sysmem

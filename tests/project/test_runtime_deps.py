@@ -6,6 +6,7 @@ each runtime module's imports with `ast`, maps them to their distributions, and 
 closure of `[project] dependencies`. Imports inside `try: ... except ImportError` are optional by
 construction (readline, msvcrt); the only other exception is the `cuda` extra's CuPy, which the code reaches
 only after localrt.engine.backends.devices has probed for it."""
+
 from __future__ import annotations
 
 import ast
@@ -49,8 +50,9 @@ def _guarded(node: ast.AST, parents: dict[ast.AST, ast.AST]) -> bool:
         if isinstance(p, ast.Try) and child in p.body:
             for h in p.handlers:
                 names = [h.type] if not isinstance(h.type, ast.Tuple) else list(h.type.elts)
-                if h.type is None or any(getattr(n, "id", None) in ("ImportError", "ModuleNotFoundError", "Exception")
-                                         for n in names):
+                if h.type is None or any(
+                    getattr(n, "id", None) in ("ImportError", "ModuleNotFoundError", "Exception") for n in names
+                ):
                     return True
         child, p = p, parents.get(p)
     return False
@@ -90,7 +92,9 @@ def test_runtime_imports_are_runtime_dependencies():
                 continue
             dists = {d.lower().replace("_", "-") for d in owners.get(top, [])}
             if not dists & closure:
-                bad.append(f"{path.relative_to(ROOT)}:{line} imports {top} ({', '.join(sorted(dists)) or 'not installed'})")
+                bad.append(
+                    f"{path.relative_to(ROOT)}:{line} imports {top} ({', '.join(sorted(dists)) or 'not installed'})"
+                )
     assert not bad, "runtime modules import packages that are not runtime dependencies:\n" + "\n".join(bad)
 
 

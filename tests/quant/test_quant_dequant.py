@@ -1,4 +1,5 @@
 """quant's reference dequantizers: bit-exact against gguf.quants and against hand-built blocks."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -42,7 +43,7 @@ def random_blocks(ggml_type: int, n_rows: int, blocks_per_row: int, seed: int) -
         if dt == "<f2" and count == 1:
             bits = blocks[name].view(np.uint16)
             bits[: len(F16_EDGES)] = F16_EDGES
-            bits[len(F16_EDGES): 2 * len(F16_EDGES)] = F16_EDGES[::-1]
+            bits[len(F16_EDGES) : 2 * len(F16_EDGES)] = F16_EDGES[::-1]
             bits[-1] = 0  # a zero scale with nonzero quants
     return raw
 

@@ -1,6 +1,7 @@
 """IQ4_NL and IQ4_XS in quant: hand-built blocks decode to their documented values (random blocks with edge
 scales are compared bit for bit with gguf.quants in test_quant_dequant.py), and the quantizers are byte-exact
 with ggml's `ggml_quantize_chunk` (the scale search llama-quantize runs) where libggml is present."""
+
 from __future__ import annotations
 
 import numpy as np

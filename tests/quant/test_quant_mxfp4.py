@@ -2,6 +2,7 @@
 every other format in test_quant_dequant.py), the quantizer is byte-exact with gguf.quants and with ggml's
 `quantize_row_mxfp4_ref` where libggml is present, and `create --quantize` never writes MXFP4: it refuses it as a
 target by name and keeps MXFP4 tensors as they are."""
+
 from __future__ import annotations
 
 import struct
@@ -159,21 +160,34 @@ def test_bad_input_is_a_typed_error():
 
 @pytest.mark.parametrize("name", ["MXFP4_MOE", "mxfp4_moe", "MXFP4", "mxfp4"])
 def test_mxfp4_is_refused_as_a_target_by_name(name):
-    with pytest.raises(quant.QuantError, match=rf"unsupported quantization type '{name}': .*MXFP4.*read here but "
-                                               r"not written; choose one of F32, F16"):
+    with pytest.raises(
+        quant.QuantError,
+        match=rf"unsupported quantization type '{name}': .*MXFP4.*read here but "
+        r"not written; choose one of F32, F16",
+    ):
         recipe.get_file_type(name)
 
 
-MOE_META = {"general.architecture": "qwen3moe", "qwen3moe.block_count": 1, "qwen3moe.attention.head_count": 4,
-            "qwen3moe.attention.head_count_kv": 1, "qwen3moe.expert_count": 4}
+MOE_META = {
+    "general.architecture": "qwen3moe",
+    "qwen3moe.block_count": 1,
+    "qwen3moe.attention.head_count": 4,
+    "qwen3moe.attention.head_count_kv": 1,
+    "qwen3moe.expert_count": 4,
+}
 
 
 def _moe_tensors() -> list[tuple[str, tuple[int, ...], int]]:
-    return [("token_embd.weight", (64, 256), GGMLType.F16), ("blk.0.attn_q.weight", (256, 256), GGMLType.F16),
-            ("blk.0.attn_v.weight", (64, 256), GGMLType.F16), ("blk.0.attn_norm.weight", (256,), GGMLType.F32),
-            ("blk.0.ffn_gate_inp.weight", (4, 256), GGMLType.F32),
-            ("blk.0.ffn_gate_exps.weight", (4, 128, 256), MXFP4), ("blk.0.ffn_up_exps.weight", (4, 128, 256), MXFP4),
-            ("blk.0.ffn_down_exps.weight", (4, 256, 128), MXFP4)]
+    return [
+        ("token_embd.weight", (64, 256), GGMLType.F16),
+        ("blk.0.attn_q.weight", (256, 256), GGMLType.F16),
+        ("blk.0.attn_v.weight", (64, 256), GGMLType.F16),
+        ("blk.0.attn_norm.weight", (256,), GGMLType.F32),
+        ("blk.0.ffn_gate_inp.weight", (4, 256), GGMLType.F32),
+        ("blk.0.ffn_gate_exps.weight", (4, 128, 256), MXFP4),
+        ("blk.0.ffn_up_exps.weight", (4, 128, 256), MXFP4),
+        ("blk.0.ffn_down_exps.weight", (4, 256, 128), MXFP4),
+    ]
 
 
 @pytest.mark.parametrize("ftype", ["Q4_K_M", "Q8_0", "IQ4_XS", "Q2_K", "F16", "F32"])
@@ -193,8 +207,11 @@ def test_quantize_model_copies_mxfp4_tensors_unchanged(tmp_path):
     tensors, data = _moe_tensors(), {}
     for name, shape, t in tensors:
         x = (rng.standard_normal(shape) * 0.1).astype(np.float32)
-        data[name] = {GGMLType.F16: lambda v: v.astype(np.float16).view(np.uint8), GGMLType.F32: lambda v: v.view(
-            np.uint8), MXFP4: lambda v: quant.quantize(v, MXFP4)}[t](x).reshape(int(np.prod(shape[:-1])), -1)
+        data[name] = {
+            GGMLType.F16: lambda v: v.astype(np.float16).view(np.uint8),
+            GGMLType.F32: lambda v: v.view(np.uint8),
+            MXFP4: lambda v: quant.quantize(v, MXFP4),
+        }[t](x).reshape(int(np.prod(shape[:-1])), -1)
     src, dst = tmp_path / "src.gguf", tmp_path / "dst.gguf"
     with gguf_io.GGUFWriter(src, {**MOE_META, "general.file_type": 1}) as w:
         for name, shape, t in tensors:
@@ -217,6 +234,7 @@ def test_quantize_model_copies_mxfp4_tensors_unchanged(tmp_path):
 def _write_raw_gguf(path, infos: list[tuple[str, tuple[int, ...], int, int]], payload: bytes) -> None:
     """A GGUF v3 with these tensor infos (name, ne in GGUF order, type, data offset) and payload as the data, whatever
     the shapes say."""
+
     def s(b: bytes) -> bytes:
         return struct.pack("<Q", len(b)) + b
 
@@ -228,14 +246,23 @@ def _write_raw_gguf(path, infos: list[tuple[str, tuple[int, ...], int, int]], pa
     path.write_bytes(head + bytes(-len(head) % 32) + payload)
 
 
-
-@pytest.mark.parametrize("infos, payload, match", [
-    ([(UP, (48, 2), MXFP4, 0)], 3 * 17, rf"tensor '{UP}'.*row length 48 is not a multiple of the MXFP4 block size 32"),
-    ([(UP, (64, 4, 2), MXFP4, 0)], 16 * 17 - 1, r"truncated file: header says \d+ bytes needed"),
-    # 16 blocks (272 bytes) declared where the next tensor starts after 256: the two overlap
-    ([(UP, (64, 4, 2), MXFP4, 0), ("b", (8,), GGMLType.F32, 256)], 288,
-     rf"tensors '{UP}' \[\d+, \d+\) and 'b' .*overlap"),
-])
+@pytest.mark.parametrize(
+    "infos, payload, match",
+    [
+        (
+            [(UP, (48, 2), MXFP4, 0)],
+            3 * 17,
+            rf"tensor '{UP}'.*row length 48 is not a multiple of the MXFP4 block size 32",
+        ),
+        ([(UP, (64, 4, 2), MXFP4, 0)], 16 * 17 - 1, r"truncated file: header says \d+ bytes needed"),
+        # 16 blocks (272 bytes) declared where the next tensor starts after 256: the two overlap
+        (
+            [(UP, (64, 4, 2), MXFP4, 0), ("b", (8,), GGMLType.F32, 256)],
+            288,
+            rf"tensors '{UP}' \[\d+, \d+\) and 'b' .*overlap",
+        ),
+    ],
+)
 def test_a_tensor_not_of_whole_blocks_is_refused_by_name(tmp_path, infos, payload, match):
     path = tmp_path / "bad.gguf"
     _write_raw_gguf(path, infos, bytes(payload))
@@ -272,6 +299,9 @@ def test_the_finite_scan_refuses_an_overflowing_exponent_by_name_and_place():
     check_finite({"ok": _T((7, 64), raw[:7].copy())})  # rows before the overflowing block: legal
     with np.errstate(over="ignore"):
         assert np.isfinite(quant.dequantize(raw[:7], MXFP4, (7, 64))).all()
-    with pytest.raises(InvalidModel, match=r"tensor 'blk.0.ffn_up_exps.weight' \(MXFP4\) has a block exponent "
-                                           r"e = 253 in block 1 of expert 1, row 3: its element 4 x 2\^126 overflows"):
+    with pytest.raises(
+        InvalidModel,
+        match=r"tensor 'blk.0.ffn_up_exps.weight' \(MXFP4\) has a block exponent "
+        r"e = 253 in block 1 of expert 1, row 3: its element 4 x 2\^126 overflows",
+    ):
         check_finite({UP: _T((2, 4, 64), raw)})

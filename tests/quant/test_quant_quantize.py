@@ -1,5 +1,6 @@
 """quant's quantizers: byte-exact with gguf.quants (legacy and float types) and with ggml's C when present,
 K-quants within llama.cpp's round-trip error bounds, activation quantizers as llama.cpp's x86 backend."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -80,8 +81,16 @@ def test_k_quant_round_trip_within_llamacpp_bounds(ggml_type):
 # Q5_K 0.0361, Q6_K 0.0177, Q4_0 0.0858, Q4_1 0.0781, Q5_0 0.0427, Q5_1 0.0378, Q8_0 0.0053; the bounds
 # leave about 5% headroom. They match the usual figures for these formats (bits per weight 2.6 .. 8.5).
 GAUSSIAN_BOUNDS = {
-    GGMLType.Q2_K: 0.31, GGMLType.Q3_K: 0.16, GGMLType.Q4_K: 0.075, GGMLType.Q5_K: 0.038, GGMLType.Q6_K: 0.019,
-    GGMLType.Q4_0: 0.09, GGMLType.Q4_1: 0.082, GGMLType.Q5_0: 0.045, GGMLType.Q5_1: 0.040, GGMLType.Q8_0: 0.0056,
+    GGMLType.Q2_K: 0.31,
+    GGMLType.Q3_K: 0.16,
+    GGMLType.Q4_K: 0.075,
+    GGMLType.Q5_K: 0.038,
+    GGMLType.Q6_K: 0.019,
+    GGMLType.Q4_0: 0.09,
+    GGMLType.Q4_1: 0.082,
+    GGMLType.Q5_0: 0.045,
+    GGMLType.Q5_1: 0.040,
+    GGMLType.Q8_0: 0.0056,
 }
 
 
@@ -106,12 +115,18 @@ def test_k_quant_edge_rows_decode_sanely(ggml_type):
 
 
 C_SYMBOLS = {
-    GGMLType.Q4_0: "quantize_row_q4_0_ref", GGMLType.Q4_1: "quantize_row_q4_1_ref",
-    GGMLType.Q5_0: "quantize_row_q5_0_ref", GGMLType.Q5_1: "quantize_row_q5_1_ref",
-    GGMLType.Q8_0: "quantize_row_q8_0_ref", GGMLType.Q8_1: "quantize_row_q8_1_ref",
-    GGMLType.Q8_K: "quantize_row_q8_K_ref", GGMLType.Q2_K: "quantize_row_q2_K_ref",
-    GGMLType.Q3_K: "quantize_row_q3_K_ref", GGMLType.Q4_K: "quantize_row_q4_K_ref",
-    GGMLType.Q5_K: "quantize_row_q5_K_ref", GGMLType.Q6_K: "quantize_row_q6_K_ref",
+    GGMLType.Q4_0: "quantize_row_q4_0_ref",
+    GGMLType.Q4_1: "quantize_row_q4_1_ref",
+    GGMLType.Q5_0: "quantize_row_q5_0_ref",
+    GGMLType.Q5_1: "quantize_row_q5_1_ref",
+    GGMLType.Q8_0: "quantize_row_q8_0_ref",
+    GGMLType.Q8_1: "quantize_row_q8_1_ref",
+    GGMLType.Q8_K: "quantize_row_q8_K_ref",
+    GGMLType.Q2_K: "quantize_row_q2_K_ref",
+    GGMLType.Q3_K: "quantize_row_q3_K_ref",
+    GGMLType.Q4_K: "quantize_row_q4_K_ref",
+    GGMLType.Q5_K: "quantize_row_q5_K_ref",
+    GGMLType.Q6_K: "quantize_row_q6_K_ref",
 }
 
 

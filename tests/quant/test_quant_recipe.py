@@ -1,4 +1,5 @@
 """llama-quantize's per-tensor recipe: it must reproduce the real files' tensor types exactly."""
+
 from __future__ import annotations
 
 import pytest
@@ -34,9 +35,16 @@ def tiny(n_layer: int, n_embd: int, tied: bool = True):
     if not tied:
         tensors.append(("output.weight", (100, n_embd), GGMLType.F16))
     for i in range(n_layer):
-        for part, shape in (("attn_q", (n_embd, n_embd)), ("attn_k", (n_embd, n_embd)), ("attn_v", (n_embd, n_embd)),
-                            ("attn_output", (n_embd, n_embd)), ("ffn_gate", (512, n_embd)),
-                            ("ffn_up", (512, n_embd)), ("ffn_down", (n_embd, 512)), ("attn_norm", (n_embd,))):
+        for part, shape in (
+            ("attn_q", (n_embd, n_embd)),
+            ("attn_k", (n_embd, n_embd)),
+            ("attn_v", (n_embd, n_embd)),
+            ("attn_output", (n_embd, n_embd)),
+            ("ffn_gate", (512, n_embd)),
+            ("ffn_up", (512, n_embd)),
+            ("ffn_down", (n_embd, 512)),
+            ("attn_norm", (n_embd,)),
+        ):
             tensors.append((f"blk.{i}.{part}.weight", shape, GGMLType.F16 if len(shape) == 2 else GGMLType.F32))
     return tensors, {"general.architecture": "llama", "llama.block_count": n_layer}
 
@@ -75,16 +83,27 @@ def test_fallbacks_for_rows_not_a_multiple_of_256():
     assert m5["blk.2.attn_q.weight"] == GGMLType.Q5_1  # Q5_K -> Q5_1
     odd = [("blk.0.attn_q.weight", (8, 40), GGMLType.F32)]
     assert recipe.plan(odd, {"general.architecture": "llama", "llama.block_count": 1}, "q4_K_M") == {
-        "blk.0.attn_q.weight": GGMLType.F16}  # not even a multiple of 32
+        "blk.0.attn_q.weight": GGMLType.F16
+    }  # not even a multiple of 32
     with pytest.raises(QuantError, match="no fallback"):
         recipe.plan(odd, {"general.architecture": "llama", "llama.block_count": 1}, "q8_0")
 
 
 def test_llama_order_and_bad_names():
-    names = ["blk.10.attn_q.weight", "output_norm.weight", "blk.2.ffn_up.weight", "blk.2.attn_k.weight",
-             "token_embd.weight"]
-    assert recipe.llama_order(names) == ["output_norm.weight", "token_embd.weight", "blk.2.attn_k.weight",
-                                         "blk.2.ffn_up.weight", "blk.10.attn_q.weight"]
+    names = [
+        "blk.10.attn_q.weight",
+        "output_norm.weight",
+        "blk.2.ffn_up.weight",
+        "blk.2.attn_k.weight",
+        "token_embd.weight",
+    ]
+    assert recipe.llama_order(names) == [
+        "output_norm.weight",
+        "token_embd.weight",
+        "blk.2.attn_k.weight",
+        "blk.2.ffn_up.weight",
+        "blk.10.attn_q.weight",
+    ]
     with pytest.raises(QuantError, match="unsupported quantization type 'q3_x'"):
         recipe.get_file_type("q3_x")
 

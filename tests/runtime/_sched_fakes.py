@@ -1,5 +1,6 @@
 """The scheduler's test doubles: a fake clock, a zoo of fake models that record what ran, a reader thread per
 stream (as a client's connection), and a fixture that stops the schedulers a test made."""
+
 import threading
 import time
 

@@ -1,5 +1,6 @@
 """Issue 43, part 4: one channel type from the batch driver to the HTTP side (runtime.channel), read by a thread with
 get() or by an event loop with drain(): every event waiting per wake-up, no worker-thread call per event."""
+
 from __future__ import annotations
 
 import asyncio
@@ -73,6 +74,7 @@ def test_a_streams_error_comes_after_the_events_before_it(sched):
 def test_the_pump_starts_the_work_once_then_reads_with_no_thread(sched, monkeypatch):
     """The reader's one executor call renders and submits (the work); every event after it comes off the driver's
     channel on the event loop."""
+
     def refuse(*a, **k):
         raise AssertionError("a worker-thread call per event")
 

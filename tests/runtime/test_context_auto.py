@@ -1,6 +1,7 @@
 """The automatic context (issue 47): the trained length, capped by the memory tier, halved while the load's private
 memory would take more than half of what is available; LOCALRT_CONTEXT_LENGTH, a model's PARAMETER and the request
 each override it."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -14,8 +15,10 @@ from localrt.runtime.service import Service
 GIB = 1 << 30
 
 
-@pytest.mark.parametrize("total, ceiling", [(8 * GIB, 8192), (16 * GIB, 8192), (23 * GIB, 32768),
-                                            (32 * GIB, 32768), (47 * GIB, 262144), (512 * GIB, 262144)])
+@pytest.mark.parametrize(
+    "total, ceiling",
+    [(8 * GIB, 8192), (16 * GIB, 8192), (23 * GIB, 32768), (32 * GIB, 32768), (47 * GIB, 262144), (512 * GIB, 262144)],
+)
 def test_the_memory_tiers(total, ceiling):
     assert context_ceiling(total) == ceiling
 
@@ -49,6 +52,7 @@ def service(tmp_path):
         s = Service(conf, scheduler_kw={"available_fn": lambda: 16 * GIB}, total_memory_fn=lambda: 16 * GIB)
         made.append(s)
         return s
+
     made: list[Service] = []
     yield make
     for s in made:

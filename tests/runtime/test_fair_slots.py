@@ -2,6 +2,7 @@
 scheduler letting a newcomer past num_parallel, the Batcher parking a sequence out of its slot and resuming it
 unchanged (greedy and seeded, logprobs bit for bit, slot-bound rings too), and the BatchDriver pausing a flooding
 client's newest request for another client's. tests/e2e/test_daemon_fair_slots.py runs it all in a real daemon."""
+
 from __future__ import annotations
 
 import logging
@@ -28,15 +29,18 @@ def test_a_clients_cap_is_its_share_rounded_up(slots, clients, want):
     assert fairness.cap(slots, clients) == want
 
 
-@pytest.mark.parametrize("holders, waiting, slots, want", [
-    ([("a", 0, "a0"), ("a", 1, "a1")], ["b"], 2, "a1"),  # a holds both: its newest gives way
-    ([("a", 0, "a0"), ("a", 1, "a1")], ["a"], 2, None),  # only a's own work waits
-    ([("a", 0, "a0"), ("b", 1, "b0")], ["a", "c"], 2, None),  # nobody over the cap of 1: c goes next, no pause
-    ([("a", 0, "a0")], ["b"], 1, None),  # one slot: each client may hold it, no trading it back and forth
-    ([("a", 0, "a0"), ("a", 3, "a1"), ("a", 4, "a2"), ("b", 2, "b0")], ["b", "c"], 4, "a2"),  # cap 2: a has 3
-    ([("a", 5, "a0"), ("a", 1, "a1"), ("b", 2, "b0"), ("b", 3, "b1")], ["c"], 4, None),  # cap 2: nobody over it
-    ([("a", 5, "a0"), ("a", 1, "a1"), ("a", 2, "a2"), ("b", 3, "b0")], ["b"], 4, "a0"),  # the newest by arrival
-])
+@pytest.mark.parametrize(
+    "holders, waiting, slots, want",
+    [
+        ([("a", 0, "a0"), ("a", 1, "a1")], ["b"], 2, "a1"),  # a holds both: its newest gives way
+        ([("a", 0, "a0"), ("a", 1, "a1")], ["a"], 2, None),  # only a's own work waits
+        ([("a", 0, "a0"), ("b", 1, "b0")], ["a", "c"], 2, None),  # nobody over the cap of 1: c goes next, no pause
+        ([("a", 0, "a0")], ["b"], 1, None),  # one slot: each client may hold it, no trading it back and forth
+        ([("a", 0, "a0"), ("a", 3, "a1"), ("a", 4, "a2"), ("b", 2, "b0")], ["b", "c"], 4, "a2"),  # cap 2: a has 3
+        ([("a", 5, "a0"), ("a", 1, "a1"), ("b", 2, "b0"), ("b", 3, "b1")], ["c"], 4, None),  # cap 2: nobody over it
+        ([("a", 5, "a0"), ("a", 1, "a1"), ("a", 2, "a2"), ("b", 3, "b0")], ["b"], 4, "a0"),  # the newest by arrival
+    ],
+)
 def test_the_victim_is_the_newest_request_of_the_client_holding_the_most(holders, waiting, slots, want):
     assert fairness.victim(holders, waiting, slots) == want
 
@@ -117,7 +121,9 @@ SAMPLED = {"temperature": 1.5, "top_k": 3, "seed": 7}
 @pytest.fixture(scope="module", params=["llama", "gemma3"])
 def tiny(request, tmp_path_factory):
     path = tmp_path_factory.mktemp("fair") / f"{request.param}.gguf"
-    spec = Spec(seed=5, wtype=8) if request.param == "llama" else Spec(arch="gemma3", n_layer=6, window=8, seed=2, wtype=8)
+    spec = (
+        Spec(seed=5, wtype=8) if request.param == "llama" else Spec(arch="gemma3", n_layer=6, window=8, seed=2, wtype=8)
+    )
     write_model(path, spec)  # gemma3: sliding-window rings per slot, so a parked sequence replays from scratch
     return load_model(path, num_ctx=256, num_batch=64, n_slots=2)
 
@@ -131,14 +137,22 @@ def _alone(model, ids, opts):
 
 def _same(have, want):
     assert have[:-1] == want[:-1]  # tokens and logprobs, bit for bit
-    assert (have[-1].eval_count, have[-1].done_reason, have[-1].context) == (want[-1].eval_count, want[-1].done_reason, want[-1].context)
+    assert (have[-1].eval_count, have[-1].done_reason, have[-1].context) == (
+        want[-1].eval_count,
+        want[-1].done_reason,
+        want[-1].context,
+    )
 
 
 @pytest.mark.parametrize("when", ["prefill", "decode"])
 def test_a_parked_sequence_resumes_with_unchanged_tokens(tiny, when):
     model = tiny
     a_ids, b_ids, c_ids = [60, 70, 71, 72] * 20, [61, 70, 71] * 30, [62, 75] * 9  # 80 and 90: a BLAS piece each
-    a_opts, b_opts, c_opts = {"temperature": 0, "num_predict": 60}, {**SAMPLED, "num_predict": 50}, {"temperature": 0, "num_predict": 12}
+    a_opts, b_opts, c_opts = (
+        {"temperature": 0, "num_predict": 60},
+        {**SAMPLED, "num_predict": 50},
+        {"temperature": 0, "num_predict": 12},
+    )
     alone = [_alone(model, ids, o) for ids, o in ((a_ids, a_opts), (b_ids, b_opts), (c_ids, c_opts))]
     batcher = Batcher(model)
     events: dict[int, list] = {}
@@ -193,9 +207,11 @@ def _submit(driver, client, ids, opts):
 
 def test_the_driver_pauses_a_flooding_clients_newest_request_for_a_newcomer(tiny, caplog):
     model = tiny
-    reqs = {"a1": ([60, 70, 71, 72] * 20, {"temperature": 0, "num_predict": 150}),
-            "a2": ([61, 70, 71] * 30, {**SAMPLED, "num_predict": 150}),
-            "b": ([62, 75] * 9, {"temperature": 0, "num_predict": 8})}
+    reqs = {
+        "a1": ([60, 70, 71, 72] * 20, {"temperature": 0, "num_predict": 150}),
+        "a2": ([61, 70, 71] * 30, {**SAMPLED, "num_predict": 150}),
+        "b": ([62, 75] * 9, {"temperature": 0, "num_predict": 8}),
+    }
     alone = {k: _alone(model, ids, o) for k, (ids, o) in reqs.items()}
     driver = BatchDriver(model, 2)
     got: dict[str, list] = {}

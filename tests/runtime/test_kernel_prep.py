@@ -1,6 +1,7 @@
 """While a first answer waits on kernels being compiled for this CPU, the daemon says so (GET /api/kernels) and
 `localrt run` shows it on its spinner line (issue 46 friction: about two minutes behind a bare spinner looked hung).
 The counts are Numba's own compile events, not a timer."""
+
 from __future__ import annotations
 
 import io
@@ -21,11 +22,12 @@ from localrt.serve.daemon import BackgroundServer
 from _testpaths import REPO
 
 
-
 def fresh_kernel(k: int):
     """A function Numba has never compiled in this process (no cache): calling it compiles it."""
+
     def kernel_under_test(x):
         return x * 2 + k
+
     return numba.njit(kernel_under_test)
 
 
@@ -60,8 +62,14 @@ def test_compiles_are_counted_and_named_while_they_run():
 
 
 def test_the_spinner_line_says_what_is_compiling(monkeypatch):
-    reports = iter([{"compiling": False, "compiled": 4}, {"compiling": True, "compiled": 4, "kernel": "matvec_q8_0"},
-                    {"compiling": False, "compiled": 6}, None])
+    reports = iter(
+        [
+            {"compiling": False, "compiled": 4},
+            {"compiling": True, "compiled": 4, "kernel": "matvec_q8_0"},
+            {"compiling": False, "compiled": 6},
+            None,
+        ]
+    )
     monkeypatch.setattr(Client, "kernels", lambda self: next(reports))
     detail = sp.kernel_detail(Client("http://127.0.0.1:9"))
     assert detail() is None  # nothing compiled since the wait began: the plain spinner
@@ -104,11 +112,24 @@ def test_run_shows_kernel_preparation_while_the_first_answer_waits(tmp_path):
         with BackgroundServer(service, conf):
             url = f"http://127.0.0.1:{conf.port}"
             assert httpx.get(url + "/api/kernels", timeout=10).json()["compiling"] is False
-            env = {k: v for k, v in os.environ.items() if not k.startswith("LOCALRT_") and k not in ("COLUMNS", "LINES")}
-            env.update(LOCALRT_HOST=f"127.0.0.1:{conf.port}", LOCALRT_MODELS=str(conf.models_dir),
-                       LOCALRT_DATA=str(tmp_path / "data"), LOCALRT_API_KEY="")
-            child = pexpect.spawn(sys.executable, ["-m", "cli", "run", "smollm2:135m", "hi"], cwd=str(REPO), env=env,
-                                  encoding="utf-8", timeout=90, dimensions=(40, 200))
+            env = {
+                k: v for k, v in os.environ.items() if not k.startswith("LOCALRT_") and k not in ("COLUMNS", "LINES")
+            }
+            env.update(
+                LOCALRT_HOST=f"127.0.0.1:{conf.port}",
+                LOCALRT_MODELS=str(conf.models_dir),
+                LOCALRT_DATA=str(tmp_path / "data"),
+                LOCALRT_API_KEY="",
+            )
+            child = pexpect.spawn(
+                sys.executable,
+                ["-m", "cli", "run", "smollm2:135m", "hi"],
+                cwd=str(REPO),
+                env=env,
+                encoding="utf-8",
+                timeout=90,
+                dimensions=(40, 200),
+            )
             child.expect(pexpect.EOF)
             out = child.before
     finally:

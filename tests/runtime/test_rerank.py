@@ -2,6 +2,7 @@
 llama.cpp scores it (its head outputs, tests/data/bert/rerank.npz), the prompt llama-server builds for a query and
 a document (its /v1/rerank replies, rerank_server.json, agree score by score), the request and reply shapes, and
 the refusals. References: bench/make_bert_reference.py rerank."""
+
 from __future__ import annotations
 
 import json
@@ -23,8 +24,11 @@ from localrt.runtime.rerank import (
 from localrt.serve.rerank_compat import rerank_reply, rerank_request
 
 CASES = {  # reference label -> (wtype, write_reranker keywords, absolute tolerance on the scores)
-    "f32": (bertgen.F32, {}, 2e-3), "f16": (bertgen.F16, {}, 3e-3), "q8_0": (bertgen.Q8_0, {}, 3e-2),
-    "f32_output": (bertgen.F32, {"head": "output"}, 2e-3), "f32_dense": (bertgen.F32, {"head": "dense"}, 2e-3),
+    "f32": (bertgen.F32, {}, 2e-3),
+    "f16": (bertgen.F16, {}, 3e-3),
+    "q8_0": (bertgen.Q8_0, {}, 3e-2),
+    "f32_output": (bertgen.F32, {"head": "output"}, 2e-3),
+    "f32_dense": (bertgen.F32, {"head": "dense"}, 2e-3),
     "f32_mean": (bertgen.F32, {"classifier_pooling": 1}, 2e-3),
     "f32_labels": (bertgen.F32, {"labels": ["no", "yes"]}, 2e-3),
 }
@@ -49,8 +53,14 @@ def test_head_scores_equal_llamacpp(tmp_path, label):
         scores = model.rank_many(pairs)
         np.testing.assert_allclose(scores, ref[label][:, 0], atol=tol)  # llama-server's score: the first output
         for ids, want in zip(pairs, ref[label]):  # every output of the head, each sequence alone
-            got = model.arch.rank(model.backend, model.config, model.weights, model.hidden(ids), [len(ids)],
-                                  mean=model.rank_pooling == "mean")
+            got = model.arch.rank(
+                model.backend,
+                model.config,
+                model.weights,
+                model.hidden(ids),
+                [len(ids)],
+                mean=model.rank_pooling == "mean",
+            )
             np.testing.assert_allclose(got[0], want, atol=tol)
     finally:
         model.close()
@@ -90,13 +100,19 @@ def test_the_plain_prompt_is_cls_query_sep_document_sep(reranker):
 SP = {"bos": 2, "eos": 3, "sep": 4}
 
 
-@pytest.mark.parametrize("flags, want", [
-    ({"add_bos": True, "add_eos": True, "add_sep": False}, [2, 10, 11, 3, 20, 3]),  # bert from HF: eos = [SEP]
-    ({"add_bos": True, "add_eos": False, "add_sep": True}, [2, 10, 11, 4, 20]),  # llama.cpp's WPM defaults
-    ({"add_bos": True, "add_eos": True, "add_sep": True}, [2, 10, 11, 3, 4, 20, 3]),  # roberta: <s> q </s></s> d </s>
-    ({"add_bos": False, "add_eos": False, "add_sep": False}, [10, 11, 20]),
-    ({"add_bos": False, "add_eos": True, "add_sep": False, "eos": None}, [10, 11, 4, 20, 4]),  # no eos: sep instead
-])
+@pytest.mark.parametrize(
+    "flags, want",
+    [
+        ({"add_bos": True, "add_eos": True, "add_sep": False}, [2, 10, 11, 3, 20, 3]),  # bert from HF: eos = [SEP]
+        ({"add_bos": True, "add_eos": False, "add_sep": True}, [2, 10, 11, 4, 20]),  # llama.cpp's WPM defaults
+        (
+            {"add_bos": True, "add_eos": True, "add_sep": True},
+            [2, 10, 11, 3, 4, 20, 3],
+        ),  # roberta: <s> q </s></s> d </s>
+        ({"add_bos": False, "add_eos": False, "add_sep": False}, [10, 11, 20]),
+        ({"add_bos": False, "add_eos": True, "add_sep": False, "eos": None}, [10, 11, 4, 20, 4]),  # no eos: sep instead
+    ],
+)
 def test_pair_ids_follow_the_vocabularys_flags(flags, want):
     sp = Specials(**{**SP, **flags})
     assert pair_ids([10, 11], [20], sp) == want
@@ -136,7 +152,9 @@ def test_a_rank_file_without_a_head_is_refused_by_name(tmp_path):
     path = tmp_path / "headless.gguf"
     bertgen.write_reranker(path)
     with pytest.raises(InvalidModel, match="cls.output.weight"):
-        load_model(_drop(path, tmp_path / "bad.gguf", ("cls.weight", "cls.bias", "cls.output.weight", "cls.output.bias")))
+        load_model(
+            _drop(path, tmp_path / "bad.gguf", ("cls.weight", "cls.bias", "cls.output.weight", "cls.output.bias"))
+        )
 
 
 def test_an_embedding_model_does_not_rank_and_a_reranker_does_not_embed(tmp_path, reranker):
@@ -168,23 +186,26 @@ def _drop(src, dst, names):
 BODY = {"model": "m", "query": "q", "documents": ["a", "b", "c"]}
 
 
-@pytest.mark.parametrize("change, message", [
-    ({"model": None}, "model is required"),
-    ({"query": None}, "query is required"),
-    ({"query": 5}, "query must be a string"),
-    ({"documents": []}, "non-empty array of strings"),
-    ({"documents": None}, "non-empty array of strings"),
-    ({"documents": "a"}, "non-empty array of strings"),
-    ({"documents": ["a", 2]}, r"documents\[1\] must be a string"),
-    ({"documents": ["a", {"text": "b"}]}, r"documents\[1\] must be a string, got an object"),
-    ({"documents": ["d"] * (MAX_DOCUMENTS + 1)}, f"at most {MAX_DOCUMENTS}"),
-    ({"top_n": -1}, "top_n must be 0 or more"),
-    ({"top_n": "2"}, "top_n must be an integer"),
-    ({"top_n": 1.5}, "top_n must be an integer"),
-    ({"top_n": True}, "top_n must be an integer"),
-    ({"return_documents": "yes"}, "return_documents must be a boolean"),
-    ({"texts": ["a"]}, "not both"),
-])
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        ({"model": None}, "model is required"),
+        ({"query": None}, "query is required"),
+        ({"query": 5}, "query must be a string"),
+        ({"documents": []}, "non-empty array of strings"),
+        ({"documents": None}, "non-empty array of strings"),
+        ({"documents": "a"}, "non-empty array of strings"),
+        ({"documents": ["a", 2]}, r"documents\[1\] must be a string"),
+        ({"documents": ["a", {"text": "b"}]}, r"documents\[1\] must be a string, got an object"),
+        ({"documents": ["d"] * (MAX_DOCUMENTS + 1)}, f"at most {MAX_DOCUMENTS}"),
+        ({"top_n": -1}, "top_n must be 0 or more"),
+        ({"top_n": "2"}, "top_n must be an integer"),
+        ({"top_n": 1.5}, "top_n must be an integer"),
+        ({"top_n": True}, "top_n must be an integer"),
+        ({"return_documents": "yes"}, "return_documents must be a boolean"),
+        ({"texts": ["a"]}, "not both"),
+    ],
+)
 def test_bad_requests_are_refused_with_a_clear_message(change, message):
     body = {k: v for k, v in {**BODY, **change}.items() if v is not None}
     with pytest.raises(InvalidRequest, match=message):
@@ -192,8 +213,16 @@ def test_bad_requests_are_refused_with_a_clear_message(change, message):
 
 
 def test_the_request_reads_every_known_field_and_lists_the_unknown():
-    req = rerank_request({**BODY, "top_n": 2.0, "return_documents": True, "keep_alive": "1m",
-                          "options": {"num_ctx": 32}, "rank_fields": ["x"]})
+    req = rerank_request(
+        {
+            **BODY,
+            "top_n": 2.0,
+            "return_documents": True,
+            "keep_alive": "1m",
+            "options": {"num_ctx": 32},
+            "rank_fields": ["x"],
+        }
+    )
     assert (req.top_n, req.return_documents, req.tei, req.keep_alive) == (2, True, False, "1m")
     assert req.options == {"num_ctx": 32} and req.ignored == ["rank_fields"]
     tei = rerank_request({"model": "m", "query": "q", "texts": ["a"], "return_text": True})
@@ -211,8 +240,12 @@ def test_the_reply_lists_results_by_score_as_llama_server():
     out = rerank_reply(_req(), NATIVE)
     assert out["model"] == "m" and out["object"] == "list"
     assert out["usage"] == {"prompt_tokens": 17, "total_tokens": 17}
-    assert out["results"] == [{"index": 1, "relevance_score": 2.0}, {"index": 0, "relevance_score": 0.5},
-                              {"index": 3, "relevance_score": 0.5}, {"index": 2, "relevance_score": -1.0}]
+    assert out["results"] == [
+        {"index": 1, "relevance_score": 2.0},
+        {"index": 0, "relevance_score": 0.5},
+        {"index": 3, "relevance_score": 0.5},
+        {"index": 2, "relevance_score": -1.0},
+    ]
 
 
 @pytest.mark.parametrize("top_n, n", [(None, 4), (0, 0), (2, 2), (4, 4), (99, 4)])
@@ -223,7 +256,9 @@ def test_top_n_keeps_the_best(top_n, n):
 
 def test_return_documents_and_the_tei_shape():
     assert rerank_reply(_req(return_documents=True, top_n=1), NATIVE)["results"] == [
-        {"index": 1, "relevance_score": 2.0, "document": {"text": "b"}}]
+        {"index": 1, "relevance_score": 2.0, "document": {"text": "b"}}
+    ]
     assert rerank_reply(_req(tei=True, top_n=2), NATIVE) == [{"index": 1, "score": 2.0}, {"index": 0, "score": 0.5}]
     assert rerank_reply(_req(tei=True, return_documents=True, top_n=1), NATIVE) == [
-        {"index": 1, "score": 2.0, "text": "b"}]
+        {"index": 1, "score": 2.0, "text": "b"}
+    ]

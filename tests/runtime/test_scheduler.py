@@ -10,6 +10,7 @@ from localrt.runtime.scheduler import MemoryNeed, Request, Scheduler
 
 from _sched_fakes import GiB, FakeClock, Reader, Zoo, make, names, req, sched, wait_until  # noqa: F401 - sched: a fixture
 
+
 def test_request_is_served_and_model_reused(sched):
     s, zoo, _ = sched()
     assert list(s.submit(req(id=1))) == [("a", 1, 0), ("a", 1, 1)]
@@ -52,18 +53,19 @@ def test_keep_alive_zero_unloads_right_after_the_request(sched):
     assert names(s) == []
 
 
-
 def test_on_unloaded_runs_once_the_model_is_closed_and_dropped():
     zoo, seen = Zoo(), []
     config = Config(keep_alive="5m", max_loaded_models=3, max_queue=16, num_parallel=1)
-    s = Scheduler(zoo.load, config, clock=FakeClock(), wall_clock=lambda: 0.0,
-                  on_unloaded=lambda: seen.append(list(zoo.closed)))
+    s = Scheduler(
+        zoo.load, config, clock=FakeClock(), wall_clock=lambda: 0.0, on_unloaded=lambda: seen.append(list(zoo.closed))
+    )
     try:
         list(s.submit(req(id=1, keep_alive=0)))
         wait_until(lambda: seen)
         assert seen == [[("a", 4096)]]  # after close(), the service hands the model's memory back (runtime.service)
     finally:
         s.stop(timeout=2)
+
 
 def test_negative_keep_alive_keeps_forever(sched):
     s, zoo, clock = sched()
@@ -336,8 +338,13 @@ def test_work_function_can_be_passed_with_the_request(sched):
 
 @pytest.mark.parametrize(
     "cfg,match",
-    [({"num_parallel": -1}, "NUM_PARALLEL"), ({"num_parallel": 17}, "NUM_PARALLEL"), ({"max_queue": 0}, "MAX_QUEUE"), ({"keep_alive": "soon"}, "KEEP_ALIVE"),
-     ({"max_loaded_models": -1}, "MAX_LOADED")],
+    [
+        ({"num_parallel": -1}, "NUM_PARALLEL"),
+        ({"num_parallel": 17}, "NUM_PARALLEL"),
+        ({"max_queue": 0}, "MAX_QUEUE"),
+        ({"keep_alive": "soon"}, "KEEP_ALIVE"),
+        ({"max_loaded_models": -1}, "MAX_LOADED"),
+    ],
 )
 def test_bad_configuration_is_refused(cfg, match):
     with pytest.raises(ValueError, match=match):

@@ -1,6 +1,7 @@
 """The memory estimate (issue 12, part 4): it reads the model file, so it runs outside the scheduler's lock (a
 slow header no longer stalls a model that is already loaded); it caps num_ctx as the loader does; and prompts
 are fitted to the request's num_ctx, not to whatever num_ctx the model happens to be loaded with."""
+
 from __future__ import annotations
 
 import threading
@@ -77,8 +78,16 @@ def _history(n: int) -> list[dict]:
 
 
 def _chat(srv, num_ctx: int) -> httpx.Response:
-    return httpx.post(srv.url + "/api/chat", json={"model": MODEL, "messages": _history(21), "stream": False,
-                                                  "options": {"num_ctx": num_ctx, "num_predict": 1}}, timeout=30)
+    return httpx.post(
+        srv.url + "/api/chat",
+        json={
+            "model": MODEL,
+            "messages": _history(21),
+            "stream": False,
+            "options": {"num_ctx": num_ctx, "num_predict": 1},
+        },
+        timeout=30,
+    )
 
 
 def test_prompt_is_fitted_to_the_requests_num_ctx_whatever_is_loaded(tmp_path):

@@ -2,6 +2,7 @@
 client progresses; the next job is the one whose client was served least recently; with the queue full a
 less recently served client takes the place of the newest job of the most recently served one; Busy only at the
 bound. Clients are named through Request.client (the HTTP edge sets it from the caller's address)."""
+
 from __future__ import annotations
 
 import threading

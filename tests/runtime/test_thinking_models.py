@@ -3,6 +3,7 @@ the DeepSeek-R1 distills' templates do), so everything it writes is reasoning un
 num_predict and a stop string inside the reasoning, logprobs of reasoning tokens, speculative decoding during
 reasoning (prompt lookup and a draft model, drafts accepted inside the reasoning), a format that leaves the
 reasoning alone; and the constraint that starts after the closing tag, on the real tokenizer."""
+
 from __future__ import annotations
 
 import json
@@ -19,8 +20,10 @@ from localrt.engine.loader import load_model
 from localrt.models import builtin_models
 from localrt.structured.after import AfterReasoning
 
-OPENED = ("{{- range .Messages }}<|im_start|>{{ .Role }}\n{{ if .Thinking }}<think>{{ .Thinking }}</think>\n{{ end }}"
-          "{{ .Content }}<|im_end|>\n{{ end }}<|im_start|>assistant\n<think>\n")
+OPENED = (
+    "{{- range .Messages }}<|im_start|>{{ .Role }}\n{{ if .Thinking }}<think>{{ .Thinking }}</think>\n{{ end }}"
+    "{{ .Content }}<|im_end|>\n{{ end }}<|im_start|>assistant\n<think>\n"
+)
 ASK = [{"role": "user", "content": "Why is the sky blue?"}]
 COPY = [{"role": "user", "content": "Repeat after me three times: the quick brown fox jumps over the lazy dog."}]
 GREEDY = {"temperature": 0, "repeat_penalty": 1.0}
@@ -32,8 +35,16 @@ def daemon(tmp_path_factory):
         c = ollama.Client(host=srv.url)
         c.create(model="opened", from_="smollm2:135m", template=OPENED)
         # SmolLM2 drafting for itself: the draft model shares the tokenizer, and its drafts are the model's own tokens
-        r = httpx.post(srv.url + "/api/create", json={"model": "opened-paired", "from": "opened", "stream": False,
-                                                       "parameters": {"draft_model": "smollm2:135m"}}, timeout=60)
+        r = httpx.post(
+            srv.url + "/api/create",
+            json={
+                "model": "opened-paired",
+                "from": "opened",
+                "stream": False,
+                "parameters": {"draft_model": "smollm2:135m"},
+            },
+            timeout=60,
+        )
         assert r.status_code == 200, r.text
         yield srv
 
@@ -53,8 +64,10 @@ def _chat(srv, model: str, messages: list, stream: bool = False, **options) -> d
         return r.json()
     chunks = [json.loads(line) for line in r.text.splitlines() if line]
     assert chunks[-1]["done"] and all(not c["done"] for c in chunks[:-1])
-    return {**chunks[-1], "message": {k: "".join(c["message"].get(k) or "" for c in chunks)
-                                      for k in ("thinking", "content")}}
+    return {
+        **chunks[-1],
+        "message": {k: "".join(c["message"].get(k) or "" for c in chunks) for k in ("thinking", "content")},
+    }
 
 
 def test_num_predict_running_out_inside_the_reasoning(client):
@@ -73,8 +86,16 @@ def test_a_stop_string_inside_the_reasoning_ends_it_there(client):
 
 
 def test_reasoning_tokens_carry_their_logprobs(client):
-    parts = list(client.chat(model="opened", messages=ASK, options={**GREEDY, "num_predict": 10}, logprobs=True,
-                             top_logprobs=2, stream=True))
+    parts = list(
+        client.chat(
+            model="opened",
+            messages=ASK,
+            options={**GREEDY, "num_predict": 10},
+            logprobs=True,
+            top_logprobs=2,
+            stream=True,
+        )
+    )
     entries = [e for p in parts for e in (p.logprobs or [])]
     assert len(entries) == 10 and all(len(e.top_logprobs) == 2 for e in entries)
     assert "".join(e.token for e in entries).startswith(parts[0].message.thinking[:3])
@@ -137,7 +158,7 @@ def test_the_constraint_holds_from_the_closing_tag_on(tokenizer):
     first = c.allowed_mask()  # reasoning may open, or the answer start: nothing else
     assert first[tokenizer.encode("<", add_special=False)[0]] and first[tokenizer.encode("{", add_special=False)[0]]
     assert not first[tokenizer.encode("Hello", add_special=False)[0]]
-    _feed(c, tokenizer, "<think>Let me write some JSON: {\"a\" Hello")
+    _feed(c, tokenizer, '<think>Let me write some JSON: {"a" Hello')
     assert c.allowed_mask().all() and c.done()  # inside the reasoning: anything, and it may end
     _feed(c, tokenizer, "</think>")
     assert np.array_equal(c.allowed_mask(), inner_start) and not c.done()  # the answer must be the JSON

@@ -1,5 +1,6 @@
 """localrt.serve.malloc: the daemon caps glibc's malloc arenas (threads then share them: glibc's own malloc_info
 counts the heaps), and leaves an explicit MALLOC_ARENA_MAX alone."""
+
 from __future__ import annotations
 
 import os

@@ -3,6 +3,7 @@
 The service here is a stand-in for the engine, so these tests pin the wire format (framing, folding, errors,
 guards) without weights; the end-to-end tests with real models live in test_daemon_*.py.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -45,8 +46,17 @@ class Events:
 
 
 def _done(extra):
-    return {"done": True, "done_reason": "stop", "total_duration": 10, "load_duration": 1, "prompt_eval_count": 3,
-            "prompt_eval_duration": 2, "eval_count": len(WORDS), "eval_duration": 5, **extra}
+    return {
+        "done": True,
+        "done_reason": "stop",
+        "total_duration": 10,
+        "load_duration": 1,
+        "prompt_eval_count": 3,
+        "prompt_eval_duration": 2,
+        "eval_count": len(WORDS),
+        "eval_duration": 5,
+        **extra,
+    }
 
 
 class FakeService:
@@ -81,8 +91,18 @@ class FakeService:
         return {"model": req.model, "embeddings": [[0.6, 0.8] for _ in req.inputs], "prompt_eval_count": 2}
 
     def tags(self):
-        return {"models": [{"name": "tiny:latest", "model": "tiny:latest", "modified_at": "2026-11-29T18:00:00+00:00",
-                            "size": 10, "digest": "ab" * 32, "details": {"format": "gguf", "family": "llama"}}]}
+        return {
+            "models": [
+                {
+                    "name": "tiny:latest",
+                    "model": "tiny:latest",
+                    "modified_at": "2026-11-29T18:00:00+00:00",
+                    "size": 10,
+                    "digest": "ab" * 32,
+                    "details": {"format": "gguf", "family": "llama"},
+                }
+            ]
+        }
 
     def ps(self):
         return {"models": []}
@@ -169,8 +189,16 @@ def test_openai_chat_stream_usage_and_whole(daemon):
     r = c.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "hi"}])
     assert r.choices[0].message.content == "Hello, world!" and r.choices[0].finish_reason == "stop"
     assert r.usage.prompt_tokens == 3 and r.usage.completion_tokens == 4
-    chunks = list(c.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "hi"}], stream=True,
-                                            stream_options={"include_usage": True}, max_tokens=9, seed=1))
+    chunks = list(
+        c.chat.completions.create(
+            model="tiny",
+            messages=[{"role": "user", "content": "hi"}],
+            stream=True,
+            stream_options={"include_usage": True},
+            max_tokens=9,
+            seed=1,
+        )
+    )
     text = "".join(ch.choices[0].delta.content or "" for ch in chunks if ch.choices)
     assert text == "Hello, world!" and chunks[-1].usage.total_tokens == 7
     opts = daemon.service.last.options

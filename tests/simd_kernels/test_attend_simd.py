@@ -1,6 +1,7 @@
 """simd_kernels.attend_simd, the attention kernel's vector loops: a key's dot is the same bits taken with 15 others or alone,
 a value row sum the same however its keys are split into calls, and both agree with float64 sums (F16 and F32 caches).
 The whole kernel against a reference is tests/engine/test_kv_pool.py's and the engine tests'."""
+
 from __future__ import annotations
 
 import numpy as np

@@ -1,6 +1,7 @@
 """Attention sinks (gpt-oss's attn_sinks), YaRN rope and swiglu_oai against float64 NumPy references of ggml's
 formulas: the per-row kernel (both its vector and its loop form), the paged pool and the prompt path's BLAS block
 attention; sink-less calls unchanged bit for bit; bad sinks refused by name."""
+
 from __future__ import annotations
 
 import math
@@ -77,8 +78,15 @@ def test_without_sinks_every_path_gives_the_bits_it_gave_before():
         assert np.array_equal(c, be.attention(q, k, v, pos, slots, window, 0.125, np.empty_like(q), sinks=None))
 
 
-@pytest.mark.parametrize("bad", [np.zeros(N_HEAD + 1, np.float32), np.zeros(N_HEAD, np.float64),
-                                 np.full(N_HEAD, np.nan, np.float32), [0.0] * N_HEAD])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        np.zeros(N_HEAD + 1, np.float32),
+        np.zeros(N_HEAD, np.float64),
+        np.full(N_HEAD, np.nan, np.float32),
+        [0.0] * N_HEAD,
+    ],
+)
 def test_bad_sinks_are_refused_by_name(bad):
     q, k, v, pos, slots, _ = _inputs(16)
     with pytest.raises(KernelArgumentError, match="sinks"):
@@ -89,8 +97,10 @@ def test_bad_sinks_are_refused_by_name(bad):
 
 def _yarn_reference(x, positions, n_rot, base, freq_scale, n_ctx_orig, ext, attn, fast, slow):
     """ggml's rope_yarn (NEOX pairs) in float64."""
+
     def corr(turns):
         return n_rot * math.log(n_ctx_orig / (turns * 2 * math.pi)) / (2 * math.log(base))
+
     low, high = max(0.0, math.floor(corr(fast))), min(n_rot - 1, math.ceil(corr(slow)))
     out = x.astype(np.float64)
     half = n_rot // 2
@@ -123,9 +133,12 @@ def test_yarn_at_scale_one_is_plain_rope():
     rng = np.random.default_rng(3)
     x = rng.standard_normal((8, 2, 16)).astype(np.float32)
     pos = np.arange(8, dtype=np.int64)
-    got = ops.rope(x.copy(), pos, 16, 10000.0, 1.0, np.ones(8, np.float32), ops.ROPE_NEOX, yarn=(64, 1.0, 1.0, 32.0, 1.0))
-    np.testing.assert_allclose(got, ops.rope(x.copy(), pos, 16, 10000.0, 1.0, np.ones(8, np.float32), ops.ROPE_NEOX),
-                               rtol=1e-6, atol=1e-6)
+    got = ops.rope(
+        x.copy(), pos, 16, 10000.0, 1.0, np.ones(8, np.float32), ops.ROPE_NEOX, yarn=(64, 1.0, 1.0, 32.0, 1.0)
+    )
+    np.testing.assert_allclose(
+        got, ops.rope(x.copy(), pos, 16, 10000.0, 1.0, np.ones(8, np.float32), ops.ROPE_NEOX), rtol=1e-6, atol=1e-6
+    )
 
 
 def test_swiglu_oai_matches_ggmls_formula():

@@ -1,5 +1,6 @@
 """Attention-logit soft-capping (gemma2): the per-token kernel against a float64 NumPy reference, the prefill
 (BLAS) path against the kernel, and a token's output independent of what else is in the batch."""
+
 from __future__ import annotations
 
 import math

@@ -1,5 +1,6 @@
 """simd_kernels.jit.OneCompile: a process that wants a kernel another process is compiling waits for it, then loads
 the other's result from the shared cache instead of compiling it again."""
+
 from __future__ import annotations
 
 import json
@@ -49,8 +50,11 @@ WAITER = textwrap.dedent("""
 def _blocked_on(lock: Path) -> bool:
     """Whether /proc/locks lists a process waiting for a lock on this file (its `->` lines)."""
     inode = os.stat(lock).st_ino
-    return any("->" in line and line.split()[6].endswith(f":{inode}")
-               for line in Path("/proc/locks").read_text().splitlines() if len(line.split()) > 6)
+    return any(
+        "->" in line and line.split()[6].endswith(f":{inode}")
+        for line in Path("/proc/locks").read_text().splitlines()
+        if len(line.split()) > 6
+    )
 
 
 @pytest.mark.skipif(not Path("/proc/locks").exists(), reason="needs Linux's /proc/locks to see the waiter")

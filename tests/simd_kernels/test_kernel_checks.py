@@ -2,6 +2,7 @@
 checked matvec / matmul / get_rows, and backend.linear in front of the raw fused kernels) checks the shapes and
 index ranges it will use and raises KernelArgumentError before any kernel runs. The buffers here are the
 right size for the *good* call, so a kernel that ran anyway would write past them."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -37,10 +38,18 @@ def f16_caches(n_slots=1, cap=CAP, hd=HD, hd_v=HD):
 
 BAD_CALLS = {
     # rope: n_rot beyond the head (the heap corruption of issue 12), odd, zero; short freq factors / positions
-    "rope_n_rot_larger": lambda: ops.rope(f32(N_TOK, N_HEAD, HD), POS, 2 * HD, 1e4, 1.0, np.ones(HD, np.float32), ops.ROPE_NEOX),
-    "rope_n_rot_odd": lambda: ops.rope(f32(N_TOK, N_HEAD, HD), POS, HD - 1, 1e4, 1.0, np.ones(7, np.float32), ops.ROPE_NORMAL),
-    "rope_n_rot_zero": lambda: ops.rope(f32(N_TOK, N_HEAD, HD), POS, 0, 1e4, 1.0, np.ones(0, np.float32), ops.ROPE_NORMAL),
-    "rope_freq_factors_short": lambda: ops.rope(f32(N_TOK, N_HEAD, HD), POS, HD, 1e4, 1.0, np.ones(2, np.float32), ops.ROPE_NEOX),
+    "rope_n_rot_larger": lambda: ops.rope(
+        f32(N_TOK, N_HEAD, HD), POS, 2 * HD, 1e4, 1.0, np.ones(HD, np.float32), ops.ROPE_NEOX
+    ),
+    "rope_n_rot_odd": lambda: ops.rope(
+        f32(N_TOK, N_HEAD, HD), POS, HD - 1, 1e4, 1.0, np.ones(7, np.float32), ops.ROPE_NORMAL
+    ),
+    "rope_n_rot_zero": lambda: ops.rope(
+        f32(N_TOK, N_HEAD, HD), POS, 0, 1e4, 1.0, np.ones(0, np.float32), ops.ROPE_NORMAL
+    ),
+    "rope_freq_factors_short": lambda: ops.rope(
+        f32(N_TOK, N_HEAD, HD), POS, HD, 1e4, 1.0, np.ones(2, np.float32), ops.ROPE_NEOX
+    ),
     "rope_positions_short": lambda: ops.rope(f32(N_TOK, N_HEAD, HD), idx(0), HD, 1e4, 1.0, ONES, ops.ROPE_NEOX),
     "rope_base_zero": lambda: ops.rope(f32(N_TOK, N_HEAD, HD), POS, HD, 0.0, 1.0, ONES, ops.ROPE_NEOX),
     "rope_mode": lambda: ops.rope(f32(N_TOK, N_HEAD, HD), POS, HD, 1e4, 1.0, ONES, 7),
@@ -58,33 +67,62 @@ BAD_CALLS = {
     "softcap_zero": lambda: ops.softcap(f32(4, 4), np.float32(0.0)),
     # KV store: a slot or position the cache does not have, mismatched head counts / sizes
     "kv_store_slot": lambda: ops.kv_store(f32(N_TOK, N_KV, HD), f32(N_TOK, N_KV, HD), *caches(), POS, idx(0, 1, 0)),
-    "kv_store_negative_slot": lambda: ops.kv_store(f32(N_TOK, N_KV, HD), f32(N_TOK, N_KV, HD), *caches(), POS, idx(0, -1, 0)),
-    "kv_store_negative_position": lambda: ops.kv_store(f32(N_TOK, N_KV, HD), f32(N_TOK, N_KV, HD), *caches(), idx(0, -5, 2), SLOTS),
+    "kv_store_negative_slot": lambda: ops.kv_store(
+        f32(N_TOK, N_KV, HD), f32(N_TOK, N_KV, HD), *caches(), POS, idx(0, -1, 0)
+    ),
+    "kv_store_negative_position": lambda: ops.kv_store(
+        f32(N_TOK, N_KV, HD), f32(N_TOK, N_KV, HD), *caches(), idx(0, -5, 2), SLOTS
+    ),
     "kv_store_head_dim": lambda: ops.kv_store(f32(N_TOK, N_KV, 2 * HD), f32(N_TOK, N_KV, HD), *caches(), POS, SLOTS),
     "kv_store_value_dim": lambda: ops.kv_store(f32(N_TOK, N_KV, HD), f32(N_TOK, N_KV, 2 * HD), *caches(), POS, SLOTS),
     "kv_store_heads": lambda: ops.kv_store(f32(N_TOK, 2 * N_KV, HD), f32(N_TOK, 2 * N_KV, HD), *caches(), POS, SLOTS),
     "kv_store_slots_short": lambda: ops.kv_store(f32(N_TOK, N_KV, HD), f32(N_TOK, N_KV, HD), *caches(), POS, idx(0)),
     # an F16 cache (uint16 float16 bits) takes bits, never float32 values to convert; caches share one dtype
-    "kv_store_f32_into_f16": lambda: ops.kv_store(f32(N_TOK, N_KV, HD), f32(N_TOK, N_KV, HD), *f16_caches(), POS, SLOTS),
-    "kv_store_f64_caches": lambda: ops.kv_store(f32(N_TOK, N_KV, HD).astype(np.float64), f32(N_TOK, N_KV, HD).astype(np.float64),
-                                                *(c.astype(np.float64) for c in caches()), POS, SLOTS),
-    "attention_mixed_caches": lambda: ops.attention(f32(N_TOK, N_HEAD, HD), caches()[0], f16_caches()[1], POS, SLOTS, 0, 0.25,
-                                                    f32(N_TOK, N_HEAD, HD)),
+    "kv_store_f32_into_f16": lambda: ops.kv_store(
+        f32(N_TOK, N_KV, HD), f32(N_TOK, N_KV, HD), *f16_caches(), POS, SLOTS
+    ),
+    "kv_store_f64_caches": lambda: ops.kv_store(
+        f32(N_TOK, N_KV, HD).astype(np.float64),
+        f32(N_TOK, N_KV, HD).astype(np.float64),
+        *(c.astype(np.float64) for c in caches()),
+        POS,
+        SLOTS,
+    ),
+    "attention_mixed_caches": lambda: ops.attention(
+        f32(N_TOK, N_HEAD, HD), caches()[0], f16_caches()[1], POS, SLOTS, 0, 0.25, f32(N_TOK, N_HEAD, HD)
+    ),
     # attention: GQA that does not divide, a slot / position the cache lacks, a short output
     "attention_heads": lambda: ops.attention(f32(N_TOK, 3, HD), *caches(), POS, SLOTS, 0, 0.25, f32(N_TOK, 3, HD)),
-    "attention_kv_heads_zero": lambda: ops.attention(f32(N_TOK, N_HEAD, HD), np.zeros((1, 0, CAP, HD), np.float32),
-                                                     np.zeros((1, 0, CAP, HD), np.float32), POS, SLOTS, 0, 0.25, f32(N_TOK, N_HEAD, HD)),
-    "attention_slot": lambda: ops.attention(f32(N_TOK, N_HEAD, HD), *caches(), POS, idx(0, 0, 3), 0, 0.25, f32(N_TOK, N_HEAD, HD)),
-    "attention_position": lambda: ops.attention(f32(N_TOK, N_HEAD, HD), *caches(), idx(0, 1, CAP), SLOTS, 0, 0.25,
-                                                f32(N_TOK, N_HEAD, HD)),
-    "attention_head_dim": lambda: ops.attention(f32(N_TOK, N_HEAD, 2 * HD), *caches(), POS, SLOTS, 0, 0.25, f32(N_TOK, N_HEAD, HD)),
-    "attention_out": lambda: ops.attention(f32(N_TOK, N_HEAD, HD), *caches(), POS, SLOTS, 0, 0.25, f32(N_TOK, N_HEAD, HD - 1)),
+    "attention_kv_heads_zero": lambda: ops.attention(
+        f32(N_TOK, N_HEAD, HD),
+        np.zeros((1, 0, CAP, HD), np.float32),
+        np.zeros((1, 0, CAP, HD), np.float32),
+        POS,
+        SLOTS,
+        0,
+        0.25,
+        f32(N_TOK, N_HEAD, HD),
+    ),
+    "attention_slot": lambda: ops.attention(
+        f32(N_TOK, N_HEAD, HD), *caches(), POS, idx(0, 0, 3), 0, 0.25, f32(N_TOK, N_HEAD, HD)
+    ),
+    "attention_position": lambda: ops.attention(
+        f32(N_TOK, N_HEAD, HD), *caches(), idx(0, 1, CAP), SLOTS, 0, 0.25, f32(N_TOK, N_HEAD, HD)
+    ),
+    "attention_head_dim": lambda: ops.attention(
+        f32(N_TOK, N_HEAD, 2 * HD), *caches(), POS, SLOTS, 0, 0.25, f32(N_TOK, N_HEAD, HD)
+    ),
+    "attention_out": lambda: ops.attention(
+        f32(N_TOK, N_HEAD, HD), *caches(), POS, SLOTS, 0, 0.25, f32(N_TOK, N_HEAD, HD - 1)
+    ),
     # weight products and lookups
     "matmul_cols": lambda: simd_kernels.matmul(0, f32(8, 32).view(np.uint8), f32(2, 16)),
     "matvec_out": lambda: simd_kernels.matvec(0, f32(8, 32).view(np.uint8), f32(32), np.empty(4, np.float32)),
     "get_rows_id": lambda: simd_kernels.get_rows(0, f32(8, 32).view(np.uint8), idx(8)),
     "linear_cols": lambda: CPUBackend().linear(QTensor("w", 0, (8, 32), f32(8, 32).view(np.uint8)), f32(2, 16)),
-    "linear_out": lambda: CPUBackend().linear(QTensor("w", 0, (8, 32), f32(8, 32).view(np.uint8)), f32(2, 32), np.empty((2, 4), np.float32)),
+    "linear_out": lambda: CPUBackend().linear(
+        QTensor("w", 0, (8, 32), f32(8, 32).view(np.uint8)), f32(2, 32), np.empty((2, 4), np.float32)
+    ),
 }
 
 
@@ -103,13 +141,19 @@ def test_the_checked_calls_still_compute():
     k, v = f32(N_TOK, N_KV, HD), f32(N_TOK, N_KV, HD)
     ops.kv_store(k, v, k_cache, v_cache, POS, SLOTS)
     np.testing.assert_array_equal(k_cache[0, :, :N_TOK], k.transpose(1, 0, 2))
-    out = ops.attention(f32(N_TOK, N_HEAD, HD), k_cache, v_cache, POS, SLOTS, 0, 0.25, np.empty((N_TOK, N_HEAD, HD), np.float32))
+    out = ops.attention(
+        f32(N_TOK, N_HEAD, HD), k_cache, v_cache, POS, SLOTS, 0, 0.25, np.empty((N_TOK, N_HEAD, HD), np.float32)
+    )
     assert np.isfinite(out).all()
     ring = caches(cap=4)  # a sliding-window ring smaller than the positions: fine when the window fits it
     ops.kv_store(k, v, *ring, idx(5, 6, 7), SLOTS)
-    ops.attention(f32(N_TOK, N_HEAD, HD), *ring, idx(5, 6, 7), SLOTS, 2, 0.25, np.empty((N_TOK, N_HEAD, HD), np.float32))
+    ops.attention(
+        f32(N_TOK, N_HEAD, HD), *ring, idx(5, 6, 7), SLOTS, 2, 0.25, np.empty((N_TOK, N_HEAD, HD), np.float32)
+    )
     with pytest.raises(KernelArgumentError, match="beyond"):  # a window wider than the ring would read overwritten keys
-        ops.attention(f32(N_TOK, N_HEAD, HD), *ring, idx(5, 6, 7), SLOTS, 6, 0.25, np.empty((N_TOK, N_HEAD, HD), np.float32))
+        ops.attention(
+            f32(N_TOK, N_HEAD, HD), *ring, idx(5, 6, 7), SLOTS, 6, 0.25, np.empty((N_TOK, N_HEAD, HD), np.float32)
+        )
     empty = np.empty((0, N_HEAD, HD), np.float32)
     assert ops.attention(empty, k_cache, v_cache, idx(), idx(), 0, 0.25, empty.copy()).shape == (0, N_HEAD, HD)
 

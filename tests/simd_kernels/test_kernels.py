@@ -6,6 +6,7 @@ Tolerances:
 - against the float64 product with unquantized activations: |out - ref| <= Σ|w| * err(x) + 1e-5 * Σ|w*x|,
   err(x) the per-element bound of the Q8_0/Q8_1/Q8_K (or f16/bf16) activation error.
 """
+
 from __future__ import annotations
 
 import numpy as np

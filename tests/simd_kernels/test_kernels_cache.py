@@ -3,6 +3,7 @@
 They are copies of one template with the format's quantizer and row dots bound as globals; bound as
 closure cells instead, they would hash differently in every process and recompile each time.
 """
+
 from __future__ import annotations
 
 import json
@@ -41,11 +42,12 @@ def test_every_block_format_kernel_is_generated() -> None:
     assert iquants.mul_mxfp4 is sk.MUL[39]
 
 
-
-
-@pytest.mark.parametrize("types", [sorted(set(GENERATED) - set(SLOW_COMPILE))] + [
-    pytest.param([t], marks=[pytest.mark.slow, pytest.mark.xdist_group(f"compile-{t}")]) for t in SLOW_COMPILE],
-    ids=["formats", "q2_k", "q3_k"])
+@pytest.mark.parametrize(
+    "types",
+    [sorted(set(GENERATED) - set(SLOW_COMPILE))]
+    + [pytest.param([t], marks=[pytest.mark.slow, pytest.mark.xdist_group(f"compile-{t}")]) for t in SLOW_COMPILE],
+    ids=["formats", "q2_k", "q3_k"],
+)
 def test_generated_kernels_load_from_cache_in_a_new_process(types: list[int]) -> None:
     root = Path(sk.__file__).resolve().parents[1]
     if not os.access(Path(sk.__file__).parent, os.W_OK):
@@ -82,7 +84,12 @@ def test_experts_kernels_are_generated_beside_each_format_and_load_from_cache() 
     types = [8, 12]  # a legacy and a K-quant row dot: the two kinds of generated code (compiling all would be slow)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")])}
     for _ in range(2):  # the first run fills the cache (a no-op when earlier tests or runs did)
-        done = subprocess.run([sys.executable, "-c", _EXPERTS_PROBE.replace("TYPES", repr(types))],
-                              capture_output=True, text=True, env=env, check=True)
+        done = subprocess.run(
+            [sys.executable, "-c", _EXPERTS_PROBE.replace("TYPES", repr(types))],
+            capture_output=True,
+            text=True,
+            env=env,
+            check=True,
+        )
     misses = json.loads(done.stdout.strip().splitlines()[-1])
     assert misses == {str(t): 0 for t in types}, "experts kernels recompiled in a fresh process"

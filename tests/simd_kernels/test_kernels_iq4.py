@@ -1,6 +1,7 @@
 """IQ4_NL / IQ4_XS kernels at their edges (the random-block, both-matmul-path, get_rows and batch-invariance tests
 run them with every other format in test_kernels.py and test_batch_engine.py): odd block counts, extreme levels,
 scales and activations, zero blocks, and a table lookup that compiles to vector code."""
+
 from __future__ import annotations
 
 import re

@@ -4,6 +4,7 @@ Each row must come out bit for bit as the format's MUL kernel computes it, whate
 8-token row dots), so a decode step's numbers do not depend on which call shape the backend chose; and the backend's
 `linears` must give `linear`'s outputs in the order asked, grouping only weights of one format.
 """
+
 from __future__ import annotations
 
 import json

@@ -2,6 +2,7 @@
 every other format in test_kernels.py and test_batch_engine.py): every exponent byte 0..255 in get_rows, odd block
 counts, exact sums, subnormal and huge scales in the fused kernel, its experts and multi siblings, the backend's
 linear and embed on an MXFP4 QTensor, and a table lookup that compiles to vector code."""
+
 from __future__ import annotations
 
 import re
@@ -119,7 +120,7 @@ def test_experts_and_multi_kernels_are_the_matmul_kernel() -> None:
     among = np.empty((5, n_expert * rows), np.float32)
     sk.MUL[MXFP4](w, x, among)
     for p, (e, t) in enumerate(zip(experts, xrow)):
-        np.testing.assert_array_equal(out[p], among[t, e * rows:(e + 1) * rows])
+        np.testing.assert_array_equal(out[p], among[t, e * rows : (e + 1) * rows])
     ws = [random_weights(rng, MXFP4, r, cols) for r in (40, 24, 17)]
     outs = [np.empty((5, w_.shape[0]), np.float32) for w_ in ws]
     sk.MULTI[MXFP4](*ws, x, *outs)

@@ -6,6 +6,7 @@ the same oracle as every kernel (tests/simd_kernels/test_kernels.check: llama.cp
 exactly, and the float64 product), a token's result must not depend on the other tokens of the call, every x86 path
 must give the generic code's bits, and the backend's `linears` must give `linear`'s outputs on a prompt piece.
 """
+
 from __future__ import annotations
 
 import json
@@ -28,11 +29,28 @@ from simd_kernels.kquants_prompt import PREFILL_Q4_K, PREFILL_Q5_K, PREFILL_Q6_K
 from _testpaths import REPO
 
 Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K, MXFP4 = 2, 3, 6, 7, 8, 12, 13, 14, 39
-KERNELS = {Q4_K: PREFILL_Q4_K, Q5_K: PREFILL_Q5_K, Q6_K: PREFILL_Q6_K, Q8_0: block32_prompt.PREFILL_Q8_0,
-           Q4_0: block32_prompt.PREFILL_Q4_0, Q5_0: block32_prompt.PREFILL_Q5_0, Q4_1: block32_prompt.PREFILL_Q4_1,
-           Q5_1: block32_prompt.PREFILL_Q5_1, MXFP4: block32_prompt.PREFILL_MXFP4}
-NAMES = {Q4_0: "Q4_0", Q4_1: "Q4_1", Q5_0: "Q5_0", Q5_1: "Q5_1", Q8_0: "Q8_0", Q4_K: "Q4_K", Q5_K: "Q5_K",
-         Q6_K: "Q6_K", MXFP4: "MXFP4"}
+KERNELS = {
+    Q4_K: PREFILL_Q4_K,
+    Q5_K: PREFILL_Q5_K,
+    Q6_K: PREFILL_Q6_K,
+    Q8_0: block32_prompt.PREFILL_Q8_0,
+    Q4_0: block32_prompt.PREFILL_Q4_0,
+    Q5_0: block32_prompt.PREFILL_Q5_0,
+    Q4_1: block32_prompt.PREFILL_Q4_1,
+    Q5_1: block32_prompt.PREFILL_Q5_1,
+    MXFP4: block32_prompt.PREFILL_MXFP4,
+}
+NAMES = {
+    Q4_0: "Q4_0",
+    Q4_1: "Q4_1",
+    Q5_0: "Q5_0",
+    Q5_1: "Q5_1",
+    Q8_0: "Q8_0",
+    Q4_K: "Q4_K",
+    Q5_K: "Q5_K",
+    Q6_K: "Q6_K",
+    MXFP4: "MXFP4",
+}
 SHARED = [t for t in NAMES if t not in (Q4_K, Q5_K, Q6_K)]  # the formats whose per-row kernels are these row dots
 FORMATS = pytest.mark.parametrize("t", list(NAMES), ids=list(NAMES.values()))
 ROOT = REPO
@@ -59,8 +77,11 @@ def test_the_interleaved_activations_are_q8_k_reordered(t: int, order: np.ndarra
     assert np.array_equal(sums.astype(np.int64), groups.reshape(5, 2, n // 2, 2).transpose(1, 2, 0, 3))
 
 
-@pytest.mark.parametrize("t, shift", [(Q8_0, 7), (Q4_0, 3), (Q5_0, 4), (Q4_1, None), (Q5_1, None)],
-                         ids=["Q8_0", "Q4_0", "Q5_0", "Q4_1", "Q5_1"])
+@pytest.mark.parametrize(
+    "t, shift",
+    [(Q8_0, 7), (Q4_0, 3), (Q5_0, 4), (Q4_1, None), (Q5_1, None)],
+    ids=["Q8_0", "Q4_0", "Q5_0", "Q4_1", "Q5_1"],
+)
 def test_the_grouped_activations_are_q8_0_or_q8_1_transposed(t: int, shift: int | None) -> None:
     x = np.random.default_rng(0).standard_normal((3, 640)).astype(np.float32)  # 20 blocks: 2 groups and a half
     q, d, extra = (quantize_q8_1 if shift is None else quantize_q8_0)(x)
@@ -117,7 +138,7 @@ def test_the_prompt_kernel_gives_the_per_row_kernels_bits(t: int) -> None:
     assert np.array_equal(per_row, whole)
     for i in (0, 7, 20):
         one = np.empty((1, 40), np.float32)
-        sk.MUL[t](w, np.ascontiguousarray(x[i:i + 1]), one)
+        sk.MUL[t](w, np.ascontiguousarray(x[i : i + 1]), one)
         assert np.array_equal(one[0], whole[i])
 
 
@@ -155,8 +176,13 @@ def _bits(tmp_path: Path, features: str) -> np.ndarray:
     env.pop("LOCALRT_SIMD_X86", None)
     if not _host_path(features):  # the host's own path reads the shared cache the other tests filled
         env.update(NUMBA_CACHE_DIR=str(tmp_path / f"cache-{features}"), LOCALRT_SIMD_X86=features)
-    r = subprocess.run([sys.executable, "-c", _SCRIPT.format(tests=str(ROOT / "tests"))], env=env,
-                       capture_output=True, text=True, timeout=600)
+    r = subprocess.run(
+        [sys.executable, "-c", _SCRIPT.format(tests=str(ROOT / "tests"))],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert r.returncode == 0, r.stderr[-2000:]
     return np.array(json.loads(r.stdout.splitlines()[-1]), np.uint32)
 
@@ -175,8 +201,9 @@ def test_linears_on_a_prompt_piece_is_linear(t: int) -> None:
     if t not in sk.PREFILL:
         pytest.skip("this host keeps the format's prompts on another path")
     rng = np.random.default_rng(4)
-    ws = tuple(QTensor(f"w{i}", t, (rows, 256), random_weights(rng, t, rows, 256)) for i, rows in
-               enumerate((48, 16, 16)))
+    ws = tuple(
+        QTensor(f"w{i}", t, (rows, 256), random_weights(rng, t, rows, 256)) for i, rows in enumerate((48, 16, 16))
+    )
     x = rng.standard_normal((120, 256)).astype(np.float32)  # (n_tok, cols)
     # a 76-row piece then 44 rows per row; a 106-row piece then 14 rows per row
     for start in (180, 150):
@@ -195,8 +222,10 @@ def test_linears_of_mixed_prompt_formats_is_linear(monkeypatch) -> None:
     if len(formats) < 2:
         pytest.skip("this host has fewer than two prompt kernels")
     rng = np.random.default_rng(5)
-    ws = tuple(QTensor(f"w{i}", t, (rows, 512), random_weights(rng, t, rows, 512))
-               for i, (t, rows) in enumerate(zip(formats + formats[:1], (48, 16, 32, 24, 16))))
+    ws = tuple(
+        QTensor(f"w{i}", t, (rows, 512), random_weights(rng, t, rows, 512))
+        for i, (t, rows) in enumerate(zip(formats + formats[:1], (48, 16, 32, 24, 16)))
+    )
     x = rng.standard_normal((120, 512)).astype(np.float32)  # (n_tok, cols)
     calls = []
     prefill = CPUBackend._prefill

@@ -1,4 +1,5 @@
 """simd_kernels on the real models' tensors, read in place from the mmap (same tolerances as test_kernels)."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -10,11 +11,21 @@ import simd_kernels as sk
 from test_kernels import check
 
 # (tensor, row slice): one tensor of every type each model has; big matrices are sliced to an odd count
-SMOLLM2 = [("blk.0.ffn_up.weight", None), ("blk.3.attn_k.weight", None), ("blk.0.ffn_down.weight", None),
-           ("token_embd.weight", slice(1000, 1301)), ("blk.0.attn_norm.weight", None)]
-GEMMA3 = [("blk.0.ffn_gate.weight", None), ("blk.0.ffn_down.weight", None), ("blk.0.attn_k.weight", None),
-          ("blk.0.attn_output.weight", None), ("token_embd.weight", slice(260000, 260301)),
-          ("blk.0.ffn_norm.weight", None)]
+SMOLLM2 = [
+    ("blk.0.ffn_up.weight", None),
+    ("blk.3.attn_k.weight", None),
+    ("blk.0.ffn_down.weight", None),
+    ("token_embd.weight", slice(1000, 1301)),
+    ("blk.0.attn_norm.weight", None),
+]
+GEMMA3 = [
+    ("blk.0.ffn_gate.weight", None),
+    ("blk.0.ffn_down.weight", None),
+    ("blk.0.attn_k.weight", None),
+    ("blk.0.attn_output.weight", None),
+    ("token_embd.weight", slice(260000, 260301)),
+    ("blk.0.ffn_norm.weight", None),
+]
 
 
 @pytest.fixture(scope="module")

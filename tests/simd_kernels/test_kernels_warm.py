@@ -1,5 +1,6 @@
 """simd_kernels.warm: Numba's one-time target start-up can run ahead of, and beside, the first kernel call; a compile
 still finds Numba's registries, without SciPy's BLAS probe."""
+
 from __future__ import annotations
 
 import subprocess
@@ -26,8 +27,14 @@ def test_start_up_runs_once_and_beside_a_kernel_call_in_a_fresh_process():
         assert np.allclose(out, want, rtol=1e-6), (out, want)
         print("ok")
     """)
-    proc = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=300,
-                          env={**__import__("os").environ, "PYTHONPATH": str(ROOT)})
+    proc = subprocess.run(
+        [sys.executable, "-c", script],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**__import__("os").environ, "PYTHONPATH": str(ROOT)},
+    )
     assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr
 
 
@@ -48,8 +55,14 @@ def test_numba_start_up_leaves_scipy_linalg_unimported_and_importable():
             assert dot(np.ones(3), np.full(3, 2.0)) == 6.0
         print("ok")
     """)
-    proc = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=300,
-                          env={**__import__("os").environ, "PYTHONPATH": str(ROOT)})
+    proc = subprocess.run(
+        [sys.executable, "-c", script],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**__import__("os").environ, "PYTHONPATH": str(ROOT)},
+    )
     assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr
 
 
@@ -75,6 +88,12 @@ def test_start_up_freezes_itself_out_of_the_collector_but_not_a_model_loaded_aft
         assert ref() is None
         print("ok")
     """)
-    proc = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=300,
-                          env={**__import__("os").environ, "PYTHONPATH": str(ROOT)})
+    proc = subprocess.run(
+        [sys.executable, "-c", script],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**__import__("os").environ, "PYTHONPATH": str(ROOT)},
+    )
     assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr

@@ -2,6 +2,7 @@
 code on this machine, so a model's numerics do not depend on which instructions its CPU has. Each path runs in a
 subprocess, with a private Numba cache (the feature choice is not in Numba's cache key) but for the host's own path,
 which reads the shared one."""
+
 from __future__ import annotations
 
 import json

@@ -9,6 +9,7 @@ Any rewrite of the kernels (instructions, layouts, accumulator splits) must keep
 decode here is checked against the independent oracle gguf.quants (d*sc*q - dmin*m), and the activations come from
 the kernels' own Q8_K quantizer (tests/simd_kernels/test_kernels.py checks that one against the reference).
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -26,7 +27,7 @@ F32 = np.float32
 
 
 def _f16(raw, o):
-    return raw[:, :, o:o + 2].copy().view(np.float16)[..., 0].astype(F32)  # (rows, nb)
+    return raw[:, :, o : o + 2].copy().view(np.float16)[..., 0].astype(F32)  # (rows, nb)
 
 
 def _scales_mins(s12):
@@ -47,7 +48,7 @@ def decode(t, w, cols):
         qs = raw[:, :, 48:176] if t == Q5_K else raw[:, :, 16:144]  # (rows, nb, 128)
         q = np.empty((rows, nb, 8, 32), np.int64)  # sub-block j = 2c (low nibbles) and 2c+1 (high) of chunk c
         for c in range(4):
-            chunk = qs[:, :, 32 * c:32 * c + 32].astype(np.int64)
+            chunk = qs[:, :, 32 * c : 32 * c + 32].astype(np.int64)
             q[:, :, 2 * c], q[:, :, 2 * c + 1] = chunk & 15, chunk >> 4
         if t == Q5_K:
             qh = raw[:, :, 16:48].astype(np.int64)  # bit j of byte l: fifth bit of element 32j + l
@@ -58,12 +59,12 @@ def decode(t, w, cols):
     ql, qh = raw[:, :, 0:128].astype(np.int64), raw[:, :, 128:192].astype(np.int64)
     q = np.empty((rows, nb, 256), np.int64)
     for n in range(2):
-        a, b, h = ql[:, :, 64 * n:64 * n + 32], ql[:, :, 64 * n + 32:64 * n + 64], qh[:, :, 32 * n:32 * n + 32]
+        a, b, h = ql[:, :, 64 * n : 64 * n + 32], ql[:, :, 64 * n + 32 : 64 * n + 64], qh[:, :, 32 * n : 32 * n + 32]
         base = 128 * n
-        q[:, :, base:base + 32] = (a & 15) | ((h & 3) << 4)
-        q[:, :, base + 32:base + 64] = (b & 15) | (((h >> 2) & 3) << 4)
-        q[:, :, base + 64:base + 96] = (a >> 4) | (((h >> 4) & 3) << 4)
-        q[:, :, base + 96:base + 128] = (b >> 4) | (((h >> 6) & 3) << 4)
+        q[:, :, base : base + 32] = (a & 15) | ((h & 3) << 4)
+        q[:, :, base + 32 : base + 64] = (b & 15) | (((h >> 2) & 3) << 4)
+        q[:, :, base + 64 : base + 96] = (a >> 4) | (((h >> 4) & 3) << 4)
+        q[:, :, base + 96 : base + 128] = (b >> 4) | (((h >> 6) & 3) << 4)
     sc = raw[:, :, 192:208].view(np.int8).astype(np.int64)  # (rows, nb, 16): one per 16 elements
     return (q - 32).reshape(rows, cols), sc.reshape(rows, -1), d, None, None
 
@@ -84,14 +85,14 @@ def _q4k_lane_model(q, sc, d, dmin, m, xq, xd, bs, rows, nb):
     quads = (q[None] * xq.astype(np.int64)[:, None]).reshape(n_tok, rows, nb, 8, 8, 4).sum(-1)  # (.., sub j, lane k)
     scale = sc.reshape(rows, nb, 8, 2)[..., 0]  # (rows, nb, 8): one per sub-block
     isum = (quads * scale[None, :, :, :, None]).sum(3)  # (n_tok, rows, nb, 8) exact int64
-    assert np.abs(isum).max() < 2 ** 24  # float32 of each lane is exact, as int32 -> float is in the kernel
+    assert np.abs(isum).max() < 2**24  # float32 of each lane is exact, as int32 -> float is in the kernel
     out = np.empty((n_tok, rows), F32)
     for tok in range(n_tok):
         acc = np.zeros((rows, 8), F32)
         for b in range(nb):
             dx = xd[tok, b]
             acc = acc + (d[:, b] * dx)[:, None] * isum[tok, :, b].astype(F32)
-            pair = bs[tok, 16 * b:16 * b + 16].astype(np.int64).reshape(8, 2).sum(-1)  # (8,)
+            pair = bs[tok, 16 * b : 16 * b + 16].astype(np.int64).reshape(8, 2).sum(-1)  # (8,)
             acc = acc - (dmin[:, b] * dx)[:, None] * (m[:, b] * pair).astype(F32)
         total = acc[:, 0]
         for i in range(1, 8):
@@ -107,7 +108,7 @@ def _q6k_lane_model(q, sc, d, xq, xd, bs, rows, nb):
     lanes = (quads * scale[None]).sum(3)  # (n_tok, rows, nb, 8) exact int64
     offs = (sc.reshape(rows, nb, 8, 2)[None] * bs.astype(np.int64).reshape(n_tok, 1, nb, 8, 2)).sum(-1)
     isum = lanes - 32 * offs
-    assert np.abs(isum).max() < 2 ** 24  # float32 of each lane is exact, as int32 -> float is in the kernel
+    assert np.abs(isum).max() < 2**24  # float32 of each lane is exact, as int32 -> float is in the kernel
     out = np.empty((n_tok, rows), F32)
     for tok in range(n_tok):
         acc = np.zeros((rows, 8), F32)
@@ -131,9 +132,12 @@ def test_decode_matches_gguf_quants(t):
         sub = np.arange(512) // 32
         nb = np.arange(512) // 256
         scale = sc[:, ::2]  # (rows, nb*8) one per sub-block
-        want = (d[:, nb] * scale[:, sub] * q - dmin[:, nb] * m.reshape(7, -1)[:, sub])
-    ggml = {Q4_K: gguf.GGMLQuantizationType.Q4_K, Q5_K: gguf.GGMLQuantizationType.Q5_K,
-            Q6_K: gguf.GGMLQuantizationType.Q6_K}[t]
+        want = d[:, nb] * scale[:, sub] * q - dmin[:, nb] * m.reshape(7, -1)[:, sub]
+    ggml = {
+        Q4_K: gguf.GGMLQuantizationType.Q4_K,
+        Q5_K: gguf.GGMLQuantizationType.Q5_K,
+        Q6_K: gguf.GGMLQuantizationType.Q6_K,
+    }[t]
     got = gguf_quants.dequantize(w, ggml).reshape(7, 512).astype(np.float64)
     assert np.allclose(want, got, rtol=1e-6, atol=1e-9)
 
@@ -156,6 +160,7 @@ def test_q8_k_activations_bit_exact_against_the_reference():
     """The kernels' Q8_K quantizer against quant's reference (ggml's quantize_row_q8_K_ref): values, scales, sums,
     with ties for the largest |x| (the first one wins), all-zero blocks, and a sign change of the peak."""
     from quant import activations
+
     rng = np.random.default_rng(5)
     x = rng.standard_normal((6, 1024)).astype(F32)
     x[1, 256:512] = 0

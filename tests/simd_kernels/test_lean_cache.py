@@ -1,4 +1,5 @@
 """simd_kernels.jit: a cached kernel loads in a fresh process without Numba's registries, and runs the same."""
+
 from __future__ import annotations
 
 import importlib
@@ -76,8 +77,15 @@ RUN = textwrap.dedent("""
 
 def _run(tmp_path, prelude: str = "") -> dict:
     env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path / "cache"), PYTHONPATH=str(tmp_path))
-    done = subprocess.run([sys.executable, "-c", prelude + RUN], check=False, cwd=tmp_path, env=env,
-                          capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-c", prelude + RUN],
+        check=False,
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout)
 
@@ -86,11 +94,24 @@ def test_a_fresh_process_loads_cached_kernels_without_the_registries(tmp_path):
     (tmp_path / "kernels.py").write_text(KERNELS)
     compiled = _run(tmp_path)  # cache miss: Numba's pipeline loads the registries, the NRT, and compiles
     assert compiled.pop("llvm_kb") > 0  # a compile runs LLVM after the last load gave its pages back
-    assert compiled == {"total": 249750.0, "hits": 0, "registries": True, "nrt_compiled": True,
-                        "bitcode_unparsed": False, "linked": 45.0}
+    assert compiled == {
+        "total": 249750.0,
+        "hits": 0,
+        "registries": True,
+        "nrt_compiled": True,
+        "bitcode_unparsed": False,
+        "linked": 45.0,
+    }
     loaded = _run(tmp_path)  # both kernels from the cache, with neither the registries nor the NRT's library
-    assert loaded == {"total": 249750.0, "hits": 2, "registries": False, "nrt_compiled": False,
-                      "bitcode_unparsed": True, "llvm_kb": 0, "linked": 45.0}
+    assert loaded == {
+        "total": 249750.0,
+        "hits": 2,
+        "registries": False,
+        "nrt_compiled": False,
+        "bitcode_unparsed": True,
+        "llvm_kb": 0,
+        "linked": 45.0,
+    }
 
 
 def test_a_numba_without_the_internals_loads_the_cache_its_own_way(tmp_path):
@@ -99,8 +120,14 @@ def test_a_numba_without_the_internals_loads_the_cache_its_own_way(tmp_path):
     unfit = "import simd_kernels.jit\nsimd_kernels.jit._FITS = False\n"  # as if an internal had gone
     loaded = _run(tmp_path, unfit)
     assert loaded.pop("llvm_kb") > 0
-    assert loaded == {"total": 249750.0, "hits": 2, "registries": True, "nrt_compiled": True,
-                      "bitcode_unparsed": False, "linked": 45.0}
+    assert loaded == {
+        "total": 249750.0,
+        "hits": 2,
+        "registries": True,
+        "nrt_compiled": True,
+        "bitcode_unparsed": False,
+        "linked": 45.0,
+    }
 
 
 SMAPS = """\
@@ -126,8 +153,10 @@ Anonymous:           100 kB
 def test_only_llvms_clean_mappings_are_given_back(tmp_path):
     (tmp_path / "smaps").write_text(SMAPS)
     # headers and code, not the relocated read-only data (private pages), the writable data or another library
-    assert llvm_pages.clean_mappings(str(tmp_path / "smaps")) == [(0x7F0000000000, 0x7F0000100000),
-                                                                   (0x7F0000100000, 0x7F0005000000)]
+    assert llvm_pages.clean_mappings(str(tmp_path / "smaps")) == [
+        (0x7F0000000000, 0x7F0000100000),
+        (0x7F0000100000, 0x7F0005000000),
+    ]
     # a kernel whose smaps does not count private pages: nothing can be shown clean, so nothing is given back
     (tmp_path / "smaps").write_text("".join(line + "\n" for line in SMAPS.splitlines() if "Anonymous" not in line))
     assert llvm_pages.clean_mappings(str(tmp_path / "smaps")) == []

@@ -1,5 +1,6 @@
 """num_thread (Ollama's option): simd_kernels.threads.capped limits a thread's kernel calls and team runs, and a model
 loaded with it computes the same logits as one without."""
+
 from __future__ import annotations
 
 import threading

@@ -1,6 +1,7 @@
 """simd_kernels.attend.softmax_causal, the prompt path's masked softmax, against a float64 NumPy reference: windows,
 softcaps, a piece starting past key 0, rows whose keys span more than e^87 (where e^x is taken at its floor), and the
 arguments it refuses."""
+
 from __future__ import annotations
 
 import numpy as np

@@ -1,5 +1,6 @@
 """simd_kernels.vmath.expf and tanhf against float64 exp and tanh: within 1 ulp on the whole float32 range, and the
 edge values."""
+
 from __future__ import annotations
 
 import math
@@ -44,8 +45,7 @@ def test_subnormal_results_are_within_one_subnormal_step() -> None:
 
 
 def test_edge_values() -> None:
-    x = np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, 88.7229, 89.0, 1e30, -104.0, -1e30, 1e-30, -1e-30],
-                 np.float32)
+    x = np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, 88.7229, 89.0, 1e30, -104.0, -1e30, 1e-30, -1e-30], np.float32)
     got = np.empty_like(x)
     _exp_all(x, got)
     assert np.isnan(got[0])
@@ -89,8 +89,10 @@ def _ordered(a: np.ndarray) -> np.ndarray:
 
 def test_tanhf_is_the_rounded_exact_value_but_for_rare_ties() -> None:
     rng = np.random.default_rng(2)
-    x = np.concatenate([rng.standard_normal(400_000).astype(np.float32) * s for s in (1e-6, 1e-2, 0.3, 1, 4)]
-                       + [np.linspace(-10, 10, 400_001, dtype=np.float32)])
+    x = np.concatenate(
+        [rng.standard_normal(400_000).astype(np.float32) * s for s in (1e-6, 1e-2, 0.3, 1, 4)]
+        + [np.linspace(-10, 10, 400_001, dtype=np.float32)]
+    )
     got, libm = np.empty_like(x), np.empty_like(x)
     _tanh_all(x, got)
     _libm_tanh_all(x, libm)
@@ -102,8 +104,9 @@ def test_tanhf_is_the_rounded_exact_value_but_for_rare_ties() -> None:
 
 
 def test_tanhf_edge_values() -> None:
-    x = np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, 0.55, -0.55, 9.02, -9.02, 1e30, -1e30, 1e-30, -1e-30, 3e-45],
-                 np.float32)
+    x = np.array(
+        [np.nan, np.inf, -np.inf, 0.0, -0.0, 0.55, -0.55, 9.02, -9.02, 1e30, -1e30, 1e-30, -1e-30, 3e-45], np.float32
+    )
     got = np.empty_like(x)
     _tanh_all(x, got)
     assert np.isnan(got[0])

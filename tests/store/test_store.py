@@ -1,5 +1,6 @@
 """Store: blobs, manifests, list/copy/delete, verify/prune (read-only roots, the Ollama layout and hostile names:
 test_store_compat.py)."""
+
 from __future__ import annotations
 
 import hashlib
@@ -263,8 +264,12 @@ def test_model_record(tmp_path):
     assert (r.template, r.system, r.licenses) == ("{{ .Prompt }}", "sys", ("L1", "L2"))
     assert r.params == {"stop": ["x"], "temperature": 0.5} and r.messages == [{"role": "user", "content": "hi"}]
     assert r.details == {
-        "parent_model": "base:1b", "format": "gguf", "family": "llama", "families": ["llama"],
-        "parameter_size": "7B", "quantization_level": "Q4_0",
+        "parent_model": "base:1b",
+        "format": "gguf",
+        "family": "llama",
+        "families": ["llama"],
+        "parameter_size": "7B",
+        "quantization_level": "Q4_0",
     }
 
 
@@ -319,12 +324,34 @@ def test_verify_reports_broken_manifest(tmp_path):
         (b"not json", "not JSON"),
         (b"[]", "not a JSON object"),
         (b'{"schemaVersion":1,"layers":[]}', "schemaVersion"),
-        (b'{"schemaVersion":2,"config":{"mediaType":"c","digest":"sha256:' + b"a" * 64 + b'","size":-1},"layers":[]}', "size"),
-        (b'{"schemaVersion":2,"config":{"mediaType":"c","digest":"sha256:' + b"a" * 64 + b'","size":true},"layers":[]}', "size"),
-        (b'{"schemaVersion":2,"config":{"mediaType":"c","digest":"sha256:' + b"A" * 64 + b'","size":1},"layers":[]}', "digest"),
-        (b'{"schemaVersion":2,"config":{"mediaType":"c","digest":"sha256:' + b"a" * 64 + b'","size":1},"layers":{}}', "layers"),
-        (b'{"schemaVersion":2,"config":{"mediaType":"c","digest":"sha256:' + b"a" * 64 + b'","size":1},"layers":['
-         + b",".join([b"{}"] * 5000) + b"]}", "layers"),
+        (
+            b'{"schemaVersion":2,"config":{"mediaType":"c","digest":"sha256:'
+            + b"a" * 64
+            + b'","size":-1},"layers":[]}',
+            "size",
+        ),
+        (
+            b'{"schemaVersion":2,"config":{"mediaType":"c","digest":"sha256:'
+            + b"a" * 64
+            + b'","size":true},"layers":[]}',
+            "size",
+        ),
+        (
+            b'{"schemaVersion":2,"config":{"mediaType":"c","digest":"sha256:' + b"A" * 64 + b'","size":1},"layers":[]}',
+            "digest",
+        ),
+        (
+            b'{"schemaVersion":2,"config":{"mediaType":"c","digest":"sha256:' + b"a" * 64 + b'","size":1},"layers":{}}',
+            "layers",
+        ),
+        (
+            b'{"schemaVersion":2,"config":{"mediaType":"c","digest":"sha256:'
+            + b"a" * 64
+            + b'","size":1},"layers":['
+            + b",".join([b"{}"] * 5000)
+            + b"]}",
+            "layers",
+        ),
         (b'{"schemaVersion":2,"x":' + b"[" * 100000 + b"]" * 100000 + b"}", "nested too deeply"),
     ],
 )

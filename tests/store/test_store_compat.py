@@ -1,5 +1,6 @@
 """Store, continued: read-only roots, the Ollama models directory as is, hostile names and digests that touch no
 file, list details and legacy blob names."""
+
 from __future__ import annotations
 
 import hashlib
@@ -111,12 +112,27 @@ def test_our_dir_has_ollama_layout(tmp_path):
 # ----- hostile names and digests touch nothing ----------------------------------------------------------
 
 HOSTILE_NAMES = [
-    "../../etc/passwd", "..", "/etc/passwd", "%2e%2e/%2e%2e/x", "a\\..\\b", "m\x00", "CON", "nul:latest",
-    "x" * 400, "h/n/../m", "C:/Windows/m",
+    "../../etc/passwd",
+    "..",
+    "/etc/passwd",
+    "%2e%2e/%2e%2e/x",
+    "a\\..\\b",
+    "m\x00",
+    "CON",
+    "nul:latest",
+    "x" * 400,
+    "h/n/../m",
+    "C:/Windows/m",
 ]
 HOSTILE_DIGESTS = [
-    "sha256:../../../etc/passwd", "sha256:" + "A" * 64, "sha256:abc", "md5:" + "a" * 32, "../blobs/x",
-    "sha256:" + "a" * 64 + "/../x", "sha256-" + "a" * 63, "",
+    "sha256:../../../etc/passwd",
+    "sha256:" + "A" * 64,
+    "sha256:abc",
+    "md5:" + "a" * 32,
+    "../blobs/x",
+    "sha256:" + "a" * 64 + "/../x",
+    "sha256-" + "a" * 63,
+    "",
 ]
 
 
@@ -126,8 +142,13 @@ def test_hostile_names_touch_no_file(tmp_path, bad):
     make_model(s, "ok")
     before = tree(tmp_path)
     calls = [
-        lambda: s.get(bad), lambda: s.exists(bad), lambda: s.delete(bad), lambda: s.copy("ok", bad),
-        lambda: s.copy(bad, "ok2"), lambda: s.model_record(bad), lambda: s.put_manifest(bad, s.manifest("ok")),
+        lambda: s.get(bad),
+        lambda: s.exists(bad),
+        lambda: s.delete(bad),
+        lambda: s.copy("ok", bad),
+        lambda: s.copy(bad, "ok2"),
+        lambda: s.model_record(bad),
+        lambda: s.put_manifest(bad, s.manifest("ok")),
     ]
     for call in calls:
         with pytest.raises(st.InvalidName):
@@ -140,8 +161,12 @@ def test_hostile_digests_touch_no_file(tmp_path, bad):
     s = st.Store(tmp_path / "models")
     make_model(s, "ok")
     before = tree(tmp_path)
-    for call in [lambda: s.blob_path(bad), lambda: s.has_blob(bad), lambda: s.write_blob(b"x", expected_digest=bad),
-                 lambda: s.read_blob(bad)]:
+    for call in [
+        lambda: s.blob_path(bad),
+        lambda: s.has_blob(bad),
+        lambda: s.write_blob(b"x", expected_digest=bad),
+        lambda: s.read_blob(bad),
+    ]:
         with pytest.raises(st.InvalidDigest):
             call()
     assert tree(tmp_path) == before
@@ -152,8 +177,12 @@ def test_details_for_list_and_broken_manifest_is_logged(tmp_path, caplog):
     make_model(s, "m")
     (entry,) = s.list()
     assert s.details(entry) == {
-        "parent_model": "", "format": "gguf", "family": "llama", "families": ["llama"],
-        "parameter_size": "1M", "quantization_level": "F32",
+        "parent_model": "",
+        "format": "gguf",
+        "family": "llama",
+        "families": ["llama"],
+        "parameter_size": "1M",
+        "quantization_level": "F32",
     }
     bad = tmp_path / "manifests" / "registry.ollama.ai" / "library" / "broken" / "latest"
     bad.parent.mkdir(parents=True)

@@ -1,4 +1,5 @@
 """Model-name and digest grammar (ollama_spec 9.4), including the hostile inputs of pain_points 8.16."""
+
 from __future__ import annotations
 
 import pytest
@@ -22,7 +23,11 @@ HEX = "a" * 64
         ("https://example.com/ns/m:t", ("example.com", "ns", "m", "t"), "example.com/ns/m:t"),
         ("http://example.com/ns/m", ("example.com", "ns", "m", "latest"), "example.com/ns/m:latest"),
         ("registry.ollama.ai/library/x:y", ("registry.ollama.ai", "library", "x", "y"), "x:y"),
-        ("Registry.Ollama.AI/Library/Mistral:Latest", ("Registry.Ollama.AI", "Library", "Mistral", "Latest"), "Mistral:Latest"),
+        (
+            "Registry.Ollama.AI/Library/Mistral:Latest",
+            ("Registry.Ollama.AI", "Library", "Mistral", "Latest"),
+            "Mistral:Latest",
+        ),
         ("_m-1.2_x:_T-1.0", ("registry.ollama.ai", "library", "_m-1.2_x", "_T-1.0"), "_m-1.2_x:_T-1.0"),
         ("m" * 80, ("registry.ollama.ai", "library", "m" * 80, "latest"), "m" * 80 + ":latest"),
     ],
@@ -36,11 +41,57 @@ def test_parse_valid(text, parts, display):
 @pytest.mark.parametrize(
     "text",
     [
-        "", ":", ":tag", "m:", "/m", "ns/", "a//b", "a/b/c/d", "../x", "..", "a/../b", "./m", "m/..",
-        "/etc/passwd", "C:\\Windows\\x", "a\\b", "%2e%2e/x", "%2e%2e%2fx", "m\x00x", "m\n", " m", "m ",
-        "CON", "con:latest", "ns/NUL", "aux.txt", "com1", "LPT9:x", "m@sha256:" + HEX, "m+q4",
-        "ns.x/m", "-m", ".m", "m:.t", "m:-t", "m" * 81, "m:" + "t" * 81, "n" * 81 + "/m",
-        "h" * 351 + "/n/m", "C:/w/m", "c:1/n/m", "h:x/n/m", "h:1:2/n/m", "a..b", "m:t..u", "m/é", "mé", "m;rm", "m*", "m?", "m#1",
+        "",
+        ":",
+        ":tag",
+        "m:",
+        "/m",
+        "ns/",
+        "a//b",
+        "a/b/c/d",
+        "../x",
+        "..",
+        "a/../b",
+        "./m",
+        "m/..",
+        "/etc/passwd",
+        "C:\\Windows\\x",
+        "a\\b",
+        "%2e%2e/x",
+        "%2e%2e%2fx",
+        "m\x00x",
+        "m\n",
+        " m",
+        "m ",
+        "CON",
+        "con:latest",
+        "ns/NUL",
+        "aux.txt",
+        "com1",
+        "LPT9:x",
+        "m@sha256:" + HEX,
+        "m+q4",
+        "ns.x/m",
+        "-m",
+        ".m",
+        "m:.t",
+        "m:-t",
+        "m" * 81,
+        "m:" + "t" * 81,
+        "n" * 81 + "/m",
+        "h" * 351 + "/n/m",
+        "C:/w/m",
+        "c:1/n/m",
+        "h:x/n/m",
+        "h:1:2/n/m",
+        "a..b",
+        "m:t..u",
+        "m/é",
+        "mé",
+        "m;rm",
+        "m*",
+        "m?",
+        "m#1",
         "x" * 5000,
     ],
 )
@@ -76,9 +127,22 @@ def test_from_path_parts_rejects_strays():
 @pytest.mark.parametrize(
     "d",
     [
-        "", "sha256:", "sha256:" + "a" * 63, "sha256:" + "a" * 65, "sha256:" + "A" * 64, "SHA256:" + HEX,
-        "sha512:" + HEX, "sha256-" + HEX, "sha256:" + "g" * 64, "sha256:../../etc/passwd", "../" + HEX,
-        "sha256:" + HEX + "\x00", "sha256:" + HEX + "/", " sha256:" + HEX, None, 123,
+        "",
+        "sha256:",
+        "sha256:" + "a" * 63,
+        "sha256:" + "a" * 65,
+        "sha256:" + "A" * 64,
+        "SHA256:" + HEX,
+        "sha512:" + HEX,
+        "sha256-" + HEX,
+        "sha256:" + "g" * 64,
+        "sha256:../../etc/passwd",
+        "../" + HEX,
+        "sha256:" + HEX + "\x00",
+        "sha256:" + HEX + "/",
+        " sha256:" + HEX,
+        None,
+        123,
     ],
 )
 def test_digest_validate_rejects(d):
@@ -108,9 +172,11 @@ def test_display_and_full_round_trip_property():
     from hypothesis import strategies as s
 
     first = "abcXYZ019_"
-    part = s.text(alphabet=first, min_size=1, max_size=3).flatmap(
-        lambda a: s.text(alphabet=first + "-.", max_size=12).map(lambda b: a + b)
-    ).filter(lambda p: ".." not in p and names.is_valid(p))
+    part = (
+        s.text(alphabet=first, min_size=1, max_size=3)
+        .flatmap(lambda a: s.text(alphabet=first + "-.", max_size=12).map(lambda b: a + b))
+        .filter(lambda p: ".." not in p and names.is_valid(p))
+    )
     ns = part.filter(lambda p: "." not in p)
 
     @hypothesis.given(part, ns, part, part)

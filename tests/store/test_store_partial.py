@@ -1,6 +1,7 @@
 """Leftovers of failed pulls (issue 12, part 6): `verify` reports `-partial` files and their state, `prune` collects
 them unless a pull in progress holds them (the download lock: flock on the partial file, held here by another
 process as a running pull would), and `localrt verify` / `localrt prune` do both on the local store."""
+
 from __future__ import annotations
 
 import json
@@ -16,6 +17,7 @@ from cli import app
 
 HEX_A, HEX_B, HEX_C = "a" * 64, "b" * 64, "c" * 64
 
+
 def _partial(store: st.Store, hex_: str, data: bytes = b"x" * 100, state: bool = True) -> list:
     blobs = store.root / "blobs"
     blobs.mkdir(parents=True, exist_ok=True)
@@ -26,6 +28,7 @@ def _partial(store: st.Store, hex_: str, data: bytes = b"x" * 100, state: bool =
         files[1].write_text(json.dumps({"digest": f"sha256:{hex_}", "size": 200, "parts": [[0, 200, 100]]}))
     return files
 
+
 _HOLD = """
 import fcntl, os, sys, time
 fd = os.open(sys.argv[1], os.O_RDWR)
@@ -33,6 +36,7 @@ fcntl.flock(fd, fcntl.LOCK_EX)
 print("held", flush=True)
 time.sleep(60)
 """
+
 
 @pytest.fixture
 def held_pull():
@@ -49,12 +53,14 @@ def held_pull():
         p.kill()
         p.wait()
 
+
 def test_verify_reports_partial_files_and_their_state(tmp_path):
     s = st.Store(tmp_path)
     files = _partial(s, HEX_A)
     r = s.verify()
     assert sorted(r.partial) == sorted(str(p) for p in files)
     assert r.partial_active == [] and r.ok  # leftovers, not damage
+
 
 @pytest.mark.skipif(os.name != "posix", reason="the pull lock is flock")
 def test_prune_collects_failed_pulls_but_not_a_running_one(tmp_path, held_pull):
@@ -71,6 +77,7 @@ def test_prune_collects_failed_pulls_but_not_a_running_one(tmp_path, held_pull):
     assert all(p.exists() for p in running) and not any(p.exists() for p in failed)
     assert s.verify().partial == [str(p) for p in running]
 
+
 def test_a_pull_resumes_or_restarts_after_prune_removed_its_file(tmp_path):
     """prune deletes under the lock; the download protocol re-opens a file that vanished while it waited."""
     from localrt.distribution.download import partial_done
@@ -80,6 +87,7 @@ def test_a_pull_resumes_or_restarts_after_prune_removed_its_file(tmp_path):
     assert partial_done(s, f"sha256:{HEX_A}", 200) == 100
     s.prune(grace_s=0)
     assert partial_done(s, f"sha256:{HEX_A}", 200) == 0  # a new pull starts over cleanly
+
 
 @pytest.mark.skipif(os.name != "posix", reason="the pull lock is flock")
 def test_cli_verify_and_prune(tmp_path, held_pull):
@@ -93,9 +101,13 @@ def test_cli_verify_and_prune(tmp_path, held_pull):
     assert r.exit_code == 0, r.output
     assert f"partial pull: {failed[0]}" in r.output and f"pull in progress: sha256:{HEX_B}" in r.output
     r = runner.invoke(app, ["prune"], env=env, catch_exceptions=False)
-    assert r.exit_code == 0 and f"removed: {failed[0]}" in r.output and str(running[0]) not in r.output.replace(
-        f"partial pull: {running[0]}", "")
+    assert (
+        r.exit_code == 0
+        and f"removed: {failed[0]}" in r.output
+        and str(running[0]) not in r.output.replace(f"partial pull: {running[0]}", "")
+    )
     assert not failed[0].exists() and running[0].exists()
+
 
 def test_cli_verify_exits_1_on_a_corrupt_blob(tmp_path):
     s = st.Store(tmp_path)
@@ -103,7 +115,7 @@ def test_cli_verify_exits_1_on_a_corrupt_blob(tmp_path):
     s.blob_path(info.digest).write_bytes(b"jello")
     r = CliRunner().invoke(app, ["verify"], env={"LOCALRT_MODELS": str(tmp_path)}, catch_exceptions=False)
     assert r.exit_code == 1 and f"corrupt: {info.digest}" in r.output
-    r = CliRunner().invoke(app, ["prune", "--grace", "0", "--corrupt"], env={"LOCALRT_MODELS": str(tmp_path)},
-                           catch_exceptions=False)
+    r = CliRunner().invoke(
+        app, ["prune", "--grace", "0", "--corrupt"], env={"LOCALRT_MODELS": str(tmp_path)}, catch_exceptions=False
+    )
     assert f"removed: {info.digest}" in r.output
-

@@ -1,5 +1,6 @@
 """Schema -> automaton: accepted documents, random documents validated by jsonschema, typed errors and
 bounds on hostile schemas. No model needed (token masks: test_structured_masks.py)."""
+
 from __future__ import annotations
 
 import json
@@ -26,28 +27,58 @@ PERSON = {
 
 SCHEMAS = [
     PERSON,
-    {"type": "object", "properties": {
-        "a": {"type": "number"},
-        "b": {"type": ["string", "null"], "minLength": 2},
-        "c": {"anyOf": [{"type": "boolean"}, {"$ref": "#/$defs/P"}]}},
-     "required": ["c"],
-     "$defs": {"P": {"type": "object", "properties": {"x": {"const": [1, "é"]}}, "required": ["x"],
-                     "additionalProperties": False}}},
-    {"type": "object", "properties": {
-        "code": {"type": "string", "pattern": "^[A-Z]{2}-\\d{3}$"},
-        "alt": {"type": "string", "pattern": "^(ab+c|x[yz]?)"},
-        "q": {"type": "string", "pattern": '^[^"\\\\]x.\\.$'},
-        "esc": {"type": "string", "pattern": '^["\\\\\\n]{1,3}$'}},
-     "required": ["code", "alt", "q", "esc"]},
+    {
+        "type": "object",
+        "properties": {
+            "a": {"type": "number"},
+            "b": {"type": ["string", "null"], "minLength": 2},
+            "c": {"anyOf": [{"type": "boolean"}, {"$ref": "#/$defs/P"}]},
+        },
+        "required": ["c"],
+        "$defs": {
+            "P": {
+                "type": "object",
+                "properties": {"x": {"const": [1, "é"]}},
+                "required": ["x"],
+                "additionalProperties": False,
+            }
+        },
+    },
+    {
+        "type": "object",
+        "properties": {
+            "code": {"type": "string", "pattern": "^[A-Z]{2}-\\d{3}$"},
+            "alt": {"type": "string", "pattern": "^(ab+c|x[yz]?)"},
+            "q": {"type": "string", "pattern": '^[^"\\\\]x.\\.$'},
+            "esc": {"type": "string", "pattern": '^["\\\\\\n]{1,3}$'},
+        },
+        "required": ["code", "alt", "q", "esc"],
+    },
     {"type": "object", "additionalProperties": {"type": "integer"}},
-    {"type": "object", "properties": {"l": {"type": "array", "minItems": 2, "maxItems": 4, "items": {"type": "object"}},
-                                      "m": {}, "n": {"type": "array"}}, "required": ["l", "m", "n"]},
+    {
+        "type": "object",
+        "properties": {
+            "l": {"type": "array", "minItems": 2, "maxItems": 4, "items": {"type": "object"}},
+            "m": {},
+            "n": {"type": "array"},
+        },
+        "required": ["l", "m", "n"],
+    },
     {"type": "array", "items": {"type": "string", "minLength": 1, "maxLength": 3}, "minItems": 1},
-    {"type": "object", "properties": {"e": {"enum": ["x", 1, None, True, {"k": [1]}]}, "s": {"type": "string"}},
-     "required": ["e", "s"], "additionalProperties": False, "title": "T", "description": "annotations are fine"},
+    {
+        "type": "object",
+        "properties": {"e": {"enum": ["x", 1, None, True, {"k": [1]}]}, "s": {"type": "string"}},
+        "required": ["e", "s"],
+        "additionalProperties": False,
+        "title": "T",
+        "description": "annotations are fine",
+    },
     {"type": "integer"},
-    {"type": "object", "properties": {f: {"type": "string", "format": f} for f in ("date", "time", "date-time", "uuid")},
-     "required": ["date", "time", "date-time", "uuid"]},
+    {
+        "type": "object",
+        "properties": {f: {"type": "string", "format": f} for f in ("date", "time", "date-time", "uuid")},
+        "required": ["date", "time", "date-time", "uuid"],
+    },
 ]
 
 
@@ -62,10 +93,29 @@ def test_random_documents_validate(schema):
 
 def test_json_format_is_any_object():
     d = compile_dfa("json")
-    good = [b"{}", b'{"a":1}', b'{"a": [1, {"b": null}], "c": "x\\u00e9"}', '{"é": "ü"}'.encode(),
-            b'{\n  "a": [[[[[[[[[[[]]]]]]]]]]]\n}\n', b'{"n": -0.5e+10, "t": true, "f": false}']
-    bad = [b"[]", b'"x"', b"1", b'{"a":}', b'{"a":1,}', b'{"a":[1}', b'{"a":"\\ud800"}', b'{"a":"\x01"}',
-           b'{"a":01}', b'{"a":1.}', b"{\xff}", b'{"a":"\xc3"}', b"  {}"]
+    good = [
+        b"{}",
+        b'{"a":1}',
+        b'{"a": [1, {"b": null}], "c": "x\\u00e9"}',
+        '{"é": "ü"}'.encode(),
+        b'{\n  "a": [[[[[[[[[[[]]]]]]]]]]]\n}\n',
+        b'{"n": -0.5e+10, "t": true, "f": false}',
+    ]
+    bad = [
+        b"[]",
+        b'"x"',
+        b"1",
+        b'{"a":}',
+        b'{"a":1,}',
+        b'{"a":[1}',
+        b'{"a":"\\ud800"}',
+        b'{"a":"\x01"}',
+        b'{"a":01}',
+        b'{"a":1.}',
+        b"{\xff}",
+        b'{"a":"\xc3"}',
+        b"  {}",
+    ]
     assert all(accepts(d, x) for x in good)
     assert not any(accepts(d, x) for x in bad)
     rng = random.Random(2)
@@ -92,7 +142,7 @@ def test_whitespace_is_bounded():
     d = compile_dfa({"type": "object", "properties": {"a": {"type": "boolean"}}, "required": ["a"]})
     assert accepts(d, b'{\n\t\t"a" : true }')
     assert not accepts(d, b"{" + b" " * 2 + b'"a":true}')  # one space at most, or a newline + indent
-    assert not accepts(d, b'{\n' + b" " * 21 + b'"a":true}')
+    assert not accepts(d, b"{\n" + b" " * 21 + b'"a":true}')
 
 
 def test_string_lengths_count_characters():
@@ -101,27 +151,39 @@ def test_string_lengths_count_characters():
     assert not accepts(d, '"é"'.encode()) and not accepts(d, b'"abc"')
 
 
-@pytest.mark.parametrize("schema, keyword", [
-    ({"type": "object", "properties": {"a": {"type": "integer", "multipleOf": 2}}}, "multipleOf"),
-    ({"type": "object", "properties": {"a": {"oneOf": [{"type": "integer"}]}}}, "oneOf"),
-    ({"type": "object", "patternProperties": {"^a": {}}}, "patternProperties"),
-    ({"type": "string", "format": "email"}, "format"),
-    ({"type": "string", "format": "date", "maxLength": 3}, "format"),
-    ({"type": "array", "prefixItems": [{}]}, "prefixItems"),
-    ({"type": "object", "not": {}}, "not"),
-    ({"allOf": [{"type": "object"}, {"required": ["a"]}]}, "allOf"),
-    ({"$ref": "http://example.com/s.json"}, "$ref"),
-    ({"anyOf": [{"type": "string"}], "type": "string"}, "type"),
-])
+@pytest.mark.parametrize(
+    "schema, keyword",
+    [
+        ({"type": "object", "properties": {"a": {"type": "integer", "multipleOf": 2}}}, "multipleOf"),
+        ({"type": "object", "properties": {"a": {"oneOf": [{"type": "integer"}]}}}, "oneOf"),
+        ({"type": "object", "patternProperties": {"^a": {}}}, "patternProperties"),
+        ({"type": "string", "format": "email"}, "format"),
+        ({"type": "string", "format": "date", "maxLength": 3}, "format"),
+        ({"type": "array", "prefixItems": [{}]}, "prefixItems"),
+        ({"type": "object", "not": {}}, "not"),
+        ({"allOf": [{"type": "object"}, {"required": ["a"]}]}, "allOf"),
+        ({"$ref": "http://example.com/s.json"}, "$ref"),
+        ({"anyOf": [{"type": "string"}], "type": "string"}, "type"),
+    ],
+)
 def test_unsupported_keywords_are_named(schema, keyword):
     with pytest.raises(UnsupportedSchema) as e:
         compile_dfa(schema)
     assert keyword in str(e.value) and isinstance(e.value, InvalidRequest)
 
 
-@pytest.mark.parametrize("fmt", ["yaml", 5, ["json"], {"type": "nope"}, {"type": "string", "minLength": -1},
-                                 {"type": "object", "properties": {"a": False}, "required": ["a"]},
-                                 {"enum": [1, 2], "type": "string"}])
+@pytest.mark.parametrize(
+    "fmt",
+    [
+        "yaml",
+        5,
+        ["json"],
+        {"type": "nope"},
+        {"type": "string", "minLength": -1},
+        {"type": "object", "properties": {"a": False}, "required": ["a"]},
+        {"enum": [1, 2], "type": "string"},
+    ],
+)
 def test_invalid_formats(fmt):
     with pytest.raises(SchemaError):
         compile_dfa(fmt)
@@ -137,11 +199,20 @@ BOMBS = [
     ({"type": "string", "pattern": "[z-a]"}, PatternError),
     ({"type": "string", "maxLength": 100000}, SchemaTooComplex),
     ({"enum": list(range(100000))}, SchemaTooComplex),
-    ({"$ref": "#/$defs/a", "$defs": {"a": {"type": "object", "properties": {"x": {"$ref": "#/$defs/a"}}}}}, SchemaError),
+    (
+        {"$ref": "#/$defs/a", "$defs": {"a": {"type": "object", "properties": {"x": {"$ref": "#/$defs/a"}}}}},
+        SchemaError,
+    ),
     ({"$ref": "#/$defs/a", "$defs": {"a": {"$ref": "#/$defs/b"}, "b": {"$ref": "#/$defs/a"}}}, SchemaError),
     ({"$ref": "#/$defs/missing"}, SchemaError),
-    ({"type": "array", "minItems": 40, "items": {"type": "array", "minItems": 40, "items": {"type": "string", "maxLength": 40}}},
-     SchemaTooComplex),
+    (
+        {
+            "type": "array",
+            "minItems": 40,
+            "items": {"type": "array", "minItems": 40, "items": {"type": "string", "maxLength": 40}},
+        },
+        SchemaTooComplex,
+    ),
 ]
 
 
@@ -161,13 +232,19 @@ def _ref_chain(n: int) -> dict:
 def _ref_fanout(levels: int) -> dict:
     defs = {f"d{i}": {"type": "array", "prefixItems": []} for i in range(0)}
     for i in range(levels):
-        defs[f"d{i}"] = {"type": "object", "properties": {"x": {"$ref": f"#/$defs/d{i + 1}"}, "y": {"$ref": f"#/$defs/d{i + 1}"}}}
+        defs[f"d{i}"] = {
+            "type": "object",
+            "properties": {"x": {"$ref": f"#/$defs/d{i + 1}"}, "y": {"$ref": f"#/$defs/d{i + 1}"}},
+        }
     defs[f"d{levels}"] = {"type": "string"}
     return {"$ref": "#/$defs/d0", "$defs": defs}
 
 
-@pytest.mark.parametrize("schema, error", BOMBS + [(_nested(200), SchemaTooComplex), (_ref_chain(500), SchemaTooComplex),
-                                                   (_ref_fanout(30), SchemaTooComplex)])
+@pytest.mark.parametrize(
+    "schema, error",
+    BOMBS
+    + [(_nested(200), SchemaTooComplex), (_ref_chain(500), SchemaTooComplex), (_ref_fanout(30), SchemaTooComplex)],
+)
 def test_bombs_rejected_in_bounded_time(schema, error):
     t0 = time.monotonic()
     with pytest.raises(error):
@@ -186,7 +263,9 @@ def test_string_formats_generate_checked_values():
     d = compile_dfa(schema)
     rng = random.Random(5)
     for _ in range(30):
-        jsonschema.validate(json.loads(random_document(d, rng)), schema, format_checker=jsonschema.Draft202012Validator.FORMAT_CHECKER)
+        jsonschema.validate(
+            json.loads(random_document(d, rng)), schema, format_checker=jsonschema.Draft202012Validator.FORMAT_CHECKER
+        )
 
 
 @pytest.mark.parametrize("lo, hi", [(7, 123), (0, 9), (-15, 4), (-130, -7), (19, 21), (0, 0), (995, 1003), (-1, 1)])
@@ -216,9 +295,13 @@ def test_exclusive_and_float_bounds():
 def test_large_realistic_schema_compiles():
     props = {}
     for i in range(60):
-        props[f"p{i}"] = ({"type": "string", "maxLength": 50} if i % 3 == 0 else
-                          {"enum": [f"v{j}" for j in range(20)]} if i % 3 == 1 else
-                          {"type": "array", "items": {"type": "integer", "minimum": 0, "maximum": 1000}, "maxItems": 5})
+        props[f"p{i}"] = (
+            {"type": "string", "maxLength": 50}
+            if i % 3 == 0
+            else {"enum": [f"v{j}" for j in range(20)]}
+            if i % 3 == 1
+            else {"type": "array", "items": {"type": "integer", "minimum": 0, "maximum": 1000}, "maxItems": 5}
+        )
     schema = {"type": "object", "properties": props, "required": list(props)[::2]}
     d = compile_dfa(schema)
     rng = random.Random(4)

@@ -1,5 +1,6 @@
 """Token masks from the trie walk agree with a brute-force walk of every token, on both real tokenizers;
 Constraint bookkeeping (EOG only when complete, bad tokens refused)."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -11,8 +12,12 @@ from localrt.engine.tokenizer import Tokenizer
 
 import gguf_io
 
-SCHEMA = {"type": "object", "properties": {"name": {"type": "string", "maxLength": 8}, "n": {"type": "integer"},
-                                           "any": {}}, "required": ["name", "n", "any"], "additionalProperties": False}
+SCHEMA = {
+    "type": "object",
+    "properties": {"name": {"type": "string", "maxLength": 8}, "n": {"type": "integer"}, "any": {}},
+    "required": ["name", "n", "any"],
+    "additionalProperties": False,
+}
 
 
 @pytest.fixture(scope="module", params=["smollm2", "gemma3"])
@@ -39,8 +44,15 @@ def _brute_mask(constraint, max_depth: int = 1 << 30) -> np.ndarray:
     return out
 
 
-PREFIXES = ["", '{"name": "ab', '{"name":"abcdefgh"', '{"name": "x", "n": -1', '{"name": "x", "n": 0, "any": [{"k": [',
-            '{"name": "x", "n": 0, "any": {"a": "\\u00', '{"name": "x", "n": 0, "any": 1}']
+PREFIXES = [
+    "",
+    '{"name": "ab',
+    '{"name":"abcdefgh"',
+    '{"name": "x", "n": -1',
+    '{"name": "x", "n": 0, "any": [{"k": [',
+    '{"name": "x", "n": 0, "any": {"a": "\\u00',
+    '{"name": "x", "n": 0, "any": 1}',
+]
 
 
 def test_trie_walk_equals_brute_force(tokenizer):
@@ -88,13 +100,27 @@ def test_index_covers_json_syntax(tokenizer):
 
 
 RANDOM_SCHEMAS = [
-    {"type": "object", "properties": {"s": {"type": "string", "maxLength": 6}, "n": {"type": "number"},
-                                      "e": {"enum": ["α", "β", None]}, "b": {"type": "boolean"}},
-     "required": ["s", "n", "e"], "additionalProperties": False},
+    {
+        "type": "object",
+        "properties": {
+            "s": {"type": "string", "maxLength": 6},
+            "n": {"type": "number"},
+            "e": {"enum": ["α", "β", None]},
+            "b": {"type": "boolean"},
+        },
+        "required": ["s", "n", "e"],
+        "additionalProperties": False,
+    },
     {"type": "array", "items": {"type": "string", "pattern": "^[a-c]{1,3}$"}, "minItems": 1, "maxItems": 3},
-    {"type": "object", "properties": {"k": {"type": "array", "items": {"type": "integer"}, "maxItems": 2},
-                                      "o": {"anyOf": [{"type": "null"}, {"$ref": "#/$defs/p"}]}},
-     "required": ["k", "o"], "$defs": {"p": {"type": "object", "properties": {"z": {"const": "é"}}, "required": ["z"]}}},
+    {
+        "type": "object",
+        "properties": {
+            "k": {"type": "array", "items": {"type": "integer"}, "maxItems": 2},
+            "o": {"anyOf": [{"type": "null"}, {"$ref": "#/$defs/p"}]},
+        },
+        "required": ["k", "o"],
+        "$defs": {"p": {"type": "object", "properties": {"z": {"const": "é"}}, "required": ["z"]}},
+    },
 ]
 
 
@@ -134,7 +160,10 @@ def test_nesting_depth_bound(tokenizer):
     assert len(c.stack) == MAX_STACK
     allowed = c.allowed_mask()
     np.testing.assert_array_equal(allowed, _brute_mask(c, MAX_STACK))
-    assert not allowed[tokenizer.encode("[", add_special=False)[0]] and allowed[tokenizer.encode("]", add_special=False)[0]]
+    assert (
+        not allowed[tokenizer.encode("[", add_special=False)[0]]
+        and allowed[tokenizer.encode("]", add_special=False)[0]]
+    )
 
 
 def test_compact_sampling_draws_as_masked_vocabulary(tokenizer):

@@ -1,5 +1,6 @@
 """Constrained sampling on both real models (temperature > 0, several seeds): every finished output parses
 and validates. Driven by a small loop over the model's forward + KV cache (tests/_structured_helpers.py)."""
+
 from __future__ import annotations
 
 import json
@@ -15,19 +16,33 @@ from localrt.templates.toolcalls import parse_tool_calls, tool_call_schema
 
 from _structured_helpers import constrained_generate
 
-SMALL = {"type": "object", "properties": {"ok": {"type": "boolean"}, "count": {"type": "integer", "minimum": 0, "maximum": 20},
-                                          "color": {"enum": ["red", "green", "blue"]}},
-         "required": ["ok", "count", "color"], "additionalProperties": False}
-RICH = {"type": "object", "properties": {
-    "name": {"type": "string", "minLength": 1, "maxLength": 12},
-    "code": {"type": "string", "pattern": "^[A-Z]{2}[0-9]{2}$"},
-    "scores": {"type": "array", "items": {"type": "number"}, "minItems": 1, "maxItems": 3},
-    "note": {"anyOf": [{"type": "null"}, {"$ref": "#/$defs/short"}]}},
-    "required": ["name", "code", "scores", "note"], "additionalProperties": False,
-    "$defs": {"short": {"type": "string", "maxLength": 6}}}
+SMALL = {
+    "type": "object",
+    "properties": {
+        "ok": {"type": "boolean"},
+        "count": {"type": "integer", "minimum": 0, "maximum": 20},
+        "color": {"enum": ["red", "green", "blue"]},
+    },
+    "required": ["ok", "count", "color"],
+    "additionalProperties": False,
+}
+RICH = {
+    "type": "object",
+    "properties": {
+        "name": {"type": "string", "minLength": 1, "maxLength": 12},
+        "code": {"type": "string", "pattern": "^[A-Z]{2}[0-9]{2}$"},
+        "scores": {"type": "array", "items": {"type": "number"}, "minItems": 1, "maxItems": 3},
+        "note": {"anyOf": [{"type": "null"}, {"$ref": "#/$defs/short"}]},
+    },
+    "required": ["name", "code", "scores", "note"],
+    "additionalProperties": False,
+    "$defs": {"short": {"type": "string", "maxLength": 6}},
+}
 
-CHAT = {"llama": "<|im_start|>user\n{}<|im_end|>\n<|im_start|>assistant\n",
-        "gemma3": "<start_of_turn>user\n{}<end_of_turn>\n<start_of_turn>model\n"}
+CHAT = {
+    "llama": "<|im_start|>user\n{}<|im_end|>\n<|im_start|>assistant\n",
+    "gemma3": "<start_of_turn>user\n{}<end_of_turn>\n<start_of_turn>model\n",
+}
 
 
 @pytest.fixture(scope="module", params=["smollm2", "gemma3"])
@@ -72,11 +87,25 @@ def test_json_format_prefix_always_valid(model):
 
 
 def test_tool_call_constrained_round_trip(model):
-    tools = [{"type": "function", "function": {"name": "get_weather", "parameters": {
-        "type": "object", "properties": {"city": {"type": "string", "maxLength": 20},
-                                         "unit": {"enum": ["celsius", "fahrenheit"]}},
-        "required": ["city", "unit"]}}}]
-    text, finished, _ = _run(model, tool_call_schema(tools), "What is the weather in Paris? Call get_weather.", 5, 60, 0.5)
+    tools = [
+        {
+            "type": "function",
+            "function": {
+                "name": "get_weather",
+                "parameters": {
+                    "type": "object",
+                    "properties": {
+                        "city": {"type": "string", "maxLength": 20},
+                        "unit": {"enum": ["celsius", "fahrenheit"]},
+                    },
+                    "required": ["city", "unit"],
+                },
+            },
+        }
+    ]
+    text, finished, _ = _run(
+        model, tool_call_schema(tools), "What is the weather in Paris? Call get_weather.", 5, 60, 0.5
+    )
     assert finished, text
     parsed = parse_tool_calls("<tool_call>\n" + text + "\n</tool_call>", "<tool_call>", tools)
     assert parsed.content == "" and len(parsed.calls) == 1

@@ -2,6 +2,7 @@
 schema constrains the rest of that call (a lazy constraint), so an opened call always parses; before the tag and
 after the call the text is free. Driven token by token over SmolLM2's real tokenizer by a scripted "model" that
 prefers the tokens of a given text (deterministic: no forward pass), through the engine's ConstrainedSampler."""
+
 from __future__ import annotations
 
 import json
@@ -14,9 +15,20 @@ from localrt.engine.sampler import make_sampler
 from localrt.structured import ConstrainedSampler, LazyConstraint, compile_format
 from localrt.templates.toolcalls import HERMES, JSON_START, ToolCallParser, opened_call_format
 
-TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": {
-    "type": "object", "properties": {"city": {"type": "string", "enum": ["Paris", "London"]}},
-    "required": ["city"], "additionalProperties": False}}}]
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "parameters": {
+                "type": "object",
+                "properties": {"city": {"type": "string", "enum": ["Paris", "London"]}},
+                "required": ["city"],
+                "additionalProperties": False,
+            },
+        },
+    }
+]
 
 
 @pytest.fixture(scope="module")
@@ -44,7 +56,7 @@ def _write(tok, constraint, script: str, max_tokens: int = 80) -> str:
     for _ in range(max_tokens):
         written = tok.decode(out)
         logits = base.copy()
-        rest = script[len(written):] if script.startswith(written) else ""
+        rest = script[len(written) :] if script.startswith(written) else ""
         if rest:
             logits[tok.encode(rest, add_special=False)[0]] = 100.0
         else:
@@ -64,7 +76,7 @@ def _parse(text: str, tag=HERMES):
 
 
 def test_free_text_is_untouched(tok):
-    text = "Paris is sunny. <tool_call is not a tag here> {\"x\": 1}"
+    text = 'Paris is sunny. <tool_call is not a tag here> {"x": 1}'
     assert _write(tok, _lazy(tok), text) == text
 
 
@@ -114,14 +126,25 @@ def test_on_the_real_model_an_opened_call_never_leaks_into_content(tmp_path):
     import openai
     from _daemon_fakes import real_daemon
 
-    weather = {"type": "function", "function": {"name": "get_weather", "description": "The weather in a city",
-                                                "parameters": TOOLS[0]["function"]["parameters"]}}
+    weather = {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "description": "The weather in a city",
+            "parameters": TOOLS[0]["function"]["parameters"],
+        },
+    }
     with real_daemon(tmp_path) as srv:
         client = openai.OpenAI(base_url=srv.url + "/v1", api_key="unused")
         for seed in (0, 1, 3):
-            r = client.chat.completions.create(model="smollm2:135m", tools=[weather], max_tokens=60, temperature=0.8,
-                                               seed=seed, messages=[{"role": "user",
-                                                                     "content": "What is the weather in Paris?"}])
+            r = client.chat.completions.create(
+                model="smollm2:135m",
+                tools=[weather],
+                max_tokens=60,
+                temperature=0.8,
+                seed=seed,
+                messages=[{"role": "user", "content": "What is the weather in Paris?"}],
+            )
             m = r.choices[0].message
             assert "<tool_call>" not in (m.content or "") and "</tool_call>" not in (m.content or "")
             for call in m.tool_calls or ():

@@ -1,5 +1,6 @@
 """The harmony (gpt-oss) output parser: channels to reasoning, answer and tool calls, whole and in pieces of every
 size, tolerant of a missing <|start|>assistant or <|end|>, of unknown channels and of output cut off anywhere."""
+
 from __future__ import annotations
 
 import pytest
@@ -16,11 +17,14 @@ from localrt.templates.harmony import (
 )
 
 PROMPT = "<|start|>user<|message|>Hi<|end|><|start|>assistant"
-ANSWER = ("<|channel|>analysis<|message|>The user greets me.<|end|>"
-          "<|start|>assistant<|channel|>final<|message|>Hello there!")
-CALL = ("<|channel|>analysis<|message|>Need the weather.<|end|>"
-        "<|start|>assistant<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>"
-        '{"city": "Paris", "days": [1, 2]}<|call|>')
+ANSWER = (
+    "<|channel|>analysis<|message|>The user greets me.<|end|><|start|>assistant<|channel|>final<|message|>Hello there!"
+)
+CALL = (
+    "<|channel|>analysis<|message|>Need the weather.<|end|>"
+    "<|start|>assistant<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>"
+    '{"city": "Paris", "days": [1, 2]}<|call|>'
+)
 
 
 def streamed(text: str, n: int, prompt: str = PROMPT):
@@ -29,7 +33,7 @@ def streamed(text: str, n: int, prompt: str = PROMPT):
     thinking = content = ""
     calls = []
     for i in range(0, len(text), n):
-        got = p.feed(text[i: i + n])
+        got = p.feed(text[i : i + n])
         thinking, content, calls = thinking + got.thinking, content + got.content, calls + got.calls
     got = p.flush()
     return thinking + got.thinking, content + got.content, calls + got.calls
@@ -67,14 +71,14 @@ def test_a_call_on_the_analysis_channel_and_a_builtin_tool_keep_their_names():
 
 def test_several_calls_are_numbered():
     one = '<|start|>assistant<|channel|>commentary to=functions.f <|constrain|>json<|message|>{"a": %d}<|call|>'
-    out = parse_output((one % 1)[len("<|start|>assistant"):] + one % 2)
+    out = parse_output((one % 1)[len("<|start|>assistant") :] + one % 2)
     assert [(c.arguments, c.index) for c in out.calls] == [({"a": 1}, 0), ({"a": 2}, 1)]
 
 
 def test_call_arguments_that_are_not_an_object_are_given_back_as_text():
     out = parse_output('<|channel|>commentary to=functions.f <|constrain|>json<|message|>{"a": 1<|call|>')
     assert out.calls == [] and out.content == '{"a": 1'
-    assert parse_output('<|channel|>commentary to=functions.f<|message|>[1, 2]').content == "[1, 2]"
+    assert parse_output("<|channel|>commentary to=functions.f<|message|>[1, 2]").content == "[1, 2]"
 
 
 def test_arguments_past_the_bound_are_given_back_as_text():
@@ -86,8 +90,9 @@ def test_arguments_past_the_bound_are_given_back_as_text():
 
 
 def test_commentary_without_a_recipient_is_answer_text():
-    out = parse_output("<|channel|>commentary<|message|>Let me check.<|end|>"
-                       "<|start|>assistant<|channel|>final<|message|>Done.")
+    out = parse_output(
+        "<|channel|>commentary<|message|>Let me check.<|end|><|start|>assistant<|channel|>final<|message|>Done."
+    )
     assert (out.thinking, out.content) == ("", "Let me check.Done.")
 
 
@@ -133,17 +138,24 @@ def test_plain_text_where_a_header_was_due_is_the_answer():
 
 
 def test_text_outside_any_message_is_answer_text_and_blanks_between_messages_are_dropped():
-    out = parse_output("<|channel|>final<|message|>A<|end|>\n<|start|>assistant<|channel|>final<|message|>B<|end|>"
-                       "trailing")
+    out = parse_output(
+        "<|channel|>final<|message|>A<|end|>\n<|start|>assistant<|channel|>final<|message|>B<|end|>trailing"
+    )
     assert out.content == "ABtrailing"
 
 
 def test_a_prompt_that_prefills_the_answer_or_the_reasoning_continues_it():
     assert streamed(" world", 2, prompt=PROMPT + "<|channel|>final<|message|>Hello")[1] == " world"
-    got = streamed("more.<|end|><|start|>assistant<|channel|>final<|message|>Hi", 2,
-                   prompt=PROMPT + "<|channel|>analysis<|message|>Some")
+    got = streamed(
+        "more.<|end|><|start|>assistant<|channel|>final<|message|>Hi",
+        2,
+        prompt=PROMPT + "<|channel|>analysis<|message|>Some",
+    )
     assert got[:2] == ("more.", "Hi")
-    assert streamed("<|start|>assistant<|channel|>final<|message|>Hi", 2, prompt="<|start|>user<|message|>x<|end|>")[1] == "Hi"
+    assert (
+        streamed("<|start|>assistant<|channel|>final<|message|>Hi", 2, prompt="<|start|>user<|message|>x<|end|>")[1]
+        == "Hi"
+    )
 
 
 def test_a_prompt_ending_inside_an_unknown_channel_is_a_400_naming_it():
@@ -153,15 +165,29 @@ def test_a_prompt_ending_inside_an_unknown_channel_is_a_400_naming_it():
         HarmonyParser.for_prompt(PROMPT + "<|message|>")
 
 
-@pytest.mark.parametrize("raw, header", [
-    ("assistant<|channel|>analysis", Header("assistant", "analysis")),
-    ("assistant<|channel|>commentary to=functions.f <|constrain|>json",
-     Header("assistant", "commentary", "functions.f", "json")),
-    ("assistant<|channel|>commentary to=functions.f<|constrain|>json", Header("assistant", "commentary", "functions.f", "json")),
-    ("assistant to=functions.f<|channel|>commentary json", Header("assistant", "commentary", "functions.f", "json")),
-    ("to=functions.f<|channel|>commentary", Header("", "commentary", "functions.f")),
-    ("functions.get_weather to=assistant<|channel|>commentary", Header("functions.get_weather", "commentary", "assistant")),
-])
+@pytest.mark.parametrize(
+    "raw, header",
+    [
+        ("assistant<|channel|>analysis", Header("assistant", "analysis")),
+        (
+            "assistant<|channel|>commentary to=functions.f <|constrain|>json",
+            Header("assistant", "commentary", "functions.f", "json"),
+        ),
+        (
+            "assistant<|channel|>commentary to=functions.f<|constrain|>json",
+            Header("assistant", "commentary", "functions.f", "json"),
+        ),
+        (
+            "assistant to=functions.f<|channel|>commentary json",
+            Header("assistant", "commentary", "functions.f", "json"),
+        ),
+        ("to=functions.f<|channel|>commentary", Header("", "commentary", "functions.f")),
+        (
+            "functions.get_weather to=assistant<|channel|>commentary",
+            Header("functions.get_weather", "commentary", "assistant"),
+        ),
+    ],
+)
 def test_headers(raw, header):
     assert parse_header(raw) == header
 
@@ -170,4 +196,10 @@ def test_detection_and_think_values():
     assert is_harmony_source("<|start|>assistant<|channel|>final<|message|>")
     assert not is_harmony_source("<|start|>user<|end|>") and not is_harmony_source("<|im_start|>")
     assert [render_think(t) for t in (None, True, False, "low")] == [True, True, False, "low"]
-    assert [reasoning_effort(t) for t in (None, True, False, "low", "high")] == ["medium", "medium", None, "low", "high"]
+    assert [reasoning_effort(t) for t in (None, True, False, "low", "high")] == [
+        "medium",
+        "medium",
+        None,
+        "low",
+        "high",
+    ]

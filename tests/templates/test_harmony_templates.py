@@ -1,6 +1,7 @@
 """Rendering harmony (gpt-oss) conversations: the HF chat template that gpt-oss GGUF files carry (rendered byte for
 byte as transformers and llama.cpp render it), Ollama's gpt-oss Go template (think levels as Ollama passes them), and
 what a harmony template makes a model able to do (`thinking`, `tools`)."""
+
 from __future__ import annotations
 
 import datetime
@@ -19,14 +20,31 @@ DATA = TESTS_DATA / "templates" / "gpt-oss"
 HF = (DATA / "chat_template.jinja").read_text()
 OLLAMA = (DATA / "template.gotmpl").read_text()
 
-TOOLS = [{"type": "function", "function": {
-    "name": "get_weather", "description": "Current weather of a city",
-    "parameters": {"type": "object", "required": ["city"], "properties": {
-        "city": {"type": "string", "description": "The city"}, "unit": {"type": "string", "enum": ["c", "f"]}}}}}]
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "description": "Current weather of a city",
+            "parameters": {
+                "type": "object",
+                "required": ["city"],
+                "properties": {
+                    "city": {"type": "string", "description": "The city"},
+                    "unit": {"type": "string", "enum": ["c", "f"]},
+                },
+            },
+        },
+    }
+]
 SYSTEM = {"role": "system", "content": "You are a weather bot."}
 ASK = {"role": "user", "content": "What is the weather in Paris?"}
-CALL = {"role": "assistant", "content": "", "thinking": "I should call get_weather.",
-        "tool_calls": [{"function": {"name": "get_weather", "arguments": {"city": "Paris"}}}]}
+CALL = {
+    "role": "assistant",
+    "content": "",
+    "thinking": "I should call get_weather.",
+    "tool_calls": [{"function": {"name": "get_weather", "arguments": {"city": "Paris"}}}],
+}
 RESULT = {"role": "tool", "content": '{"temp_c": 21}', "tool_name": "get_weather"}
 FINAL = {"role": "assistant", "content": "It is 21 °C.", "thinking": "The tool says 21."}
 AGAIN = {"role": "user", "content": "And tomorrow?"}
@@ -58,12 +76,18 @@ unit?: "c" | "f",
 }}) => any;
 
 }} // namespace functions<|end|><|start|>user<|message|>What is the weather in Paris?<|end|>"""
-HF_CALL = ('<|start|>assistant to=functions.get_weather<|channel|>commentary json<|message|>{"city": "Paris"}<|call|>'
-           '<|start|>functions.get_weather to=assistant<|channel|>commentary<|message|>"{\\"temp_c\\": 21}"<|end|>')
-HF_HISTORY = (HF_HEAD.format(effort="high") + HF_CALL + "<|start|>assistant<|channel|>final<|message|>It is 21 °C.<|end|>"
-              "<|start|>user<|message|>And tomorrow?<|end|><|start|>assistant")
-HF_TOOL_LOOP = (HF_HEAD.format(effort="medium") + "<|start|>assistant<|channel|>analysis<|message|>"
-                "I should call get_weather.<|end|>" + HF_CALL + "<|start|>assistant")
+HF_CALL = (
+    '<|start|>assistant to=functions.get_weather<|channel|>commentary json<|message|>{"city": "Paris"}<|call|>'
+    '<|start|>functions.get_weather to=assistant<|channel|>commentary<|message|>"{\\"temp_c\\": 21}"<|end|>'
+)
+HF_HISTORY = (
+    HF_HEAD.format(effort="high") + HF_CALL + "<|start|>assistant<|channel|>final<|message|>It is 21 °C.<|end|>"
+    "<|start|>user<|message|>And tomorrow?<|end|><|start|>assistant"
+)
+HF_TOOL_LOOP = (
+    HF_HEAD.format(effort="medium") + "<|start|>assistant<|channel|>analysis<|message|>"
+    "I should call get_weather.<|end|>" + HF_CALL + "<|start|>assistant"
+)
 
 
 class _Day(datetime.datetime):
@@ -78,6 +102,7 @@ def fixed_date(monkeypatch):
     monkeypatch.setattr(jinja_module, "datetime", type("M", (), {"datetime": _Day}))
     try:
         import transformers.utils.chat_template_utils as hf_utils
+
         monkeypatch.setattr(hf_utils, "datetime", _Day, raising=False)
     except ImportError:
         pass
@@ -95,8 +120,9 @@ def test_hf_template_keeps_the_reasoning_of_a_tool_call_turn_inside_the_tool_loo
     assert hf_render(TOOL_LOOP) == HF_TOOL_LOOP  # no think: "medium", as Ollama sends true
 
 
-@pytest.mark.parametrize("think, effort", [(None, "medium"), (True, "medium"), ("low", "low"), ("high", "high"),
-                                           (False, "medium")])
+@pytest.mark.parametrize(
+    "think, effort", [(None, "medium"), (True, "medium"), ("low", "low"), ("high", "high"), (False, "medium")]
+)
 def test_hf_template_reasoning_effort(fixed_date, think, effort):
     # think false cannot switch gpt-oss's reasoning off: the template keeps its own default
     assert f"\nReasoning: {effort}\n" in hf_render([ASK], think=think)
@@ -105,45 +131,63 @@ def test_hf_template_reasoning_effort(fixed_date, think, effort):
 def test_hf_rendering_matches_transformers(fixed_date):
     """The same conversation in the HF message shape (a turn's reasoning in `thinking`), rendered by transformers."""
     hf_utils = pytest.importorskip("transformers.utils.chat_template_utils")
-    hf_call = {"role": "assistant", "content": "", "thinking": CALL["thinking"],
-               "tool_calls": [{"type": "function", "function": {"name": "get_weather", "arguments": {"city": "Paris"}}}]}
+    hf_call = {
+        "role": "assistant",
+        "content": "",
+        "thinking": CALL["thinking"],
+        "tool_calls": [{"type": "function", "function": {"name": "get_weather", "arguments": {"city": "Paris"}}}],
+    }
     hf_result = {"role": "tool", "content": RESULT["content"], "name": "get_weather"}
-    for messages, ours, kw in (([SYSTEM, ASK, hf_call, hf_result, FINAL, AGAIN], HF_HISTORY, {"reasoning_effort": "high"}),
-                               ([SYSTEM, ASK, hf_call, hf_result], HF_TOOL_LOOP, {})):
-        theirs = hf_utils.render_jinja_template([messages], tools=TOOLS, chat_template=HF, add_generation_prompt=True, **kw)
+    for messages, ours, kw in (
+        ([SYSTEM, ASK, hf_call, hf_result, FINAL, AGAIN], HF_HISTORY, {"reasoning_effort": "high"}),
+        ([SYSTEM, ASK, hf_call, hf_result], HF_TOOL_LOOP, {}),
+    ):
+        theirs = hf_utils.render_jinja_template(
+            [messages], tools=TOOLS, chat_template=HF, add_generation_prompt=True, **kw
+        )
         theirs = theirs[0] if isinstance(theirs, tuple) else theirs
         assert (theirs[0] if isinstance(theirs, list) else theirs) == ours
 
 
 # -- Ollama's gpt-oss template ---------------------------------------------------------------------------------------
 
+
 def go_render(messages, think=None, tools=TOOLS) -> str:
     text = chat_prompt(load_template(OLLAMA, "go"), messages, tools=tools, think=think).text
     return re.sub(r"Current date: \d{4}-\d{2}-\d{2}", "Current date: D", text)
 
 
-GO_HEAD = ("<|start|>system<|message|>You are ChatGPT, a large language model trained by OpenAI.\nKnowledge cutoff: "
-           "2024-06\nCurrent date: D\n\nReasoning: {effort}\n\n# Valid channels: analysis, commentary, final. Channel "
-           "must be included for every message.\nCalls to these tools must go to the commentary channel: 'functions'."
-           "<|end|><|start|>developer<|message|># Tools\n\n## functions\n\nnamespace functions {{\n\n// Current weather "
-           "of a city\ntype get_weather = (_: {{\n  // The city\n  city: string,\n  unit: string,\n}}) => any;\n\n}} "
-           "// namespace functions\n\n# Instructions\n\nYou are a weather bot.<|end|><|start|>user<|message|>What is the "
-           "weather in Paris?<|end|>")
-GO_CALL = ('<|start|>assistant<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>{"city":"Paris"}'
-           '<|call|><|start|>functions.get_weather to=assistant<|message|>{"temp_c": 21}<|end|>')
+GO_HEAD = (
+    "<|start|>system<|message|>You are ChatGPT, a large language model trained by OpenAI.\nKnowledge cutoff: "
+    "2024-06\nCurrent date: D\n\nReasoning: {effort}\n\n# Valid channels: analysis, commentary, final. Channel "
+    "must be included for every message.\nCalls to these tools must go to the commentary channel: 'functions'."
+    "<|end|><|start|>developer<|message|># Tools\n\n## functions\n\nnamespace functions {{\n\n// Current weather "
+    "of a city\ntype get_weather = (_: {{\n  // The city\n  city: string,\n  unit: string,\n}}) => any;\n\n}} "
+    "// namespace functions\n\n# Instructions\n\nYou are a weather bot.<|end|><|start|>user<|message|>What is the "
+    "weather in Paris?<|end|>"
+)
+GO_CALL = (
+    '<|start|>assistant<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>{"city":"Paris"}'
+    '<|call|><|start|>functions.get_weather to=assistant<|message|>{"temp_c": 21}<|end|>'
+)
 
 
 def test_ollama_template_history_as_ollama_renders_it():
-    assert go_render(HISTORY) == (GO_HEAD.format(effort="medium") + GO_CALL + "<|start|>assistant<|channel|>final"
-                                  "<|message|>It is 21 °C.<|end|><|start|>user<|message|>And tomorrow?<|end|>"
-                                  "<|start|>assistant")
-    assert go_render(TOOL_LOOP, think="low") == (GO_HEAD.format(effort="low") + "<|start|>assistant<|channel|>analysis"
-                                                 "<|message|>I should call get_weather.<|end|>" + GO_CALL +
-                                                 "<|start|>assistant")
+    assert go_render(HISTORY) == (
+        GO_HEAD.format(effort="medium") + GO_CALL + "<|start|>assistant<|channel|>final"
+        "<|message|>It is 21 °C.<|end|><|start|>user<|message|>And tomorrow?<|end|>"
+        "<|start|>assistant"
+    )
+    assert go_render(TOOL_LOOP, think="low") == (
+        GO_HEAD.format(effort="low") + "<|start|>assistant<|channel|>analysis"
+        "<|message|>I should call get_weather.<|end|>" + GO_CALL + "<|start|>assistant"
+    )
 
 
-@pytest.mark.parametrize("think, line", [(None, "Reasoning: medium"), (True, "Reasoning: medium"),
-                                         ("high", "Reasoning: high"), (False, None)])
+@pytest.mark.parametrize(
+    "think, line",
+    [(None, "Reasoning: medium"), (True, "Reasoning: medium"), ("high", "Reasoning: high"), (False, None)],
+)
 def test_ollama_template_think_values(think, line):
     text = go_render([ASK], think=think, tools=None)
     assert (re.search(r"Reasoning: \w+", text).group(0) if "Reasoning:" in text else None) == line
@@ -162,6 +206,7 @@ def test_generate_renders_through_the_harmony_template():
 
 
 # -- detection and capabilities --------------------------------------------------------------------------------------
+
 
 class _Req:
     think, think_field = "high", "think"

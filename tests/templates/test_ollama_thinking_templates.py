@@ -23,6 +23,7 @@ Ollama 0.13 and what ollama/ollama#18391 restores; Ollama 0.14+ prints Go struct
 (`{get_weather Weather ... {object <nil> <nil> [city] ...}}`, ollama/ollama#14601, a known open bug), which we do
 not copy. Tool-call arguments print as JSON with sorted keys (a Go map), in every Ollama version.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -40,17 +41,32 @@ SYSTEM = {"role": "system", "content": "You are helpful."}
 USER = {"role": "user", "content": "Hi"}
 ANSWER = {"role": "assistant", "content": "Hello.", "thinking": "Greet."}
 USER2 = {"role": "user", "content": "And?"}
-TOOL = {"type": "function", "function": {
-    "name": "get_weather", "description": "Weather & <wind>",
-    "parameters": {"type": "object",
-                   "properties": {"unit": {"type": "string", "enum": ["c", "f"]},
-                                  "city": {"type": "string", "description": "City"}},
-                   "required": ["city"]}}}
-TOOL_JSON = ('{"name":"get_weather","description":"Weather \\u0026 \\u003cwind\\u003e","parameters":'
-             '{"type":"object","required":["city"],"properties":{"city":{"type":"string","description":"City"},'
-             '"unit":{"type":"string","enum":["c","f"]}}}}')
-CALL = {"role": "assistant", "content": "", "thinking": "Need weather.",
-        "tool_calls": [{"function": {"name": "get_weather", "arguments": {"unit": "c", "city": "Oslo"}}}]}
+TOOL = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "Weather & <wind>",
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "unit": {"type": "string", "enum": ["c", "f"]},
+                "city": {"type": "string", "description": "City"},
+            },
+            "required": ["city"],
+        },
+    },
+}
+TOOL_JSON = (
+    '{"name":"get_weather","description":"Weather \\u0026 \\u003cwind\\u003e","parameters":'
+    '{"type":"object","required":["city"],"properties":{"city":{"type":"string","description":"City"},'
+    '"unit":{"type":"string","enum":["c","f"]}}}}'
+)
+CALL = {
+    "role": "assistant",
+    "content": "",
+    "thinking": "Need weather.",
+    "tool_calls": [{"function": {"name": "get_weather", "arguments": {"unit": "c", "city": "Oslo"}}}],
+}
 RESULT = {"role": "tool", "content": "3 C", "tool_name": "get_weather"}
 
 NO_THINK_BLOCK = "<think>\n\n</think>\n\n"
@@ -88,46 +104,59 @@ def test_both_templates_are_thinking_templates(qwen3, r1) -> None:
 Q_SYSTEM = "<|im_start|>system\n\nYou are helpful.<|im_end|>\n"
 
 
-@pytest.mark.parametrize("think, user_suffix, tail", [
-    (UNSET, "", ""),
-    (ON, " /think", ""),
-    (OFF, " /no_think", NO_THINK_BLOCK),
-])
+@pytest.mark.parametrize(
+    "think, user_suffix, tail",
+    [
+        (UNSET, "", ""),
+        (ON, " /think", ""),
+        (OFF, " /no_think", NO_THINK_BLOCK),
+    ],
+)
 def test_qwen3_system_and_think(qwen3, think, user_suffix, tail) -> None:
     got = chat_prompt(qwen3, [SYSTEM, USER], think=think).text
     assert got == Q_SYSTEM + f"<|im_start|>user\nHi{user_suffix}<|im_end|>\n<|im_start|>assistant\n{tail}"
 
 
-@pytest.mark.parametrize("think, user_suffix, tail", [
-    (UNSET, "", ""),
-    (ON, " /think", ""),
-    (OFF, " /no_think", NO_THINK_BLOCK),
-])
+@pytest.mark.parametrize(
+    "think, user_suffix, tail",
+    [
+        (UNSET, "", ""),
+        (ON, " /think", ""),
+        (OFF, " /no_think", NO_THINK_BLOCK),
+    ],
+)
 def test_qwen3_drops_reasoning_before_the_last_user_turn(qwen3, think, user_suffix, tail) -> None:
     # The answered turn (index 2) comes before the last user message (index 3): its thinking is not shown, and only
     # the last user message gets the /think or /no_think switch.
     got = chat_prompt(qwen3, [SYSTEM, USER, ANSWER, USER2], think=think).text
-    assert got == (Q_SYSTEM + "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\nHello.<|im_end|>\n"
-                   f"<|im_start|>user\nAnd?{user_suffix}<|im_end|>\n<|im_start|>assistant\n{tail}")
+    assert got == (
+        Q_SYSTEM + "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\nHello.<|im_end|>\n"
+        f"<|im_start|>user\nAnd?{user_suffix}<|im_end|>\n<|im_start|>assistant\n{tail}"
+    )
 
 
-@pytest.mark.parametrize("think, user_suffix, reasoning", [
-    (UNSET, "", ""),  # IsThinkSet false: no reasoning replayed at all
-    (ON, " /think", "<think>Greet.</think>\n"),
-    (OFF, " /no_think", "<think>Greet.</think>\n"),  # the condition is IsThinkSet, not Think
-])
+@pytest.mark.parametrize(
+    "think, user_suffix, reasoning",
+    [
+        (UNSET, "", ""),  # IsThinkSet false: no reasoning replayed at all
+        (ON, " /think", "<think>Greet.</think>\n"),
+        (OFF, " /no_think", "<think>Greet.</think>\n"),  # the condition is IsThinkSet, not Think
+    ],
+)
 def test_qwen3_keeps_reasoning_after_the_last_user_turn(qwen3, think, user_suffix, reasoning) -> None:
     # A last assistant message is a prefill: no <|im_end|>, no new assistant header, no empty think block.
     got = chat_prompt(qwen3, [USER, ANSWER], think=think).text
     assert got == f"<|im_start|>user\nHi{user_suffix}<|im_end|>\n<|im_start|>assistant\n{reasoning}Hello."
 
 
-TOOLS_BLOCK = ("\n\n# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
-               "You are provided with function signatures within <tools></tools> XML tags:\n<tools>\n"
-               '{"type": "function", "function": ' + TOOL_JSON + "}\n</tools>\n\n"
-               "For each function call, return a json object with function name and arguments within "
-               "<tool_call></tool_call> XML tags:\n<tool_call>\n"
-               '{"name": <function-name>, "arguments": <args-json-object>}\n</tool_call><|im_end|>\n')
+TOOLS_BLOCK = (
+    "\n\n# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
+    "You are provided with function signatures within <tools></tools> XML tags:\n<tools>\n"
+    '{"type": "function", "function": ' + TOOL_JSON + "}\n</tools>\n\n"
+    "For each function call, return a json object with function name and arguments within "
+    "<tool_call></tool_call> XML tags:\n<tool_call>\n"
+    '{"name": <function-name>, "arguments": <args-json-object>}\n</tool_call><|im_end|>\n'
+)
 
 
 def test_qwen3_tools_without_system(qwen3) -> None:
@@ -135,20 +164,26 @@ def test_qwen3_tools_without_system(qwen3) -> None:
     assert got == "<|im_start|>system\n" + TOOLS_BLOCK + "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"
 
 
-@pytest.mark.parametrize("think, user_suffix, reasoning, tail", [
-    (UNSET, "", "", ""),
-    (ON, " /think", "<think>Need weather.</think>\n", ""),
-    (OFF, " /no_think", "<think>Need weather.</think>\n", NO_THINK_BLOCK),
-])
+@pytest.mark.parametrize(
+    "think, user_suffix, reasoning, tail",
+    [
+        (UNSET, "", "", ""),
+        (ON, " /think", "<think>Need weather.</think>\n", ""),
+        (OFF, " /no_think", "<think>Need weather.</think>\n", NO_THINK_BLOCK),
+    ],
+)
 def test_qwen3_tool_call_after_reasoning_and_its_result(qwen3, think, user_suffix, reasoning, tail) -> None:
     # The tool-calling turn (index 2) follows the last user message (index 1), so its reasoning is replayed when
     # think was sent; the tool result is rendered as a user turn; the arguments print with sorted keys.
     got = chat_prompt(qwen3, [SYSTEM, USER, CALL, RESULT], tools=[TOOL], think=think).text
-    assert got == ("<|im_start|>system\n\nYou are helpful." + TOOLS_BLOCK
-                   + f"<|im_start|>user\nHi{user_suffix}<|im_end|>\n<|im_start|>assistant\n{reasoning}"
-                   '<tool_call>\n{"name": "get_weather", "arguments": {"city":"Oslo","unit":"c"}}\n'
-                   "</tool_call><|im_end|>\n<|im_start|>user\n<tool_response>\n3 C\n</tool_response><|im_end|>\n"
-                   f"<|im_start|>assistant\n{tail}")
+    assert got == (
+        "<|im_start|>system\n\nYou are helpful."
+        + TOOLS_BLOCK
+        + f"<|im_start|>user\nHi{user_suffix}<|im_end|>\n<|im_start|>assistant\n{reasoning}"
+        '<tool_call>\n{"name": "get_weather", "arguments": {"city":"Oslo","unit":"c"}}\n'
+        "</tool_call><|im_end|>\n<|im_start|>user\n<tool_response>\n3 C\n</tool_response><|im_end|>\n"
+        f"<|im_start|>assistant\n{tail}"
+    )
 
 
 def test_qwen3_think_level_counts_as_think_on(qwen3) -> None:
@@ -158,6 +193,7 @@ def test_qwen3_think_level_counts_as_think_on(qwen3) -> None:
 
 
 # --- deepseek-r1 ------------------------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("think, tail", [(UNSET, ""), (ON, ""), (OFF, NO_THINK_BLOCK)])
 def test_r1_system_and_think(r1, think, tail) -> None:
@@ -169,15 +205,19 @@ def test_r1_system_and_think(r1, think, tail) -> None:
 @pytest.mark.parametrize("think, tail", [(UNSET, ""), (ON, ""), (OFF, NO_THINK_BLOCK)])
 def test_r1_drops_reasoning_of_earlier_turns(r1, think, tail) -> None:
     got = chat_prompt(r1, [SYSTEM, USER, ANSWER, USER2], think=think).text
-    assert got == ("You are helpful.<｜User｜>Hi<｜Assistant｜>Hello.<｜end▁of▁sentence｜>"
-                   "<｜User｜>And?<｜Assistant｜>" + tail)
+    assert got == (
+        "You are helpful.<｜User｜>Hi<｜Assistant｜>Hello.<｜end▁of▁sentence｜><｜User｜>And?<｜Assistant｜>" + tail
+    )
 
 
-@pytest.mark.parametrize("think, reasoning", [
-    (UNSET, ""),
-    (ON, "<think>\nGreet.\n</think>"),  # `{{- end }}` eats the newline after </think>
-    (OFF, "<think>\nGreet.\n</think>"),
-])
+@pytest.mark.parametrize(
+    "think, reasoning",
+    [
+        (UNSET, ""),
+        (ON, "<think>\nGreet.\n</think>"),  # `{{- end }}` eats the newline after </think>
+        (OFF, "<think>\nGreet.\n</think>"),
+    ],
+)
 def test_r1_replays_reasoning_only_on_the_last_assistant_turn(r1, think, reasoning) -> None:
     got = chat_prompt(r1, [USER, ANSWER], think=think).text
     assert got == "<｜User｜>Hi<｜Assistant｜>" + reasoning + "Hello."

@@ -1,4 +1,5 @@
 """Which template is in effect (Modelfile > GGUF > built-in family > default), with the real models."""
+
 from __future__ import annotations
 
 import json
@@ -62,12 +63,15 @@ def test_rejected_gguf_template_falls_back_and_says_why() -> None:
     assert c.origin == "builtin:chatml" and "GGUF chat template was rejected" in c.reason
 
 
-@pytest.mark.parametrize("tokens,family", [
-    (["<s>", "<|start_header_id|>", "<|eot_id|>"], "llama3"),
-    (["<|endoftext|>", "<|im_start|>", "<|im_end|>"], "chatml"),
-    (["<s>", "[INST]", "[/INST]"], "mistral"),
-    (["<|user|>", "<|assistant|>", "<|end|>"], "phi3"),
-])
+@pytest.mark.parametrize(
+    "tokens,family",
+    [
+        (["<s>", "<|start_header_id|>", "<|eot_id|>"], "llama3"),
+        (["<|endoftext|>", "<|im_start|>", "<|im_end|>"], "chatml"),
+        (["<s>", "[INST]", "[/INST]"], "mistral"),
+        (["<|user|>", "<|assistant|>", "<|end|>"], "phi3"),
+    ],
+)
 def test_builtin_family_from_vocabulary(tokens: list[str], family: str) -> None:
     c = choose_template({"general.architecture": "llama", "tokenizer.ggml.tokens": tokens})
     assert c.origin == f"builtin:{family}" and c.stop == FAMILIES[family].stop
@@ -85,8 +89,14 @@ U1 = {"role": "user", "content": "Hello, how are you?"}
 A1 = {"role": "assistant", "content": "I'm doing great. How can I help you today?"}
 U2 = {"role": "user", "content": "I'd like to show off how chat templating works!"}
 CHATS = {"user": [U1], "user-assistant-user": [U1, A1, U2], "system-user-assistant-user": [SYSTEM, U1, A1, U2]}
-SAME_AS = {"chatml": "chatml", "llama3": "llama3-instruct", "gemma": "gemma-instruct", "mistral": "mistral-instruct",
-           "phi3": "phi-3", "gemma3": "gemma3-instruct"}
+SAME_AS = {
+    "chatml": "chatml",
+    "llama3": "llama3-instruct",
+    "gemma": "gemma-instruct",
+    "mistral": "mistral-instruct",
+    "phi3": "phi-3",
+    "gemma3": "gemma3-instruct",
+}
 
 
 @pytest.mark.parametrize("case", sorted(CHATS))

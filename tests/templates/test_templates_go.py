@@ -1,4 +1,5 @@
 """Go text/template subset: syntax, Go semantics, errors with positions, and resource limits."""
+
 from __future__ import annotations
 
 import time
@@ -10,10 +11,19 @@ from localrt.templates._govalues import GoStruct
 
 MSG = GoStruct("*template.templateMessage", {"Role": "user", "Content": "hi"})
 DATA = {
-    "S": "héllo", "N": 3, "F": 2.5, "Empty": "", "Zero": 0, "L": ["a", "b", "c"], "NoL": [],
-    "M": {"b": 2, "a": 1}, "Msg": MSG, "Msgs": [MSG, GoStruct("*template.templateMessage",
-                                                              {"Role": "assistant", "Content": "yo"})],
-    "T": True, "Nil": None, "HTML": "<a&b>",
+    "S": "héllo",
+    "N": 3,
+    "F": 2.5,
+    "Empty": "",
+    "Zero": 0,
+    "L": ["a", "b", "c"],
+    "NoL": [],
+    "M": {"b": 2, "a": 1},
+    "Msg": MSG,
+    "Msgs": [MSG, GoStruct("*template.templateMessage", {"Role": "assistant", "Content": "yo"})],
+    "T": True,
+    "Nil": None,
+    "HTML": "<a&b>",
 }
 
 CASES = [
@@ -39,34 +49,40 @@ CASES = [
     ("{{ range .NoL }}x{{ else }}empty{{ end }}", "empty"),
     ("{{ range .Nil }}x{{ else }}nil is empty{{ end }}", "nil is empty"),
     ("{{ range $k, $v := .M }}{{ $k }}{{ $v }}{{ end }}", "a1b2"),
-    ("{{ range .L }}{{ if eq . \"b\" }}{{ continue }}{{ end }}{{ . }}{{ end }}", "ac"),
-    ("{{ range .L }}{{ if eq . \"b\" }}{{ break }}{{ end }}{{ . }}{{ end }}", "a"),
+    ('{{ range .L }}{{ if eq . "b" }}{{ continue }}{{ end }}{{ . }}{{ end }}', "ac"),
+    ('{{ range .L }}{{ if eq . "b" }}{{ break }}{{ end }}{{ . }}{{ end }}', "a"),
     ("{{ range 3 }}{{ . }}{{ end }}", "012"),
     ("{{ range .Msgs }}{{ .Role }}:{{ $.N }} {{ end }}", "user:3 assistant:3 "),
     # variables
     ("{{ $x := 1 }}{{ $x }}{{ $x = 2 }}{{ $x }}", "12"),
-    ("{{ $last := \"\" }}{{ range .L }}{{ $last = . }}{{ end }}{{ $last }}", "c"),
+    ('{{ $last := "" }}{{ range .L }}{{ $last = . }}{{ end }}{{ $last }}', "c"),
     ("{{ range .L }}{{ $y := . }}{{ end }}{{ $ := 5 }}{{ $ }}", "5"),
     ("{{ if $v := .N }}{{ $v }}{{ end }}", "3"),
     # functions
-    ("{{ eq .N 3 }} {{ eq .S \"x\" \"héllo\" }} {{ ne .N 4 }} {{ lt 1 2 }} {{ ge .F 2.5 }}", "true true true true true"),
+    ('{{ eq .N 3 }} {{ eq .S "x" "héllo" }} {{ ne .N 4 }} {{ lt 1 2 }} {{ ge .F 2.5 }}', "true true true true true"),
     ("{{ and .T .N }} {{ and .Zero .Nil.Boom }} {{ or .Empty .S }} {{ or .Zero .Empty }}", "3 0 héllo "),
     ("{{ not .Empty }} {{ not .L }}", "true false"),
     ("{{ len .S }} {{ len .L }} {{ len .M }}", "6 3 2"),
-    ("{{ index .L 1 }} {{ index .M \"b\" }} {{ index .M \"zz\" }}", "b 2 <no value>"),
+    ('{{ index .L 1 }} {{ index .M "b" }} {{ index .M "zz" }}', "b 2 <no value>"),
     ("{{ slice .S 2 }}|{{ len (slice .L 1) }}|{{ range slice .L 0 2 }}{{ . }}{{ end }}", "\ufffdllo|2|ab"),
-    ("{{ slice \"abcdef\" 1 3 }}", "bc"),
+    ('{{ slice "abcdef" 1 3 }}', "bc"),
     ("{{ eq (len (slice $.Msgs 1)) 1 }}", "true"),
-    ("{{ print 1 2 \"a\" 3 \"b\" }}|{{ println \"x\" 1 }}|", "1 2a3b|x 1\n|"),
-    ("{{ printf \"%s-%d-%v-%q-%5.2f-%x-%t-%%\" .S .N .L \"q\" .F 255 .T }}", "héllo-3-[a b c]-\"q\"- 2.50-ff-true-%"),
-    ("{{ printf \"%s\\n\\n%s\" \"a\" \"b\" }}", "a\n\nb"),
-    ("{{ printf \"%d %d\" 1 }}", "1 %!d(MISSING)"),
-    ("{{ .S | printf \"%s!\" }} {{ .N | eq 3 }}", "héllo! true"),
+    ('{{ print 1 2 "a" 3 "b" }}|{{ println "x" 1 }}|', "1 2a3b|x 1\n|"),
+    ('{{ printf "%s-%d-%v-%q-%5.2f-%x-%t-%%" .S .N .L "q" .F 255 .T }}', 'héllo-3-[a b c]-"q"- 2.50-ff-true-%'),
+    ('{{ printf "%s\\n\\n%s" "a" "b" }}', "a\n\nb"),
+    ('{{ printf "%d %d" 1 }}', "1 %!d(MISSING)"),
+    ('{{ .S | printf "%s!" }} {{ .N | eq 3 }}', "héllo! true"),
     ("{{ (index .Msgs 1).Role }} {{ (index .Msgs 1).Content | len }}", "assistant 2"),
-    ("{{ json .HTML }} {{ json .M }} {{ json .L }} {{ json 1.0 }}", '"\\u003ca\\u0026b\\u003e" {"a":1,"b":2} ["a","b","c"] 1'),
+    (
+        "{{ json .HTML }} {{ json .M }} {{ json .L }} {{ json 1.0 }}",
+        '"\\u003ca\\u0026b\\u003e" {"a":1,"b":2} ["a","b","c"] 1',
+    ),
     ("{{ html \"<a href='x'>\" }}", "&lt;a href=&#39;x&#39;&gt;"),
     # literals and printing
-    ("{{ 0x1F }} {{ 1_000 }} {{ 017 }} {{ 1.5e3 }} {{ 'a' }} {{ `r\\aw` }} {{ \"\\u00e9\\t\" }}", "31 1000 15 1500 97 r\\aw é\t"),
+    (
+        "{{ 0x1F }} {{ 1_000 }} {{ 017 }} {{ 1.5e3 }} {{ 'a' }} {{ `r\\aw` }} {{ \"\\u00e9\\t\" }}",
+        "31 1000 15 1500 97 r\\aw é\t",
+    ),
     ("{{ .Missing }}|{{ .M }}|{{ .F }}|{{ 1e21 }}|{{ .Msg }}", "<no value>|map[a:1 b:2]|2.5|1e+21|{user hi}"),
 ]
 
@@ -90,11 +106,11 @@ PARSE_ERRORS = [
     ("{{ $x = 1 }}", 'undefined variable "$x"', (1, 4)),
     ("{{ nosuch 1 }}", 'function "nosuch" not defined', (1, 4)),
     ("{{ break }}", "outside {{range}}", (1, 4)),
-    ("{{ define \"x\" }}{{ end }}", "not supported", (1, 4)),
+    ('{{ define "x" }}{{ end }}', "not supported", (1, 4)),
     ('{{ template "x" }}', "not supported", (1, 4)),
     ("{{ nil }}", "nil is not a command", (1, 4)),
     ("{{ 3x }}", "bad number syntax", (1, 4)),
-    ("{{ \"abc }}", "unterminated quoted string", (1, 4)),
+    ('{{ "abc }}', "unterminated quoted string", (1, 4)),
     ("{{ /* c */ }}", "unexpected", None),
     ("{{/* c */ x }}", "comment ends before closing delimiter", (1, 1)),
     ("{{ range .L }}{{ else }}{{ else }}{{ end }}", "expected {{end}}", None),
@@ -122,7 +138,7 @@ EXEC_ERRORS = [
     ("{{ index .L 5 }}", "index out of range: 5"),
     ("{{ slice .L 2 1 }}", "invalid slice index"),
     ("{{ range .S }}{{ end }}", "range can't iterate over"),
-    ("{{ eq .N \"3\" }}", "incompatible types for comparison"),
+    ('{{ eq .N "3" }}', "incompatible types for comparison"),
     ("{{ lt .L 1 }}", "invalid type for comparison"),
     ("{{ len .N }}", "len of type int"),
     ("{{ ne 1 }}", "wrong number of args for ne"),
@@ -154,8 +170,10 @@ def test_response_is_appended_when_template_has_neither_messages_nor_response() 
 
 
 def test_vars_walk_like_ollama() -> None:
-    t = GoTemplate('{{ range $i, $_ := .Messages }}{{ if eq .Role "tool" }}{{ .ToolName }}{{ end }}'
-                   '{{ len (slice $.Tools $i) }}{{ end }}')
+    t = GoTemplate(
+        '{{ range $i, $_ := .Messages }}{{ if eq .Role "tool" }}{{ .ToolName }}{{ end }}'
+        "{{ len (slice $.Tools $i) }}{{ end }}"
+    )
     assert {"messages", "role", "toolname", "tools", "$"} <= t.vars
     assert not t.uses("suffix")
     assert GoTemplate("{{ if .Suffix }}{{ .Suffix }}{{ end }}").uses("Suffix")
@@ -220,7 +238,7 @@ def test_date_functions() -> None:
     import datetime
 
     today = datetime.date.today()
-    got = GoTemplate("{{ currentDate }} {{ yesterdayDate }} {{ currentDate \"ignored\" }}").execute({}).split()
+    got = GoTemplate('{{ currentDate }} {{ yesterdayDate }} {{ currentDate "ignored" }}').execute({}).split()
     # a render that straddles midnight may see the next day; accept either side
     assert got[0] in (today.isoformat(), (today + datetime.timedelta(days=1)).isoformat())
     assert datetime.date.fromisoformat(got[1]) == datetime.date.fromisoformat(got[0]) - datetime.timedelta(days=1)

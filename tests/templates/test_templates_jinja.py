@@ -1,5 +1,6 @@
 """GGUF Jinja chat templates: HF semantics on SmolLM2's real template, and the sandbox against SSTI
 payloads, oversized templates and runaway loops (pain_points section 8 item 14)."""
+
 from __future__ import annotations
 
 import json
@@ -29,21 +30,29 @@ def test_smollm2_template_matches_reference_prompt(smollm2_template: str) -> Non
 
 
 def test_smollm2_template_with_system_and_turns(smollm2_template: str) -> None:
-    msgs = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"},
-            {"role": "assistant", "content": "Hello!"}, {"role": "user", "content": "Bye"}]
+    msgs = [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": "Hi"},
+        {"role": "assistant", "content": "Hello!"},
+        {"role": "user", "content": "Bye"},
+    ]
     assert render_prompt(smollm2_template, "jinja", msgs) == (
         "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"
-        "Hello!<|im_end|>\n<|im_start|>user\nBye<|im_end|>\n<|im_start|>assistant\n")
+        "Hello!<|im_end|>\n<|im_start|>user\nBye<|im_end|>\n<|im_start|>assistant\n"
+    )
     # a model SYSTEM goes first unless the request brings its own
     assert render_prompt(smollm2_template, "jinja", msgs[1:2], system="Be brief.").startswith(
-        "<|im_start|>system\nBe brief.<|im_end|>\n")
+        "<|im_start|>system\nBe brief.<|im_end|>\n"
+    )
 
 
 def test_hf_variables_and_helpers() -> None:
-    src = ("{{ bos_token }}{% for m in messages %}{% if m.role == 'user' %}{{ m.content }}{% endif %}{% endfor %}"
-           "|{{ tools | tojson }}|{{ {'b': '<é>', 'a': 1} | tojson(sort_keys=True) }}|{{ add_generation_prompt }}"
-           "|{{ eos_token }}|{{ strftime_now('%Y') | length }}"
-           "{% for i in range(5) %}{% if i == 2 %}{% break %}{% endif %}{{ i }}{% endfor %}")
+    src = (
+        "{{ bos_token }}{% for m in messages %}{% if m.role == 'user' %}{{ m.content }}{% endif %}{% endfor %}"
+        "|{{ tools | tojson }}|{{ {'b': '<é>', 'a': 1} | tojson(sort_keys=True) }}|{{ add_generation_prompt }}"
+        "|{{ eos_token }}|{{ strftime_now('%Y') | length }}"
+        "{% for i in range(5) %}{% if i == 2 %}{% break %}{% endif %}{{ i }}{% endfor %}"
+    )
     t = JinjaChatTemplate(src, bos_token="<s>", eos_token="</s>")
     tools = [{"type": "function", "function": {"name": "f"}}]
     got = t.render([{"role": "user", "content": "hi"}], tools)
@@ -58,13 +67,18 @@ def test_leading_bos_is_dropped_only_when_the_tokenizer_adds_it() -> None:
 
 
 def test_tool_calls_reach_the_template_in_hf_shape() -> None:
-    src = ("{% for m in messages %}{% for c in m.tool_calls or [] %}{{ c.function.name }}"
-           "{{ c.function.arguments | tojson }}{% endfor %}{% if m.role == 'tool' %}[{{ m.name }}:{{ m.content }}]"
-           "{% endif %}{% endfor %}{% if tools %}T{% endif %}")
-    msgs = [{"role": "assistant", "tool_calls": [{"function": {"name": "f", "arguments": {"a": 1}}}]},
-            {"role": "tool", "content": "ok", "tool_name": "f"}]
-    assert render_prompt(src, "jinja", msgs, tools=[{"type": "function", "function": {"name": "f"}}]) == \
-        'f{"a": 1}[f:ok]T'
+    src = (
+        "{% for m in messages %}{% for c in m.tool_calls or [] %}{{ c.function.name }}"
+        "{{ c.function.arguments | tojson }}{% endfor %}{% if m.role == 'tool' %}[{{ m.name }}:{{ m.content }}]"
+        "{% endif %}{% endfor %}{% if tools %}T{% endif %}"
+    )
+    msgs = [
+        {"role": "assistant", "tool_calls": [{"function": {"name": "f", "arguments": {"a": 1}}}]},
+        {"role": "tool", "content": "ok", "tool_name": "f"},
+    ]
+    assert (
+        render_prompt(src, "jinja", msgs, tools=[{"type": "function", "function": {"name": "f"}}]) == 'f{"a": 1}[f:ok]T'
+    )
 
 
 def test_raise_exception_is_a_template_error() -> None:
@@ -108,22 +122,25 @@ def test_ssti_payloads_fail_cleanly(payload: str, tmp_path: Path) -> None:
     assert not marker.exists()
 
 
-@pytest.mark.parametrize("src", [
-    "{% for i in range(10**9) %}x{% endfor %}",
-    "{% for i in range(99999) %}{% for j in range(99999) %}{% endfor %}{% endfor %}",
-    "{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}",
-    "{% macro f(n) %}{{ f(n + 1) }}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}",
-    "{{ 'x' * 10**9 }}",
-    "{{ messages * 100000000 }}",
-    "{{ 2 ** 100000 }}",
-    "{% set ns = namespace(s='ab') %}{% for i in range(64) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}",
-    "{% set ns = namespace(s='ab') %}{% for i in range(64) %}{% set ns.s = ns.s + ns.s %}{% endfor %}",
-    "{% set ns = namespace(n=3) %}{% for i in range(64) %}{% set ns.n = ns.n * ns.n %}{% endfor %}",
-    "{{ 'x' | center(1000000000) }}",
-    "{{ 'x'.ljust(1000000000) }}",
-    "{{ ('x' * 5000).replace('', 'y' * 5000) }}",
-    "{{ '%999999999d' % 1 }}",
-])
+@pytest.mark.parametrize(
+    "src",
+    [
+        "{% for i in range(10**9) %}x{% endfor %}",
+        "{% for i in range(99999) %}{% for j in range(99999) %}{% endfor %}{% endfor %}",
+        "{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}",
+        "{% macro f(n) %}{{ f(n + 1) }}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}",
+        "{{ 'x' * 10**9 }}",
+        "{{ messages * 100000000 }}",
+        "{{ 2 ** 100000 }}",
+        "{% set ns = namespace(s='ab') %}{% for i in range(64) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}",
+        "{% set ns = namespace(s='ab') %}{% for i in range(64) %}{% set ns.s = ns.s + ns.s %}{% endfor %}",
+        "{% set ns = namespace(n=3) %}{% for i in range(64) %}{% set ns.n = ns.n * ns.n %}{% endfor %}",
+        "{{ 'x' | center(1000000000) }}",
+        "{{ 'x'.ljust(1000000000) }}",
+        "{{ ('x' * 5000).replace('', 'y' * 5000) }}",
+        "{{ '%999999999d' % 1 }}",
+    ],
+)
 def test_runaway_templates_are_stopped_quickly(src: str) -> None:
     start = time.monotonic()
     with pytest.raises(TemplateError):

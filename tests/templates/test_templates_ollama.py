@@ -1,5 +1,6 @@
 """Ollama's published templates against the prompts they are known to produce, and Ollama's prompt
 building: messages vs legacy templates, fill-in-middle, tools, history fitting, generate options."""
+
 from __future__ import annotations
 
 import json
@@ -9,12 +10,19 @@ import pytest
 from localrt.errors import InvalidRequest
 from localrt.templates.gotemplate import GoTemplate
 from localrt.templates.ollama_exec import collate, execute
-from localrt.templates.prompt import GoChatTemplate, chat_messages, chat_prompt, fit_messages, generate_prompt, load_template, render_prompt
+from localrt.templates.prompt import (
+    GoChatTemplate,
+    chat_messages,
+    chat_prompt,
+    fit_messages,
+    generate_prompt,
+    load_template,
+    render_prompt,
+)
 from _testpaths import DATA as TESTS_DATA
 
 DATA = TESTS_DATA / "templates"
-FAMILIES = ["chatml", "llama3-instruct", "gemma-instruct", "gemma3-instruct", "mistral-instruct", "phi-3",
-            "qwen2.5"]
+FAMILIES = ["chatml", "llama3-instruct", "gemma-instruct", "gemma3-instruct", "mistral-instruct", "phi-3", "qwen2.5"]
 SYSTEM = {"role": "system", "content": "You are a helpful assistant."}
 U1 = {"role": "user", "content": "Hello, how are you?"}
 A1 = {"role": "assistant", "content": "I'm doing great. How can I help you today?"}
@@ -39,41 +47,54 @@ def test_published_templates_give_known_prompts(family: str, case: str) -> None:
 LEGACY_MISTRAL = [
     "[INST] {{ if .System }}{{ .System }}\n\n{{ end }}{{ .Prompt }}[/INST] ",
     "[INST] {{ if .System }}{{ .System }}\n\n{{ end }}{{ .Prompt }}[/INST] {{ .Response }}",
-    "[INST] {{ if .System }}{{ .System }}\n\n{{ end }}\n{{- range .Messages }}\n{{- if eq .Role \"user\" }}"
-    "{{ .Content }}[/INST] {{ else if eq .Role \"assistant\" }}{{ .Content }}[INST] {{ end }}\n{{- end }}",
+    '[INST] {{ if .System }}{{ .System }}\n\n{{ end }}\n{{- range .Messages }}\n{{- if eq .Role "user" }}'
+    '{{ .Content }}[/INST] {{ else if eq .Role "assistant" }}{{ .Content }}[INST] {{ end }}\n{{- end }}',
 ]
-HELLO = [{"role": "user", "content": "Hello friend!"}, {"role": "assistant", "content": "Hello human!"},
-         {"role": "user", "content": "What is your name?"}]
+HELLO = [
+    {"role": "user", "content": "Hello friend!"},
+    {"role": "assistant", "content": "Hello human!"},
+    {"role": "user", "content": "What is your name?"},
+]
 
 
 @pytest.mark.parametrize("src", LEGACY_MISTRAL)
 def test_legacy_and_messages_templates_agree(src: str) -> None:
-    assert render_prompt(src, "go", HELLO) == "[INST] Hello friend![/INST] Hello human![INST] What is your name?[/INST] "
+    assert (
+        render_prompt(src, "go", HELLO) == "[INST] Hello friend![/INST] Hello human![INST] What is your name?[/INST] "
+    )
     with_system = [{"role": "system", "content": "You are a helpful assistant!"}] + HELLO
     assert render_prompt(src, "go", with_system) == (
-        "[INST] You are a helpful assistant!\n\nHello friend![/INST] Hello human![INST] What is your name?[/INST] ")
+        "[INST] You are a helpful assistant!\n\nHello friend![/INST] Hello human![INST] What is your name?[/INST] "
+    )
 
 
-@pytest.mark.parametrize("src", [
-    "[INST] {{ .Prompt }}[/INST] ",
-    "[INST] {{ .Prompt }}[/INST] {{ .Response }}",
-    "\n{{- range $i, $m := .Messages }}\n{{- if eq .Role \"user\" }}[INST] {{ .Content }}[/INST] "
-    "{{ else if eq .Role \"assistant\" }}{{ .Content }}{{ end }}\n{{- end }}",
-])
+@pytest.mark.parametrize(
+    "src",
+    [
+        "[INST] {{ .Prompt }}[/INST] ",
+        "[INST] {{ .Prompt }}[/INST] {{ .Response }}",
+        '\n{{- range $i, $m := .Messages }}\n{{- if eq .Role "user" }}[INST] {{ .Content }}[/INST] '
+        '{{ else if eq .Role "assistant" }}{{ .Content }}{{ end }}\n{{- end }}',
+    ],
+)
 def test_last_assistant_message_is_continued(src: str) -> None:
     msgs = HELLO + [{"role": "assistant", "content": "My name is Ollama and I"}]
     assert render_prompt(src, "go", msgs) == (
-        "[INST] Hello friend![/INST] Hello human![INST] What is your name?[/INST] My name is Ollama and I")
+        "[INST] Hello friend![/INST] Hello human![INST] What is your name?[/INST] My name is Ollama and I"
+    )
 
 
 def test_legacy_chatml_cuts_after_response_on_the_last_turn() -> None:
-    src = ("{{ if .System }}<|im_start|>system\n{{ .System }}<|im_end|>\n{{ end }}{{ if .Prompt }}<|im_start|>user\n"
-           "{{ .Prompt }}<|im_end|>\n{{ end }}<|im_start|>assistant\n{{ .Response }}<|im_end|>\n")
+    src = (
+        "{{ if .System }}<|im_start|>system\n{{ .System }}<|im_end|>\n{{ end }}{{ if .Prompt }}<|im_start|>user\n"
+        "{{ .Prompt }}<|im_end|>\n{{ end }}<|im_start|>assistant\n{{ .Response }}<|im_end|>\n"
+    )
     msgs = [{"role": "system", "content": "You are a helpful assistant!"}] + HELLO
     assert render_prompt(src, "go", msgs) == (
         "<|im_start|>system\nYou are a helpful assistant!<|im_end|>\n<|im_start|>user\nHello friend!<|im_end|>\n"
         "<|im_start|>assistant\nHello human!<|im_end|>\n<|im_start|>user\nWhat is your name?<|im_end|>\n"
-        "<|im_start|>assistant\n")
+        "<|im_start|>assistant\n"
+    )
 
 
 def test_fill_in_middle() -> None:
@@ -86,24 +107,46 @@ def test_fill_in_middle() -> None:
 
 
 def test_collate_merges_same_role_but_not_tool_messages() -> None:
-    msgs = [{"role": "system", "content": "s1"}, {"role": "system", "content": "s2"},
-            {"role": "user", "content": "a"}, {"role": "user", "content": "b"},
-            {"role": "tool", "content": "t1"}, {"role": "tool", "content": "t2"}]
+    msgs = [
+        {"role": "system", "content": "s1"},
+        {"role": "system", "content": "s2"},
+        {"role": "user", "content": "a"},
+        {"role": "user", "content": "b"},
+        {"role": "tool", "content": "t1"},
+        {"role": "tool", "content": "t2"},
+    ]
     system, merged = collate(msgs)
     assert system == "s1\n\ns2"
     assert [(m["role"], m["content"]) for m in merged] == [
-        ("system", "s1\n\ns2"), ("user", "a\n\nb"), ("tool", "t1"), ("tool", "t2")]
+        ("system", "s1\n\ns2"),
+        ("user", "a\n\nb"),
+        ("tool", "t1"),
+        ("tool", "t2"),
+    ]
 
 
-TOOLS = [{"type": "function", "function": {
-    "name": "get_weather", "description": "Get the weather",
-    "parameters": {"type": "object", "required": ["city"],
-                   "properties": {"city": {"type": "string", "description": "City name"}}}}}]
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "description": "Get the weather",
+            "parameters": {
+                "type": "object",
+                "required": ["city"],
+                "properties": {"city": {"type": "string", "description": "City name"}},
+            },
+        },
+    }
+]
 TOOL_CHAT = [
     {"role": "system", "content": "You are helpful."},
     {"role": "user", "content": "What's the weather in Paris?"},
-    {"role": "assistant", "content": "",
-     "tool_calls": [{"function": {"name": "get_weather", "arguments": {"city": "Paris"}}}]},
+    {
+        "role": "assistant",
+        "content": "",
+        "tool_calls": [{"function": {"name": "get_weather", "arguments": {"city": "Paris"}}}],
+    },
     {"role": "tool", "content": "22C", "tool_name": "get_weather"},
 ]
 
@@ -119,14 +162,17 @@ def test_qwen25_tools_round_trip() -> None:
         '{"name": <function-name>, "arguments": <args-json-object>}\n</tool_call><|im_end|>\n'
         "<|im_start|>user\nWhat's the weather in Paris?<|im_end|>\n"
         '<|im_start|>assistant\n<tool_call>\n{"name": "get_weather", "arguments": {"city":"Paris"}}\n</tool_call>'
-        "<|im_end|>\n<|im_start|>user\n<tool_response>\n22C\n</tool_response><|im_end|>\n<|im_start|>assistant\n")
+        "<|im_end|>\n<|im_start|>user\n<tool_response>\n22C\n</tool_response><|im_end|>\n<|im_start|>assistant\n"
+    )
 
 
 def test_tool_values_print_as_json() -> None:
-    src = ("{{ range .Messages }}{{ range .ToolCalls }}{{ .Function.Arguments }}{{ end }}{{ end }}|"
-           "{{ range .Tools }}{{ .Function.Parameters.Properties }}|{{ . }}{{ end }}|{{ .Tools }}|{{ json .Tools }}"
-           "{{ range .Tools }}{{ range $k, $p := .Function.Parameters.Properties }}|{{ $k }}:{{ $p.Type }}"
-           ":{{ toTypeScriptType $p }}{{ end }}{{ end }}|{{ range .Messages }}{{ .ToolName }}{{ end }}")
+    src = (
+        "{{ range .Messages }}{{ range .ToolCalls }}{{ .Function.Arguments }}{{ end }}{{ end }}|"
+        "{{ range .Tools }}{{ .Function.Parameters.Properties }}|{{ . }}{{ end }}|{{ .Tools }}|{{ json .Tools }}"
+        "{{ range .Tools }}{{ range $k, $p := .Function.Parameters.Properties }}|{{ $k }}:{{ $p.Type }}"
+        ":{{ toTypeScriptType $p }}{{ end }}{{ end }}|{{ range .Messages }}{{ .ToolName }}{{ end }}"
+    )
     got = render_prompt(src, "go", TOOL_CHAT, tools=TOOLS).split("|")
     assert json.loads(got[0]) == {"city": "Paris"}
     assert json.loads(got[1]) == TOOLS[0]["function"]["parameters"]["properties"]
@@ -149,14 +195,17 @@ def test_model_system_and_messages() -> None:
     assert chat_messages([{"role": "USER", "content": "x"}])[0]["role"] == "user"
 
 
-@pytest.mark.parametrize("bad,msg", [
-    ("nope", "messages must be a list"),
-    ([1], "messages[0] must be an object"),
-    ([{"role": "user", "content": 3}], "messages[0].content must be a string"),
-    ([{"role": "user", "content": "x", "extra": 1}], "unknown field"),
-    ([{"role": "user", "content": "x", "images": ["aGk="]}], "does not support images"),
-    ([{"role": "assistant", "tool_calls": [{"function": {"name": "f", "arguments": "[]"}}]}], "arguments must be"),
-])
+@pytest.mark.parametrize(
+    "bad,msg",
+    [
+        ("nope", "messages must be a list"),
+        ([1], "messages[0] must be an object"),
+        ([{"role": "user", "content": 3}], "messages[0].content must be a string"),
+        ([{"role": "user", "content": "x", "extra": 1}], "unknown field"),
+        ([{"role": "user", "content": "x", "images": ["aGk="]}], "does not support images"),
+        ([{"role": "assistant", "tool_calls": [{"function": {"name": "f", "arguments": "[]"}}]}], "arguments must be"),
+    ],
+)
 def test_bad_messages_are_invalid_requests(bad: object, msg: str) -> None:
     with pytest.raises(InvalidRequest, match=msg.replace("[", r"\[").replace("]", r"\]")):
         chat_messages(bad)
@@ -187,9 +236,9 @@ def test_fitting_drops_oldest_non_system_messages() -> None:
     kept = [i for i in range(21) if f"m{i:03d}" in fitted.text]
     assert kept == list(range(fitted.n_dropped, 21))
     assert len(calls) <= 8  # bisection, not one render per message
-    assert fitted.text == t.render([msgs[0]] + msgs[1 + fitted.n_dropped:])
+    assert fitted.text == t.render([msgs[0]] + msgs[1 + fitted.n_dropped :])
     # the first start that fits: keeping one more message would not fit
-    assert count(t.render([msgs[0]] + msgs[fitted.n_dropped:])) > full // 2
+    assert count(t.render([msgs[0]] + msgs[fitted.n_dropped :])) > full // 2
 
 
 def test_fitting_keeps_the_tools() -> None:
@@ -197,14 +246,22 @@ def test_fitting_keeps_the_tools() -> None:
     t = load_template(fixture_template("qwen2.5"), "go")
     assert t.supports_tools
     msgs = chat_messages(_history(21))
-    tools = [{"type": "function", "function": {"name": "look_up_the_weather", "description": "W" * 300,
-                                                "parameters": {"type": "object", "properties": {}}}}]
+    tools = [
+        {
+            "type": "function",
+            "function": {
+                "name": "look_up_the_weather",
+                "description": "W" * 300,
+                "parameters": {"type": "object", "properties": {}},
+            },
+        }
+    ]
     count = lambda text: len(text) // 10  # noqa: E731
     full = count(t.render(msgs, tools=tools))
     fitted = fit_messages(t, msgs, tools=tools, num_ctx=full // 2, count_tokens=count)
     assert 0 < fitted.n_dropped < 21 and fitted.n_tokens <= full // 2
     assert "look_up_the_weather" in fitted.text and "W" * 300 in fitted.text and "m020" in fitted.text
-    assert fitted.text == t.render([msgs[0]] + msgs[1 + fitted.n_dropped:], tools=tools)
+    assert fitted.text == t.render([msgs[0]] + msgs[1 + fitted.n_dropped :], tools=tools)
 
 
 def test_fitting_never_drops_the_latest_message() -> None:
@@ -222,8 +279,10 @@ def test_no_truncation_keeps_everything() -> None:
     assert fitted.n_dropped == 0 and "m000" in fitted.text
 
 
-CHATML_LEGACY = ("{{ if .System }}<|im_start|>system\n{{ .System }}<|im_end|>\n{{ end }}{{ if .Prompt }}"
-                 "<|im_start|>user\n{{ .Prompt }}<|im_end|>\n{{ end }}<|im_start|>assistant\n")
+CHATML_LEGACY = (
+    "{{ if .System }}<|im_start|>system\n{{ .System }}<|im_end|>\n{{ end }}{{ if .Prompt }}"
+    "<|im_start|>user\n{{ .Prompt }}<|im_end|>\n{{ end }}<|im_start|>assistant\n"
+)
 
 
 def test_generate_uses_system_prompt_form() -> None:
@@ -270,27 +329,54 @@ def test_messages_template_gets_no_prompt_field() -> None:
 
 
 def test_tool_property_types_and_nested_schema_marshal_like_ollama() -> None:
-    tools = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {
-        "x": {"type": ["string", "null"], "enum": ["a", None]},
-        "y": {"anyOf": [{"type": "integer"}, {"type": "boolean"}], "description": "<&>"}}}}}]
-    src = ("{{ range .Messages }}{{ end }}{{ range .Tools }}{{ .Function }}{{ range $k, $p := .Function.Parameters"
-           ".Properties }}#{{ $k }}={{ toTypeScriptType $p }}{{ end }}{{ end }}")
+    tools = [
+        {
+            "type": "function",
+            "function": {
+                "name": "f",
+                "parameters": {
+                    "type": "object",
+                    "properties": {
+                        "x": {"type": ["string", "null"], "enum": ["a", None]},
+                        "y": {"anyOf": [{"type": "integer"}, {"type": "boolean"}], "description": "<&>"},
+                    },
+                },
+            },
+        }
+    ]
+    src = (
+        "{{ range .Messages }}{{ end }}{{ range .Tools }}{{ .Function }}{{ range $k, $p := .Function.Parameters"
+        ".Properties }}#{{ $k }}={{ toTypeScriptType $p }}{{ end }}{{ end }}"
+    )
     fn, x, y = render_prompt(src, "go", [U1], tools=tools).split("#")
-    assert json.loads(fn) == {"name": "f", "description": "", "parameters": {"type": "object", "properties": {
-        "x": {"type": ["string", "null"], "enum": ["a", None]},
-        "y": {"anyOf": [{"type": "integer"}, {"type": "boolean"}], "description": "<&>"}}}}
+    assert json.loads(fn) == {
+        "name": "f",
+        "description": "",
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "x": {"type": ["string", "null"], "enum": ["a", None]},
+                "y": {"anyOf": [{"type": "integer"}, {"type": "boolean"}], "description": "<&>"},
+            },
+        },
+    }
     assert "\\u003c\\u0026\\u003e" in fn  # Go's json escapes HTML characters
     assert (x, y) == ("x=string | null", "y=number | boolean")
 
 
-@pytest.mark.parametrize("src,tag", [
-    (fixture_template("qwen2.5"), "<tool_call>"),
-    ("{{ range .Messages }}{{ if .ToolCalls }}\n[TOOL_CALLS] [{{ range .ToolCalls }}{}{{ end }}]{{ end }}{{ end }}",
-     "[TOOL_CALLS] ["),
-    ('{{ range .Messages }}{{ if .ToolCalls }}{{ range .ToolCalls }}{"name": 1}{{ end }}{{ end }}{{ end }}', "{"),
-    ('{{ if .ToolCalls }}{{ .Content }}<call>{{ end }}', "{"),
-    (fixture_template("chatml"), "{"),
-])
+@pytest.mark.parametrize(
+    "src,tag",
+    [
+        (fixture_template("qwen2.5"), "<tool_call>"),
+        (
+            "{{ range .Messages }}{{ if .ToolCalls }}\n[TOOL_CALLS] [{{ range .ToolCalls }}{}{{ end }}]{{ end }}{{ end }}",
+            "[TOOL_CALLS] [",
+        ),
+        ('{{ range .Messages }}{{ if .ToolCalls }}{{ range .ToolCalls }}{"name": 1}{{ end }}{{ end }}{{ end }}', "{"),
+        ("{{ if .ToolCalls }}{{ .Content }}<call>{{ end }}", "{"),
+        (fixture_template("chatml"), "{"),
+    ],
+)
 def test_tool_call_tag(src: str, tag: str) -> None:
     from localrt.templates.capabilities import tool_call_tag
 

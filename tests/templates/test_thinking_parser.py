@@ -1,5 +1,6 @@
 """The reasoning / answer split (localrt.templates.thinking), fed whole and one character at a time: the two must
 agree on every case, and every case is what Ollama's parser gives for the same output."""
+
 from __future__ import annotations
 
 import pytest
@@ -50,8 +51,9 @@ def test_nothing_that_may_still_be_a_tag_is_sent_early():
 
 QWEN3_GO = (  # the shape of Ollama's qwen3 template: a message's reasoning inside the Messages range
     "{{- range $i, $_ := .Messages }}<|im_start|>{{ .Role }}\n"
-    "{{- if and .Thinking (eq .Role \"assistant\") }}\n<think>{{ .Thinking }}</think>\n{{ end }}"
-    "{{ .Content }}<|im_end|>\n{{ end }}<|im_start|>assistant\n")
+    '{{- if and .Thinking (eq .Role "assistant") }}\n<think>{{ .Thinking }}</think>\n{{ end }}'
+    "{{ .Content }}<|im_end|>\n{{ end }}<|im_start|>assistant\n"
+)
 
 
 def test_tags_come_from_the_template():

@@ -1,6 +1,7 @@
 """Tool-call round trip on SmolLM2 without the server: tools rendered through a Hermes-style Go template,
 the call body generated under the tool's schema, streamed text parsed into calls, and the call plus a
 `tool` result fed back through the template."""
+
 from __future__ import annotations
 
 import pytest
@@ -23,11 +24,23 @@ HERMES_TEMPLATE = (
     '{"name": "{{ .Function.Name }}", "arguments": {{ json .Function.Arguments }}}\n</tool_call>{{ end }}'
     "{{- else }}\n{{ .Content }}{{ end }}<|im_end|>\n{{ end }}<|im_start|>assistant\n"
 )
-TOOLS = [{"type": "function", "function": {
-    "name": "get_weather", "description": "Current weather of a city",
-    "parameters": {"type": "object", "properties": {"city": {"type": "string", "maxLength": 24},
-                                                    "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]}},
-                   "required": ["city", "unit"]}}}]
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "description": "Current weather of a city",
+            "parameters": {
+                "type": "object",
+                "properties": {
+                    "city": {"type": "string", "maxLength": 24},
+                    "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]},
+                },
+                "required": ["city", "unit"],
+            },
+        },
+    }
+]
 
 
 @pytest.fixture(scope="module")
@@ -62,7 +75,9 @@ def test_round_trip(smollm2):
     call = calls[0]
     assert call.name == "get_weather" and call.arguments["unit"] in ("celsius", "fahrenheit")
 
-    history = messages + [{"role": "assistant", "content": "", "tool_calls": [call.native()]},
-                          {"role": "tool", "content": "18 degrees, sunny", "tool_name": "get_weather"}]
+    history = messages + [
+        {"role": "assistant", "content": "", "tool_calls": [call.native()]},
+        {"role": "tool", "content": "18 degrees, sunny", "tool_name": "get_weather"},
+    ]
     again = template.render(history, TOOLS)
     assert '"name": "get_weather"' in again and "18 degrees, sunny" in again

@@ -1,4 +1,5 @@
 """One module per architecture family, chosen by `general.architecture`."""
+
 from __future__ import annotations
 
 from types import ModuleType

@@ -7,6 +7,7 @@ float16 input precision (ggml's GELU table), keys and values are attended at flo
 A reranker (pooling_type 4, rank) adds a classification head over the [CLS] state (`rank`); its query and document
 are then token type 0 too, as llama.cpp runs them (Hugging Face gives the document type 1).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -89,8 +90,10 @@ def check_tensors(cfg, tensors) -> None:
     """A reranker (pooling_type rank) must have a classification head: without one llama.cpp would score by the
     first value of the [CLS] token's hidden state, which no reranker is trained to give."""
     if cfg.rank and "cls.weight" not in tensors and "cls.output.weight" not in tensors:
-        raise InvalidModel(f"{cfg.arch}.pooling_type is 4 (rank) but the file has neither tensor 'cls.weight' nor "
-                           "'cls.output.weight': a reranker needs its classification head")
+        raise InvalidModel(
+            f"{cfg.arch}.pooling_type is 4 (rank) but the file has neither tensor 'cls.weight' nor "
+            "'cls.output.weight': a reranker needs its classification head"
+        )
 
 
 MATRICES = ("attn_q", "attn_k", "attn_v", "attn_output", "ffn_up", "ffn_down")
@@ -110,12 +113,14 @@ def load(cfg, src: TensorSource) -> EncoderWeights:
     layers = []
     for il in range(cfg.n_layer):
         t = {name: fetch(f"blk.{il}.{name}", spec) for name, spec in BLOCK.items()}
-        layers.append(EncoderLayer(
-            **{m: t[f"{m}.weight"] for m in MATRICES},
-            attn_output_norm=(t["attn_output_norm.weight"], t["attn_output_norm.bias"]),
-            layer_output_norm=(t["layer_output_norm.weight"], t["layer_output_norm.bias"]),
-            biases={m: t.get(f"{m}.bias") for m in MATRICES},
-        ))
+        layers.append(
+            EncoderLayer(
+                **{m: t[f"{m}.weight"] for m in MATRICES},
+                attn_output_norm=(t["attn_output_norm.weight"], t["attn_output_norm.bias"]),
+                layer_output_norm=(t["layer_output_norm.weight"], t["layer_output_norm.bias"]),
+                biases={m: t.get(f"{m}.bias") for m in MATRICES},
+            )
+        )
     return EncoderWeights(
         token_embd=g["token_embd.weight"],
         position_embd=g["position_embd.weight"],
@@ -177,7 +182,9 @@ def _linear(be, L: EncoderLayer, name: str, x: np.ndarray) -> np.ndarray:
     return y
 
 
-def attend_sequences(cfg, q: np.ndarray, k: np.ndarray, v: np.ndarray, starts: np.ndarray, window: int = 0) -> np.ndarray:
+def attend_sequences(
+    cfg, q: np.ndarray, k: np.ndarray, v: np.ndarray, starts: np.ndarray, window: int = 0
+) -> np.ndarray:
     """`_attention` of each sequence laid end to end in q, k, v (n_tok, ...; sequence i is rows starts[i] to
     starts[i + 1]): (n_tok, n_head * head_dim_v). Several sequences share the prefill team, one a member at a time
     (each member's BLAS is single-threaded); a sequence alone splits its softmax over the team instead."""

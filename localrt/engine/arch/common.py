@@ -1,4 +1,5 @@
 """Building blocks shared by the decoder-only architectures: weight lookup, attention, gated FFN."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -66,7 +67,9 @@ class Weights:
     rope_freqs: np.ndarray  # (n_rot/2,) f32 rope divisors: rope_freqs (llama3) or rope_factors_short, else ones
     # Device per layer, then one for output_norm + output (see localrt.engine.backends.offload); empty: all on the model's backend.
     devices: list = field(default_factory=list)
-    longrope: tuple | None = None  # (rope_factors_short, rope_factors_long), each (n_rot/2,) f32 or None; see select_rope_factors
+    longrope: tuple | None = (
+        None  # (rope_factors_short, rope_factors_long), each (n_rot/2,) f32 or None; see select_rope_factors
+    )
 
 
 def layer_devices(be, w: Weights) -> list:
@@ -121,8 +124,10 @@ class TensorSource:
         if t.shape != (n_expert, rows, cols) or t.data.shape[0] != n_expert * rows:
             raise ModelLoadError(f"tensor {name!r} has shape {t.shape}, expected {(n_expert, rows, cols)}")
         self.backend.check(t)
-        views = Experts(QTensor(f"{name}[{e}]", t.ggml_type, (rows, cols), t.data[e * rows : (e + 1) * rows])
-                        for e in range(n_expert))
+        views = Experts(
+            QTensor(f"{name}[{e}]", t.ggml_type, (rows, cols), t.data[e * rows : (e + 1) * rows])
+            for e in range(n_expert)
+        )
         views.stacked = QTensor(name, t.ggml_type, (n_expert * rows, cols), t.data)  # every expert's rows in turn
         return views
 
@@ -226,7 +231,9 @@ def _fetch(src: TensorSource, name: str, shape: tuple[int, ...], required: bool)
     return src.vector(name, shape[0], required=required)
 
 
-def load_common(cfg, src: TensorSource, block: TensorTable, globals_: TensorTable = GLOBAL_TENSORS, extra=None) -> Weights:
+def load_common(
+    cfg, src: TensorSource, block: TensorTable, globals_: TensorTable = GLOBAL_TENSORS, extra=None
+) -> Weights:
     """The tensors of `globals_` (output tied to token_embd when absent) and, per block, the tensors of `block`
     plus the Layer fields `extra(il)` returns (an arch's split fused tensors)."""
     d = dims(cfg)
@@ -257,11 +264,15 @@ def load_layer(cfg, src: TensorSource, il: int, block: TensorTable, **fields) ->
     """Block il's tensors as a Layer (field = GGUF name minus `.weight`, dots as underscores), plus `fields`."""
     d = dims(cfg)
     for name, (shape, required) in block.items():
-        fields[name.removesuffix(".weight").replace(".", "_")] = _fetch(src, f"blk.{il}.{name}", tuple(d[k] for k in shape), required)
+        fields[name.removesuffix(".weight").replace(".", "_")] = _fetch(
+            src, f"blk.{il}.{name}", tuple(d[k] for k in shape), required
+        )
     return Layer(**fields)
 
 
-def attention(be, cfg, w: Weights, L: Layer, il: int, h: np.ndarray, batch: Batch, cache, rope_base: float, freq_scale: float) -> np.ndarray:
+def attention(
+    be, cfg, w: Weights, L: Layer, il: int, h: np.ndarray, batch: Batch, cache, rope_base: float, freq_scale: float
+) -> np.ndarray:
     """Wo . softmax(q k^T * scale + mask) v for h (n_tok, n_embd); keys are stored in cache layer il."""
     n = len(batch)
     # q (n_tok, n_head * head_dim), k (n_tok, n_head_kv * head_dim), v (n_tok, n_head_kv * head_dim_v)
@@ -275,8 +286,12 @@ def attention(be, cfg, w: Weights, L: Layer, il: int, h: np.ndarray, batch: Batc
         be.ops.rms_norm_heads(q3, L.attn_q_norm, cfg.rms_eps)
         be.ops.rms_norm_heads(k3, L.attn_k_norm, cfg.rms_eps)
     if cfg.rope_yarn:  # YaRN: its magnitude scaling (rope.scaling.attn_factor included) is in the kernel's cos, sin
-        be.ops.rope(q3, batch.positions, cfg.n_rot, rope_base, freq_scale, w.rope_freqs, cfg.rope_mode, yarn=cfg.rope_yarn)
-        be.ops.rope(k3, batch.positions, cfg.n_rot, rope_base, freq_scale, w.rope_freqs, cfg.rope_mode, yarn=cfg.rope_yarn)
+        be.ops.rope(
+            q3, batch.positions, cfg.n_rot, rope_base, freq_scale, w.rope_freqs, cfg.rope_mode, yarn=cfg.rope_yarn
+        )
+        be.ops.rope(
+            k3, batch.positions, cfg.n_rot, rope_base, freq_scale, w.rope_freqs, cfg.rope_mode, yarn=cfg.rope_yarn
+        )
     else:
         be.ops.rope(q3, batch.positions, cfg.n_rot, rope_base, freq_scale, w.rope_freqs, cfg.rope_mode)
         be.ops.rope(k3, batch.positions, cfg.n_rot, rope_base, freq_scale, w.rope_freqs, cfg.rope_mode)
@@ -284,7 +299,9 @@ def attention(be, cfg, w: Weights, L: Layer, il: int, h: np.ndarray, batch: Batc
         q3[:, :, : cfg.n_rot] *= np.float32(cfg.rope_attn_factor)
         k3[:, :, : cfg.n_rot] *= np.float32(cfg.rope_attn_factor)
     v3 = v.reshape(n, cfg.n_head_kv, cfg.head_dim_v)
-    if cache.k[il].dtype == np.uint16:  # float16 bits, what llama.cpp's default F16 cache keeps (NumPy rounds with F16C)
+    if (
+        cache.k[il].dtype == np.uint16
+    ):  # float16 bits, what llama.cpp's default F16 cache keeps (NumPy rounds with F16C)
         k3, v3 = k3.astype(np.float16).view(np.uint16), v3.astype(np.float16).view(np.uint16)
     elif cache.as_f16:  # a layer on a device: its float32 cache holds the same float16-rounded values
         k3, v3 = k3.astype(np.float16).astype(np.float32), v3.astype(np.float16).astype(np.float32)
@@ -292,12 +309,33 @@ def attention(be, cfg, w: Weights, L: Layer, il: int, h: np.ndarray, batch: Batc
     table = cache.table_of(il)  # (n_slots, max_blocks) for a layer in the paged pool (host only), else None
     if table is None:
         be.ops.kv_store(k3, v3, cache.k[il], cache.v[il], batch.positions, batch.slots)
-        be.attention(q3, cache.k[il], cache.v[il], batch.positions, batch.slots, cfg.windows[il], cfg.attn_scale, a,
-                     softcap=cfg.attn_softcap, sinks=L.attn_sinks)
+        be.attention(
+            q3,
+            cache.k[il],
+            cache.v[il],
+            batch.positions,
+            batch.slots,
+            cfg.windows[il],
+            cfg.attn_scale,
+            a,
+            softcap=cfg.attn_softcap,
+            sinks=L.attn_sinks,
+        )
     else:
         paged.kv_store_paged(k3, v3, cache.k[il], cache.v[il], table, batch.positions, batch.slots)
-        be.attention(q3, cache.k[il], cache.v[il], batch.positions, batch.slots, cfg.windows[il], cfg.attn_scale, a,
-                     softcap=cfg.attn_softcap, table=table, sinks=L.attn_sinks)
+        be.attention(
+            q3,
+            cache.k[il],
+            cache.v[il],
+            batch.positions,
+            batch.slots,
+            cfg.windows[il],
+            cfg.attn_scale,
+            a,
+            softcap=cfg.attn_softcap,
+            table=table,
+            sinks=L.attn_sinks,
+        )
     out = be.linear(L.attn_output, a.reshape(n, -1))  # (n_tok, n_embd)
     if L.attn_output_bias is not None:
         be.ops.add_bias(out, L.attn_output_bias)

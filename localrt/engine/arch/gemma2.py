@@ -6,6 +6,7 @@ Even layers are local (sliding_window_pattern 2, window 4096 by default); local 
 and scaling unless the file has rope.freq_base_swa. The output is always token_embd (llama.cpp reads no
 output.weight for gemma2). Norm weights in the file already include Gemma's +1.
 """
+
 from __future__ import annotations
 
 from simd_kernels import ops

@@ -4,6 +4,7 @@ Norm weights in the file already include Gemma's +1. Local (sliding-window) laye
 `rope_base_swa` and scale `rope_freq_scale_swa` (gemma3: none); global layers use the file's base and scaling.
 gemma2 runs this same forward (its layers have no q/k norms; its soft-capping is in the config).
 """
+
 from __future__ import annotations
 
 import numpy as np

@@ -15,6 +15,7 @@ then the Dense projections):
   llama.cpp applies them to each token's state where it does not pool: the same map, it is linear).
 `{arch}.attention.sliding_window` and `{arch}.attention.layer_norm_rms_epsilon` are required, as in llama.cpp.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -69,8 +70,10 @@ def config_keys(k) -> dict:
     n_embd = k.int("embedding_length")
     for s in ("dense_2_feat_in", "dense_3_feat_out"):
         if got[s] not in (0, n_embd):
-            raise InvalidModel(f"{k.name(s)} is {got[s]} but {k.name('embedding_length')} is {n_embd}: the Dense "
-                               "projections must read and give back the embedding's width")
+            raise InvalidModel(
+                f"{k.name(s)} is {got[s]} but {k.name('embedding_length')} is {n_embd}: the Dense "
+                "projections must read and give back the embedding's width"
+            )
     return {"n_dense_2_out": got["dense_2_feat_out"], "n_dense_3_in": got["dense_3_feat_in"]}
 
 
@@ -80,25 +83,34 @@ def check_tensors(cfg, tensors) -> None:
     arch = cfg.arch
     if cfg.rank:
         raise InvalidModel(f"{arch}.pooling_type is 4 (rank) but {arch} has no classification head to score with")
-    for name, key, width in (("dense_2.weight", "dense_2_feat_out", cfg.n_dense_2_out),
-                             ("dense_3.weight", "dense_3_feat_in", cfg.n_dense_3_in)):
+    for name, key, width in (
+        ("dense_2.weight", "dense_2_feat_out", cfg.n_dense_2_out),
+        ("dense_3.weight", "dense_3_feat_in", cfg.n_dense_3_in),
+    ):
         if name in tensors and width == 0:
             raise InvalidModel(f"the file has tensor {name!r} but no {arch}.{key} (its width)")
     if "dense_3.weight" in tensors:
         fed = cfg.n_dense_2_out if "dense_2.weight" in tensors else cfg.n_embd
         if cfg.n_dense_3_in != fed:
-            raise InvalidModel(f"{arch}.dense_3_feat_in is {cfg.n_dense_3_in} but dense_3 is fed {fed} values "
-                               f"({arch}.dense_2_feat_out, or the embedding_length without dense_2)")
+            raise InvalidModel(
+                f"{arch}.dense_3_feat_in is {cfg.n_dense_3_in} but dense_3 is fed {fed} values "
+                f"({arch}.dense_2_feat_out, or the embedding_length without dense_2)"
+            )
     elif "dense_2.weight" in tensors and cfg.n_dense_2_out != cfg.n_embd:
-        raise InvalidModel(f"{arch}.dense_2_feat_out is {cfg.n_dense_2_out} and the file has no dense_3.weight: the "
-                           f"embedding would be {cfg.n_dense_2_out} wide, not {arch}.embedding_length ({cfg.n_embd})")
+        raise InvalidModel(
+            f"{arch}.dense_2_feat_out is {cfg.n_dense_2_out} and the file has no dense_3.weight: the "
+            f"embedding would be {cfg.n_dense_2_out} wide, not {arch}.embedding_length ({cfg.n_embd})"
+        )
 
 
 def load(cfg, src: TensorSource) -> GemmaEmbeddingWeights:
     check_tensors(cfg, src.tensors)
     d = dims(cfg)
-    dense = [src.matrix(name, *(d[x] for x in GLOBALS[name][0])) for name in ("dense_2.weight", "dense_3.weight")
-             if src.has(name)]
+    dense = [
+        src.matrix(name, *(d[x] for x in GLOBALS[name][0]))
+        for name in ("dense_2.weight", "dense_3.weight")
+        if src.has(name)
+    ]
     return GemmaEmbeddingWeights(
         token_embd=src.matrix("token_embd.weight", cfg.n_vocab, cfg.n_embd),
         output_norm=src.vector("output_norm.weight", cfg.n_embd),
@@ -121,7 +133,9 @@ def encode(be, cfg, w: GemmaEmbeddingWeights, tokens: np.ndarray, lengths: list[
     h = np.empty_like(x)  # (n_tok, n_embd) normed input of a sub-block
     for il, L in enumerate(w.layers):
         window = cfg.windows[il]
-        base, scale = (cfg.rope_base_swa, cfg.rope_freq_scale_swa) if window > 0 else (cfg.rope_base, cfg.rope_freq_scale)
+        base, scale = (
+            (cfg.rope_base_swa, cfg.rope_freq_scale_swa) if window > 0 else (cfg.rope_base, cfg.rope_freq_scale)
+        )
         be.ops.rms_norm(x, L.attn_norm, cfg.rms_eps, h)
         # q (n_tok, n_head * head_dim), k (n_tok, n_head_kv * head_dim), v (n_tok, n_head_kv * head_dim_v)
         q, k, v = be.linears((L.attn_q, L.attn_k, L.attn_v), h)

@@ -7,6 +7,7 @@ has them and an output bias; the FFN is a mixture of experts with biases everywh
 The pre-FFN norm is `post_attention_norm` (llama.cpp's LLM_TENSOR_ATTN_POST_NORM); there is no `ffn_norm`, and the
 output matrix is never tied. Sliding-window layers use rope.freq_base_swa where the file has it, the same scaling.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -33,19 +34,21 @@ ROPE_MODE = ops.ROPE_NEOX
 # llama.cpp reads these with no default for gpt-oss (expert_count and expert_used_count are required of every MoE).
 REQUIRED_KEYS = ("attention.layer_norm_rms_epsilon", "attention.sliding_window", "expert_feed_forward_length")
 BLOCK = {name: spec for name, spec in block_tensors().items() if not name.startswith("ffn_")}  # q/k/v biases optional
-BLOCK.update({
-    "attn_output.bias": (("n_embd",), True),
-    "attn_sinks.weight": (("n_head",), True),
-    "post_attention_norm.weight": (("n_embd",), True),  # the pre-FFN norm
-    "ffn_gate_inp.weight": (("n_expert", "n_embd"), True),
-    "ffn_gate_inp.bias": (("n_expert",), True),
-    "ffn_gate_exps.weight": (("n_expert", "n_ff_exp", "n_embd"), True),
-    "ffn_gate_exps.bias": (("n_expert", "n_ff_exp"), True),
-    "ffn_up_exps.weight": (("n_expert", "n_ff_exp", "n_embd"), True),
-    "ffn_up_exps.bias": (("n_expert", "n_ff_exp"), True),
-    "ffn_down_exps.weight": (("n_expert", "n_embd", "n_ff_exp"), True),
-    "ffn_down_exps.bias": (("n_expert", "n_embd"), True),
-})
+BLOCK.update(
+    {
+        "attn_output.bias": (("n_embd",), True),
+        "attn_sinks.weight": (("n_head",), True),
+        "post_attention_norm.weight": (("n_embd",), True),  # the pre-FFN norm
+        "ffn_gate_inp.weight": (("n_expert", "n_embd"), True),
+        "ffn_gate_inp.bias": (("n_expert",), True),
+        "ffn_gate_exps.weight": (("n_expert", "n_ff_exp", "n_embd"), True),
+        "ffn_gate_exps.bias": (("n_expert", "n_ff_exp"), True),
+        "ffn_up_exps.weight": (("n_expert", "n_ff_exp", "n_embd"), True),
+        "ffn_up_exps.bias": (("n_expert", "n_ff_exp"), True),
+        "ffn_down_exps.weight": (("n_expert", "n_embd", "n_ff_exp"), True),
+        "ffn_down_exps.bias": (("n_expert", "n_embd"), True),
+    }
+)
 GLOBALS = {
     "token_embd.weight": (("n_vocab", "n_embd"), True),
     "output_norm.weight": (("n_embd",), True),

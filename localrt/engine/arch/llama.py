@@ -2,6 +2,7 @@
 
 GGUF llama q/k rows are already permuted by the converter for NORMAL (adjacent-pair) rope.
 """
+
 from __future__ import annotations
 
 import numpy as np

@@ -18,6 +18,7 @@ expert) product exactly as a one-token call does, so a token's products do not d
 chose the same expert or on which path ran; each token then sums its own k results in rank order. A token's output
 is therefore the same in any batch (batch invariance).
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -33,7 +34,9 @@ SORTED_CALLS = True  # `Backend.linear_grouped` where the backend and format hav
 
 def route(be, cfg, L: Layer, m: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Per token of m (n_tok, n_embd): the chosen experts (n_tok, k) int64, best first, and their weights (n_tok, k) f32."""
-    probs = be.linear(L.ffn_gate_inp, m, per_row=True)  # (n_tok, n_expert) router logits; per row: routing never depends on the batch
+    probs = be.linear(
+        L.ffn_gate_inp, m, per_row=True
+    )  # (n_tok, n_expert) router logits; per row: routing never depends on the batch
     if L.ffn_gate_inp_bias is not None:
         be.ops.add_bias(probs, L.ffn_gate_inp_bias)
     if cfg.expert_gating == "softmax_weight":  # top-k of the logits, then the softmax over those k

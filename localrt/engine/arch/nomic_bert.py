@@ -12,6 +12,7 @@ As llama.cpp's `src/models/nomic-bert.cpp` (tensors) and the nomic branches of `
   1/sqrt(head_dim) with keys and values at float16: bert's, reused from `.bert`.
 The trained context (`nomic-bert.context_length`, 2048 in nomic's files) bounds an input; no tensor does.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -27,8 +28,17 @@ from .phi3 import (
     check_tensors,  # each block: attn_qkv, or all three of attn_q, attn_k, attn_v
 )
 
-__all__ = ["BLOCK", "ENCODER", "GLOBALS", "NORM_EPS_KEY", "REQUIRED_KEYS", "ROPE_MODE", "check_tensors", "encode",
-           "load"]
+__all__ = [
+    "BLOCK",
+    "ENCODER",
+    "GLOBALS",
+    "NORM_EPS_KEY",
+    "REQUIRED_KEYS",
+    "ROPE_MODE",
+    "check_tensors",
+    "encode",
+    "load",
+]
 
 ROPE_MODE = ops.ROPE_NEOX
 ENCODER = True
@@ -119,15 +129,21 @@ def _load_layer(cfg, src: TensorSource, p: str) -> NomicLayer:
         # fused weights with separate biases (legacy files): llama.cpp adds their concatenation, and only all three
         qkv_b = np.concatenate(sep_b)  # (n_qkv,)
     return NomicLayer(
-        attn_qkv=qkv, attn_q=sep[0], attn_k=sep[1], attn_v=sep[2],
+        attn_qkv=qkv,
+        attn_q=sep[0],
+        attn_k=sep[1],
+        attn_v=sep[2],
         attn_output=src.matrix(p + "attn_output.weight", cfg.n_embd, d["n_o"]),
         ffn_gate=src.matrix(p + "ffn_gate.weight", cfg.n_ff, cfg.n_embd),
         ffn_up=src.matrix(p + "ffn_up.weight", cfg.n_ff, cfg.n_embd),
         ffn_down=src.matrix(p + "ffn_down.weight", cfg.n_embd, cfg.n_ff),
         attn_output_norm=(vec("attn_output_norm.weight", cfg.n_embd), vec("attn_output_norm.bias", cfg.n_embd)),
         layer_output_norm=(vec("layer_output_norm.weight", cfg.n_embd), vec("layer_output_norm.bias", cfg.n_embd)),
-        biases={"attn_qkv": qkv_b, **({} if fused else dict(zip(_QKV, sep_b))),
-                "attn_output": vec("attn_output.bias", cfg.n_embd, False)},
+        biases={
+            "attn_qkv": qkv_b,
+            **({} if fused else dict(zip(_QKV, sep_b))),
+            "attn_output": vec("attn_output.bias", cfg.n_embd, False),
+        },
     )
 
 
@@ -167,6 +183,9 @@ def _qkv(be, L: NomicLayer, x: np.ndarray, n_q: int, n_k: int) -> tuple[np.ndarr
     """q (n_tok, n_q), k (n_tok, n_k), v (n_tok, n_v), each contiguous (rope rotates them in place)."""
     if L.attn_qkv is not None:
         qkv = _linear(be, L, "attn_qkv", x)  # (n_tok, n_qkv): one product, split by columns
-        return (np.ascontiguousarray(qkv[:, :n_q]), np.ascontiguousarray(qkv[:, n_q : n_q + n_k]),
-                np.ascontiguousarray(qkv[:, n_q + n_k :]))
+        return (
+            np.ascontiguousarray(qkv[:, :n_q]),
+            np.ascontiguousarray(qkv[:, n_q : n_q + n_k]),
+            np.ascontiguousarray(qkv[:, n_q + n_k :]),
+        )
     return tuple(_linear(be, L, m, x) for m in _QKV)

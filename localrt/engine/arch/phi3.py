@@ -10,6 +10,7 @@ Both are split into row views of the mapped blocks at load (no copy), so the res
   rope.scaling.attn_factor scales the rotated dims (config.rope_attn_factor). Partial rotary is allowed.
 - attention.sliding_window is not applied, as in llama.cpp (config warns).
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -76,14 +77,25 @@ def load(cfg, src: TensorSource) -> Weights:
     def fused(il: int) -> dict:
         p = f"blk.{il}."
         if src.has(p + "attn_qkv.weight"):
-            q, k, v = split_rows(src.matrix(p + "attn_qkv.weight", d["n_qkv"], cfg.n_embd), sizes, [p + n for n in _QKV])
+            q, k, v = split_rows(
+                src.matrix(p + "attn_qkv.weight", d["n_qkv"], cfg.n_embd), sizes, [p + n for n in _QKV]
+            )
         else:
             q, k, v = (src.matrix(p + n, rows, cfg.n_embd) for n, rows in zip(_QKV, sizes))
         bias = src.vector(p + "attn_qkv.bias", d["n_qkv"], required=False)
-        qb, kb, vb = np.split(bias, np.cumsum(sizes)[:-1]) if bias is not None else (None, None, None)  # (n_q,), (n_k,), (n_v,)
-        gate, up = split_rows(src.matrix(p + "ffn_up.weight", 2 * cfg.n_ff, cfg.n_embd), [cfg.n_ff] * 2,
-                              [p + "ffn_up.weight[gate]", p + "ffn_up.weight[up]"])
-        return dict(attn_q=q, attn_k=k, attn_v=v, attn_q_bias=qb, attn_k_bias=kb, attn_v_bias=vb, ffn_gate=gate, ffn_up=up)
+        qb, kb, vb = (
+            np.split(bias, np.cumsum(sizes)[:-1]) if bias is not None else (None, None, None)
+        )  # (n_q,), (n_k,), (n_v,)
+        gate, up = split_rows(
+            src.matrix(p + "ffn_up.weight", 2 * cfg.n_ff, cfg.n_embd),
+            [cfg.n_ff] * 2,
+            [p + "ffn_up.weight[gate]", p + "ffn_up.weight[up]"],
+        )
+        return dict(
+            attn_q=q, attn_k=k, attn_v=v, attn_q_bias=qb, attn_k_bias=kb, attn_v_bias=vb, ffn_gate=gate, ffn_up=up
+        )
 
-    plain = {n: spec for n, spec in BLOCK.items() if n not in ("attn_qkv.weight", "attn_qkv.bias", "ffn_up.weight", *_QKV)}
+    plain = {
+        n: spec for n, spec in BLOCK.items() if n not in ("attn_qkv.weight", "attn_qkv.bias", "ffn_up.weight", *_QKV)
+    }
     return load_common(cfg, src, plain, GLOBALS, extra=fused)

@@ -1,4 +1,5 @@
 """qwen2: the llama graph with q/k/v biases and NEOX rope (no q/k permutation in the converter)."""
+
 from __future__ import annotations
 
 from simd_kernels import ops

@@ -1,5 +1,6 @@
 """qwen3: the qwen2 graph without q/k/v biases, with per-head RMS norms of q and k (`attn_q_norm`, `attn_k_norm`)
 applied before NEOX rope."""
+
 from __future__ import annotations
 
 from simd_kernels import ops

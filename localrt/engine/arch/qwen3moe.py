@@ -2,6 +2,7 @@
 with a mixture-of-experts FFN in every block (see .moe): the router `ffn_gate_inp` (n_expert, n_embd) and the
 experts stacked in 3-D tensors `ffn_{gate,up}_exps` (n_expert, n_ff_exp, n_embd), `ffn_down_exps`
 (n_expert, n_embd, n_ff_exp), each expert viewed in place."""
+
 from __future__ import annotations
 
 from simd_kernels import ops
@@ -14,13 +15,19 @@ __all__ = ["BLOCK", "GLOBALS", "ROPE_MODE", "load", "forward"]
 
 
 ROPE_MODE = ops.ROPE_NEOX
-BLOCK = {name: spec for name, spec in block_tensors(qk_norm=True).items() if not name.startswith("ffn_") or name == "ffn_norm.weight"}
-BLOCK.update({
-    "ffn_gate_inp.weight": (("n_expert", "n_embd"), True),
-    "ffn_gate_exps.weight": (("n_expert", "n_ff_exp", "n_embd"), True),
-    "ffn_up_exps.weight": (("n_expert", "n_ff_exp", "n_embd"), True),
-    "ffn_down_exps.weight": (("n_expert", "n_embd", "n_ff_exp"), True),
-})
+BLOCK = {
+    name: spec
+    for name, spec in block_tensors(qk_norm=True).items()
+    if not name.startswith("ffn_") or name == "ffn_norm.weight"
+}
+BLOCK.update(
+    {
+        "ffn_gate_inp.weight": (("n_expert", "n_embd"), True),
+        "ffn_gate_exps.weight": (("n_expert", "n_ff_exp", "n_embd"), True),
+        "ffn_up_exps.weight": (("n_expert", "n_ff_exp", "n_embd"), True),
+        "ffn_down_exps.weight": (("n_expert", "n_embd", "n_ff_exp"), True),
+    }
+)
 
 
 def load(cfg, src: TensorSource) -> Weights:

@@ -4,6 +4,7 @@ The arch files call only `Backend` methods for weight products (`linear`, `embed
 `simd_kernels.ops` kernels for the rest, so a device (CPU now, CUDA later) is one class here.
 Weights are `QTensor`s: raw GGUF blocks viewed in place in the mmap, never dequantized whole.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -77,7 +78,9 @@ class CPUBackend:
     def check(self, w: QTensor) -> None:
         """Raise ModelLoadError if no kernel here reads this weight's format."""
         if w.ggml_type not in simd_kernels.MUL or w.ggml_type not in simd_kernels.ROWS:
-            raise ModelLoadError(f"tensor {w.name!r} has ggml type {w.ggml_type}, which this runtime cannot compute with")
+            raise ModelLoadError(
+                f"tensor {w.name!r} has ggml type {w.ggml_type}, which this runtime cannot compute with"
+            )
 
     def vector(self, w: QTensor) -> np.ndarray:
         """A small tensor (norm weights, biases) as float32 (shape,): zero-copy when F32."""
@@ -96,8 +99,10 @@ class CPUBackend:
         are a group whose size depends on the rest of the batch: see localrt.engine.arch.moe)."""
         if x.ndim != 2 or x.shape[1] != w.shape[1] or (out is not None and out.shape != (x.shape[0], w.shape[0])):
             # The raw kernels below check nothing: one tuple comparison keeps them in bounds.
-            raise simd_kernels.KernelArgumentError(f"{w.name}: x {x.shape} / out {None if out is None else out.shape} "
-                                                   f"do not fit the weight's shape {w.shape}")
+            raise simd_kernels.KernelArgumentError(
+                f"{w.name}: x {x.shape} / out {None if out is None else out.shape} "
+                f"do not fit the weight's shape {w.shape}"
+            )
         n = x.shape[0]
         if out is None:
             out = np.empty((n, w.shape[0]), np.float32)  # (n_tok, rows)
@@ -229,7 +234,9 @@ class CPUBackend:
 
         team.run(part)
 
-    def linear_experts(self, w: QTensor, rows: int, x: np.ndarray, experts: np.ndarray, xrow: np.ndarray) -> np.ndarray | None:
+    def linear_experts(
+        self, w: QTensor, rows: int, x: np.ndarray, experts: np.ndarray, xrow: np.ndarray
+    ) -> np.ndarray | None:
         """out (n_pair, rows): out[p] = expert experts[p]'s (rows, cols) slice of the stacked w . x[xrow[p]], in one
         fused call that reads only the chosen experts' rows and quantizes x once; None where w's format has no
         such kernel (the caller then goes expert by expert through `linear`). Each pair computes as `linear`
@@ -238,20 +245,34 @@ class CPUBackend:
         if kernel is None:
             return None
         n_expert = w.shape[0] // rows
-        if (x.ndim != 2 or x.shape[1] != w.shape[1] or w.shape[0] != n_expert * rows or experts.shape != xrow.shape
-                or experts.dtype != np.int64 or xrow.dtype != np.int64 or not x.flags.c_contiguous
-                or (experts.size and not (0 <= experts.min() and experts.max() < n_expert
-                                          and 0 <= xrow.min() and xrow.max() < x.shape[0]))):
+        if (
+            x.ndim != 2
+            or x.shape[1] != w.shape[1]
+            or w.shape[0] != n_expert * rows
+            or experts.shape != xrow.shape
+            or experts.dtype != np.int64
+            or xrow.dtype != np.int64
+            or not x.flags.c_contiguous
+            or (
+                experts.size
+                and not (
+                    0 <= experts.min() and experts.max() < n_expert and 0 <= xrow.min() and xrow.max() < x.shape[0]
+                )
+            )
+        ):
             # The raw kernel checks nothing: these keep it in bounds.
-            raise simd_kernels.KernelArgumentError(f"{w.name}: x {x.shape}, {experts.shape} expert ids / {xrow.shape} "
-                                                   f"rows do not fit {n_expert} experts of {(rows, w.shape[1])}")
+            raise simd_kernels.KernelArgumentError(
+                f"{w.name}: x {x.shape}, {experts.shape} expert ids / {xrow.shape} "
+                f"rows do not fit {n_expert} experts of {(rows, w.shape[1])}"
+            )
         out = np.empty((experts.shape[0], rows), np.float32)  # (n_pair, rows)
         threads.use_threads_for(w.data.nbytes // n_expert * experts.shape[0])
         kernel(w.data, rows, x, experts, xrow, out)
         return out
 
-    def linear_grouped(self, ws: tuple[QTensor, ...], rows: int, x: np.ndarray, experts: np.ndarray,
-                       starts: np.ndarray) -> list[np.ndarray] | None:
+    def linear_grouped(
+        self, ws: tuple[QTensor, ...], rows: int, x: np.ndarray, experts: np.ndarray, starts: np.ndarray
+    ) -> list[np.ndarray] | None:
         """[out_i (n_x, rows)] for one or two stacked expert weights ws of one format: out_i[t] = expert experts[g]'s
         (rows, cols) slice of ws[i] . x[t] for x's rows t of group g (starts[g] <= t < starts[g + 1]), in one fused
         call that decodes each chosen expert's rows once per 8 of its rows of x and quantizes x once; None where
@@ -263,14 +284,24 @@ class CPUBackend:
             return None
         w = ws[0]
         n_expert = w.shape[0] // rows
-        if (x.ndim != 2 or x.shape[1] != w.shape[1] or w.shape[0] != n_expert * rows or not x.flags.c_contiguous
-                or experts.dtype != np.int64 or starts.dtype != np.int64 or starts.shape != (experts.shape[0] + 1,)
-                or (experts.size and not (0 <= experts.min() and experts.max() < n_expert))
-                or starts[0] != 0 or starts[-1] != x.shape[0] or (np.diff(starts) < 0).any()):
+        if (
+            x.ndim != 2
+            or x.shape[1] != w.shape[1]
+            or w.shape[0] != n_expert * rows
+            or not x.flags.c_contiguous
+            or experts.dtype != np.int64
+            or starts.dtype != np.int64
+            or starts.shape != (experts.shape[0] + 1,)
+            or (experts.size and not (0 <= experts.min() and experts.max() < n_expert))
+            or starts[0] != 0
+            or starts[-1] != x.shape[0]
+            or (np.diff(starts) < 0).any()
+        ):
             # The raw kernel checks nothing: these keep it in bounds.
             raise simd_kernels.KernelArgumentError(
                 f"{w.name}: x {x.shape}, {experts.shape} expert ids / {starts.shape} group starts do not fit "
-                f"{n_expert} experts of {(rows, w.shape[1])}")
+                f"{n_expert} experts of {(rows, w.shape[1])}"
+            )
         outs = [np.empty((x.shape[0], rows), np.float32) for _ in ws]  # (n_x, rows) each
         second = ws[1].data if len(ws) == 2 else w.data[:0]  # (0, row_bytes): no second weight
         out1 = outs[1] if len(ws) == 2 else np.empty((x.shape[0], 0), np.float32)  # (n_x, 0)
@@ -284,8 +315,20 @@ class CPUBackend:
             self._scratches = [np.empty(SCRATCH_ELEMS // n, np.float32) for _ in range(n)]
         return self._scratches
 
-    def attention(self, q, k_cache, v_cache, positions, slots, window: int, scale: float, out: np.ndarray,
-                  softcap: float = 0.0, table: np.ndarray | None = None, sinks: np.ndarray | None = None) -> np.ndarray:
+    def attention(
+        self,
+        q,
+        k_cache,
+        v_cache,
+        positions,
+        slots,
+        window: int,
+        scale: float,
+        out: np.ndarray,
+        softcap: float = 0.0,
+        table: np.ndarray | None = None,
+        sinks: np.ndarray | None = None,
+    ) -> np.ndarray:
         """Causal attention over the cache; see `ops.attention` for shapes, the window rule, softcap and sinks
         ((n_head,) f32 or None). With `table` (n_slots, max_blocks) the caches are a paged pool
         (n_blocks, n_kv, B, hd[_v]): `simd_kernels.paged`."""
@@ -294,25 +337,68 @@ class CPUBackend:
 
         def per_row(lo, hi):
             if table is None:
-                return ops.attention(q[lo:hi], k_cache, v_cache, positions[lo:hi], slots[lo:hi], window, scale,
-                                     out[lo:hi], softcap, sinks)
-            return paged.attention_paged(q[lo:hi], k_cache, v_cache, table, positions[lo:hi], slots[lo:hi], window,
-                                         scale, out[lo:hi], softcap, sinks)
+                return ops.attention(
+                    q[lo:hi],
+                    k_cache,
+                    v_cache,
+                    positions[lo:hi],
+                    slots[lo:hi],
+                    window,
+                    scale,
+                    out[lo:hi],
+                    softcap,
+                    sinks,
+                )
+            return paged.attention_paged(
+                q[lo:hi],
+                k_cache,
+                v_cache,
+                table,
+                positions[lo:hi],
+                slots[lo:hi],
+                window,
+                scale,
+                out[lo:hi],
+                softcap,
+                sinks,
+            )
 
         if not pieces:
             per_row(0, len(positions))
             return out
         for lo, hi, on_blas in segments(len(positions), pieces):
             if on_blas:
-                _block_attention(q[lo:hi], k_cache, v_cache, positions[lo:hi], int(slots[lo]), window, scale,
-                                 out[lo:hi], softcap, table, sinks)
+                _block_attention(
+                    q[lo:hi],
+                    k_cache,
+                    v_cache,
+                    positions[lo:hi],
+                    int(slots[lo]),
+                    window,
+                    scale,
+                    out[lo:hi],
+                    softcap,
+                    table,
+                    sinks,
+                )
             else:
                 per_row(lo, hi)
         return out
 
 
-def _block_attention(q, k_cache, v_cache, positions, s: int, window: int, scale: float, out, softcap: float,
-                     table: np.ndarray | None = None, sinks: np.ndarray | None = None) -> None:
+def _block_attention(
+    q,
+    k_cache,
+    v_cache,
+    positions,
+    s: int,
+    window: int,
+    scale: float,
+    out,
+    softcap: float,
+    table: np.ndarray | None = None,
+    sinks: np.ndarray | None = None,
+) -> None:
     """One piece (consecutive positions of slot s): per KV head, scores and mixing are two BLAS products over the
     keys from the piece's first visible one to its last position (gathered from the pool's blocks when `table`);
     sinks (n_head,) f32 join each head's softmax denominator (attend.softmax_causal)."""
@@ -351,8 +437,9 @@ def _block_attention(q, k_cache, v_cache, positions, s: int, window: int, scale:
             # operand falls back to a slow loop).
             qg = np.ascontiguousarray(q[a:b, heads, :].transpose(1, 0, 2)).reshape(group * m, -1)
             sc = (qg @ k.T).reshape(group, m, len(keys))  # (group, m, n_keys)
-            attend.softmax_causal(sc, scale, softcap, positions[a:b], k0, window,
-                                  None if sinks is None else sinks[heads])  # (group,) this KV head's query heads
+            attend.softmax_causal(
+                sc, scale, softcap, positions[a:b], k0, window, None if sinks is None else sinks[heads]
+            )  # (group,) this KV head's query heads
             mixed = sc.reshape(group * m, -1) @ v  # (group * m, hd_v)
             out[a:b, heads, :] = mixed.reshape(group, m, -1).transpose(1, 0, 2)
 

@@ -7,6 +7,7 @@ activations, the KV store and attention are kernels from `cuda_source`; `ops` mi
 `simd_kernels.ops` functions the arch code calls, so a layer's code is written once for both devices.
 Only the hidden state crosses the CPU <-> GPU boundary (`put` / `to_host`).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -51,7 +52,9 @@ class CUDABackend:
 
     def check(self, w: QTensor) -> None:
         if w.ggml_type not in _TYPE_NAMES:
-            raise ModelLoadError(f"tensor {w.name!r} has ggml type {w.ggml_type}, which the CUDA device cannot compute with")
+            raise ModelLoadError(
+                f"tensor {w.name!r} has ggml type {w.ggml_type}, which the CUDA device cannot compute with"
+            )
 
     def upload(self, w: QTensor) -> QTensor:
         """The same weight with its raw blocks copied once into GPU memory (still quantized)."""
@@ -98,7 +101,9 @@ class CUDABackend:
 
     def embed(self, w: QTensor, ids):
         """Rows ids of a device matrix: (len(ids), cols) f32."""
-        ids = self.cp.asarray(np.asarray(ids, np.int64) if isinstance(ids, (list, np.ndarray)) else ids, dtype=self.cp.int64)
+        ids = self.cp.asarray(
+            np.asarray(ids, np.int64) if isinstance(ids, (list, np.ndarray)) else ids, dtype=self.cp.int64
+        )
         cols = w.shape[1]
         out = self.cp.empty((ids.size, cols), self.cp.float32)  # (n, cols)
         self._rows(w, ids, out)
@@ -120,7 +125,10 @@ class CUDABackend:
             warps_per_block = THREADS // 32
             grid = (rows + warps_per_block - 1) // warps_per_block
             self._k("mul_" + _TYPE_NAMES[w.ggml_type])(
-                (grid,), (THREADS,), (w.data, np.int64(w.data.shape[1]), np.int32(rows), np.int32(cols), x, np.int32(n_tok), out))
+                (grid,),
+                (THREADS,),
+                (w.data, np.int64(w.data.shape[1]), np.int32(rows), np.int32(cols), x, np.int32(n_tok), out),
+            )
             return out
         chunk = max(1, min(rows, TILE_ELEMS // cols))
         if self._tile is None:
@@ -140,12 +148,14 @@ class CUDABackend:
         total = int(ids.size) * cols
         grid = max(1, min((total + THREADS - 1) // THREADS, 65535))
         self._k("rows_" + _TYPE_NAMES[w.ggml_type])(
-            (grid,), (THREADS,), (w.data, np.int64(w.data.shape[1]), ids, np.int32(ids.size), np.int32(cols), out))
+            (grid,), (THREADS,), (w.data, np.int64(w.data.shape[1]), ids, np.int32(ids.size), np.int32(cols), out)
+        )
 
     # -- attention -------------------------------------------------------------------------------
 
-    def attention(self, q, k_cache, v_cache, positions, slots, window: int, scale: float, out, softcap: float = 0.0,
-                  sinks=None):
+    def attention(
+        self, q, k_cache, v_cache, positions, slots, window: int, scale: float, out, softcap: float = 0.0, sinks=None
+    ):
         """Causal attention over this device's cache layer; shapes and softcap as `simd_kernels.ops.attention`.
         Attention sinks (gpt-oss) have no kernel here: refused by name, never ignored (gpt-oss is a mixture of
         experts, whose layers `offload` keeps on the CPU)."""
@@ -162,10 +172,27 @@ class CUDABackend:
         max_keys = min(window, pmax) if window > 0 else pmax
         scores = cp.empty((n_tok * n_head, max_keys), cp.float32)  # (n_tok * n_head, n_keys) scratch
         self._k("attention")(
-            (n_tok * n_head,), (128,),
-            (cp.ascontiguousarray(q), k_cache, v_cache, self.host_constant(positions), self.host_constant(slots),
-             np.int32(n_head), np.int32(n_kv), np.int32(cap), np.int32(hd), np.int32(hd_v), np.int32(window),
-             np.float32(scale), np.float32(softcap), scores, np.int32(max_keys), out))
+            (n_tok * n_head,),
+            (128,),
+            (
+                cp.ascontiguousarray(q),
+                k_cache,
+                v_cache,
+                self.host_constant(positions),
+                self.host_constant(slots),
+                np.int32(n_head),
+                np.int32(n_kv),
+                np.int32(cap),
+                np.int32(hd),
+                np.int32(hd_v),
+                np.int32(window),
+                np.float32(scale),
+                np.float32(softcap),
+                scores,
+                np.int32(max_keys),
+                out,
+            ),
+        )
         return out
 
     def _k(self, name: str):
@@ -197,7 +224,9 @@ class CudaOps:
     def _norm(self, x, delta, w, eps, out):
         n = x.shape[-1]
         rows = x.size // n
-        self._dev._k("add_rms_norm")((rows,), (THREADS,), (x, delta if delta is not None else np.uint64(0), w, np.float32(eps), np.int32(n), out))
+        self._dev._k("add_rms_norm")(
+            (rows,), (THREADS,), (x, delta if delta is not None else np.uint64(0), w, np.float32(eps), np.int32(n), out)
+        )
         return out
 
     def rms_norm_heads(self, x, w, eps):
@@ -213,9 +242,21 @@ class CudaOps:
         half = n_rot // 2
         theta_scale = np.float32(np.float32(base) ** np.float32(-2.0 / n_rot))
         grid = (max(1, math.ceil(n_head * half / THREADS)), n_tok)
-        self._dev._k("rope")(grid, (THREADS,), (
-            x, self._dev.host_constant(positions), np.int32(n_head), np.int32(hd), np.int32(n_rot), theta_scale,
-            np.float32(freq_scale), self._dev.host_constant(freq_factors), np.int32(1 if mode == self.ROPE_NEOX else 0)))
+        self._dev._k("rope")(
+            grid,
+            (THREADS,),
+            (
+                x,
+                self._dev.host_constant(positions),
+                np.int32(n_head),
+                np.int32(hd),
+                np.int32(n_rot),
+                theta_scale,
+                np.float32(freq_scale),
+                self._dev.host_constant(freq_factors),
+                np.int32(1 if mode == self.ROPE_NEOX else 0),
+            ),
+        )
         return x
 
     def add_bias(self, x, b):
@@ -243,7 +284,21 @@ class CudaOps:
         n_tok, n_kv, hd = k.shape
         hd_v = v.shape[2]
         total = n_tok * n_kv * max(hd, hd_v)
-        self._dev._k("kv_store")(self._grid(total), (THREADS,), (
-            self._dev.cp.ascontiguousarray(k), self._dev.cp.ascontiguousarray(v), k_cache, v_cache,
-            self._dev.host_constant(positions), self._dev.host_constant(slots), np.int32(n_tok), np.int32(n_kv),
-            np.int32(k_cache.shape[2]), np.int32(hd), np.int32(hd_v), np.int32(1 if as_f16 else 0)))
+        self._dev._k("kv_store")(
+            self._grid(total),
+            (THREADS,),
+            (
+                self._dev.cp.ascontiguousarray(k),
+                self._dev.cp.ascontiguousarray(v),
+                k_cache,
+                v_cache,
+                self._dev.host_constant(positions),
+                self._dev.host_constant(slots),
+                np.int32(n_tok),
+                np.int32(n_kv),
+                np.int32(k_cache.shape[2]),
+                np.int32(hd),
+                np.int32(hd_v),
+                np.int32(1 if as_f16 else 0),
+            ),
+        )

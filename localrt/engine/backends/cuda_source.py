@@ -8,14 +8,26 @@ row dequantizer (embedding rows and the tiles cuBLAS multiplies during prefill) 
 dot kernel (decode: each weight byte read once, one warp per output row); then norms, rope, gated
 activations, the KV store and causal attention over the cache.
 """
+
 from __future__ import annotations
 
 # name -> (ggml type id, elements per block, bytes per block)
 FORMATS: dict[str, tuple[int, int, int]] = {
-    "f32": (0, 1, 4), "f16": (1, 1, 2), "bf16": (30, 1, 2),
-    "q4_0": (2, 32, 18), "q4_1": (3, 32, 20), "q5_0": (6, 32, 22), "q5_1": (7, 32, 24), "q8_0": (8, 32, 34),
-    "q2_k": (10, 256, 84), "q3_k": (11, 256, 110), "q4_k": (12, 256, 144), "q5_k": (13, 256, 176),
-    "q6_k": (14, 256, 210), "iq4_nl": (20, 32, 18), "iq4_xs": (23, 256, 136),
+    "f32": (0, 1, 4),
+    "f16": (1, 1, 2),
+    "bf16": (30, 1, 2),
+    "q4_0": (2, 32, 18),
+    "q4_1": (3, 32, 20),
+    "q5_0": (6, 32, 22),
+    "q5_1": (7, 32, 24),
+    "q8_0": (8, 32, 34),
+    "q2_k": (10, 256, 84),
+    "q3_k": (11, 256, 110),
+    "q4_k": (12, 256, 144),
+    "q5_k": (13, 256, 176),
+    "q6_k": (14, 256, 210),
+    "iq4_nl": (20, 32, 18),
+    "iq4_xs": (23, 256, 136),
 }
 
 DEVICE_FUNCS = r"""

@@ -4,6 +4,7 @@ CuPy is the optional extra `localrt[cuda]`. Without it, or without a visible GPU
 report with `gpu=None` and the reason; `log_cpu_fallback` logs that reason once per process, so a CPU-only
 machine says plainly why it runs on the CPU without repeating it on every load.
 """
+
 from __future__ import annotations
 
 import importlib

@@ -13,6 +13,7 @@ arrays under MMAP_THRESHOLD (KV blocks, buffers) live in the heap too, where fre
 `release_freed_memory()` (malloc_trim) hands every free page back, which the daemon does once a model is unloaded.
 Both are no-ops elsewhere than glibc.
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -63,4 +64,6 @@ def _mallopt() -> bool:
     if libc is None:
         return False
     libc.mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
-    return bool(libc.mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD)) and bool(libc.mallopt(_M_TRIM_THRESHOLD, TRIM_THRESHOLD))
+    return bool(libc.mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD)) and bool(
+        libc.mallopt(_M_TRIM_THRESHOLD, TRIM_THRESHOLD)
+    )

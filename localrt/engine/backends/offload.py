@@ -5,6 +5,7 @@ is the device-agnostic step under it: the layers' weights go through `device.ado
 layers are reallocated on the device, and `model.weights.devices` (one entry per layer, then one for the
 output layer) tells the arch code where each layer runs. The CPU tests use it with a second CPU device.
 """
+
 from __future__ import annotations
 
 import logging
@@ -16,8 +17,15 @@ from .placement import Placement
 log = logging.getLogger("localrt.offload")
 
 
-def offload(model, num_gpu: int, main_gpu: int = 0, *, probe: Callable = devices.probe,
-            make_device: Callable | None = None, margin: int = placement.DEFAULT_MARGIN) -> Placement:
+def offload(
+    model,
+    num_gpu: int,
+    main_gpu: int = 0,
+    *,
+    probe: Callable = devices.probe,
+    make_device: Callable | None = None,
+    margin: int = placement.DEFAULT_MARGIN,
+) -> Placement:
     """Decide and apply the GPU placement of a freshly loaded model; returns the Placement (also `model.placement`).
 
     num_gpu 0 never touches CUDA. Otherwise the GPU is probed; without one, auto runs on the CPU with one
@@ -37,7 +45,8 @@ def offload(model, num_gpu: int, main_gpu: int = 0, *, probe: Callable = devices
         if report.gpu is None:
             devices.log_cpu_fallback(report)
         figures = placement.figures_for(
-            cfg, _tensor_bytes(model), num_ctx=model.num_ctx, num_batch=model.num_batch, n_slots=model.cache.n_slots)
+            cfg, _tensor_bytes(model), num_ctx=model.num_ctx, num_batch=model.num_batch, n_slots=model.cache.n_slots
+        )
         free = report.gpu.free_bytes if report.gpu is not None else None
         plan = placement.plan(figures, num_gpu, free, margin=margin, no_gpu_reason=report.reason)
         if plan.gpu_layers or plan.output:

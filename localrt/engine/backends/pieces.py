@@ -1,5 +1,6 @@
 """How a prompt's rows are cut into pieces, and which rows take the BLAS path: pure functions of positions and
 num_batch, so that a position's numerics never depend on what ran beside it (localrt.engine.backends.backend)."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -75,6 +76,7 @@ def exact_reuse(common: int, cached: list[tuple[int, int]], fresh: list[tuple[in
     fresh evaluation of the new prompt (`prompt_pieces`); every other position is computed per row, alike in
     both. Reuse ends at the first position whose path differs, moved back to the start of the new prompt's
     piece if it falls inside one (a piece is evaluated whole)."""
+
     def piece(pieces, p):
         return next(((lo, hi) for lo, hi in pieces if lo <= p < hi), None)
 

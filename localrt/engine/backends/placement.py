@@ -13,6 +13,7 @@ is placed, as N = n_layer + 1 means), 0 = CPU only, N > 0 = exactly min(N, n_lay
 when N > n_layer). An explicit N that does not fit, or any N > 0 without a usable GPU, is a typed error:
 never a silent CPU run or an out-of-memory crash half-way through the load.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -78,8 +79,14 @@ def cpu_only(n_layer: int, reason: str) -> Placement:
     return Placement(n_layer, (), False, 0, reason)
 
 
-def plan(figures: MemoryFigures, num_gpu: int, free_vram: int | None, *, margin: int = DEFAULT_MARGIN,
-         no_gpu_reason: str = "no GPU") -> Placement:
+def plan(
+    figures: MemoryFigures,
+    num_gpu: int,
+    free_vram: int | None,
+    *,
+    margin: int = DEFAULT_MARGIN,
+    no_gpu_reason: str = "no GPU",
+) -> Placement:
     """Place layers for `num_gpu` given free VRAM in bytes (None: no usable GPU, `no_gpu_reason` says why)."""
     n_layer = len(figures.layers)
     if num_gpu < AUTO:
@@ -88,7 +95,9 @@ def plan(figures: MemoryFigures, num_gpu: int, free_vram: int | None, *, margin:
         return cpu_only(n_layer, "num_gpu is 0: CPU only")
     if free_vram is None:
         if num_gpu > 0:
-            raise GPUUnavailable(f"num_gpu {num_gpu} asks for layers on a GPU, but there is none usable: {no_gpu_reason}")
+            raise GPUUnavailable(
+                f"num_gpu {num_gpu} asks for layers on a GPU, but there is none usable: {no_gpu_reason}"
+            )
         return cpu_only(n_layer, f"no usable GPU ({no_gpu_reason}): running on the CPU")
     budget = free_vram - margin - figures.scratch  # bytes left for layer weights and KV
     if num_gpu > 0:
@@ -106,9 +115,15 @@ def _explicit(figures: MemoryFigures, num_gpu: int, budget: int, free_vram: int,
         raise GPUOutOfMemory(
             f"num_gpu {num_gpu} needs {_mib(need + figures.scratch)} MiB of GPU memory (weights + KV cache + "
             f"scratch) plus a {_mib(margin)} MiB margin, but only {_mib(free_vram)} MiB is free; "
-            f"use a smaller num_gpu, or -1 to pick automatically")
-    return Placement(n_layer, layers, output, need + figures.scratch, f"num_gpu {num_gpu}: {n} of {n_layer} layers"
-                     + (" and the output layer" if output else "") + " on the GPU")
+            f"use a smaller num_gpu, or -1 to pick automatically"
+        )
+    return Placement(
+        n_layer,
+        layers,
+        output,
+        need + figures.scratch,
+        f"num_gpu {num_gpu}: {n} of {n_layer} layers" + (" and the output layer" if output else "") + " on the GPU",
+    )
 
 
 def _auto(figures: MemoryFigures, budget: int, free_vram: int) -> Placement:
@@ -123,24 +138,35 @@ def _auto(figures: MemoryFigures, budget: int, free_vram: int) -> Placement:
         used += figures.output
     layers = tuple(range(first, n_layer))
     if not layers:
-        return cpu_only(n_layer, f"not even one layer fits in {_mib(free_vram)} MiB of free GPU memory: running on the CPU")
-    return Placement(n_layer, layers, output, used + figures.scratch,
-                     f"auto: {len(layers)} of {n_layer} layers" + (" and the output layer" if output else "")
-                     + f" fit in {_mib(free_vram)} MiB of free GPU memory")
+        return cpu_only(
+            n_layer, f"not even one layer fits in {_mib(free_vram)} MiB of free GPU memory: running on the CPU"
+        )
+    return Placement(
+        n_layer,
+        layers,
+        output,
+        used + figures.scratch,
+        f"auto: {len(layers)} of {n_layer} layers"
+        + (" and the output layer" if output else "")
+        + f" fit in {_mib(free_vram)} MiB of free GPU memory",
+    )
 
 
 def _mib(n: int) -> int:
     return -(-n // MIB)
 
 
-def kv_layer_bytes(n_slots: int, n_head_kv: int, head_dim: int, head_dim_v: int, n_ctx: int, window: int, n_batch: int) -> int:
+def kv_layer_bytes(
+    n_slots: int, n_head_kv: int, head_dim: int, head_dim_v: int, n_ctx: int, window: int, n_batch: int
+) -> int:
     """f32 K and V of one layer, as `kv_cache.KVCache` allocates it (a ring of window + n_batch for SWA)."""
     cap = n_ctx if window <= 0 else min(n_ctx, window + n_batch)
     return n_slots * n_head_kv * cap * (head_dim + head_dim_v) * 4
 
 
-def figures_for(cfg, tensor_bytes: dict[str, int], *, num_ctx: int, num_batch: int, n_slots: int = 1,
-                tile_bytes: int = 64 * MIB) -> MemoryFigures:
+def figures_for(
+    cfg, tensor_bytes: dict[str, int], *, num_ctx: int, num_batch: int, n_slots: int = 1, tile_bytes: int = 64 * MIB
+) -> MemoryFigures:
     """MemoryFigures of a model: cfg is a ModelConfig, tensor_bytes maps GGUF tensor names to raw byte counts.
 
     The output layer is `output.weight` (or `token_embd.weight` when the file ties them: the GPU then keeps

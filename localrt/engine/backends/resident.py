@@ -19,6 +19,7 @@ larger ones stay in the mmap, where a model that does not fit in memory can stil
 placed on a GPU need no host copy, so there the default keeps the mmap, whatever num_gpu says. The rule reads only
 the file and the machine, so the scheduler's estimate and the load agree.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -89,7 +90,7 @@ class PrivateWeights:
         for a in arrays:
             if self._at + a.nbytes > len(self._buf):
                 raise ValueError(f"{a.nbytes} more bytes do not fit the {len(self._buf)}-byte private weights")
-            spots.append(self._buf[self._at:self._at + a.nbytes])
+            spots.append(self._buf[self._at : self._at + a.nbytes])
             self._at += _aligned(a.nbytes)
 
         def copy(i: int) -> None:
@@ -129,13 +130,16 @@ class PrivateWeights:
                 buf = ref()  # held through the call: the mapping stays; once the model is gone, so is the work
                 if buf is None:
                     return
-                if libc_madvise()(ctypes.c_void_p(lo), ctypes.c_size_t(_COLLAPSE_CHUNK), _MADV_COLLAPSE) != 0 \
-                        and ctypes.get_errno() == errno.EINVAL:
+                if (
+                    libc_madvise()(ctypes.c_void_p(lo), ctypes.c_size_t(_COLLAPSE_CHUNK), _MADV_COLLAPSE) != 0
+                    and ctypes.get_errno() == errno.EINVAL
+                ):
                     return  # no MADV_COLLAPSE here: khugepaged collapses the advised range
                 del buf
 
-        thread = threading.Thread(target=collapse, args=(weakref.ref(self._buf),), name="localrt-huge-pages",
-                                  daemon=True)
+        thread = threading.Thread(
+            target=collapse, args=(weakref.ref(self._buf),), name="localrt-huge-pages", daemon=True
+        )
         thread.start()
         return thread
 

@@ -2,6 +2,7 @@
 Windows, where os.sysconf and /proc do not exist). Linux reads /proc/meminfo's MemAvailable (it counts reclaimable
 page cache); macOS and other POSIX systems have sysconf; Windows has GlobalMemoryStatusEx. Where none answers, a
 conservative 4 GiB, so a load estimate still runs (and is logged as a guess)."""
+
 from __future__ import annotations
 
 import ctypes
@@ -42,11 +43,17 @@ def available_memory(meminfo: str = "/proc/meminfo") -> int:
 
 
 class _MemoryStatus(ctypes.Structure):
-    _fields_ = [("dwLength", ctypes.c_ulong), ("dwMemoryLoad", ctypes.c_ulong),
-                ("ullTotalPhys", ctypes.c_ulonglong), ("ullAvailPhys", ctypes.c_ulonglong),
-                ("ullTotalPageFile", ctypes.c_ulonglong), ("ullAvailPageFile", ctypes.c_ulonglong),
-                ("ullTotalVirtual", ctypes.c_ulonglong), ("ullAvailVirtual", ctypes.c_ulonglong),
-                ("ullAvailExtendedVirtual", ctypes.c_ulonglong)]
+    _fields_ = [
+        ("dwLength", ctypes.c_ulong),
+        ("dwMemoryLoad", ctypes.c_ulong),
+        ("ullTotalPhys", ctypes.c_ulonglong),
+        ("ullAvailPhys", ctypes.c_ulonglong),
+        ("ullTotalPageFile", ctypes.c_ulonglong),
+        ("ullAvailPageFile", ctypes.c_ulonglong),
+        ("ullTotalVirtual", ctypes.c_ulonglong),
+        ("ullAvailVirtual", ctypes.c_ulonglong),
+        ("ullAvailExtendedVirtual", ctypes.c_ulonglong),
+    ]
 
 
 def _windows_status() -> _MemoryStatus | None:

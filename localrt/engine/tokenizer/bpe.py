@@ -4,6 +4,7 @@ Each pre-tokenized fragment is byte-encoded (GPT-2 `bytes_to_unicode`), then adj
 lowest-rank-first (ties: leftmost) using `tokenizer.ggml.merges`. Final symbols missing from the vocabulary
 emit the tokens of their single ASCII characters; other bytes are dropped, as llama.cpp drops them.
 """
+
 from __future__ import annotations
 
 import heapq
@@ -11,7 +12,6 @@ import heapq
 from . import pretokenize
 from .vocab import Vocab
 from .wordcache import WordCache
-
 
 
 def bytes_to_unicode() -> list[str]:
@@ -61,11 +61,11 @@ class BpeEncoder:
 
     def _merge(self, word: str) -> list[str]:
         ranks = self._ranks
-        syms = list(word)                  # (n,) symbol texts; "" once merged into its left neighbour
+        syms = list(word)  # (n,) symbol texts; "" once merged into its left neighbour
         n = len(syms)
-        nxt = list(range(1, n + 1))        # (n,) next live symbol, n meaning none
-        prev = list(range(-1, n - 1))      # (n,) previous live symbol, -1 meaning none
-        heap = []                          # (rank, left, right, merged text)
+        nxt = list(range(1, n + 1))  # (n,) next live symbol, n meaning none
+        prev = list(range(-1, n - 1))  # (n,) previous live symbol, -1 meaning none
+        heap = []  # (rank, left, right, merged text)
         for i in range(n - 1):
             rank = ranks.get(syms[i] + " " + syms[i + 1])
             if rank is not None:

@@ -5,6 +5,7 @@ A dict of 262k str keys (Gemma 3) costs ~37 MB of private memory: the strings an
 keyed by the CRC-32 of each token's UTF-8 bytes, computed for the whole vocabulary in one NumPy pass per byte
 position; a lookup hashes the query with zlib.crc32 and compares bytes in the mapping. Same answers as the dict.
 """
+
 from __future__ import annotations
 
 import zlib

@@ -12,6 +12,7 @@ against a copy of the text with that substitution here too.
 A missing `pre` key is llama.cpp's documented fallback to "default" (it warns that quality degrades); an unknown
 value is a load error, never a silent wrong split.
 """
+
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
@@ -27,32 +28,40 @@ log = logging.getLogger(__name__)
 
 _CONTRACTIONS = r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])"
 GPT2 = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)"
-JAIS2 = (_CONTRACTIONS + r"|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+"
-         + "".join(rf"|\s{{{n}}}(?!\S)" for n in (512, 256, 128, 64, 32, 16, 8, 4)) + r"|\s{1,2}(?!\S)|\s{1}")
+JAIS2 = (
+    _CONTRACTIONS
+    + r"|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+"
+    + "".join(rf"|\s{{{n}}}(?!\S)" for n in (512, 256, 128, 64, 32, 16, 8, 4))
+    + r"|\s{1,2}(?!\S)|\s{1}"
+)
 LLAMA3 = _CONTRACTIONS + r"|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
 QWEN2 = _CONTRACTIONS + r"|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
-_UPPERISH = r"((?=[\p{L}])([^a-z]))"   # llama.cpp's stand-in for [\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]
-_LOWERISH = r"((?=[\p{L}])([^A-Z]))"   # and for [\p{Ll}\p{Lm}\p{Lo}\p{M}]
+_UPPERISH = r"((?=[\p{L}])([^a-z]))"  # llama.cpp's stand-in for [\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]
+_LOWERISH = r"((?=[\p{L}])([^A-Z]))"  # and for [\p{Ll}\p{Lm}\p{Lo}\p{M}]
 _CJK_KANA = "[\u4e00-\u9fa5\u3040-\u309f\u30a0-\u30ff]+"
 _PORO = " ?[^(\\s|.,!?\u2026\u3002\uff0c\u3001\u0964\u06d4\u060c)]+"
-_DEEPSEEK3_MAIN = (r"[!\"#$%&'()*+,\-./:;<=>?@\[\\\]^_`{|}~][A-Za-z]+|[^\r\n\p{L}\p{P}\p{S}]?[\p{L}\p{M}]+"
-                   r"| ?[\p{P}\p{S}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+_DEEPSEEK3_MAIN = (
+    r"[!\"#$%&'()*+,\-./:;<=>?@\[\\\]^_`{|}~][A-Za-z]+|[^\r\n\p{L}\p{P}\p{S}]?[\p{L}\p{M}]+"
+    r"| ?[\p{P}\p{S}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
 
 ASCII = regex.ASCII
 
 # Unicode cased letters (L&) as deepseek-llm's tokenizer spells them out.
-_CASED = ("A-Za-z\u00b5\u00c0-\u00d6\u00d8-\u00f6\u00f8-\u01ba\u01bc-\u01bf\u01c4-\u0293\u0295-\u02af"
-          "\u0370-\u0373\u0376\u0377\u037b-\u037d\u037f\u0386\u0388-\u038a\u038c\u038e-\u03a1\u03a3-\u03f5"
-          "\u03f7-\u0481\u048a-\u052f\u0531-\u0556\u10a0-\u10c5\u13a0-\u13f5\u13f8-\u13fd\u1c90-\u1cba"
-          "\u1cbd-\u1cbf\u1d00-\u1d2b\u1d6b-\u1d77\u1d79-\u1d9a\u1e00-\u1f15\u1f18-\u1f1d\u1f20-\u1f45"
-          "\u1f48-\u1f4d\u1f50-\u1f57\u1f59\u1f5b\u1f5d\u1f5f-\u1f7d\u1f80-\u1fb4\u1fb6-\u1fbc\u1fbe"
-          "\u1fc2-\u1fc4\u1fc6-\u1fcc\u1fd0-\u1fd3\u1fd6-\u1fdb\u1fe0-\u1fec\u1ff2-\u1ff4\u1ff6-\u1ffc"
-          "\u2102\u2107\u210a-\u2113\u2115\u2119-\u211d\u2124\u2126\u2128\u212a-\u212d\u212f-\u2134\u2139"
-          "\u213c-\u213f\u2145-\u2149\u214e\u2183\u2184\u2c00-\u2c7b\u2c7e-\u2ce4\u2ceb-\u2cee\u2cf2\u2cf3"
-          "\ua640-\ua66d\ua680-\ua69b\ua722-\ua76f\ua771-\ua787\ua78b-\ua78e\uab70-\uabbf\ufb00-\ufb06"
-          "\ufb13-\ufb17\uff21-\uff3a\uff41-\uff5a\U00010400-\U0001044f\U000104b0-\U000104d3"
-          "\U000104d8-\U000104fb\U00010c80-\U00010cb2\U00010cc0-\U00010cf2\U000118a0-\U000118df"
-          "\U0001e900-\U0001e943")
+_CASED = (
+    "A-Za-z\u00b5\u00c0-\u00d6\u00d8-\u00f6\u00f8-\u01ba\u01bc-\u01bf\u01c4-\u0293\u0295-\u02af"
+    "\u0370-\u0373\u0376\u0377\u037b-\u037d\u037f\u0386\u0388-\u038a\u038c\u038e-\u03a1\u03a3-\u03f5"
+    "\u03f7-\u0481\u048a-\u052f\u0531-\u0556\u10a0-\u10c5\u13a0-\u13f5\u13f8-\u13fd\u1c90-\u1cba"
+    "\u1cbd-\u1cbf\u1d00-\u1d2b\u1d6b-\u1d77\u1d79-\u1d9a\u1e00-\u1f15\u1f18-\u1f1d\u1f20-\u1f45"
+    "\u1f48-\u1f4d\u1f50-\u1f57\u1f59\u1f5b\u1f5d\u1f5f-\u1f7d\u1f80-\u1fb4\u1fb6-\u1fbc\u1fbe"
+    "\u1fc2-\u1fc4\u1fc6-\u1fcc\u1fd0-\u1fd3\u1fd6-\u1fdb\u1fe0-\u1fec\u1ff2-\u1ff4\u1ff6-\u1ffc"
+    "\u2102\u2107\u210a-\u2113\u2115\u2119-\u211d\u2124\u2126\u2128\u212a-\u212d\u212f-\u2134\u2139"
+    "\u213c-\u213f\u2145-\u2149\u214e\u2183\u2184\u2c00-\u2c7b\u2c7e-\u2ce4\u2ceb-\u2cee\u2cf2\u2cf3"
+    "\ua640-\ua66d\ua680-\ua69b\ua722-\ua76f\ua771-\ua787\ua78b-\ua78e\uab70-\uabbf\ufb00-\ufb06"
+    "\ufb13-\ufb17\uff21-\uff3a\uff41-\uff5a\U00010400-\U0001044f\U000104b0-\U000104d3"
+    "\U000104d8-\U000104fb\U00010c80-\U00010cb2\U00010cc0-\U00010cf2\U000118a0-\U000118df"
+    "\U0001e900-\U0001e943"
+)
 
 # pre-tokenizer type -> ordered regexes; an entry is a pattern or (pattern, flags).
 REGEXES: dict[str, tuple] = {
@@ -64,48 +73,100 @@ REGEXES: dict[str, tuple] = {
     "falcon": (r"[\p{P}\$\+<=>\^~\|`]+", GPT2, r"[0-9][0-9][0-9]"),
     "deepseek-coder": ("[\r\n]", r"\s?\p{L}+", r"\s?\p{P}+", "[\u4e00-\u9fa5\u0800-\u4e00\uac00-\ud7ff]+", r"\p{N}"),
     # std::regex's "$" is end of input only, which is Python's \\Z.
-    "deepseek-llm": ("[\r\n]", r"\s?[" + _CASED + "]+",
-                     r"\s?[!-/:-~\uff01-\uff0f\uff1a-\uff5e\u2018-\u201f\u3000-\u3002]+", r"\s+\Z",
-                     "[\u4e00-\u9fa5\u0800-\u4e00\uac00-\ud7ff]+", r"\p{N}+"),
+    "deepseek-llm": (
+        "[\r\n]",
+        r"\s?[" + _CASED + "]+",
+        r"\s?[!-/:-~\uff01-\uff0f\uff1a-\uff5e\u2018-\u201f\u3000-\u3002]+",
+        r"\s+\Z",
+        "[\u4e00-\u9fa5\u0800-\u4e00\uac00-\ud7ff]+",
+        r"\p{N}+",
+    ),
     "deepseek3": (r"\p{N}{1,3}", _CJK_KANA, _DEEPSEEK3_MAIN),
-    "spark2_5": (r"\p{N}{1,3}", _CJK_KANA, r"[!\"#$%&'()*+,\-./:;<=>?@\[\\\]^_`{|}~][A-Za-z]+"
-                 r"|[^\r\n\p{L}\p{P}\p{S}]?[\p{L}\p{M}]+| ?[\p{P}\p{S}]+|[\r\n]|\s+(?!\S)|\s+", r"\p{N}"),
+    "spark2_5": (
+        r"\p{N}{1,3}",
+        _CJK_KANA,
+        r"[!\"#$%&'()*+,\-./:;<=>?@\[\\\]^_`{|}~][A-Za-z]+"
+        r"|[^\r\n\p{L}\p{P}\p{S}]?[\p{L}\p{M}]+| ?[\p{P}\p{S}]+|[\r\n]|\s+(?!\S)|\s+",
+        r"\p{N}",
+    ),
     "poro": (_PORO,),
     "viking": (_PORO, r"\p{N}"),
-    "tekken": (r"[^\r\n\p{L}\p{N}]?" + _UPPERISH + "*" + _LOWERISH + r"+|[^\r\n\p{L}\p{N}]?" + _UPPERISH + "+"
-               + _LOWERISH + r"*|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+",),
-    "gpt4o": (r"[^\r\n\p{L}\p{N}]?" + _UPPERISH + "*" + _LOWERISH + "+" + _CONTRACTIONS + r"?|[^\r\n\p{L}\p{N}]?"
-              + _UPPERISH + "+" + _LOWERISH + "*" + _CONTRACTIONS
-              + r"?|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+",),
-    "granite-multi": (r"[^\r\n\p{L}\p{N}]?((?=[\p{L}\p{M}])([^a-z]))*((?=[\p{L}\p{M}])([^A-Z]))+" + _CONTRACTIONS
-                      + r"?|[^\r\n\p{L}\p{N}]?((?=[\p{L}\p{M}])([^a-z]))+((?=[\p{L}\p{M}])([^A-Z]))*" + _CONTRACTIONS
-                      + r"?|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+",),
-    "chameleon": (r"<sentinel:[0-9]+>", r"(IMGIMG)((A|B|C|D|E|F|G|H|I){1,4})Z", r"([\t\n]|    |  )", r"\p{N}",
-                  r"[\p{P}!-/:-@\[-`{-~]", GPT2),
+    "tekken": (
+        r"[^\r\n\p{L}\p{N}]?"
+        + _UPPERISH
+        + "*"
+        + _LOWERISH
+        + r"+|[^\r\n\p{L}\p{N}]?"
+        + _UPPERISH
+        + "+"
+        + _LOWERISH
+        + r"*|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+",
+    ),
+    "gpt4o": (
+        r"[^\r\n\p{L}\p{N}]?"
+        + _UPPERISH
+        + "*"
+        + _LOWERISH
+        + "+"
+        + _CONTRACTIONS
+        + r"?|[^\r\n\p{L}\p{N}]?"
+        + _UPPERISH
+        + "+"
+        + _LOWERISH
+        + "*"
+        + _CONTRACTIONS
+        + r"?|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+",
+    ),
+    "granite-multi": (
+        r"[^\r\n\p{L}\p{N}]?((?=[\p{L}\p{M}])([^a-z]))*((?=[\p{L}\p{M}])([^A-Z]))+"
+        + _CONTRACTIONS
+        + r"?|[^\r\n\p{L}\p{N}]?((?=[\p{L}\p{M}])([^a-z]))+((?=[\p{L}\p{M}])([^A-Z]))*"
+        + _CONTRACTIONS
+        + r"?|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+",
+    ),
+    "chameleon": (
+        r"<sentinel:[0-9]+>",
+        r"(IMGIMG)((A|B|C|D|E|F|G|H|I){1,4})Z",
+        r"([\t\n]|    |  )",
+        r"\p{N}",
+        r"[\p{P}!-/:-@\[-`{-~]",
+        GPT2,
+    ),
     "superbpe": (r"\p{N}+", (r"(?=(\d{3})+(?!\d))", ASCII)),
-    "bailingmoe": (r"'(?:[sSdDmMtT]|[lL][lL]|[vV][eE]|[rR][eE])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}"
-                   r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]|\s+(?!\S)|\s+",),
-    "seed-coder": (_CONTRACTIONS + r"|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1}| ?[^\s\p{L}\p{N}\r\n]+|\s*[\r\n]+"
-                   r"|\s+(?!\S)|\s+",),
-    "qwen35": (_CONTRACTIONS + r"|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}| ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*"
-               r"|\s*[\r\n]+|\s+(?!\S)|\s+",),
-    "exaone-moe": (_CONTRACTIONS + r"|[^\r\n\p{L}\p{N}]?(?:\p{L}\p{M}*(?: \p{L}\p{M}*)*)+|\p{N}"
-                   r"| ?[^\s\p{L}\p{N}]+[\r\n/]?|\s*[\r\n]|\s+(?!\S)|\s+",),
+    "bailingmoe": (
+        r"'(?:[sSdDmMtT]|[lL][lL]|[vV][eE]|[rR][eE])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}"
+        r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]|\s+(?!\S)|\s+",
+    ),
+    "seed-coder": (
+        _CONTRACTIONS + r"|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1}| ?[^\s\p{L}\p{N}\r\n]+|\s*[\r\n]+"
+        r"|\s+(?!\S)|\s+",
+    ),
+    "qwen35": (
+        _CONTRACTIONS + r"|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}| ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*"
+        r"|\s*[\r\n]+|\s+(?!\S)|\s+",
+    ),
+    "exaone-moe": (
+        _CONTRACTIONS + r"|[^\r\n\p{L}\p{N}]?(?:\p{L}\p{M}*(?: \p{L}\p{M}*)*)+|\p{N}"
+        r"| ?[^\s\p{L}\p{N}]+[\r\n/]?|\s*[\r\n]|\s+(?!\S)|\s+",
+    ),
     "ufakzeka": (r"[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+",),
     "laguna": (r"[^\n]+|[\n]+", QWEN2),
-    "minicpm5": (r"\p{N}{1,3}", _CONTRACTIONS + r"|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}+| ?[^\s\p{L}\p{N}]+[\r\n]*"
-                 r"|\s*[\r\n]+|\s+(?!\S)|\s+"),
+    "minicpm5": (
+        r"\p{N}{1,3}",
+        _CONTRACTIONS + r"|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}+| ?[^\s\p{L}\p{N}]+[\r\n]*"
+        r"|\s*[\r\n]+|\s+(?!\S)|\s+",
+    ),
     "jais2": (JAIS2,),
 }
 
 
 @dataclass(frozen=True)
 class PreTokenizer:
-    name: str                # the GGUF value
-    kind: str                # key into REGEXES
-    ignore_merges: bool      # a fragment that is already a token is emitted whole
-    clean_spaces: bool       # llama_detokenize's clean-up of " ." / " 's" etc.
-    add_bos_default: bool    # add_bos when tokenizer.ggml.add_bos_token is absent
+    name: str  # the GGUF value
+    kind: str  # key into REGEXES
+    ignore_merges: bool  # a fragment that is already a token is emitted whole
+    clean_spaces: bool  # llama_detokenize's clean-up of " ." / " 's" etc.
+    add_bos_default: bool  # add_bos when tokenizer.ggml.add_bos_token is absent
 
 
 def _entries() -> dict[str, tuple[str, bool, bool]]:
@@ -126,8 +187,11 @@ def _entries() -> dict[str, tuple[str, bool, bool]]:
     add("spark2_5", "spark2_5", clean_spaces=False)
     add("granite-embed-multi-97m", "granite-multi", True, False)
     add("falcon", "falcon")
-    add("gpt-2 phi-2 jina-es jina-de gigachat jina-v2-es jina-v2-de a.x-4.0 mellum modern-bert jina-v1-en "
-        "jina-v2-code roberta-bpe exaone4 mpt olmo jais", "gpt2")
+    add(
+        "gpt-2 phi-2 jina-es jina-de gigachat jina-v2-es jina-v2-de a.x-4.0 mellum modern-bert jina-v1-en "
+        "jina-v2-code roberta-bpe exaone4 mpt olmo jais",
+        "gpt2",
+    )
     add("trillion granite-docling", "gpt2", clean_spaces=False)
     add("starcoder refact codeshell exaone minerva-7b mellum2", "smollm")
     add("smollm command-r", "smollm", clean_spaces=False)
@@ -152,23 +216,41 @@ def _entries() -> dict[str, tuple[str, bool, bool]]:
 
 
 PRE_TYPES = _entries()
-_ADD_BOS = frozenset({"llama3", "llama-v3", "llama-bpe", "falcon3", "falcon-h1", "pixtral", "midm-2.0", "lfm2",
-                      "jina-v5-nano", "tekken", "chameleon"})
+_ADD_BOS = frozenset(
+    {
+        "llama3",
+        "llama-v3",
+        "llama-bpe",
+        "falcon3",
+        "falcon-h1",
+        "pixtral",
+        "midm-2.0",
+        "lfm2",
+        "jina-v5-nano",
+        "tekken",
+        "chameleon",
+    }
+)
 _compiled: dict[str, list[tuple[regex.Pattern, bool]]] = {}
 # Non-ASCII White_Space -> U+000B, as llama.cpp feeds std::wregex (its `\s` is ASCII-only there).
-_WIDE_WS = str.maketrans({c: "\x0b" for c in "\x85\xa0\u1680\u2028\u2029\u202f\u205f\u3000"}
-                         | {chr(c): "\x0b" for c in range(0x2000, 0x200B)})
+_WIDE_WS = str.maketrans(
+    {c: "\x0b" for c in "\x85\xa0\u1680\u2028\u2029\u202f\u205f\u3000"}
+    | {chr(c): "\x0b" for c in range(0x2000, 0x200B)}
+)
 
 
 def pre_tokenizer(pre: str) -> PreTokenizer:
     if not pre:
-        log.warning("tokenizer.ggml.pre is missing: using llama.cpp's 'default' pre-tokenizer "
-                    "(generation quality may be degraded; consider regenerating the model file)")
+        log.warning(
+            "tokenizer.ggml.pre is missing: using llama.cpp's 'default' pre-tokenizer "
+            "(generation quality may be degraded; consider regenerating the model file)"
+        )
         pre = "default"
     entry = PRE_TYPES.get(pre)
     if entry is None:
-        raise ModelLoadError(f"unknown pre-tokenizer type {pre!r} (tokenizer.ggml.pre); "
-                             f"supported: {', '.join(sorted(PRE_TYPES))}")
+        raise ModelLoadError(
+            f"unknown pre-tokenizer type {pre!r} (tokenizer.ggml.pre); supported: {', '.join(sorted(PRE_TYPES))}"
+        )
     kind, ignore_merges, clean_spaces = entry
     return PreTokenizer(pre, kind, ignore_merges, clean_spaces, pre in _ADD_BOS)
 

@@ -5,6 +5,7 @@ USER_DEFINED ones are matched. Each candidate in turn splits every remaining tex
 non-overlapping occurrences. A character trie finds which candidates occur in the text at all, so the exact
 sequential pass only runs over those few.
 """
+
 from __future__ import annotations
 
 from .vocab import ATTR_CONTROL, ATTR_LSTRIP, ATTR_RSTRIP, ATTR_UNKNOWN, Vocab
@@ -78,7 +79,7 @@ class SpecialMatcher:
                 if left:
                     out.append(left)
                 out.append(tid)
-                rest = rest[at + len(tok):]
+                rest = rest[at + len(tok) :]
                 if attr & ATTR_RSTRIP:
                     rest = rest.lstrip(_C_SPACE)
         return out

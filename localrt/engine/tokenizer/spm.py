@@ -9,6 +9,7 @@ merges on either side of such a boundary are independent, so the text is cut the
 is merged (and cached) on its own. The cut used is "before a U+2581 that follows a character c" whenever no
 token contains c + U+2581, which holds for nearly every c in real SPM vocabularies.
 """
+
 from __future__ import annotations
 
 import heapq
@@ -38,11 +39,11 @@ class SpmEncoder:
 
     def _merge(self, word: str) -> tuple[int, ...]:
         get, scores = self._get, self._scores
-        syms = list(word)                  # (n,) symbol texts; "" once merged into its left neighbour
+        syms = list(word)  # (n,) symbol texts; "" once merged into its left neighbour
         n = len(syms)
-        nxt = list(range(1, n + 1))        # (n,) index of the next live symbol, n-1 -> n meaning none
-        prev = list(range(-1, n - 1))      # (n,) index of the previous live symbol, -1 meaning none
-        heap = []                          # (-score, left, right, merged length)
+        nxt = list(range(1, n + 1))  # (n,) index of the next live symbol, n-1 -> n meaning none
+        prev = list(range(-1, n - 1))  # (n,) index of the previous live symbol, -1 meaning none
+        heap = []  # (-score, left, right, merged length)
         for i in range(n - 1):
             merged = syms[i] + syms[i + 1]
             tid = get(merged)
@@ -86,8 +87,9 @@ class SpmEncoder:
             for b in sym.encode("utf-8"):
                 tid = self._byte_ids[b]
                 if tid is None:
-                    raise InvalidRequest(f"the vocabulary has no byte-fallback token for byte 0x{b:02X} "
-                                         f"(character {sym!r})")
+                    raise InvalidRequest(
+                        f"the vocabulary has no byte-fallback token for byte 0x{b:02X} (character {sym!r})"
+                    )
                 ids.append(tid)
         return tuple(ids)
 

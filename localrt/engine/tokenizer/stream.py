@@ -1,4 +1,5 @@
 """Detokenizer text clean-up and an incremental decoder that only emits complete UTF-8."""
+
 from __future__ import annotations
 
 import codecs
@@ -29,10 +30,10 @@ class StreamDecoder:
 
     def __init__(self, piece: Callable[[int, bool], bytes], first_lstrip: bool, clean: bool):
         self._piece = piece
-        self._lstrip = first_lstrip       # strip one leading space from the first piece (add_space_prefix)
+        self._lstrip = first_lstrip  # strip one leading space from the first piece (add_space_prefix)
         self._clean = clean
-        self._raw = bytearray()           # (n_bytes,) every piece so far; kept only when clean-up needs context
-        self._sent = 0                    # bytes of the cleaned text already turned into output
+        self._raw = bytearray()  # (n_bytes,) every piece so far; kept only when clean-up needs context
+        self._sent = 0  # bytes of the cleaned text already turned into output
         self._utf8 = codecs.getincrementaldecoder("utf-8")("replace")
 
     def add(self, token_id: int) -> str:
@@ -45,7 +46,7 @@ class StreamDecoder:
         ready = len(cleaned) - _CLEAN_LOOKBEHIND
         if ready <= self._sent:
             return ""
-        out = cleaned[self._sent:ready]
+        out = cleaned[self._sent : ready]
         self._sent = ready
         return self._utf8.decode(out)
 
@@ -53,5 +54,5 @@ class StreamDecoder:
         tail = b""
         if self._clean:
             cleaned = clean_spaces(bytes(self._raw))
-            tail, self._sent = cleaned[self._sent:], len(cleaned)
+            tail, self._sent = cleaned[self._sent :], len(cleaned)
         return self._utf8.decode(tail, final=True)

@@ -1,5 +1,6 @@
 """The public tokenizer: llama.cpp's `llama_tokenize` / `llama_detokenize` from GGUF metadata alone (SPM, BPE, WPM,
 UGM)."""
+
 from __future__ import annotations
 
 from typing import Iterable
@@ -93,8 +94,9 @@ class Tokenizer:
         return self.vocab.token_to_id.get(text)
 
     # -- encode -----------------------------------------------------------------------------------------
-    def encode(self, text: str, add_special: bool = True, parse_special: bool = True,
-               limit: int | None = None) -> list[int]:
+    def encode(
+        self, text: str, add_special: bool = True, parse_special: bool = True, limit: int | None = None
+    ) -> list[int]:
         """With `limit`, the work stops once more than limit ids are out: the ids so far are returned, the start
         of the full answer (every fragment before the stop whole) and longer than limit, which is enough to refuse
         a prompt longer than the context without tokenizing all of it."""

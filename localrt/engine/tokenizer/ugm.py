@@ -20,6 +20,7 @@ checked whole at load (every unit a walk from any reachable node may read), so t
 holds U+2581 after its first character, no token crosses the start of a U+2581 and each such word is segmented (and
 cached) on its own: the same ids.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -45,10 +46,11 @@ _NORMAL, _USER_DEFINED, _UNUSED = 1 << 2, 1 << 4, 1 << 1
 @dataclass
 class UgmTables:
     """What llama.cpp's `llm_tokenizer_ugm` builds at load, from the token types as the file gives them."""
-    charsmap: Charsmap | None      # None: no normalization rules
-    matchable: bytearray           # (n_vocab,) 1 for normal / user-defined / unused tokens: the Viterbi's tokens
+
+    charsmap: Charsmap | None  # None: no normalization rules
+    matchable: bytearray  # (n_vocab,) 1 for normal / user-defined / unused tokens: the Viterbi's tokens
     user_prefixes: frozenset[bytes]  # every prefix of every user-defined token's bytes
-    unknown_score: float           # float32(min normal score) - 10, in float32
+    unknown_score: float  # float32(min normal score) - 10, in float32
 
 
 def build_tables(md: dict, tokens, type_attrs: np.ndarray, scores: np.ndarray) -> UgmTables:
@@ -83,7 +85,7 @@ def parse_charsmap(blob) -> Charsmap:
     if size + 4 >= len(raw):
         raise ModelLoadError(f"{KEY}: its double array ({size} bytes) does not fit in its {len(raw)} bytes")
     units = np.frombuffer(raw, "<u4", size // 4, 4).astype(np.int64)
-    values = raw[4 + size:]
+    values = raw[4 + size :]
     return Charsmap(units.tolist(), values, _check(units, values) if len(units) else frozenset())
 
 
@@ -120,8 +122,10 @@ def _check(units: np.ndarray, values: bytes) -> frozenset[int]:
             raise ModelLoadError(f"{KEY}: a replacement index lies outside its double array of {n} entries")
         at = units[leaf] & 0x7FFFFFFF
         if len(at) and int(at.max()) > last_nul:
-            raise ModelLoadError(f"{KEY}: a replacement at offset {int(at.max())} is outside or unterminated "
-                                 f"({len(values)} bytes of replacements)")
+            raise ModelLoadError(
+                f"{KEY}: a replacement at offset {int(at.max())} is outside or unterminated "
+                f"({len(values)} bytes of replacements)"
+            )
         nxt = np.unique(nxt)
         if len(nxt) and int(nxt.max()) > n:
             raise ModelLoadError(f"{KEY}: a node points outside its double array of {n} entries")
@@ -134,9 +138,9 @@ class Charsmap:
     """sentencepiece's normalization rules as llama.cpp walks them: the longest key that prefixes the input."""
 
     def __init__(self, units: list[int], values: bytes, first: frozenset[int]):
-        self._units = units    # (n,) bit-packed double-array units, every reachable read checked in range
+        self._units = units  # (n,) bit-packed double-array units, every reachable read checked in range
         self._values = values  # NUL-terminated replacements
-        self.first = first     # bytes with which some key starts
+        self.first = first  # bytes with which some key starts
         self._root = _base(units[0]) if units else 0
         self._cache: dict[int, bytes] = {}
 
@@ -158,7 +162,7 @@ class Charsmap:
             return None
         value = self._cache.get(at)
         if value is None:
-            value = self._cache[at] = self._values[at:self._values.index(b"\0", at)]
+            value = self._cache[at] = self._values[at : self._values.index(b"\0", at)]
         return value, size
 
 
@@ -236,15 +240,15 @@ class UgmEncoder:
 
     def _step(self, buf: bytes, p: int) -> tuple[bytes, int]:
         user, k = self._user, 0
-        while p + k < len(buf) and buf[p:p + k + 1] in user:
+        while p + k < len(buf) and buf[p : p + k + 1] in user:
             k += 1
         if k:
-            return buf[p:p + k], k
+            return buf[p : p + k], k
         found = self._map.match(buf, p) if self._map is not None else None
         if found is not None:
             return found
         size = _utf8_len(buf, p)
-        return (buf[p:p + size], size) if size else (_FFFD, 1)
+        return (buf[p : p + size], size) if size else (_FFFD, 1)
 
     def _spaces(self, s: bytes) -> bytes:
         if self._merge:
@@ -298,7 +302,7 @@ class UgmEncoder:
         best[0] = 0.0
         for i in range(n):
             cur, single = best[i], False
-            for j in range(i + 1, min(n, i + self._longest.get(word[i:i + 2], 1)) + 1):
+            for j in range(i + 1, min(n, i + self._longest.get(word[i : i + 2], 1)) + 1):
                 tid = get(word[i:j])
                 if tid is None or not ok[tid]:
                     continue
@@ -313,8 +317,9 @@ class UgmEncoder:
     def _viterbi_bytes(self, buf: bytes) -> tuple[int, ...]:
         n = len(buf)
         if self._max_bytes is None:
-            self._max_bytes = max((len(t.encode("utf-8")) for tid, t in enumerate(self._tokens) if self._ok[tid]),
-                                  default=0)
+            self._max_bytes = max(
+                (len(t.encode("utf-8")) for tid, t in enumerate(self._tokens) if self._ok[tid]), default=0
+            )
         longest = self._max_bytes
         ok, attrs, scores, unk = self._ok, self._attrs, self._scores, self._unk
         best = [-_DBL_MAX] * (n + 1)

@@ -4,6 +4,7 @@ Token attributes, special ids, the add_bos/add_eos flags and the end-of-generati
 including its text-based auto-detection of EOT/EOM/FIM tokens and the attribute overrides that come with it.
 Where llama.cpp iterates an unordered map and several candidate texts exist, the lowest id wins here.
 """
+
 from __future__ import annotations
 
 from array import array
@@ -39,33 +40,99 @@ _TYPE_TO_ATTR = np.array(
 SPM, BPE, WPM, UGM = "spm", "bpe", "wpm", "ugm"
 _MODEL_KIND = {"llama": SPM, "gpt2": BPE, "bert": WPM, "t5": UGM}
 
-_EOT_TEXTS = ("<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>", "<|end_of_text|>",
-              "<EOT>", "_<EOT>", "[EOT]", "<\uff5cend\u2581of\u2581sentence\uff5c>", "<end_of_utterance>")
+_EOT_TEXTS = (
+    "<|eot_id|>",
+    "<|im_end|>",
+    "<|end|>",
+    "<end_of_turn>",
+    "<|endoftext|>",
+    "<|end_of_text|>",
+    "<EOT>",
+    "_<EOT>",
+    "[EOT]",
+    "<\uff5cend\u2581of\u2581sentence\uff5c>",
+    "<end_of_utterance>",
+)
 _EOM_TEXTS = ("<|eom_id|>",)
 _FIM_TEXTS = {
-    "fim_pre": ("<|fim_prefix|>", "<fim-prefix>", "<fim_prefix>", "<\uff5cfim\u2581begin\uff5c>", "<PRE>",
-                "\u2581<PRE>", "<|code_prefix|>", "<|prefix|>"),
-    "fim_suf": ("<|fim_suffix|>", "<fim-suffix>", "<fim_suffix>", "<\uff5cfim\u2581hole\uff5c>", "<SUF>",
-                "\u2581<SUF>", "<|code_suffix|>", "<|suffix|>"),
-    "fim_mid": ("<|fim_middle|>", "<fim-middle>", "<fim_middle>", "<\uff5cfim\u2581end\uff5c>", "<MID>",
-                "\u2581<MID>", "<|code_middle|>", "<|middle|>"),
+    "fim_pre": (
+        "<|fim_prefix|>",
+        "<fim-prefix>",
+        "<fim_prefix>",
+        "<\uff5cfim\u2581begin\uff5c>",
+        "<PRE>",
+        "\u2581<PRE>",
+        "<|code_prefix|>",
+        "<|prefix|>",
+    ),
+    "fim_suf": (
+        "<|fim_suffix|>",
+        "<fim-suffix>",
+        "<fim_suffix>",
+        "<\uff5cfim\u2581hole\uff5c>",
+        "<SUF>",
+        "\u2581<SUF>",
+        "<|code_suffix|>",
+        "<|suffix|>",
+    ),
+    "fim_mid": (
+        "<|fim_middle|>",
+        "<fim-middle>",
+        "<fim_middle>",
+        "<\uff5cfim\u2581end\uff5c>",
+        "<MID>",
+        "\u2581<MID>",
+        "<|code_middle|>",
+        "<|middle|>",
+    ),
     "fim_pad": ("<|fim_pad|>", "<fim-pad>", "<fim_pad>", "<PAD>", "[PAD]"),
     "fim_rep": ("<|fim_repo|>", "<|repo_name|>", "<fim-repo>", "<REPO>", "<reponame>"),
     "fim_sep": ("<|file_sep|>",),
 }
-_EOG_TEXTS = ("<|eot_id|>", "<|im_end|>", "<|end|>", "<|return|>", "<|call|>", "<|flush|>", "<|calls|>",
-              "<end_of_turn>", "<|endoftext|>", "</s>", "<|eom_id|>", "<EOT>", "_<EOT>", "[EOT]", "[EOS]",
-              "<|end_of_text|>", "<end_of_utterance>", "<eos>", "<turn|>", "<|tool_response>",
-              "<\uff5cend\u2581of\u2581sentence\uff5c>", "[e~[")
+_EOG_TEXTS = (
+    "<|eot_id|>",
+    "<|im_end|>",
+    "<|end|>",
+    "<|return|>",
+    "<|call|>",
+    "<|flush|>",
+    "<|calls|>",
+    "<end_of_turn>",
+    "<|endoftext|>",
+    "</s>",
+    "<|eom_id|>",
+    "<EOT>",
+    "_<EOT>",
+    "[EOT]",
+    "[EOS]",
+    "<|end_of_text|>",
+    "<end_of_utterance>",
+    "<eos>",
+    "<turn|>",
+    "<|tool_response>",
+    "<\uff5cend\u2581of\u2581sentence\uff5c>",
+    "[e~[",
+)
 _ALWAYS_RENDERED = ("<|channel|>", "<|message|>", "<|start|>", "<|constrain|>")  # gpt-oss
 
 # GGUF key suffix (after "tokenizer.ggml.") -> special id name; later entries override earlier ones.
 _SPECIAL_KEYS = (
-    ("bos_token_id", "bos"), ("eos_token_id", "eos"), ("eot_token_id", "eot"), ("eom_token_id", "eom"),
-    ("unknown_token_id", "unk"), ("seperator_token_id", "sep"), ("padding_token_id", "pad"),
-    ("mask_token_id", "mask"), ("fim_pre_token_id", "fim_pre"), ("fim_suf_token_id", "fim_suf"),
-    ("fim_mid_token_id", "fim_mid"), ("fim_pad_token_id", "fim_pad"), ("fim_rep_token_id", "fim_rep"),
-    ("fim_sep_token_id", "fim_sep"), ("prefix_token_id", "fim_pre"), ("suffix_token_id", "fim_suf"),
+    ("bos_token_id", "bos"),
+    ("eos_token_id", "eos"),
+    ("eot_token_id", "eot"),
+    ("eom_token_id", "eom"),
+    ("unknown_token_id", "unk"),
+    ("seperator_token_id", "sep"),
+    ("padding_token_id", "pad"),
+    ("mask_token_id", "mask"),
+    ("fim_pre_token_id", "fim_pre"),
+    ("fim_suf_token_id", "fim_suf"),
+    ("fim_mid_token_id", "fim_mid"),
+    ("fim_pad_token_id", "fim_pad"),
+    ("fim_rep_token_id", "fim_rep"),
+    ("fim_sep_token_id", "fim_sep"),
+    ("prefix_token_id", "fim_pre"),
+    ("suffix_token_id", "fim_suf"),
     ("middle_token_id", "fim_mid"),
 )
 _DEFAULT_IDS = {
@@ -78,24 +145,24 @@ _DEFAULT_IDS = {
 
 @dataclass
 class Vocab:
-    kind: str                      # SPM, BPE, WPM or UGM
-    model: str                     # tokenizer.ggml.model
-    pre: str                       # tokenizer.ggml.pre ("" when absent)
-    tokens: Sequence[str]          # (n_vocab,) token texts: a list, or a StringArray over the mapped file
+    kind: str  # SPM, BPE, WPM or UGM
+    model: str  # tokenizer.ggml.model
+    pre: str  # tokenizer.ggml.pre ("" when absent)
+    tokens: Sequence[str]  # (n_vocab,) token texts: a list, or a StringArray over the mapped file
     token_to_id: Mapping[str, int]  # a dict, or a TokenIndex over that StringArray
-    scores: array                  # (n_vocab,) float32 SPM merge priority, 0.0 when the file has none
-    attrs: list[int]               # (n_vocab,) ATTR_* bit sets
+    scores: array  # (n_vocab,) float32 SPM merge priority, 0.0 when the file has none
+    attrs: list[int]  # (n_vocab,) ATTR_* bit sets
     merges: Sequence[str] = field(default_factory=list)  # (n_merges,) "left right" in rank order (BPE)
     pretok: PreTokenizer | None = None  # BPE only
     ids: dict[str, int | None] = field(default_factory=dict)  # bos/eos/eot/eom/unk/sep/pad/mask/fim_*
     add_bos: bool = False
     add_eos: bool = False
-    add_sep: bool = False          # read as llama.cpp reads it; only a rerank prompt uses it (runtime.rerank)
+    add_sep: bool = False  # read as llama.cpp reads it; only a rerank prompt uses it (runtime.rerank)
     add_space_prefix: bool = False
-    lowercase: bool = True         # WPM normalizer options (tokenizer.ggml.normalizer.*)
+    lowercase: bool = True  # WPM normalizer options (tokenizer.ggml.normalizer.*)
     strip_accents: bool = True
     remove_extra_whitespaces: bool = False  # UGM normalizer option
-    ugm: object | None = None      # UGM only: ugm.UgmTables (charsmap, the Viterbi's tokens, unknown score)
+    ugm: object | None = None  # UGM only: ugm.UgmTables (charsmap, the Viterbi's tokens, unknown score)
     eog_ids: frozenset[int] = frozenset()
     special_ids: list[int] = field(default_factory=list)  # CONTROL|USER_DEFINED|UNKNOWN, longest text first
 
@@ -213,8 +280,10 @@ def _eog(v: Vocab, attrs: np.ndarray) -> frozenset[int]:
     eog |= {v.ids[k] for k in ("eos", "eot", "eom") if v.ids[k] is not None}
     texts = {v.tokens[t]: t for t in eog}
     # o200k_harmony / solar-open: "<|end|>" ends a message there, not the generation.
-    if "<|end|>" in texts and (("<|return|>" in texts and ("<|call|>" in texts or "<|calls|>" in texts))
-                               or (("<|call|>" in texts or "<|calls|>" in texts) and "<|flush|>" in texts)):
+    if "<|end|>" in texts and (
+        ("<|return|>" in texts and ("<|call|>" in texts or "<|calls|>" in texts))
+        or (("<|call|>" in texts or "<|calls|>" in texts) and "<|flush|>" in texts)
+    ):
         eog.discard(texts["<|end|>"])
         attrs[texts["<|end|>"]] = ATTR_USER_DEFINED
     # gemma4 / paddleocr: "</s>" is an ordinary token when "<|tool_response>" exists.
@@ -235,8 +304,9 @@ def _strip_attrs(md: dict, v: Vocab, attrs: np.ndarray) -> None:
             raise ModelLoadError(f"tokenizer: token {text!r} expected for this model is missing")
         attrs[tid] = attrs[tid] | bit if on else attrs[tid] & ~bit
 
-    if any(s in v.pre for s in ("jina-v2-de", "jina-v2-es", "jina-v2-code")) or \
-            any(s in arch for s in ("nomic-bert-moe", "jina-bert-v3")):
+    if any(s in v.pre for s in ("jina-v2-de", "jina-v2-es", "jina-v2-code")) or any(
+        s in arch for s in ("nomic-bert-moe", "jina-bert-v3")
+    ):
         if "<mask>" in v.token_to_id:
             set_attr("<mask>", ATTR_LSTRIP, True)
     elif "phi-3" in name or "phi3" in name:
@@ -260,8 +330,9 @@ def load_vocab(md: dict) -> Vocab:
         raise ModelLoadError("model file has no tokenizer (tokenizer.ggml.model)")
     kind = _MODEL_KIND.get(model)
     if kind is None:
-        raise ModelLoadError(f"unsupported tokenizer model {model!r} "
-                             "(supported: llama/SPM, gpt2/BPE, bert/WPM, t5/UGM)")
+        raise ModelLoadError(
+            f"unsupported tokenizer model {model!r} (supported: llama/SPM, gpt2/BPE, bert/WPM, t5/UGM)"
+        )
     pre = str(_get(md, "pre", "") or "")
     tokens, token_to_id = _token_texts(md)
     n = len(tokens)
@@ -269,8 +340,15 @@ def load_vocab(md: dict) -> Vocab:
     scores = scores.astype(np.float32) if scores is not None else np.zeros(n, np.float32)
     attrs = _attrs(md, n).astype(np.int32)
     # array("f"): 4 bytes per score (a list of floats is 32), and each read is the same Python float .tolist() gave
-    v = Vocab(kind=kind, model=model, pre=pre, tokens=tokens, token_to_id=token_to_id,
-              scores=array("f", scores.tobytes()), attrs=[])
+    v = Vocab(
+        kind=kind,
+        model=model,
+        pre=pre,
+        tokens=tokens,
+        token_to_id=token_to_id,
+        scores=array("f", scores.tobytes()),
+        attrs=[],
+    )
     if kind == BPE:
         merges = _get(md, "merges")
         if not isinstance(merges, (list, StringArray)):
@@ -298,4 +376,3 @@ def load_vocab(md: dict) -> Vocab:
     _strip_attrs(md, v, attrs)
     v.attrs = attrs.tolist()
     return v
-

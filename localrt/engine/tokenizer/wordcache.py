@@ -1,6 +1,7 @@
 """The per-word cache every encoder (SPM, BPE, WPM) tokenizes through: a word is tokenized once and its ids reused,
 within bounds a hostile prompt cannot push (at most LIMIT entries, cleared when full; words longer than TEXT
 characters are never kept, so a megabyte word does not stay in memory)."""
+
 from __future__ import annotations
 
 from typing import Callable, Iterable

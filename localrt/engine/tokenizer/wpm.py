@@ -20,6 +20,7 @@ Unicode 15.0/15.1 assigned as marks, format characters or punctuation (which thi
 unassigned ones) are listed in _UNICODE_15 for Pythons whose data is older (3.11 ships 14.0). On a Python with
 Unicode 16 or later data, code points assigned after 15.1 may be classed differently from llama.cpp.
 """
+
 from __future__ import annotations
 
 import unicodedata
@@ -31,17 +32,42 @@ from .wordcache import WordCache
 SPACE = "\u2581"
 _SEP = " "  # word separator in the preprocessed text; no kept character maps to it
 # llama.cpp's whitespace (Unicode White_Space): a narrower set than str.isspace, which adds U+001C..U+001F.
-WHITESPACE = frozenset(map(chr, [*range(0x09, 0x0E), 0x20, 0x85, 0xA0, 0x1680, *range(0x2000, 0x200B),
-                                 0x2028, 0x2029, 0x202F, 0x205F, 0x3000]))
+WHITESPACE = frozenset(
+    map(
+        chr,
+        [*range(0x09, 0x0E), 0x20, 0x85, 0xA0, 0x1680, *range(0x2000, 0x200B), 0x2028, 0x2029, 0x202F, 0x205F, 0x3000],
+    )
+)
 _CONTROL = frozenset(("Cc", "Cf", "Co", "Cs"))
 # CJK ideograph blocks that BERT splits into one-character words (the 0x2B920 start follows HF's tokenizers).
-_CHINESE = ((0x4E00, 0x9FFF), (0x3400, 0x4DBF), (0x20000, 0x2A6DF), (0x2A700, 0x2B73F), (0x2B740, 0x2B81F),
-            (0x2B920, 0x2CEAF), (0xF900, 0xFAFF), (0x2F800, 0x2FA1F))
+_CHINESE = (
+    (0x4E00, 0x9FFF),
+    (0x3400, 0x4DBF),
+    (0x20000, 0x2A6DF),
+    (0x2A700, 0x2B73F),
+    (0x2B740, 0x2B81F),
+    (0x2B920, 0x2CEAF),
+    (0xF900, 0xFAFF),
+    (0x2F800, 0x2FA1F),
+)
 # (first, last, category): assigned by Unicode 15.0/15.1 as M*/C*/P*; consulted only where unicodedata says "Cn".
-_UNICODE_15 = ((0x0CF3, 0x0CF3, "Mc"), (0x0ECE, 0x0ECE, "Mn"), (0x10EFD, 0x10EFF, "Mn"), (0x11241, 0x11241, "Mn"),
-               (0x11B00, 0x11B09, "Po"), (0x11F00, 0x11F01, "Mn"), (0x11F03, 0x11F03, "Mc"), (0x11F34, 0x11F3A, "Mn"),
-               (0x11F3E, 0x11F42, "Mn"), (0x11F43, 0x11F4F, "Po"), (0x13439, 0x1343F, "Cf"), (0x13440, 0x13440, "Mn"),
-               (0x13447, 0x13455, "Mn"), (0x1E08F, 0x1E08F, "Mn"), (0x1E4EC, 0x1E4EF, "Mn"))
+_UNICODE_15 = (
+    (0x0CF3, 0x0CF3, "Mc"),
+    (0x0ECE, 0x0ECE, "Mn"),
+    (0x10EFD, 0x10EFF, "Mn"),
+    (0x11241, 0x11241, "Mn"),
+    (0x11B00, 0x11B09, "Po"),
+    (0x11F00, 0x11F01, "Mn"),
+    (0x11F03, 0x11F03, "Mc"),
+    (0x11F34, 0x11F3A, "Mn"),
+    (0x11F3E, 0x11F42, "Mn"),
+    (0x11F43, 0x11F4F, "Po"),
+    (0x13439, 0x1343F, "Cf"),
+    (0x13440, 0x13440, "Mn"),
+    (0x13447, 0x13455, "Mn"),
+    (0x1E08F, 0x1E08F, "Mn"),
+    (0x1E4EC, 0x1E4EF, "Mn"),
+)
 _CHAR_CACHE_LIMIT = 1 << 16  # distinct characters remembered per option set; a hostile text could name them all
 
 
@@ -135,7 +161,7 @@ def greedy_cover(word: str, get, longest: dict[str, int]) -> list[int] | None:
     n = len(word)
     i = 0
     while i < n:
-        for j in range(min(n, i + longest.get(word[i:i + 2], 1)), i, -1):
+        for j in range(min(n, i + longest.get(word[i : i + 2], 1)), i, -1):
             tid = get(word[i:j])
             if tid is not None:
                 break

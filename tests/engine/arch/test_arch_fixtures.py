@@ -7,6 +7,7 @@ the F32 file through `create --quantize`'s quantizer at Q4_K_M and IQ4_XS, and f
 activations quantized to 8 bits on both sides) the top-1 token must agree wherever llama.cpp's top-2 gap is clear. Each feature a
 case exists for is also switched off once, to show the comparison would catch its absence.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -74,7 +75,9 @@ def test_quantized_top1_agrees_where_the_gap_is_clear(tmp_path, name, label):
     clear = top2[:, 1] - top2[:, 0] > CLEAR_GAP
     assert clear.sum() >= len(archgen.IDS) // 2, "too few clear positions for the check to mean anything"
     agree = ours.argmax(axis=1) == ref.argmax(axis=1)
-    assert agree[clear].all(), f"{name} {label}: top-1 differs at clear positions {np.flatnonzero(clear & ~agree).tolist()}"
+    assert agree[clear].all(), (
+        f"{name} {label}: top-1 differs at clear positions {np.flatnonzero(clear & ~agree).tolist()}"
+    )
 
 
 @pytest.mark.parametrize("name", CHECKED)
@@ -96,12 +99,14 @@ def test_f32_decode_steps_agree_with_llamacpp(tmp_path, name):
 def _config(**changes):
     def apply(model) -> None:
         model.config = dataclasses.replace(model.config, **changes)
+
     return apply
 
 
 def _layers(**changes):
     def apply(model) -> None:
         model.weights.layers = [dataclasses.replace(L, **changes) for L in model.weights.layers]
+
     return apply
 
 
@@ -120,8 +125,10 @@ def _short_factors(model) -> None:
 def _router_off(model) -> None:
     """A zero router: uniform probabilities, so every token takes experts 0..k-1 whatever its input."""
     zero = np.zeros((model.config.n_expert, model.config.n_embd), np.float32)
-    model.weights.layers = [dataclasses.replace(L, ffn_gate_inp=QTensor("router", 0, zero.shape, zero.view(np.uint8)))
-                            for L in model.weights.layers]
+    model.weights.layers = [
+        dataclasses.replace(L, ffn_gate_inp=QTensor("router", 0, zero.shape, zero.view(np.uint8)))
+        for L in model.weights.layers
+    ]
 
 
 def _no_yarn(model) -> None:
@@ -159,7 +166,10 @@ ABLATIONS = {
     "gemma3 sliding window": ("gemma3", _config(windows=(0,) * 6)),
     "gemma3 local rope base": ("gemma3", lambda m: _config(rope_base_swa=m.config.rope_base)(m)),
     "gemma3 q/k norms": ("gemma3", _layers(attn_q_norm=None, attn_k_norm=None)),
-    "gemma2 post norms": ("gemma2", _layers(post_attention_norm=np.ones(64, np.float32), post_ffw_norm=np.ones(64, np.float32))),
+    "gemma2 post norms": (
+        "gemma2",
+        _layers(post_attention_norm=np.ones(64, np.float32), post_ffw_norm=np.ones(64, np.float32)),
+    ),
     "qwen2 yarn": ("qwen2_yarn", _no_yarn),
     "qwen3 yarn": ("qwen3_yarn", _no_yarn),
     "qwen3 yarn ramp": ("qwen3_yarn", _yarn_no_ramp),

@@ -7,6 +7,7 @@ and that generates; a `format` JSON schema and a forced tool call (`tool_choice:
 ChatML/Hermes template) both come back schema-valid although random weights produce garbage text: the constraint,
 not the model, makes them valid. The logits themselves are checked against llama.cpp in test_arch_fixtures.py.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -27,16 +28,31 @@ from localrt.runtime.service import estimate_memory
 NAMES = list(archgen.CASES)
 LEVELS = {"q4_K_M": ("Q4_K_M", 15), "iq4_xs": ("IQ4_XS", 30)}  # create's level -> (show's name, general.file_type)
 N_BATCH = 32  # below the cases' n_ctx, so a sliding-window layer's ring (window + n_batch) is smaller than n_ctx
-SCHEMA = {"type": "object", "additionalProperties": False, "required": ["answer", "confidence"],
-          "properties": {"answer": {"type": "string", "enum": ["yes", "no"]},
-                         "confidence": {"type": "integer", "minimum": 0, "maximum": 9}}}
+SCHEMA = {
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["answer", "confidence"],
+    "properties": {
+        "answer": {"type": "string", "enum": ["yes", "no"]},
+        "confidence": {"type": "integer", "minimum": 0, "maximum": 9},
+    },
+}
 # Whitespace is bounded (up to a newline and 20 spaces or tabs between tokens, as llama.cpp's schema grammar), and
 # random weights like it: enough tokens that even all-whitespace choices finish the document within the budget.
 MAX_TOKENS = 400
-WEATHER = {"type": "function", "function": {
-    "name": "get_weather", "description": "The weather in a city",
-    "parameters": {"type": "object", "additionalProperties": False, "required": ["city"],
-                   "properties": {"city": {"type": "string", "enum": ["Paris", "London"]}}}}}
+WEATHER = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "The weather in a city",
+        "parameters": {
+            "type": "object",
+            "additionalProperties": False,
+            "required": ["city"],
+            "properties": {"city": {"type": "string", "enum": ["Paris", "London"]}},
+        },
+    },
+}
 
 
 def _kv_bytes(case: archgen.Case, n_ctx: int, n_batch: int) -> int:
@@ -89,8 +105,14 @@ def created(daemon, tmp_path_factory):
             r = httpx.post(f"{daemon.url}/api/blobs/{digest}", content=data, timeout=60)
             assert r.status_code in (200, 201), r.text
             model = f"{name.replace('_', '-')}-{level.lower().replace('_', '-')}"
-            body = {"model": model, "files": {f"{name}.gguf": digest}, "quantize": level, "stream": False,
-                    "template": SMOLLM2_TEMPLATE, "parameters": {"num_ctx": case.n_ctx_train}}  # the tools prompt: ~400
+            body = {
+                "model": model,
+                "files": {f"{name}.gguf": digest},
+                "quantize": level,
+                "stream": False,
+                "template": SMOLLM2_TEMPLATE,
+                "parameters": {"num_ctx": case.n_ctx_train},
+            }  # the tools prompt: ~400
             r = httpx.post(daemon.url + "/api/create", json=body, timeout=300)
             assert r.status_code == 200, r.text
             done[name, level] = model
@@ -111,16 +133,28 @@ def test_create_quantize_then_show_and_generate(daemon, created, name, level):
     assert (d["format"], d["family"], d["families"]) == ("gguf", case.arch, [case.arch])
     assert (d["parameter_size"], d["quantization_level"]) == (human_number(n_params), label)
     info, a = shown["model_info"], case.arch
-    assert (info["general.architecture"], info["general.parameter_count"], info["general.file_type"]) == (a, n_params, file_type)
+    assert (info["general.architecture"], info["general.parameter_count"], info["general.file_type"]) == (
+        a,
+        n_params,
+        file_type,
+    )
     assert (info[f"{a}.block_count"], info[f"{a}.embedding_length"], info[f"{a}.attention.head_count_kv"]) == (
-        case.n_layer, case.n_embd, case.n_head_kv)
+        case.n_layer,
+        case.n_embd,
+        case.n_head_kv,
+    )
     if case.n_expert:
         assert (info[f"{a}.expert_count"], info[f"{a}.expert_used_count"]) == (case.n_expert, case.n_expert_used)
     if case.window:
         assert info[f"{a}.attention.sliding_window"] == case.window
     assert "tools" in shown["capabilities"]
-    body = {"model": model, "prompt": "The", "raw": True, "stream": False,
-            "options": {"num_predict": 4, "temperature": 0, "seed": 1}}
+    body = {
+        "model": model,
+        "prompt": "The",
+        "raw": True,
+        "stream": False,
+        "options": {"num_predict": 4, "temperature": 0, "seed": 1},
+    }
     r = httpx.post(daemon.url + "/api/generate", json=body, timeout=120)
     assert r.status_code == 200, r.text
     out = r.json()
@@ -129,8 +163,13 @@ def test_create_quantize_then_show_and_generate(daemon, created, name, level):
 
 @pytest.mark.parametrize("name", NAMES)
 def test_structured_output_is_schema_valid(daemon, created, name):
-    body = {"model": created(name, "q4_K_M"), "messages": [{"role": "user", "content": "Is it sunny?"}],
-            "format": SCHEMA, "stream": False, "options": {"num_predict": MAX_TOKENS, "temperature": 0}}
+    body = {
+        "model": created(name, "q4_K_M"),
+        "messages": [{"role": "user", "content": "Is it sunny?"}],
+        "format": SCHEMA,
+        "stream": False,
+        "options": {"num_predict": MAX_TOKENS, "temperature": 0},
+    }
     r = httpx.post(daemon.url + "/api/chat", json=body, timeout=120)
     assert r.status_code == 200, r.text
     jsonschema.validate(json.loads(r.json()["message"]["content"]), SCHEMA)
@@ -138,8 +177,15 @@ def test_structured_output_is_schema_valid(daemon, created, name):
 
 @pytest.mark.parametrize("name", NAMES)
 def test_forced_tool_call_is_schema_valid(daemon, created, name):
-    body = {"model": created(name, "q4_K_M"), "messages": [{"role": "user", "content": "Weather?"}],
-            "tools": [WEATHER], "tool_choice": "required", "temperature": 0.8, "seed": 3, "max_tokens": MAX_TOKENS}
+    body = {
+        "model": created(name, "q4_K_M"),
+        "messages": [{"role": "user", "content": "Weather?"}],
+        "tools": [WEATHER],
+        "tool_choice": "required",
+        "temperature": 0.8,
+        "seed": 3,
+        "max_tokens": MAX_TOKENS,
+    }
     r = httpx.post(daemon.url + "/v1/chat/completions", json=body, timeout=120)
     assert r.status_code == 200, r.text
     choice = r.json()["choices"][0]

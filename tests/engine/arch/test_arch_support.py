@@ -2,6 +2,7 @@
 rules read from their metadata (llama.cpp's defaults, refusals by name). `show`, the memory estimate, Q4_K_M/IQ4_XS
 creates and the structured/tool paths of every case are in test_arch_runtime.py; quantized logits against llama.cpp
 in test_arch_fixtures.py."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -34,9 +35,15 @@ def test_create_quantize_q8_0_is_the_same_model_as_the_fixture(tmp_path, name):
 
 
 def _md(arch: str, **keys) -> dict:
-    md = {"general.architecture": arch, f"{arch}.embedding_length": 64, f"{arch}.block_count": 4,
-          f"{arch}.attention.head_count": 4, f"{arch}.attention.head_count_kv": 2, f"{arch}.feed_forward_length": 128,
-          f"{arch}.vocab_size": 512}
+    md = {
+        "general.architecture": arch,
+        f"{arch}.embedding_length": 64,
+        f"{arch}.block_count": 4,
+        f"{arch}.attention.head_count": 4,
+        f"{arch}.attention.head_count_kv": 2,
+        f"{arch}.feed_forward_length": 128,
+        f"{arch}.vocab_size": 512,
+    }
     md.update({f"{arch}.{k}": v for k, v in keys.items()})
     return md
 
@@ -68,12 +75,24 @@ def test_rope_scaling_types(tmp_path):
     for arch in ("llama", "gemma3", "phi3"):
         with pytest.raises(InvalidModel, match=f"{arch}.rope.scaling.type 'yarn'"):
             config_from_metadata(_md(arch, **{"rope.scaling.type": "yarn", "rope.scaling.factor": 4.0}))
-    yarn = config_from_metadata(_md("qwen3", **{"rope.scaling.type": "yarn", "rope.scaling.factor": 4.0,
-                                                "rope.scaling.original_context_length": 32768}))
+    yarn = config_from_metadata(
+        _md(
+            "qwen3",
+            **{"rope.scaling.type": "yarn", "rope.scaling.factor": 4.0, "rope.scaling.original_context_length": 32768},
+        )
+    )
     assert yarn.rope_freq_scale == 0.25 and yarn.rope_yarn[:2] == (32768, 1.0)
-    assert config_from_metadata(_md("qwen3", **{"rope.scaling.type": "linear", "rope.scaling.factor": 4.0})).rope_yarn == ()
+    assert (
+        config_from_metadata(_md("qwen3", **{"rope.scaling.type": "linear", "rope.scaling.factor": 4.0})).rope_yarn
+        == ()
+    )
     assert config_from_metadata(_md("phi3", **{"rope.scaling.type": "longrope"})).rope_freq_scale == 1.0
-    assert config_from_metadata(_md("llama", **{"rope.scaling.type": "linear", "rope.scaling.factor": 4.0})).rope_freq_scale == 0.25
+    assert (
+        config_from_metadata(
+            _md("llama", **{"rope.scaling.type": "linear", "rope.scaling.factor": 4.0})
+        ).rope_freq_scale
+        == 0.25
+    )
 
 
 def test_partial_rotary_only_where_llamacpp_has_it():

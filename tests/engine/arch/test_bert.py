@@ -1,6 +1,7 @@
 """The bert encoder against llama.cpp: the tiny random bert of bertgen at F32, F16 and Q8_0 (every token's hidden
 state, and the mean and cls pooling), and the real all-MiniLM-L6-v2 converted by localrt.models.hf_bert (the
 embeddings of bertgen.TEXTS). References: tests/data/bert/, written by bench/make_bert_reference.py."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -78,13 +79,16 @@ def _rewrite(src, dst, *, drop=(), md_update=None):
     return dst
 
 
-@pytest.mark.parametrize("change, error", [
-    ({"drop": ("blk.1.layer_output_norm.bias",)}, MissingTensor),
-    ({"md_update": {"tokenizer.ggml.token_type_count": 0}}, InvalidModel),
-    ({"md_update": {"bert.attention.layer_norm_epsilon": float("nan")}}, InvalidModel),
-    ({"md_update": {"bert.context_length": 128}}, InvalidModel),  # position_embd has 64 rows
-    ({"md_update": {"tokenizer.ggml.token_type_count": 3}}, InvalidModel),  # token_types has 2 rows
-])
+@pytest.mark.parametrize(
+    "change, error",
+    [
+        ({"drop": ("blk.1.layer_output_norm.bias",)}, MissingTensor),
+        ({"md_update": {"tokenizer.ggml.token_type_count": 0}}, InvalidModel),
+        ({"md_update": {"bert.attention.layer_norm_epsilon": float("nan")}}, InvalidModel),
+        ({"md_update": {"bert.context_length": 128}}, InvalidModel),  # position_embd has 64 rows
+        ({"md_update": {"tokenizer.ggml.token_type_count": 3}}, InvalidModel),  # token_types has 2 rows
+    ],
+)
 def test_a_file_whose_tensors_contradict_its_metadata_is_refused_by_name(tmp_path, change, error):
     path = _rewrite(bertgen.write(tmp_path / "m.gguf"), tmp_path / "bad.gguf", **change)
     with pytest.raises(error):

@@ -4,6 +4,7 @@ the projections applied per token) and the mean pooling of a short and a 48-toke
 symmetric window (5: |i - j| <= 2) of the local layers. References: tests/data/bert/gemma_*.npz, written by
 `bench/make_bert_reference.py gemma`. Also: the window and the bidirectional attention matter (each switched off,
 agreement is lost), batching, the tokenizer's ids, and bad metadata refused by name."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -75,6 +76,7 @@ def test_the_config_reads_gemma_embeddings_keys(tmp_path, tiny):
 def _one_sided(mode: str):
     """bert.attend_sequences with another mask: "causal" (j <= i, then the window) or "trailing" (gemma3 decoder's
     window: i - window < j <= i)."""
+
     def attend(cfg, q, k, v, window=0):
         n = len(q)
         out = np.empty((n, cfg.n_head * cfg.head_dim_v), np.float32)  # (n_tok, n_o)
@@ -88,6 +90,7 @@ def _one_sided(mode: str):
 
     def attend_sequences(cfg, q, k, v, starts, window=0):  # as bert.attend_sequences: each sequence alone
         return np.concatenate([attend(cfg, *m, window) for m in zip(*(np.split(a, starts[1:-1]) for a in (q, k, v)))])
+
     return attend_sequences
 
 
@@ -153,22 +156,29 @@ def _rewrite(src, dst, *, drop=(), md_update=None, md_drop=()):
     return dst
 
 
-@pytest.mark.parametrize("dense, change, error, match", [
-    (False, {"md_update": {f"{A}.attention.sliding_window": 0}}, InvalidModel, "sliding_window is 0"),
-    (False, {"md_update": {f"{A}.attention.sliding_window": -4}}, InvalidModel, "sliding_window is -4"),
-    (False, {"md_drop": (f"{A}.attention.sliding_window",)}, InvalidModel, "attention.sliding_window"),
-    (False, {"md_drop": (f"{A}.attention.layer_norm_rms_epsilon",)}, InvalidModel, "layer_norm_rms_epsilon"),
-    (False, {"md_update": {f"{A}.pooling_type": 4}}, InvalidModel, "pooling_type is 4"),
-    (False, {"drop": ("blk.2.attn_k_norm.weight",)}, MissingTensor, "blk.2.attn_k_norm.weight"),
-    (True, {"md_update": {f"{A}.dense_2_feat_in": 32}}, InvalidModel, "dense_2_feat_in is 32"),
-    (True, {"md_update": {f"{A}.dense_3_feat_out": 96}}, InvalidModel, "dense_3_feat_out is 96"),
-    (True, {"md_update": {f"{A}.dense_2_feat_out": 96}}, InvalidModel, "dense_2_feat_out"),  # dense_2 is 128 rows
-    (True, {"md_update": {f"{A}.dense_3_feat_in": 96, f"{A}.dense_2_feat_out": 96}, "drop": ("dense_2.weight",)},
-     InvalidModel, "dense_3_feat_in"),  # 96 columns promised, 128 in the file
-    (True, {"md_drop": (f"{A}.dense_2_feat_out",)}, InvalidModel, "dense_2_feat_out"),
-    (True, {"drop": ("dense_3.weight",)}, InvalidModel, "no dense_3.weight"),  # 128 wide, not n_embd
-    (True, {"drop": ("dense_2.weight",)}, InvalidModel, "dense_3_feat_in is 128"),  # dense_3 would read n_embd
-])
+@pytest.mark.parametrize(
+    "dense, change, error, match",
+    [
+        (False, {"md_update": {f"{A}.attention.sliding_window": 0}}, InvalidModel, "sliding_window is 0"),
+        (False, {"md_update": {f"{A}.attention.sliding_window": -4}}, InvalidModel, "sliding_window is -4"),
+        (False, {"md_drop": (f"{A}.attention.sliding_window",)}, InvalidModel, "attention.sliding_window"),
+        (False, {"md_drop": (f"{A}.attention.layer_norm_rms_epsilon",)}, InvalidModel, "layer_norm_rms_epsilon"),
+        (False, {"md_update": {f"{A}.pooling_type": 4}}, InvalidModel, "pooling_type is 4"),
+        (False, {"drop": ("blk.2.attn_k_norm.weight",)}, MissingTensor, "blk.2.attn_k_norm.weight"),
+        (True, {"md_update": {f"{A}.dense_2_feat_in": 32}}, InvalidModel, "dense_2_feat_in is 32"),
+        (True, {"md_update": {f"{A}.dense_3_feat_out": 96}}, InvalidModel, "dense_3_feat_out is 96"),
+        (True, {"md_update": {f"{A}.dense_2_feat_out": 96}}, InvalidModel, "dense_2_feat_out"),  # dense_2 is 128 rows
+        (
+            True,
+            {"md_update": {f"{A}.dense_3_feat_in": 96, f"{A}.dense_2_feat_out": 96}, "drop": ("dense_2.weight",)},
+            InvalidModel,
+            "dense_3_feat_in",
+        ),  # 96 columns promised, 128 in the file
+        (True, {"md_drop": (f"{A}.dense_2_feat_out",)}, InvalidModel, "dense_2_feat_out"),
+        (True, {"drop": ("dense_3.weight",)}, InvalidModel, "no dense_3.weight"),  # 128 wide, not n_embd
+        (True, {"drop": ("dense_2.weight",)}, InvalidModel, "dense_3_feat_in is 128"),  # dense_3 would read n_embd
+    ],
+)
 def test_a_file_with_bad_metadata_is_refused_by_name(tmp_path, dense, change, error, match):
     path = _rewrite(bertgen.write_gemma(tmp_path / "m.gguf", dense=dense), tmp_path / "bad.gguf", **change)
     with pytest.raises(error, match=match):

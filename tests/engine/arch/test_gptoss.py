@@ -1,6 +1,7 @@
 """gpt-oss's configuration: llama.cpp's "gpt-oss" and Ollama's "gptoss" name one family (keys prefixed by the file's
 name), its YaRN parameters as llama.cpp's context derives them, and bad metadata refused naming the key or tensor.
 Its logits against llama.cpp are in test_arch_fixtures.py (archgen case "gpt-oss")."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -54,9 +55,14 @@ def test_config_is_llamacpps(gpt_oss):
     assert half.rope_yarn[2] == pytest.approx(0.5, abs=1e-6)
 
 
-@pytest.mark.parametrize("window, message", [(0, "sliding_window is 0; it must be at least 1"),
-                                             (-3, "sliding_window is -3; it must be at least 1"),
-                                             (None, "no metadata key 'gpt-oss.attention.sliding_window'")])
+@pytest.mark.parametrize(
+    "window, message",
+    [
+        (0, "sliding_window is 0; it must be at least 1"),
+        (-3, "sliding_window is -3; it must be at least 1"),
+        (None, "no metadata key 'gpt-oss.attention.sliding_window'"),
+    ],
+)
 def test_sliding_window_must_be_there_and_positive(gpt_oss, window, message):
     md, tensors = gpt_oss
     md = {k: v for k, v in md.items() if k != "gpt-oss.attention.sliding_window"}
@@ -75,11 +81,14 @@ def test_sinks_of_the_wrong_shape_name_the_tensor_and_the_key(gpt_oss):
         config_from_metadata(md, {k: v for k, v in tensors.items() if k != "blk.0.attn_sinks.weight"})
 
 
-@pytest.mark.parametrize("key, value, match", [
-    ("expert_count", 5, r"ffn_gate_inp\.weight.*gpt-oss\.expert_count is 5"),
-    ("expert_used_count", 5, r"gpt-oss\.expert_used_count is 5; it must be at least 1 and at most 4"),
-    ("expert_feed_forward_length", 16, r"gpt-oss\.expert_feed_forward_length is 16"),
-])
+@pytest.mark.parametrize(
+    "key, value, match",
+    [
+        ("expert_count", 5, r"ffn_gate_inp\.weight.*gpt-oss\.expert_count is 5"),
+        ("expert_used_count", 5, r"gpt-oss\.expert_used_count is 5; it must be at least 1 and at most 4"),
+        ("expert_feed_forward_length", 16, r"gpt-oss\.expert_feed_forward_length is 16"),
+    ],
+)
 def test_expert_counts_contradicting_the_tensors_are_refused_by_key(gpt_oss, key, value, match):
     md, tensors = gpt_oss
     with pytest.raises(InvalidModel, match=match):
@@ -108,7 +117,9 @@ def test_both_moe_paths_apply_the_biases_alike_on_mxfp4_experts(tmp_path, monkey
     try:
         L = model.weights.layers[1]
         assert L.ffn_up_exps.stacked.ggml_type == archgen.MXFP4
-        m = np.ascontiguousarray(model.backend.embed(model.weights.token_embd, np.array(archgen.IDS[:6])))  # (6, n_embd)
+        m = np.ascontiguousarray(
+            model.backend.embed(model.weights.token_embd, np.array(archgen.IDS[:6]))
+        )  # (6, n_embd)
         monkeypatch.setattr(moe, "PAIRS_MAX_TOKENS", 8)
         fused = moe.moe_ffn(model.backend, model.config, L, m)
         monkeypatch.setattr(moe, "PAIRS_MAX_TOKENS", 0)

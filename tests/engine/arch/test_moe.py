@@ -1,6 +1,7 @@
 """qwen3moe beyond the oracle fixture (tests/engine/arch/test_arch_fixtures.py): its metadata validated against the
 stacked expert tensors, experts viewed in place, only the routed experts read, and a token's result independent of
 its batch."""
+
 from __future__ import annotations
 
 import re
@@ -41,22 +42,32 @@ def test_config_reads_the_expert_keys(moe_file):
     assert _config(moe_file, expert_feed_forward_length=None, expert_used_count=4).n_ff_exp == 32
 
 
-@pytest.mark.parametrize("keys, message", [
-    (dict(expert_count=None), "no metadata key 'qwen3moe.expert_count'"),
-    (dict(expert_count=0), "qwen3moe.expert_count is 0; it must be at least 1"),
-    (dict(expert_used_count=None), "no metadata key 'qwen3moe.expert_used_count'"),
-    (dict(expert_used_count=0), "qwen3moe.expert_used_count is 0; it must be at least 1 and at most 8"),
-    (dict(expert_used_count=9), "qwen3moe.expert_used_count is 9; it must be at least 1 and at most 8"),
-    (dict(expert_used_count=[2, 2, 3]), "qwen3moe.expert_used_count varies per layer"),
-    (dict(expert_group_count=4), "qwen3moe.expert_group_count is 4: grouped expert selection is not supported"),
-    # the metadata against the 3-D tensors' shapes, naming the tensor and the key
-    (dict(expert_count=4), "'blk.0.ffn_gate_inp.weight' has shape (8, 64) but the metadata gives (4, 64) "
-                           "(qwen3moe.expert_count is 4)"),
-    (dict(expert_feed_forward_length=16), "'blk.0.ffn_gate_exps.weight' has shape (8, 32, 64) but the metadata "
-                                          "gives (8, 16, 64) (qwen3moe.expert_feed_forward_length is 16)"),
-    (dict(expert_feed_forward_length=None, feed_forward_length=1, expert_used_count=2),
-     "no qwen3moe.expert_feed_forward_length and qwen3moe.feed_forward_length"),
-])
+@pytest.mark.parametrize(
+    "keys, message",
+    [
+        (dict(expert_count=None), "no metadata key 'qwen3moe.expert_count'"),
+        (dict(expert_count=0), "qwen3moe.expert_count is 0; it must be at least 1"),
+        (dict(expert_used_count=None), "no metadata key 'qwen3moe.expert_used_count'"),
+        (dict(expert_used_count=0), "qwen3moe.expert_used_count is 0; it must be at least 1 and at most 8"),
+        (dict(expert_used_count=9), "qwen3moe.expert_used_count is 9; it must be at least 1 and at most 8"),
+        (dict(expert_used_count=[2, 2, 3]), "qwen3moe.expert_used_count varies per layer"),
+        (dict(expert_group_count=4), "qwen3moe.expert_group_count is 4: grouped expert selection is not supported"),
+        # the metadata against the 3-D tensors' shapes, naming the tensor and the key
+        (
+            dict(expert_count=4),
+            "'blk.0.ffn_gate_inp.weight' has shape (8, 64) but the metadata gives (4, 64) (qwen3moe.expert_count is 4)",
+        ),
+        (
+            dict(expert_feed_forward_length=16),
+            "'blk.0.ffn_gate_exps.weight' has shape (8, 32, 64) but the metadata "
+            "gives (8, 16, 64) (qwen3moe.expert_feed_forward_length is 16)",
+        ),
+        (
+            dict(expert_feed_forward_length=None, feed_forward_length=1, expert_used_count=2),
+            "no qwen3moe.expert_feed_forward_length and qwen3moe.feed_forward_length",
+        ),
+    ],
+)
 def test_bad_expert_metadata_is_refused_by_name(moe_file, keys, message):
     with pytest.raises(InvalidModel, match=re.escape(message)):
         _config(moe_file, **keys)
@@ -115,8 +126,9 @@ class _Recording:
         return self.inner.linear_grouped(ws, rows, x, experts, starts)
 
 
-@pytest.mark.parametrize("path", ["sorted", "pairs", "grouped"],
-                         ids=["sorted by expert", "one call per weight", "grouped by expert"])
+@pytest.mark.parametrize(
+    "path", ["sorted", "pairs", "grouped"], ids=["sorted by expert", "one call per weight", "grouped by expert"]
+)
 def test_a_token_reads_only_its_routed_experts(moe_file, monkeypatch, path):
     monkeypatch.setattr(moe, "SORTED_CALLS", path == "sorted")
     monkeypatch.setattr(moe, "PAIRS_MAX_TOKENS", 8 if path == "pairs" else 0)
@@ -145,7 +157,9 @@ def test_every_path_computes_the_same_bits(moe_file, monkeypatch):
     model = load_model(moe_file, num_ctx=64, num_gpu=0)
     try:
         L = model.weights.layers[1]
-        m = np.ascontiguousarray(model.backend.embed(model.weights.token_embd, np.array(archgen.IDS[:6])))  # (6, n_embd)
+        m = np.ascontiguousarray(
+            model.backend.embed(model.weights.token_embd, np.array(archgen.IDS[:6]))
+        )  # (6, n_embd)
         by_sort = moe.moe_ffn(model.backend, model.config, L, m)
         monkeypatch.setattr(moe, "SORTED_CALLS", False)
         monkeypatch.setattr(moe, "PAIRS_MAX_TOKENS", 8)
@@ -169,8 +183,11 @@ def test_a_tokens_logits_do_not_depend_on_its_batch(moe_file):
         model.cache.clear(0)
         model.cache.clear(1)
         both = model.batch(a + b, 0, 0)
-        both = type(both)(tokens=both.tokens, positions=np.r_[np.arange(8), np.arange(len(b))],
-                          slots=np.r_[np.zeros(8, np.int64), np.ones(len(b), np.int64)])
+        both = type(both)(
+            tokens=both.tokens,
+            positions=np.r_[np.arange(8), np.arange(len(b))],
+            slots=np.r_[np.zeros(8, np.int64), np.ones(len(b), np.int64)],
+        )
         together = model.forward(both, model.cache)
         np.testing.assert_array_equal(together[:8], alone)
     finally:
@@ -184,8 +201,12 @@ def test_mixture_of_experts_layers_stay_on_the_cpu(moe_file):
     try:
         model.weights.devices = []
         for num_gpu in (-1, 99):
-            plan = offload(model, num_gpu, probe=lambda _gpu: pytest.fail("a GPU was probed for a MoE model"),
-                           make_device=lambda _gpu: pytest.fail("a device was made for a MoE model"))
+            plan = offload(
+                model,
+                num_gpu,
+                probe=lambda _gpu: pytest.fail("a GPU was probed for a MoE model"),
+                make_device=lambda _gpu: pytest.fail("a device was made for a MoE model"),
+            )
             model.weights.devices = []
         assert plan.gpu_layers == () and not plan.output and "mixture-of-experts" in plan.reason
     finally:
@@ -197,9 +218,15 @@ def test_mixture_of_experts_layers_stay_on_the_cpu(moe_file):
 SLOW = pytest.mark.slow
 
 
-@pytest.mark.parametrize("ggml_type", [pytest.param(8, id="Q8_0"), pytest.param(12, id="Q4_K", marks=SLOW),
-                                       pytest.param(14, id="Q6_K", marks=SLOW),
-                                       pytest.param(23, id="IQ4_XS", marks=SLOW)])
+@pytest.mark.parametrize(
+    "ggml_type",
+    [
+        pytest.param(8, id="Q8_0"),
+        pytest.param(12, id="Q4_K", marks=SLOW),
+        pytest.param(14, id="Q6_K", marks=SLOW),
+        pytest.param(23, id="IQ4_XS", marks=SLOW),
+    ],
+)
 def test_the_experts_kernel_is_the_matmul_kernel_per_pair(ggml_type):
     """simd_kernels.EXPERTS against MUL on each expert's rows: bit for bit, whether MUL ran the token alone (one-token
     row dots) or among 5 (4-token row dots), so a pair computes as that token would in any batch."""
@@ -234,8 +261,9 @@ def test_the_grouped_kernel_is_the_one_token_kernel(ggml_type):
 
     rng = np.random.default_rng(ggml_type)
     n_expert, rows, cols = 4, 8, 256
-    ws = [quant.quantize(rng.standard_normal((n_expert * rows, cols)).astype(np.float32), ggml_type)
-          for _ in range(2)]  # (32, row bytes) each
+    ws = [
+        quant.quantize(rng.standard_normal((n_expert * rows, cols)).astype(np.float32), ggml_type) for _ in range(2)
+    ]  # (32, row bytes) each
     x = rng.standard_normal((20, cols)).astype(np.float32)  # (n_x, cols)
     experts = np.array([0, 2, 3], np.int64)  # (n_groups,)
     starts = np.array([0, 1, 9, 20], np.int64)  # groups of 1, 8 and 11 rows

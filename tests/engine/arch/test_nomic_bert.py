@@ -2,6 +2,7 @@
 F32, F16 and Q8_0 (fused attn_qkv, no biases, as nomic's files) and at F32 with separate q/k/v and every optional
 bias; every token's hidden state and the mean pooling, of a short and a 48-token input. References:
 tests/data/bert/nomic_*.npz, written by `bench/make_bert_reference.py nomic`."""
+
 from __future__ import annotations
 
 import bertgen
@@ -94,8 +95,9 @@ def _rewrite(src, dst, *, drop=(), md_update=None, md_drop=(), replace=None):
         md = {k: v for k, v in f.metadata.items() if not k.startswith("GGUF.") and k not in md_drop}
         md.update(md_update or {})
         tensors = [(n, t.ggml_type, t.shape, np.array(t.data)) for n, t in f.tensors.items() if n not in drop]
-    tensors = [(n, bertgen.F32, replace[n].shape, replace[n]) if n in (replace or {}) else (n, *rest)
-               for n, *rest in tensors]
+    tensors = [
+        (n, bertgen.F32, replace[n].shape, replace[n]) if n in (replace or {}) else (n, *rest) for n, *rest in tensors
+    ]
     gguf_io.write(dst, md, tensors)
     return dst
 
@@ -103,16 +105,19 @@ def _rewrite(src, dst, *, drop=(), md_update=None, md_drop=(), replace=None):
 _E, _QKV0 = bertgen.N_EMBD, "blk.0.attn_qkv.weight"
 
 
-@pytest.mark.parametrize("change, error, named", [
-    ({"replace": {_QKV0: np.zeros((2 * _E, _E), np.float32)}}, InvalidModel, "attn_qkv"),  # q and k rows, no v
-    ({"md_drop": ("nomic-bert.rope.freq_base",)}, InvalidModel, "nomic-bert.rope.freq_base"),
-    ({"md_update": {"nomic-bert.rope.freq_base": float("nan")}}, InvalidModel, "nomic-bert.rope.freq_base"),
-    ({"md_update": {"nomic-bert.rope.dimension_count": 8}}, InvalidModel, "rope.dimension_count"),  # whole heads
-    ({"drop": (_QKV0,)}, MissingTensor, "attn_qkv"),  # neither fused nor separate q/k/v
-    ({"drop": ("blk.1.ffn_gate.weight",)}, MissingTensor, "blk.1.ffn_gate.weight"),
-    ({"md_update": {"tokenizer.ggml.token_type_count": 0}}, InvalidModel, "token_type_count"),
-    ({"md_drop": ("nomic-bert.attention.layer_norm_epsilon",)}, InvalidModel, "layer_norm_epsilon"),
-])
+@pytest.mark.parametrize(
+    "change, error, named",
+    [
+        ({"replace": {_QKV0: np.zeros((2 * _E, _E), np.float32)}}, InvalidModel, "attn_qkv"),  # q and k rows, no v
+        ({"md_drop": ("nomic-bert.rope.freq_base",)}, InvalidModel, "nomic-bert.rope.freq_base"),
+        ({"md_update": {"nomic-bert.rope.freq_base": float("nan")}}, InvalidModel, "nomic-bert.rope.freq_base"),
+        ({"md_update": {"nomic-bert.rope.dimension_count": 8}}, InvalidModel, "rope.dimension_count"),  # whole heads
+        ({"drop": (_QKV0,)}, MissingTensor, "attn_qkv"),  # neither fused nor separate q/k/v
+        ({"drop": ("blk.1.ffn_gate.weight",)}, MissingTensor, "blk.1.ffn_gate.weight"),
+        ({"md_update": {"tokenizer.ggml.token_type_count": 0}}, InvalidModel, "token_type_count"),
+        ({"md_drop": ("nomic-bert.attention.layer_norm_epsilon",)}, InvalidModel, "layer_norm_epsilon"),
+    ],
+)
 def test_a_hostile_nomic_file_is_refused_by_name(tmp_path, change, error, named):
     path = _rewrite(bertgen.write_nomic(tmp_path / "m.gguf"), tmp_path / "bad.gguf", **change)
     with pytest.raises(error, match=named):

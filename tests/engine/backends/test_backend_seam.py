@@ -5,6 +5,7 @@ some layers of a real model, with their KV cache; the logits must be bit-identic
 weight product of those layers must run on it, and only the hidden state may cross. The same device
 stands in for a GPU behind `offload` (fake probe figures), which also gives the `num_gpu` errors.
 """
+
 from __future__ import annotations
 
 import numpy as np

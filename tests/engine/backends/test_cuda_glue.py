@@ -7,6 +7,7 @@ launch shape. The kernels themselves do not run here, so the values are not chec
 tests/engine/backends/test_cuda_source.py (block decoders on the host) and
 tests/engine/backends/test_gpu_backend.py (on a GPU).
 """
+
 from __future__ import annotations
 
 import re
@@ -71,10 +72,19 @@ def _fake_cupy(calls: list):
         return np.array(a, dtype=dtype, copy=True) if dtype is not None or isinstance(a, np.ndarray) else np.asarray(a)
 
     return SimpleNamespace(
-        float32=np.float32, int64=np.int64, asarray=asarray, ascontiguousarray=np.ascontiguousarray,
-        asnumpy=lambda a: np.array(a, copy=True), empty=np.zeros, empty_like=np.zeros_like, zeros=np.zeros, arange=np.arange,
-        matmul=np.matmul, cuda=SimpleNamespace(Device=lambda i: SimpleNamespace(use=lambda: None)),
-        RawModule=lambda code, options=(): _Module(code, options, calls))
+        float32=np.float32,
+        int64=np.int64,
+        asarray=asarray,
+        ascontiguousarray=np.ascontiguousarray,
+        asnumpy=lambda a: np.array(a, copy=True),
+        empty=np.zeros,
+        empty_like=np.zeros_like,
+        zeros=np.zeros,
+        arange=np.arange,
+        matmul=np.matmul,
+        cuda=SimpleNamespace(Device=lambda i: SimpleNamespace(use=lambda: None)),
+        RawModule=lambda code, options=(): _Module(code, options, calls),
+    )
 
 
 @pytest.fixture(scope="module", params=["smollm2", "gemma3"])
@@ -94,7 +104,7 @@ def test_every_launch_matches_its_kernel_signature(model_path):
     m.forward(m.batch([ids[-1]], len(ids)), m.cache)  # decode: the fused kernels
     used = set(calls)
     assert {"add_rms_norm", "rope", "kv_store", "attention", "gated"} <= used
-    types = {t.ggml_type for L in m.weights.layers[n // 2:] for t in vars(L).values() if hasattr(t, "ggml_type")}
+    types = {t.ggml_type for L in m.weights.layers[n // 2 :] for t in vars(L).values() if hasattr(t, "ggml_type")}
     names = {k.split("_", 1)[1] for k in used if k.startswith(("mul_", "rows_"))}
     assert len(names) >= len(types)  # each weight format of those layers went through its own kernels
     assert any(k.startswith("mul_") for k in used) and any(k.startswith("rows_") for k in used)

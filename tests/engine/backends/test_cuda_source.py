@@ -4,6 +4,7 @@ The per-format block decoders (`cuda_source.DEVICE_FUNCS`) are plain C: compiled
 compiler, each must reproduce `quant.dequantize` bit for bit on random blocks. Where `nvcc` is installed,
 the whole kernel module must also compile for sm_90, so a syntax slip cannot wait for a GPU session.
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -60,8 +61,16 @@ def _host_dequant(lib, ggml_type: int, raw: np.ndarray, cols: int) -> np.ndarray
     _, qk, bb = cuda_source.FORMATS[name]
     raw = np.ascontiguousarray(raw)
     out = np.empty((raw.shape[0], cols), np.float32)  # (rows, cols)
-    rc = lib.deq_rows(ggml_type, raw.ctypes.data_as(ctypes.c_void_p), ctypes.c_longlong(raw.shape[1]), raw.shape[0],
-                      cols, qk, bb, out.ctypes.data_as(ctypes.c_void_p))
+    rc = lib.deq_rows(
+        ggml_type,
+        raw.ctypes.data_as(ctypes.c_void_p),
+        ctypes.c_longlong(raw.shape[1]),
+        raw.shape[0],
+        cols,
+        qk,
+        bb,
+        out.ctypes.data_as(ctypes.c_void_p),
+    )
     assert rc == 0
     return out
 
@@ -109,8 +118,18 @@ def test_random_raw_blocks_match_reference(host_lib):
 
 
 def _scale_offsets(name: str, bb: int) -> tuple[int, ...]:
-    return {"q4_0": (0,), "q4_1": (0, 2), "q5_0": (0,), "q5_1": (0, 2), "q8_0": (0,), "q2_k": (80, 82),
-            "q3_k": (108,), "q4_k": (0, 2), "q5_k": (0, 2), "q6_k": (208,)}[name]
+    return {
+        "q4_0": (0,),
+        "q4_1": (0, 2),
+        "q5_0": (0,),
+        "q5_1": (0, 2),
+        "q8_0": (0,),
+        "q2_k": (80, 82),
+        "q3_k": (108,),
+        "q4_k": (0, 2),
+        "q5_k": (0, 2),
+        "q6_k": (208,),
+    }[name]
 
 
 def test_kernel_module_compiles_with_nvcc(tmp_path):
@@ -119,8 +138,11 @@ def test_kernel_module_compiles_with_nvcc(tmp_path):
         pytest.skip("nvcc is not installed: the CUDA module's syntax is checked only on the GPU then")
     src = tmp_path / "kernels.cu"
     src.write_text(cuda_source.kernel_source())
-    res = subprocess.run([nvcc, "--ptx", "-arch=sm_80", "-Werror", "all-warnings", "-o", str(tmp_path / "k.ptx"), str(src)],
-                         capture_output=True, text=True)
+    res = subprocess.run(
+        [nvcc, "--ptx", "-arch=sm_80", "-Werror", "all-warnings", "-o", str(tmp_path / "k.ptx"), str(src)],
+        capture_output=True,
+        text=True,
+    )
     assert res.returncode == 0, res.stderr
     ptx = (tmp_path / "k.ptx").read_text()
     for name in cuda_source.FORMATS:
@@ -132,8 +154,12 @@ def test_kernel_module_compiles_with_nvcc(tmp_path):
 def test_f16_rounding_matches_numpy(host_lib):
     """The F16 KV cache's rounding: ties to even, subnormals, overflow to inf, as float16 conversion does."""
     rng = np.random.default_rng(11)
-    x = np.concatenate([rng.standard_normal(4000) * 10.0 ** rng.integers(-9, 6, 4000), [65504.0, 65519.9, 65520.0, -7e4,
-                        0.0, -0.0, 1 + 2.0**-11, 1 + 3 * 2.0**-11, 2.0**-25, 3 * 2.0**-25]]).astype(np.float32)
+    x = np.concatenate(
+        [
+            rng.standard_normal(4000) * 10.0 ** rng.integers(-9, 6, 4000),
+            [65504.0, 65519.9, 65520.0, -7e4, 0.0, -0.0, 1 + 2.0**-11, 1 + 3 * 2.0**-11, 2.0**-25, 3 * 2.0**-25],
+        ]
+    ).astype(np.float32)
     out = np.empty_like(x)
     host_lib.round_f16_n(x.ctypes.data_as(ctypes.c_void_p), len(x), out.ctypes.data_as(ctypes.c_void_p))
     with np.errstate(over="ignore"):

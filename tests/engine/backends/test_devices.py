@@ -1,4 +1,5 @@
 """Device discovery with fake CuPy modules (no GPU needed), and the one-line CPU fallback log."""
+
 from __future__ import annotations
 
 import logging

@@ -4,6 +4,7 @@ Per block format: the GPU row dequantizer against `quant.dequantize`, and `linea
 tokens, tiles + cuBLAS for many) against float64 products of the dequantized weight. Layer ops against
 `simd_kernels.ops`. Whole models: logits with 0, half and all layers (+ output) on the GPU against all-CPU.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -17,8 +18,23 @@ from simd_kernels import ops
 _REPORT = devices.probe(0)
 pytestmark = pytest.mark.skipif(_REPORT.gpu is None, reason=f"no usable GPU for the CUDA device: {_REPORT.reason}")
 
-FORMATS = {"f32": 0, "f16": 1, "bf16": 30, "q4_0": 2, "q4_1": 3, "q5_0": 6, "q5_1": 7, "q8_0": 8,
-           "q2_k": 10, "q3_k": 11, "q4_k": 12, "q5_k": 13, "q6_k": 14, "iq4_nl": 20, "iq4_xs": 23}
+FORMATS = {
+    "f32": 0,
+    "f16": 1,
+    "bf16": 30,
+    "q4_0": 2,
+    "q4_1": 3,
+    "q5_0": 6,
+    "q5_1": 7,
+    "q8_0": 8,
+    "q2_k": 10,
+    "q3_k": 11,
+    "q4_k": 12,
+    "q5_k": 13,
+    "q6_k": 14,
+    "iq4_nl": 20,
+    "iq4_xs": 23,
+}
 
 
 @pytest.fixture(scope="module")
@@ -97,7 +113,9 @@ def test_kv_store_and_attention_match_ops(gpu, window, as_f16):
         k, v = rng.standard_normal((2, n, n_kv, hd)).astype(np.float32)
         q = rng.standard_normal((n, n_head, hd)).astype(np.float32)
         if as_f16:  # the CPU path rounds before the store (llama.cpp's F16 cache); the GPU kernel rounds inside
-            ops.kv_store(k.astype(np.float16).astype(np.float32), v.astype(np.float16).astype(np.float32), kc, vc, pos, slots)
+            ops.kv_store(
+                k.astype(np.float16).astype(np.float32), v.astype(np.float16).astype(np.float32), kc, vc, pos, slots
+            )
         else:
             ops.kv_store(k, v, kc, vc, pos, slots)
         gpu.ops.kv_store(gpu.put(k), gpu.put(v), gk, gv, pos, slots, as_f16)
@@ -146,7 +164,9 @@ def test_decode_on_gpu_matches_cpu_greedy(smollm2_path):
             m.close()
             m = load_model(smollm2_path, num_ctx=256, num_gpu=m.config.n_layer + 1)
         ids = m.tokenize("Once upon a time")
-        toks = [e.token for e in m.generate(ids, {"temperature": 0, "num_predict": 16, "seed": 1}) if hasattr(e, "token")]
+        toks = [
+            e.token for e in m.generate(ids, {"temperature": 0, "num_predict": 16, "seed": 1}) if hasattr(e, "token")
+        ]
         m.close()
         return toks
 

@@ -1,4 +1,5 @@
 """localrt.engine.backends.heap: freed activation buffers are reused from the heap, not faulted in again."""
+
 from __future__ import annotations
 
 import ctypes

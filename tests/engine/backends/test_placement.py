@@ -1,11 +1,21 @@
 """Placement arithmetic on fake memory figures: num_gpu -1 / 0 / N, the output layer, the typed errors."""
+
 from __future__ import annotations
 
 import pytest
 
 from localrt.errors import ModelLoadError
 from localrt.engine.model import ModelConfig
-from localrt.engine.backends.placement import MIB, GPUOutOfMemory, GPUUnavailable, LayerBytes, MemoryFigures, figures_for, kv_layer_bytes, plan
+from localrt.engine.backends.placement import (
+    MIB,
+    GPUOutOfMemory,
+    GPUUnavailable,
+    LayerBytes,
+    MemoryFigures,
+    figures_for,
+    kv_layer_bytes,
+    plan,
+)
 
 # 4 layers of 100 MiB weights + 20 MiB KV, a 300 MiB output layer, 50 MiB scratch
 FIG = MemoryFigures(tuple(LayerBytes(100 * MIB, 20 * MIB) for _ in range(4)), 300 * MIB, 50 * MIB)
@@ -50,8 +60,16 @@ def test_zero_is_cpu_even_with_a_gpu():
     assert p.gpu_layers == () and not p.output and p.n_gpu == 0
 
 
-@pytest.mark.parametrize("num_gpu, layers, output", [(1, (3,), False), (3, (1, 2, 3), False), (4, (0, 1, 2, 3), False),
-                                                      (5, (0, 1, 2, 3), True), (999, (0, 1, 2, 3), True)])
+@pytest.mark.parametrize(
+    "num_gpu, layers, output",
+    [
+        (1, (3,), False),
+        (3, (1, 2, 3), False),
+        (4, (0, 1, 2, 3), False),
+        (5, (0, 1, 2, 3), True),
+        (999, (0, 1, 2, 3), True),
+    ],
+)
 def test_explicit_counts_like_n_gpu_layers(num_gpu, layers, output):
     p = plan(FIG, num_gpu, 1 << 40, margin=MARGIN)
     assert p.gpu_layers == layers and p.output is output
@@ -82,16 +100,41 @@ def test_uneven_layers_fill_from_the_back():
 
 
 def _cfg(**kw) -> ModelConfig:
-    base = dict(arch="llama", n_vocab=1000, n_ctx_train=4096, n_embd=64, n_layer=2, n_head=4, n_head_kv=2, head_dim=16,
-                head_dim_v=16, n_ff=128, rms_eps=1e-5, rope_mode=0, n_rot=16, rope_base=1e4, rope_freq_scale=1.0,
-                rope_base_swa=1e4, windows=(0, 0), attn_scale=0.25, embed_scale=1.0, final_logit_softcap=0.0)
+    base = dict(
+        arch="llama",
+        n_vocab=1000,
+        n_ctx_train=4096,
+        n_embd=64,
+        n_layer=2,
+        n_head=4,
+        n_head_kv=2,
+        head_dim=16,
+        head_dim_v=16,
+        n_ff=128,
+        rms_eps=1e-5,
+        rope_mode=0,
+        n_rot=16,
+        rope_base=1e4,
+        rope_freq_scale=1.0,
+        rope_base_swa=1e4,
+        windows=(0, 0),
+        attn_scale=0.25,
+        embed_scale=1.0,
+        final_logit_softcap=0.0,
+    )
     base.update(kw)
     return ModelConfig(**base)
 
 
 def test_figures_from_tensor_sizes_and_kv():
-    sizes = {"token_embd.weight": 1000, "output_norm.weight": 256, "blk.0.attn_q.weight": 10, "blk.0.ffn_up.weight": 20,
-             "blk.1.attn_q.weight": 7, "blk.10.attn_q.weight": 99}
+    sizes = {
+        "token_embd.weight": 1000,
+        "output_norm.weight": 256,
+        "blk.0.attn_q.weight": 10,
+        "blk.0.ffn_up.weight": 20,
+        "blk.1.attn_q.weight": 7,
+        "blk.10.attn_q.weight": 99,
+    }
     fig = figures_for(_cfg(windows=(0, 8)), sizes, num_ctx=64, num_batch=16, n_slots=2, tile_bytes=0)
     assert [l.weights for l in fig.layers] == [30, 7]  # blk.10 is not layer 1
     assert fig.layers[0].kv == 2 * 2 * 64 * 32 * 4  # full layer: n_ctx positions

@@ -1,4 +1,5 @@
 """The prefill team: work split over threads gives the same numbers as one thread would."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -84,7 +85,9 @@ def test_prefill_attention_matches_per_token_kernel():
     slots = np.zeros(n, np.int64)
     for window in (0, 8):
         ref = ops.attention(q, k_cache, v_cache, positions, slots, window, 0.25, np.empty((n, n_head, hd), np.float32))
-        got = CPUBackend().attention(q, k_cache, v_cache, positions, slots, window, 0.25, np.empty((n, n_head, hd), np.float32))
+        got = CPUBackend().attention(
+            q, k_cache, v_cache, positions, slots, window, 0.25, np.empty((n, n_head, hd), np.float32)
+        )
         np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5)
 
 

@@ -1,6 +1,7 @@
 """use_mmap (localrt.engine.backends.resident): which loads copy their weights into private memory, that the copy
 holds the file's bytes read-only, that a model computes the same logits either way, and that the scheduler's
 estimate counts copied weights as private memory."""
+
 from __future__ import annotations
 
 import mmap

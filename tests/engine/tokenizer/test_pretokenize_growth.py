@@ -2,6 +2,7 @@
 the time on the input (a ratio, not an absolute time: linear is about 4, quadratic 16). superbpe's digit-group
 regex was quadratic on a run of digits (10 s at 100 KB), jais2's on a run of spaces (17 s at 1 MB): both are now
 split without the regex where it was."""
+
 from __future__ import annotations
 
 import random

@@ -1,5 +1,6 @@
 """Golden tests on the two real models: token ids, detokenized bytes, pieces, special ids and EOG sets
 recorded from llama.cpp itself (tests/data/tokenizer_golden.json, made by bench/make_tokenizer_golden.py)."""
+
 from __future__ import annotations
 
 import json
@@ -129,7 +130,9 @@ def _random_text(seed: int, n_bytes: int) -> str:
         if r < 0.6:
             words.append("".join(rng.choice("etaoinshrdlucmfwypvbgkjqxz") for _ in range(rng.randint(1, 10))))
         elif r < 0.75:
-            words.append("".join(rng.choice("가나다라마바한국어日本語中文字カタナひらがな") for _ in range(rng.randint(1, 5))))
+            words.append(
+                "".join(rng.choice("가나다라마바한국어日本語中文字カタナひらがな") for _ in range(rng.randint(1, 5)))
+            )
         elif r < 0.9:
             words.append(str(rng.randint(0, 10**6)))
         else:

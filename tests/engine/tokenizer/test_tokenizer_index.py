@@ -1,5 +1,6 @@
 """TokenIndex: text -> id over a vocabulary left in the mapped file (gguf_io.StringArray), the same answers as
 the dict it replaces; and the whole tokenizer built from lazy metadata equal to the one built from lists."""
+
 from __future__ import annotations
 
 import zlib
@@ -52,11 +53,14 @@ def test_empty_entries_are_renamed_as_llama_cpp_does(tmp_path):
     assert index.get("[EMPTY_3]") == 3 and index.get("") is None and index.get("b") == 2
 
 
-@pytest.mark.parametrize("words, message", [
-    (["a", "b", "a", "b"], r"'a' has ids 0 and 2"),
-    (["x", "b", "c", "b", "x"], r"'b' has ids 1 and 3"),
-    (["plumless", "buckeroo", "plumless"], r"'plumless' has ids 0 and 2"),
-])
+@pytest.mark.parametrize(
+    "words, message",
+    [
+        (["a", "b", "a", "b"], r"'a' has ids 0 and 2"),
+        (["x", "b", "c", "b", "x"], r"'b' has ids 1 and 3"),
+        (["plumless", "buckeroo", "plumless"], r"'plumless' has ids 0 and 2"),
+    ],
+)
 def test_duplicates_are_refused_as_the_dict_build_refuses_them(tmp_path, words, message):
     with pytest.raises(ModelLoadError, match=message):
         TokenIndex(lazy_array(tmp_path, words), {})
@@ -88,8 +92,15 @@ def test_real_vocabularies_tokenize_alike_eager_and_lazy(model, request):
     with gguf_io.open(path, lazy_strings=True) as f:
         lazy = Tokenizer.from_gguf(f.metadata)
     assert not isinstance(lazy.vocab.tokens, list)
-    texts = ["Hello world", "  two  spaces\tand\ttabs\n\nnew lines", "日本語のテキスト, émoji 🎉 and <|im_start|>user\nhi<|im_end|>",
-             "<start_of_turn>user\nWhat is 2+2?<end_of_turn>\n", "x" * 300, "\x00 nul and \ud800 surrogate", "<0x0A> <unk> </s>"]
+    texts = [
+        "Hello world",
+        "  two  spaces\tand\ttabs\n\nnew lines",
+        "日本語のテキスト, émoji 🎉 and <|im_start|>user\nhi<|im_end|>",
+        "<start_of_turn>user\nWhat is 2+2?<end_of_turn>\n",
+        "x" * 300,
+        "\x00 nul and \ud800 surrogate",
+        "<0x0A> <unk> </s>",
+    ]
     for text in texts:
         for special in (True, False):
             ids = eager.encode(text, parse_special=special)

@@ -1,4 +1,5 @@
 """Live differential check against llama.cpp on random multilingual text (skipped without llama-cpp-python)."""
+
 from __future__ import annotations
 
 import ctypes
@@ -11,15 +12,48 @@ from localrt.engine.tokenizer import Tokenizer
 
 try:
     import llama_cpp
-except (ImportError, OSError, RuntimeError) as e:  # not installed, or installed without its shared library (FileNotFoundError)
+except (
+    ImportError,
+    OSError,
+    RuntimeError,
+) as e:  # not installed, or installed without its shared library (FileNotFoundError)
     pytest.skip(f"llama-cpp-python is not usable here: {e}", allow_module_level=True)
 
 POOLS = [
-    "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ", "0123456789", " ", "  ", "\t", "\n", "\r\n",
-    "'s", "'t", "'re", "'LL", ".,;:!?-_()[]{}<>/\\|@#$%^&*+=~`\"", "한국어 텍스트입니다", "日本語のテキスト、カタカナ",
-    "中文文本测试。", "مرحبا بالعالم", "Привет мир", "🙂😀👍🏽👨‍👩‍👧‍👦🏳️‍🌈", "é ü ñ Ça",
-    "\u00a0\u2009\u3000\u200b\u200d\ufeff\x85\x0b", "<|im_start|>", "<|im_end|>", "<|endoftext|>", "<start_of_turn>",
-    "<end_of_turn>", "<bos>", "</s>", "<table>", "[multimodal]", "  \n\n  ", "\u2581", "𠜎𝔘", "हिन्दी", "a\u0301",
+    "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ",
+    "0123456789",
+    " ",
+    "  ",
+    "\t",
+    "\n",
+    "\r\n",
+    "'s",
+    "'t",
+    "'re",
+    "'LL",
+    '.,;:!?-_()[]{}<>/\\|@#$%^&*+=~`"',
+    "한국어 텍스트입니다",
+    "日本語のテキスト、カタカナ",
+    "中文文本测试。",
+    "مرحبا بالعالم",
+    "Привет мир",
+    "🙂😀👍🏽👨‍👩‍👧‍👦🏳️‍🌈",
+    "é ü ñ Ça",
+    "\u00a0\u2009\u3000\u200b\u200d\ufeff\x85\x0b",
+    "<|im_start|>",
+    "<|im_end|>",
+    "<|endoftext|>",
+    "<start_of_turn>",
+    "<end_of_turn>",
+    "<bos>",
+    "</s>",
+    "<table>",
+    "[multimodal]",
+    "  \n\n  ",
+    "\u2581",
+    "𠜎𝔘",
+    "हिन्दी",
+    "a\u0301",
 ]
 
 

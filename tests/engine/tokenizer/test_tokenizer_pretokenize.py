@@ -1,5 +1,6 @@
 """Pre-tokenizer splits for every supported `tokenizer.ggml.pre` value, against llama.cpp's own splits
 (recorded through a synthetic fully-merging vocabulary, see bench/make_tokenizer_golden.py)."""
+
 from __future__ import annotations
 
 import json
@@ -19,9 +20,29 @@ TEXTS = GOLDEN["pre_texts"]
 def test_every_supported_name_has_golden_splits():
     names = {n for g in GROUPS for n in g["names"]}
     assert names == set(pretokenize.PRE_TYPES)
-    for must in ("default", "gpt-2", "llama3", "llama-bpe", "qwen2", "smollm", "deepseek-coder", "deepseek-v3",
-                 "falcon", "starcoder", "refact", "command-r", "olmo", "dbrx", "smaug-bpe", "poro-chat",
-                 "chatglm-bpe", "viking", "jais", "tekken", "gpt-4o"):
+    for must in (
+        "default",
+        "gpt-2",
+        "llama3",
+        "llama-bpe",
+        "qwen2",
+        "smollm",
+        "deepseek-coder",
+        "deepseek-v3",
+        "falcon",
+        "starcoder",
+        "refact",
+        "command-r",
+        "olmo",
+        "dbrx",
+        "smaug-bpe",
+        "poro-chat",
+        "chatglm-bpe",
+        "viking",
+        "jais",
+        "tekken",
+        "gpt-4o",
+    ):
         assert must in names
 
 
@@ -50,10 +71,17 @@ def test_missing_pre_falls_back_to_default_with_warning(caplog):
     assert pt.kind == "default" and "missing" in caplog.text
 
 
-@pytest.mark.parametrize("name, ignore_merges, clean_spaces, add_bos", [
-    ("llama-bpe", True, True, True), ("smollm", False, False, False), ("qwen2", False, False, False),
-    ("gpt-2", False, True, False), ("tekken", True, False, True), ("megrez", False, True, False),
-])
+@pytest.mark.parametrize(
+    "name, ignore_merges, clean_spaces, add_bos",
+    [
+        ("llama-bpe", True, True, True),
+        ("smollm", False, False, False),
+        ("qwen2", False, False, False),
+        ("gpt-2", False, True, False),
+        ("tekken", True, False, True),
+        ("megrez", False, True, False),
+    ],
+)
 def test_flags_follow_llamacpp(name, ignore_merges, clean_spaces, add_bos):
     pt = pretokenize.pre_tokenizer(name)
     assert (pt.ignore_merges, pt.clean_spaces, pt.add_bos_default) == (ignore_merges, clean_spaces, add_bos)

@@ -7,6 +7,7 @@ no charsmap and neither flag) against llama.cpp's ids, detokenized bytes and pie
 tests/data/ugm_golden.json by bench/make_ugm_golden.py. Then `limit=`, hostile charsmaps, the load defaults and
 XLM-R's rerank pair.
 """
+
 from __future__ import annotations
 
 import json
@@ -31,8 +32,11 @@ def _metadata(name: str, lazy: bool = False) -> dict:
         return dict(f.metadata)
 
 
-@pytest.fixture(scope="module", params=[(m, lazy) for m in MODELS for lazy in (False, True)],
-                ids=lambda p: f"{p[0]}-{'lazy' if p[1] else 'lists'}")
+@pytest.fixture(
+    scope="module",
+    params=[(m, lazy) for m in MODELS for lazy in (False, True)],
+    ids=lambda p: f"{p[0]}-{'lazy' if p[1] else 'lists'}",
+)
 def ugm(request) -> tuple[Tokenizer, dict]:
     name, lazy = request.param
     return Tokenizer.from_gguf(_metadata(name, lazy)), GOLDEN["models"][name]
@@ -42,8 +46,11 @@ def ugm(request) -> tuple[Tokenizer, dict]:
 def test_golden_ids(ugm, flags):
     tok, gold = ugm
     add_special, parse_special = flags[0] == "1", flags[1] == "1"
-    bad = [(c["text"][:50], tok.encode(c["text"], add_special, parse_special), c["ids"][flags])
-           for c in gold["cases"] if tok.encode(c["text"], add_special, parse_special) != c["ids"][flags]]
+    bad = [
+        (c["text"][:50], tok.encode(c["text"], add_special, parse_special), c["ids"][flags])
+        for c in gold["cases"]
+        if tok.encode(c["text"], add_special, parse_special) != c["ids"][flags]
+    ]
     assert not bad, bad[:3]
 
 
@@ -72,7 +79,7 @@ def test_limit_gives_the_start_of_the_full_answer(ugm):
         full = c["ids"]["11"]
         for limit in (0, 1, 3, 10, 40):
             got = tok.encode(c["text"], limit=limit)
-            assert got == full[:len(got)], (c["text"][:40], limit)
+            assert got == full[: len(got)], (c["text"][:40], limit)
             assert len(got) > limit or got == full, (c["text"][:40], limit)
 
 
@@ -82,7 +89,7 @@ def test_long_text_is_one_pass_and_words_are_independent():
     # a text made of golden texts without specials: each word's ids are the golden ones, joined
     texts = [c for c in cases if c["text"].isascii() and c["text"].strip() and "<" not in c["text"]][:8]
     joined = tok.encode("\n".join(c["text"] for c in texts), add_special=False)
-    assert joined[:len(texts[0]["ids"]["00"])] == texts[0]["ids"]["00"]
+    assert joined[: len(texts[0]["ids"]["00"])] == texts[0]["ids"]["00"]
     assert len(joined) >= sum(len(c["ids"]["00"]) for c in texts) - len(texts)
 
 
@@ -107,7 +114,7 @@ def test_real_charsmap_parses():
 def _hostile() -> list[tuple[str, object]]:
     real = _charsmap()
     size = struct.unpack_from("<I", real)[0]
-    units = real[4:4 + size]
+    units = real[4 : 4 + size]
     return [
         ("empty", b""),
         ("three bytes", b"\x01\x00\x00"),
@@ -115,9 +122,9 @@ def _hostile() -> list[tuple[str, object]]:
         ("size equal to the rest", struct.pack("<I", len(real) - 4) + real[4:]),
         ("huge size", struct.pack("<I", 0xFFFFFFFF) + real[4:]),
         ("truncated units", struct.pack("<I", 1024) + units[:1024] + b"x\0"),
-        ("units cut short", struct.pack("<I", size // 2) + units[:size // 2] + real[4 + size:]),
-        ("replacements cut", real[:4 + size] + b"x"),
-        ("replacements without NUL", real[:4 + size] + real[4 + size:].replace(b"\0", b"_")),
+        ("units cut short", struct.pack("<I", size // 2) + units[: size // 2] + real[4 + size :]),
+        ("replacements cut", real[: 4 + size] + b"x"),
+        ("replacements without NUL", real[: 4 + size] + real[4 + size :].replace(b"\0", b"_")),
         ("root outside", struct.pack("<I", 4) + struct.pack("<I", 0xFFFFFC00) + b"x\0"),
         ("leaf value outside", struct.pack("<I", 1024) + _one_key(value=1 << 30, next_base=1) + b"x\0"),
         ("leaf index outside", struct.pack("<I", 1024) + _one_key(next_base=0x1FFFFF) + b"x\0"),
@@ -130,7 +137,7 @@ def _hostile() -> list[tuple[str, object]]:
 def _one_key(value: int = 0, next_base: int = 0) -> bytes:
     """256 units: the root's children at offset 0, one child "a" (a leaf) whose node lies at next_base."""
     units = [0] * 256
-    units[0] = (0 << 10)  # root base 0: child "a" is unit 0 ^ 97
+    units[0] = 0 << 10  # root base 0: child "a" is unit 0 ^ 97
     units[97] = (next_base << 10) | 0x100 | 97  # leaf; its node is 97 ^ next_base
     node = 97 ^ next_base
     if node < 256:
@@ -169,7 +176,7 @@ def test_defaults_when_the_file_is_silent():
 
 def test_no_unknown_token_is_refused_when_needed():
     md = _metadata("identity")
-    md["tokenizer.ggml.unknown_token_id"] = 10 ** 6  # out of range: the default (2) stays, as llama.cpp does
+    md["tokenizer.ggml.unknown_token_id"] = 10**6  # out of range: the default (2) stays, as llama.cpp does
     assert Tokenizer.from_gguf(md).vocab.ids["unk"] == 2
     types = list(md["tokenizer.ggml.token_type"])
     types[3] = 1  # <unk> becomes a normal token; the default unknown id 2 is "</s>"

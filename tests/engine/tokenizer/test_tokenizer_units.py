@@ -1,5 +1,6 @@
 """Tokenizer rules on tiny hand-made vocabularies: SPM scoring and byte fallback, BPE ranks, special-token
 partitioning, add_bos/add_eos defaults, end-of-generation detection, detokenizing and streaming, load errors."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -23,8 +24,12 @@ def vocab_storage(request, monkeypatch, tmp_path):
         from _lazy_vocab import _lazy_metadata
 
         build = Tokenizer.from_gguf.__func__
-        monkeypatch.setattr(Tokenizer, "from_gguf", classmethod(lambda cls, md: build(cls, _lazy_metadata(md, tmp_path))))
+        monkeypatch.setattr(
+            Tokenizer, "from_gguf", classmethod(lambda cls, md: build(cls, _lazy_metadata(md, tmp_path)))
+        )
     return request.param
+
+
 BYTES = [f"<0x{b:02X}>" for b in range(256)]
 
 
@@ -33,8 +38,12 @@ def spm_md(extra: list[tuple[str, float, int]], **keys) -> dict:
     tokens = ["<unk>", "<s>", "</s>"] + BYTES + [t for t, _, _ in extra]
     scores = [0.0] * (3 + 256) + [s for _, s, _ in extra]
     types = [UNKNOWN, CONTROL, CONTROL] + [BYTE] * 256 + [k for _, _, k in extra]
-    md = {"tokenizer.ggml.model": "llama", "tokenizer.ggml.tokens": tokens,
-          "tokenizer.ggml.scores": np.array(scores, np.float32), "tokenizer.ggml.token_type": np.array(types, np.int32)}
+    md = {
+        "tokenizer.ggml.model": "llama",
+        "tokenizer.ggml.tokens": tokens,
+        "tokenizer.ggml.scores": np.array(scores, np.float32),
+        "tokenizer.ggml.token_type": np.array(types, np.int32),
+    }
     md.update({"tokenizer.ggml." + k: v for k, v in keys.items()})
     return md
 
@@ -42,9 +51,13 @@ def spm_md(extra: list[tuple[str, float, int]], **keys) -> dict:
 def bpe_md(words: list[str], merges: list[str], pre: str = "gpt-2", extra: list[tuple[str, int]] = (), **keys) -> dict:
     tokens = list(BYTE_TO_CHAR) + [byte_encode(w) for w in words] + [t for t, _ in extra]
     types = [NORMAL] * (256 + len(words)) + [k for _, k in extra]
-    md = {"tokenizer.ggml.model": "gpt2", "tokenizer.ggml.pre": pre, "tokenizer.ggml.tokens": tokens,
-          "tokenizer.ggml.token_type": np.array(types, np.int32),
-          "tokenizer.ggml.merges": [" ".join(byte_encode(p) for p in m.split("|")) for m in merges]}
+    md = {
+        "tokenizer.ggml.model": "gpt2",
+        "tokenizer.ggml.pre": pre,
+        "tokenizer.ggml.tokens": tokens,
+        "tokenizer.ggml.token_type": np.array(types, np.int32),
+        "tokenizer.ggml.merges": [" ".join(byte_encode(p) for p in m.split("|")) for m in merges],
+    }
     md.update({"tokenizer.ggml." + k: v for k, v in keys.items()})
     return md
 
@@ -63,15 +76,20 @@ def test_spm_higher_score_merges_first():
 
 
 def test_spm_equal_scores_merge_leftmost_first():
-    tok = Tokenizer.from_gguf(spm_md([("a", -1, NORMAL), ("b", -1, NORMAL), ("c", -1, NORMAL),
-                                      ("ab", -3, NORMAL), ("bc", -3, NORMAL)], add_space_prefix=False))
+    tok = Tokenizer.from_gguf(
+        spm_md(
+            [("a", -1, NORMAL), ("b", -1, NORMAL), ("c", -1, NORMAL), ("ab", -3, NORMAL), ("bc", -3, NORMAL)],
+            add_space_prefix=False,
+        )
+    )
     assert tok.encode("abc", add_special=False) == ids_of(tok, "ab", "c")
 
 
 def test_spm_merges_only_through_vocabulary_pieces():
     # "abc" is a token but neither "ab" nor "bc" is, so no merge path reaches it.
-    tok = Tokenizer.from_gguf(spm_md([("a", -1, NORMAL), ("b", -1, NORMAL), ("c", -1, NORMAL), ("abc", 0, NORMAL)],
-                                     add_space_prefix=False))
+    tok = Tokenizer.from_gguf(
+        spm_md([("a", -1, NORMAL), ("b", -1, NORMAL), ("c", -1, NORMAL), ("abc", 0, NORMAL)], add_space_prefix=False)
+    )
     assert tok.encode("abc", add_special=False) == ids_of(tok, "a", "b", "c")
 
 
@@ -93,8 +111,9 @@ def test_spm_space_prefix_follows_special_tokens():
 def test_spm_defaults_add_bos_not_eos():
     tok = Tokenizer.from_gguf(spm_md([("a", -1, NORMAL)], add_space_prefix=False))
     assert tok.encode("a") == [1, tok.token_id("a")]
-    tok = Tokenizer.from_gguf(spm_md([("a", -1, NORMAL)], add_space_prefix=False, add_bos_token=False,
-                                     add_eos_token=True))
+    tok = Tokenizer.from_gguf(
+        spm_md([("a", -1, NORMAL)], add_space_prefix=False, add_bos_token=False, add_eos_token=True)
+    )
     assert tok.encode("a") == [tok.token_id("a"), 2]
     assert tok.encode("a", add_special=False) == [tok.token_id("a")]
 
@@ -109,8 +128,13 @@ def test_spm_missing_byte_token_is_a_clear_error():
 
 def test_spm_words_glued_by_vocabulary_are_not_cut():
     # A token spanning ">" + U+2581 forces the fast word split to keep ">" with the space run after it.
-    extra = [("\u2581", -1, NORMAL), (">", -1, NORMAL), ("x", -1, NORMAL), (">\u2581", -2, NORMAL),
-             (">\u2581x", -3, NORMAL)]
+    extra = [
+        ("\u2581", -1, NORMAL),
+        (">", -1, NORMAL),
+        ("x", -1, NORMAL),
+        (">\u2581", -2, NORMAL),
+        (">\u2581x", -3, NORMAL),
+    ]
     tok = Tokenizer.from_gguf(spm_md(extra, add_space_prefix=False))
     assert tok.encode("> x", add_special=False) == ids_of(tok, ">\u2581x")
 
@@ -191,8 +215,7 @@ def test_eog_detection_promotes_turn_end_to_control():
 
 
 def test_phi3_specials_eat_following_whitespace():
-    extra = [("<|user|>", CONTROL), ("</s>", CONTROL), ("<s>", CONTROL), ("<unk>", UNKNOWN),
-             ("<|endoftext|>", CONTROL)]
+    extra = [("<|user|>", CONTROL), ("</s>", CONTROL), ("<s>", CONTROL), ("<unk>", UNKNOWN), ("<|endoftext|>", CONTROL)]
     md = bpe_md([], [], pre="smollm", extra=extra)
     md["general.name"] = "Phi-3 mini"
     tok = Tokenizer.from_gguf(md)
@@ -237,10 +260,16 @@ def test_stream_decoder_keeps_the_first_space_unless_asked():
     assert "".join(dec.add(t) for t in ids) + dec.flush() == "a a"
 
 
-@pytest.mark.parametrize("raw, cleaned", [
-    (b" . ,x ? !", b".,x?!"), (b"a ' b", b"a'b"), (b"I 'm you 're it 's x 'll", b"I'm you're it's x 'll"),
-    (b"  .", b" ."), (b" ' ' x", b"'' x"),
-])
+@pytest.mark.parametrize(
+    "raw, cleaned",
+    [
+        (b" . ,x ? !", b".,x?!"),
+        (b"a ' b", b"a'b"),
+        (b"I 'm you 're it 's x 'll", b"I'm you're it's x 'll"),
+        (b"  .", b" ."),
+        (b" ' ' x", b"'' x"),
+    ],
+)
 def test_clean_spaces_passes(raw, cleaned):
     assert clean_spaces(raw) == cleaned
 
@@ -252,14 +281,17 @@ def test_out_of_range_id_is_rejected():
 
 
 # -- load errors -----------------------------------------------------------------------------------------
-@pytest.mark.parametrize("mutate, message", [
-    (lambda md: md.update({"tokenizer.ggml.model": "rwkv"}), "unsupported tokenizer model 'rwkv'"),
-    (lambda md: md.pop("tokenizer.ggml.model"), "no tokenizer"),
-    (lambda md: md.pop("tokenizer.ggml.tokens"), "no tokenizer vocabulary"),
-    (lambda md: md["tokenizer.ggml.tokens"].__setitem__(5, "<0x00>"), "duplicate token"),
-    (lambda md: md.update({"tokenizer.ggml.scores": np.zeros(3, np.float32)}), "entries for"),
-    (lambda md: md.update({"tokenizer.ggml.add_bos_token": True, "tokenizer.ggml.bos_token_id": 10**6}), None),
-])
+@pytest.mark.parametrize(
+    "mutate, message",
+    [
+        (lambda md: md.update({"tokenizer.ggml.model": "rwkv"}), "unsupported tokenizer model 'rwkv'"),
+        (lambda md: md.pop("tokenizer.ggml.model"), "no tokenizer"),
+        (lambda md: md.pop("tokenizer.ggml.tokens"), "no tokenizer vocabulary"),
+        (lambda md: md["tokenizer.ggml.tokens"].__setitem__(5, "<0x00>"), "duplicate token"),
+        (lambda md: md.update({"tokenizer.ggml.scores": np.zeros(3, np.float32)}), "entries for"),
+        (lambda md: md.update({"tokenizer.ggml.add_bos_token": True, "tokenizer.ggml.bos_token_id": 10**6}), None),
+    ],
+)
 def test_bad_metadata_is_a_load_error(mutate, message):
     md = spm_md([("a", -1, NORMAL)])
     mutate(md)

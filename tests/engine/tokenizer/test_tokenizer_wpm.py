@@ -5,6 +5,7 @@ through tests/fixtures/bert_vocab.py) against llama.cpp's own ids, detokenized b
 tests/data/wpm_golden.json by bench/make_wpm_golden.py. Table part: the preprocess rules, the greedy cover and the
 Tokenizer wiring on a tiny hand-made vocabulary, needing no package.
 """
+
 from __future__ import annotations
 
 import importlib.util
@@ -40,8 +41,10 @@ bert_vocab_metadata = _fixture_module().bert_vocab_metadata
 def minilm_md() -> dict:
     spec = importlib.util.find_spec(GOLDEN["package"])
     if spec is None or spec.origin is None:
-        pytest.skip(f"package {GOLDEN['package']} is not installed (it holds the all-MiniLM-L6-v2 vocabulary "
-                    "the WPM golden data was recorded with)")
+        pytest.skip(
+            f"package {GOLDEN['package']} is not installed (it holds the all-MiniLM-L6-v2 vocabulary "
+            "the WPM golden data was recorded with)"
+        )
     return bert_vocab_metadata(Path(spec.origin).parent / "model" / "tokenizer.json")
 
 
@@ -83,8 +86,12 @@ def test_golden_pieces(minilm):
 def test_golden_special_ids(minilm):
     g = GOLDEN
     assert minilm.n_vocab == g["n_vocab"]
-    assert (minilm.bos_id, minilm.eos_id, minilm.vocab.ids["sep"], minilm.vocab.ids["pad"]) == \
-        (g["bos"], g["eos"], g["sep"], g["pad"])
+    assert (minilm.bos_id, minilm.eos_id, minilm.vocab.ids["sep"], minilm.vocab.ids["pad"]) == (
+        g["bos"],
+        g["eos"],
+        g["sep"],
+        g["pad"],
+    )
     assert minilm.eog_ids == frozenset(g["eog"])
     assert [t for t in range(minilm.n_vocab) if minilm.is_control(t)] == g["control"]
 
@@ -101,25 +108,54 @@ def test_limit_returns_a_prefix_longer_than_limit(minilm):
     full = minilm.encode(text)
     for limit in (0, 1, 7, 100, len(full) - 2):
         got = minilm.encode(text, limit=limit)
-        assert len(got) > limit and got == full[:len(got)]
+        assert len(got) > limit and got == full[: len(got)]
     assert minilm.encode(text, limit=len(full)) == full
 
 
 # -- tiny vocabulary ---------------------------------------------------------------------------------------
 SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
-WORDS = ["\u2581hello", "\u2581world", "\u2581un", "\u2581una", "aff", "able", "ab", "le", "\u2581,", "\u2581!",
-         "\u2581.", "\u2581'", "s", "\u2581a", "a", "aa", "aaa", "\u2581中", "\u2581cafe", "\u2581deja", "\u2581vu",
-         "\u2581x", "\u2581is", "\u2581s"]
+WORDS = [
+    "\u2581hello",
+    "\u2581world",
+    "\u2581un",
+    "\u2581una",
+    "aff",
+    "able",
+    "ab",
+    "le",
+    "\u2581,",
+    "\u2581!",
+    "\u2581.",
+    "\u2581'",
+    "s",
+    "\u2581a",
+    "a",
+    "aa",
+    "aaa",
+    "\u2581中",
+    "\u2581cafe",
+    "\u2581deja",
+    "\u2581vu",
+    "\u2581x",
+    "\u2581is",
+    "\u2581s",
+]
 
 
 def tiny_md(**keys) -> dict:
     """[PAD] [UNK] [CLS] [SEP] [MASK] (CONTROL, ids 0-4) then WORDS; special ids given, as the converter writes them."""
-    md = {"tokenizer.ggml.model": "bert", "tokenizer.ggml.pre": "jina-v2-en",
-          "tokenizer.ggml.tokens": SPECIALS + WORDS,
-          "tokenizer.ggml.token_type": np.array([CONTROL] * len(SPECIALS) + [NORMAL] * len(WORDS), np.int32),
-          "tokenizer.ggml.padding_token_id": 0, "tokenizer.ggml.unknown_token_id": 1,
-          "tokenizer.ggml.bos_token_id": 2, "tokenizer.ggml.seperator_token_id": 3, "tokenizer.ggml.eos_token_id": 3,
-          "tokenizer.ggml.mask_token_id": 4}
+    md = {
+        "tokenizer.ggml.model": "bert",
+        "tokenizer.ggml.pre": "jina-v2-en",
+        "tokenizer.ggml.tokens": SPECIALS + WORDS,
+        "tokenizer.ggml.token_type": np.array([CONTROL] * len(SPECIALS) + [NORMAL] * len(WORDS), np.int32),
+        "tokenizer.ggml.padding_token_id": 0,
+        "tokenizer.ggml.unknown_token_id": 1,
+        "tokenizer.ggml.bos_token_id": 2,
+        "tokenizer.ggml.seperator_token_id": 3,
+        "tokenizer.ggml.eos_token_id": 3,
+        "tokenizer.ggml.mask_token_id": 4,
+    }
     md.update({"tokenizer.ggml." + k: v for k, v in keys.items()})
     return {k: v for k, v in md.items() if v is not None}
 
@@ -132,6 +168,7 @@ def make_tok(request, tmp_path):
 
             md = _lazy_metadata(md, tmp_path)
         return Tokenizer.from_gguf(md)
+
     return build
 
 
@@ -139,27 +176,30 @@ def pieces(tok: Tokenizer, ids: list[int]) -> list[str]:
     return [tok.vocab.tokens[i] for i in ids]
 
 
-@pytest.mark.parametrize("text, words", [
-    ("Hello, World!", ["hello", ",", "world", "!"]),
-    ("  many   spaces\t\ttabs\nnewline  ", ["many", "spaces", "tabs", "newline"]),
-    ("Déjà Vu Ångström", ["deja", "vu", "angstrom"]),         # NFD's first code point: accents go
-    ("e\u0301 n\u0303", ["e", "n"]),                          # decomposed accents are marks: dropped
-    ("中文ab", ["中", "文", "ab"]),                            # CJK ideographs are words of their own
-    ("ひらがな", ["ひらかな"]),  # kana are not split; が loses its voicing mark
-    ("$5+x=y", ["$", "5", "+", "x", "=", "y"]),               # ASCII symbols split
-    ("€5 ±x ©", ["€5", "±x", "©"]),                            # other symbols do not
-    ("a\x00b\ufffdc\u200bd\x07e\x7ff", ["abcdef"]),           # NUL, U+FFFD, Cc and Cf are dropped
-    ("a\x1cb a\x85b a\u00a0b a\u3000b a\u2028b", ["ab", "a", "b", "a", "b", "a", "b", "a", "b"]),  # U+001C: Cc
-    ("a\ue000b a\U000f0000b", ["ab", "ab"]),                  # private use is "control" too
-    ("a\U0001fae8b", ["a\U0001fae8b"]),                       # unassigned (in Python's data): kept
-    ("a\U00011f00b a\U00011b00b", ["ab", "a", "\U00011b00", "b"]),  # Unicode 15 mark / punctuation, as llama.cpp
-    ("İSTANBUL ǅ ΣΑΣ", ["istanbul", "ǆ", "σασ"]),            # simple lowercase, no final sigma
-    ("한국", ["ᄒᄀ"]),                                         # a Hangul syllable becomes its leading jamo
-    ("ﬁ ½ ²", ["ﬁ", "½", "²"]),                               # compatibility forms are kept (NFD is canonical)
-    ("##ing", ["#", "#", "ing"]),
-    ("", []),
-    (" \t\n", []),
-])
+@pytest.mark.parametrize(
+    "text, words",
+    [
+        ("Hello, World!", ["hello", ",", "world", "!"]),
+        ("  many   spaces\t\ttabs\nnewline  ", ["many", "spaces", "tabs", "newline"]),
+        ("Déjà Vu Ångström", ["deja", "vu", "angstrom"]),  # NFD's first code point: accents go
+        ("e\u0301 n\u0303", ["e", "n"]),  # decomposed accents are marks: dropped
+        ("中文ab", ["中", "文", "ab"]),  # CJK ideographs are words of their own
+        ("ひらがな", ["ひらかな"]),  # kana are not split; が loses its voicing mark
+        ("$5+x=y", ["$", "5", "+", "x", "=", "y"]),  # ASCII symbols split
+        ("€5 ±x ©", ["€5", "±x", "©"]),  # other symbols do not
+        ("a\x00b\ufffdc\u200bd\x07e\x7ff", ["abcdef"]),  # NUL, U+FFFD, Cc and Cf are dropped
+        ("a\x1cb a\x85b a\u00a0b a\u3000b a\u2028b", ["ab", "a", "b", "a", "b", "a", "b", "a", "b"]),  # U+001C: Cc
+        ("a\ue000b a\U000f0000b", ["ab", "ab"]),  # private use is "control" too
+        ("a\U0001fae8b", ["a\U0001fae8b"]),  # unassigned (in Python's data): kept
+        ("a\U00011f00b a\U00011b00b", ["ab", "a", "\U00011b00", "b"]),  # Unicode 15 mark / punctuation, as llama.cpp
+        ("İSTANBUL ǅ ΣΑΣ", ["istanbul", "ǆ", "σασ"]),  # simple lowercase, no final sigma
+        ("한국", ["ᄒᄀ"]),  # a Hangul syllable becomes its leading jamo
+        ("ﬁ ½ ²", ["ﬁ", "½", "²"]),  # compatibility forms are kept (NFD is canonical)
+        ("##ing", ["#", "#", "ing"]),
+        ("", []),
+        (" \t\n", []),
+    ],
+)
 def test_preprocess(text, words):
     assert preprocess(text) == words
 
@@ -171,8 +211,21 @@ def test_preprocess_options():
     assert preprocess("Déjà", lowercase=False, strip_accents=True) == ["Deja"]
 
 
-@pytest.mark.parametrize("ch, rule", [(" ", " "), ("\x00", ""), (",", " , "), ("A", "a"), ("é", "e"), ("\u0301", ""),
-                                      ("中", " 中 "), ("~", " ~ "), ("€", "€"), ("\u2581", "\u2581")])
+@pytest.mark.parametrize(
+    "ch, rule",
+    [
+        (" ", " "),
+        ("\x00", ""),
+        (",", " , "),
+        ("A", "a"),
+        ("é", "e"),
+        ("\u0301", ""),
+        ("中", " 中 "),
+        ("~", " ~ "),
+        ("€", "€"),
+        ("\u2581", "\u2581"),
+    ],
+)
 def test_char_rule(ch, rule):
     assert char_rule(ch) == rule
 
@@ -218,8 +271,12 @@ def test_sep_is_the_separator_not_eos(make_tok):
 
 def test_word_without_cover_is_one_unknown(make_tok):
     tok = make_tok(tiny_md())
-    assert pieces(tok, tok.encode("unaffable unaable hello", add_special=False)) == \
-        ["[UNK]", "\u2581una", "able", "\u2581hello"]
+    assert pieces(tok, tok.encode("unaffable unaable hello", add_special=False)) == [
+        "[UNK]",
+        "\u2581una",
+        "able",
+        "\u2581hello",
+    ]
     assert pieces(tok, tok.encode("aaaaaaa", add_special=False)) == ["\u2581a", "aaa", "aaa"]
     assert pieces(tok, tok.encode("aaaaaaa\u2603", add_special=False)) == ["[UNK]"]
 
@@ -228,8 +285,12 @@ def test_parse_special(make_tok):
     tok = make_tok(tiny_md())
     assert pieces(tok, tok.encode("hello[SEP]world", add_special=False)) == ["\u2581hello", "[SEP]", "\u2581world"]
     # without parse_special "[SEP]" is text: "[", "sep", "]", none of them in this vocabulary
-    assert pieces(tok, tok.encode("hello[SEP]", add_special=False, parse_special=False)) == \
-        ["\u2581hello", "[UNK]", "[UNK]", "[UNK]"]
+    assert pieces(tok, tok.encode("hello[SEP]", add_special=False, parse_special=False)) == [
+        "\u2581hello",
+        "[UNK]",
+        "[UNK]",
+        "[UNK]",
+    ]
 
 
 def test_decode_joins_words_with_spaces_and_cleans_them(make_tok):
@@ -255,13 +316,26 @@ def test_default_special_ids_and_flags():
     types = [NORMAL] * 110
     for i in (0, 100, 101, 102, 103):
         types[i] = CONTROL
-    tok = Tokenizer.from_gguf({"tokenizer.ggml.model": "bert", "tokenizer.ggml.tokens": tokens,
-                               "tokenizer.ggml.token_type": types})
+    tok = Tokenizer.from_gguf(
+        {"tokenizer.ggml.model": "bert", "tokenizer.ggml.tokens": tokens, "tokenizer.ggml.token_type": types}
+    )
     v = tok.vocab
-    assert (v.ids["bos"], v.ids["eos"], v.ids["unk"], v.ids["sep"], v.ids["pad"], v.ids["mask"]) == \
-        (101, None, 100, 102, 0, 103)
-    assert (v.add_bos, v.add_eos, v.add_sep, v.add_space_prefix, v.lowercase, v.strip_accents) == \
-        (True, False, True, False, True, True)
+    assert (v.ids["bos"], v.ids["eos"], v.ids["unk"], v.ids["sep"], v.ids["pad"], v.ids["mask"]) == (
+        101,
+        None,
+        100,
+        102,
+        0,
+        103,
+    )
+    assert (v.add_bos, v.add_eos, v.add_sep, v.add_space_prefix, v.lowercase, v.strip_accents) == (
+        True,
+        False,
+        True,
+        False,
+        True,
+        True,
+    )
     assert tok.encode("HI there") == [101, 50, 100, 102]
     assert tok.clean_spaces
 
