@@ -1,4 +1,5 @@
-"""Which models are loaded, and who runs what: one worker thread per loaded model, fed through a bounded queue.
+"""Which models are loaded, and who runs when: one worker thread per loaded model loads it, then grants its slots
+to the requests in its bounded queue (each request's reader runs its own work: jobs.Stream).
 
 Ollama's rules (`server/sched.go`, `shared/reference/ollama_spec.md` section 6):
 - keep_alive: a request that carries one replaces the model's duration; one without leaves it alone (the
