@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import os
+import shutil
 import socket
 import threading
 import time
@@ -154,6 +156,37 @@ class FakeModel:
             self.lab.closes += 1
 
 
+_BUILTIN_STORE: list[Path] = []  # this test process's store holding the built-in chat model, made once
+
+
+def seeded(models_dir: Path) -> Path:
+    """models_dir, given the built-in chat model (MODEL) where it is still empty: hard links to a store made once
+    per test process, instead of the built-in created again for each daemon. A daemon's store never writes a file
+    in place (new files are renamed in, deleted ones unlinked), so no test's store reaches another's."""
+    models_dir = Path(models_dir)
+    if models_dir.exists() and any(models_dir.iterdir()):
+        return models_dir
+    if not _BUILTIN_STORE:
+        import atexit
+        import tempfile
+
+        root = Path(tempfile.mkdtemp(prefix="localrt-builtin-store-"))
+        atexit.register(shutil.rmtree, root, ignore_errors=True)
+        made = root / "models"
+        conf = dataclasses.replace(cfg.load({}), models_dir=made, readonly_models_dirs=(), data_dir=root / "data")
+        service = Service(conf)
+        try:
+            service.record(MODEL)
+        finally:
+            service.close()
+        _BUILTIN_STORE.append(made)
+    models_dir.parent.mkdir(parents=True, exist_ok=True)
+    if models_dir.exists():
+        models_dir.rmdir()
+    shutil.copytree(_BUILTIN_STORE[0], models_dir, copy_function=os.link)
+    return models_dir
+
+
 def make_config(models_dir: Path, **overrides) -> cfg.Config:
     base = dataclasses.replace(
         cfg.load({}), host="127.0.0.1", port=free_port(), models_dir=Path(models_dir), readonly_models_dirs=()
@@ -169,7 +202,7 @@ def fake_daemon(models_dir: Path, service_kw: dict | None = None, **overrides):
     """A real daemon on a free loopback port over a Service whose loader is a Lab. Yields (server, lab).
     `service_kw`: more keyword arguments for Service (e.g. gpu_probe); `overrides`: Config fields."""
     lab = Lab()
-    conf = make_config(models_dir, **overrides)
+    conf = make_config(seeded(models_dir), **overrides)
     service = Service(conf, load_model=lab.load_model, **(service_kw or {}))
     try:
         with BackgroundServer(service, conf) as srv:
@@ -187,7 +220,7 @@ def real_daemon(models_dir: Path, service_kw: dict | None = None, **overrides):
     """A real daemon over a real Service (the built-in models load for real) on a free loopback port, with the
     configuration's defaults but for `overrides` (Config fields). Yields the server."""
     conf = dataclasses.replace(
-        cfg.load({}), port=free_port(), models_dir=Path(models_dir), readonly_models_dirs=(), **overrides
+        cfg.load({}), port=free_port(), models_dir=seeded(models_dir), readonly_models_dirs=(), **overrides
     )
     service = Service(conf, **(service_kw or {}))
     try:
@@ -214,7 +247,7 @@ def pinned_daemon(models_dir: Path, **overrides):
     """A real daemon over a real Service (the real loader, quantizer and templates) with make_config's pinned
     settings (one request at a time, a fixed 4096 context) but for `overrides`. Yields the server, its `service`
     attached."""
-    conf = make_config(models_dir, **overrides)
+    conf = make_config(seeded(models_dir), **overrides)
     service = Service(conf)
     try:
         with BackgroundServer(service, conf) as srv:
