@@ -210,7 +210,10 @@ class Stream:
             raise StopIteration
         try:
             if self._source is None:
-                self._start(self._grant(self._job.out.get()))
+                loaded = self._grant(self._job.out.get())
+                if self._job.cancelled.is_set():  # cancelled as it was granted: no work to start
+                    raise StopIteration
+                self._start(loaded)
             if self._job.cancelled.is_set():
                 raise StopIteration
             return self._pull()
@@ -226,6 +229,8 @@ class Stream:
         try:
             if self._source is None:
                 loaded = self._grant((await self._job.out.drain())[0])  # one entry: the grant, an end or an error
+                if self._job.cancelled.is_set():  # cancelled as it was granted: no work to start
+                    raise StopIteration
                 await asyncio.get_running_loop().run_in_executor(None, self._start, loaded)
             if self._job.cancelled.is_set():
                 raise StopIteration
