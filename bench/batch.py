@@ -79,7 +79,7 @@ def decode_tok_s(model, width: int) -> float:
     budget = DECODE_STEPS + width + 2  # no sequence ends inside the timed steps
     seqs = [batcher.add(ids, {"temperature": 0, "num_predict": budget}) for ids in prompts(model, width)]
     for s in seqs:
-        s._eog = frozenset()  # fixed-length decode, as llama-batched-bench
+        s.eog = frozenset()  # fixed-length decode, as llama-batched-bench
     while any(s.state == "prefill" for s in seqs):
         batcher.step()
     t0 = time.perf_counter()

@@ -60,7 +60,7 @@ class Seq:
     """What Speculator.plan and draft_limit read of a sequence."""
 
     def __init__(self, history: list[int], n_gen: int, limit: int, state: S.DraftState) -> None:
-        self.history, self.n_gen, self._limit, self.draft, self.n_ctx = history, n_gen, limit, state, 1 << 20
+        self.history, self.n_gen, self.limit, self.draft, self.n_ctx = history, n_gen, limit, state, 1 << 20
 
 
 def accepted(draft: list[int], reply: list[int], i: int) -> int:

@@ -123,11 +123,11 @@ class Sequence:
         self.n_gen = 0
         self.n_cached = 0  # prompt tokens taken from the slot's cache (not evaluated again)
         self.t_prefill: int | None = None  # when the prompt's last chunk was evaluated
-        self._sampler = sampler
+        self.sampler = sampler  # its draws (a draft model's verification shares its RNG: draft_model)
         self._stop = StopMatcher(opts.stop)
         self._decoder = tok.stream_decoder() if tok is not None else None
-        self._eog = tok.eog_ids if tok is not None else frozenset()
-        self._limit = opts.num_predict if opts.num_predict >= 0 else None
+        self.eog = tok.eog_ids if tok is not None else frozenset()  # the ids that end it
+        self.limit = opts.num_predict if opts.num_predict >= 0 else None  # most tokens it makes; None: the context
         self.progress = Progress(known=len(prompt))
         self.preemptions = 0  # times the KV pool ran dry and this sequence gave its blocks back
         self.cache_scope = cache_scope  # whose cached prefixes it may reuse, and under which its own are cached
@@ -147,9 +147,9 @@ class Sequence:
         return self.cancelled is not None and self.cancelled.is_set()
 
     def _more(self) -> bool:  # room in the context and in num_predict for another token
-        return len(self.history) < self.n_ctx and (self._limit is None or self.n_gen < self._limit)
+        return len(self.history) < self.n_ctx and (self.limit is None or self.n_gen < self.limit)
 
-    def _on_logits(self, logits: np.ndarray, choose=None) -> list[Token | Done]:
+    def on_logits(self, logits: np.ndarray, choose=None) -> list[Token | Done]:
         """Sample one token from the logits of the last evaluated position (or take `choose(logits)`'s, which
         commits it to the sampler: speculative sampling's accept-or-resample); the events it makes."""
         if not self._more():
@@ -157,10 +157,10 @@ class Sequence:
         if self.is_cancelled():
             self.state = CANCELLED  # the consumer is gone: no Done to send
             return []
-        token = int(self._sampler.sample(logits, self.history) if choose is None else choose(logits))
+        token = int(self.sampler.sample(logits, self.history) if choose is None else choose(logits))
         self.history.append(token)
         self.n_gen += 1
-        if token in self._eog:
+        if token in self.eog:
             return [self._finish("stop", False)]
         piece = self._decoder.add(token) if self._decoder is not None else ""
         emit, hit = self._stop.feed(piece)

@@ -194,7 +194,7 @@ class ModelDrafter:
                 token = int(ids[_pick(probs, state.q_sampler.rng.uniform())])
                 state.pending_q.append((ids, probs))
             out.append(token)
-            if token in seq._eog or i == k - 1:
+            if token in seq.eog or i == k - 1:
                 break
             logits = self.evaluate(seq.slot, [token], per_row=True)
         return out
@@ -212,7 +212,7 @@ def attach(seq, drafter) -> None:
         return
     state.source = drafter
     if seq.options.temperature > 0:
-        state.q_sampler = Sampler(seq.options, _base(seq._sampler).rng)  # the same RNG stream as the sequence's
+        state.q_sampler = Sampler(seq.options, _base(seq.sampler).rng)  # the same RNG stream as the sequence's
         state.fixed = seq.options.seed != -1
 
 
@@ -235,16 +235,16 @@ def check_drafts(seq, logits: np.ndarray, n: int, draft: list[int]) -> list:
         return verify(seq, logits, n, draft)
     events: list = []
     accepted = 0
-    sampler = seq._sampler
+    sampler = seq.sampler
     rng = _base(sampler).rng
     for i in range(len(draft) + 1):
         before = len(seq.history)
         if i == len(draft):  # every draft accepted: the last row is a plain sample
-            events.extend(seq._on_logits(logits[i]))
+            events.extend(seq.on_logits(logits[i]))
             break
         q = state.pending_q[i]
         events.extend(
-            seq._on_logits(logits[i], choose=lambda lg, d=draft[i], q=q: _accept(sampler, rng, lg, seq.history, d, q))
+            seq.on_logits(logits[i], choose=lambda lg, d=draft[i], q=q: _accept(sampler, rng, lg, seq.history, d, q))
         )
         if len(seq.history) == before or seq.history[before] != draft[i]:
             break

@@ -14,7 +14,7 @@ after the sampler's whole chain, penalties and a grammar's mask included), and o
 draw from p with d_i removed and renormalised. It also takes exactly one uniform per emitted token from
 the sequence's RNG, as plain decoding does, so a seeded request gives the same tokens with and without
 drafts. Grammar and stop strings hold for the same reason: every emitted token went through the same
-`Sequence._on_logits`, and a draft the grammar forbids can never be the draw, which ends the run there.
+`Sequence.on_logits`, and a draft the grammar forbids can never be the draw, which ends the run there.
 
 Drafts (`NgramIndex`): the longest suffix of prompt + output (n from 3 down to 1) that occurred before;
 the draft is what followed the occurrence whose preceding tokens agree longest with the sequence's (ties: the
@@ -344,8 +344,8 @@ def draft_limit(seq) -> int:
     """The most tokens seq can usefully draft now: verification of k drafts yields up to k + 1 tokens, and the
     sequence may emit only as many as its context and num_predict leave."""
     room = seq.n_ctx - len(seq.history)
-    if seq._limit is not None:
-        room = min(room, seq._limit - seq.n_gen)
+    if seq.limit is not None:
+        room = min(room, seq.limit - seq.n_gen)
     return max(0, room - 1)
 
 
@@ -359,7 +359,7 @@ def verify(seq, logits: np.ndarray, n: int, draft: list[int]) -> list:
     accepted = 0
     for i in range(len(draft) + 1):
         before = len(seq.history)
-        events.extend(seq._on_logits(logits[i]))
+        events.extend(seq.on_logits(logits[i]))
         if i == len(draft) or len(seq.history) == before or seq.history[before] != draft[i]:
             break
         accepted += 1
