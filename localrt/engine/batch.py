@@ -6,7 +6,8 @@ slot (the one whose cached tokens share the longest prefix with the prompt: KVCa
 names the cancelled, resumed and preempted sequences, the decode rows with their drafts and the prompt chunks:
 the next prefill chunk of the oldest prompt still being evaluated (and of younger ones while the step's prompt
 rows stay within PREFILL_ROWS_PER_STEP); executing it runs one forward per decode group and the chunks' forwards,
-samples every sequence that got logits and returns each one's events. `generate()` is a Batcher
+samples every sequence that got logits and returns each one's events. The plan needs no weights: a model
+that keeps only the cache's bookkeeping shows its decisions (tests/engine/test_step_plan.py). `generate()` is a Batcher
 of one sequence, so a request runs the same code alone or beside others. A decoding sequence may carry a
 prompt-lookup draft in the step's forward (localrt.engine.speculative: rows for its pending token and the
 drafted ones, sampled in order while the draws equal the draft, the cache trimmed after), several in one step,
