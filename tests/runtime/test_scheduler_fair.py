@@ -11,7 +11,7 @@ import time
 import pytest
 
 from localrt.errors import Busy
-from _sched_fakes import Reader, make, req
+from _sched_fakes import Reader, req, sched  # noqa: F401 - sched: the scheduler fixture
 
 
 def _req(client: str, id=None, **payload):
@@ -20,22 +20,8 @@ def _req(client: str, id=None, **payload):
     return r
 
 
-@pytest.fixture
-def sched():
-    made = []
-
-    def factory(**kw):
-        s, zoo, clock = make(**kw)
-        made.append(s)
-        return s, zoo
-
-    yield factory
-    for s in made:
-        s.stop(timeout=2)
-
-
 def test_next_job_is_round_robin_across_clients(sched):
-    s, zoo = sched(max_queue=16)
+    s, zoo, _ = sched(max_queue=16)
     gate = threading.Event()
     first = Reader(s.submit(_req("a", id="a0", gate=gate, steps=1)))
     zoo_started = lambda: zoo.started  # noqa: E731
@@ -52,7 +38,7 @@ def test_next_job_is_round_robin_across_clients(sched):
 
 
 def test_full_queue_newcomer_displaces_the_flooders_newest_job(sched):
-    s, zoo = sched(max_queue=4)
+    s, zoo, _ = sched(max_queue=4)
     gate = threading.Event()
     running = Reader(s.submit(_req("flood", id="f0", gate=gate, steps=1)))
     deadline = time.monotonic() + 5
@@ -74,7 +60,7 @@ def test_full_queue_newcomer_displaces_the_flooders_newest_job(sched):
 def test_32_clients_on_a_queue_of_4_all_progress(sched):
     """Clients that were just served resubmit at once; refused ones wait a little (a Retry-After). Before, the
     quick resubmitters kept taking every freed place and 20 of 32 clients got nothing at all."""
-    s, zoo = sched(max_queue=4)
+    s, zoo, _ = sched(max_queue=4)
     served = {f"c{i}": 0 for i in range(32)}
     stop = threading.Event()
 
