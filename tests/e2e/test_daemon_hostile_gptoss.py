@@ -36,6 +36,8 @@ PROBLEMS = {
     "window": r"gpt-oss\.attention\.sliding_window is 0; it must be at least 1",
 }
 MESSAGES = [{"role": "user", "content": "hi"}]
+# One worker runs the module: its daemon starts, and compiles the MXFP4 kernels cold, once rather than per worker.
+pytestmark = pytest.mark.xdist_group("gptoss-hostile-daemon")
 
 
 def redim(src: Path, dst: Path, name: str, ne: tuple) -> Path:
