@@ -324,6 +324,16 @@ def test_stop_fails_waiting_requests_and_releases_models():
         s.submit(req(id=3))
 
 
+def test_stop_ends_a_job_whose_reader_never_comes_back():
+    s, zoo, _ = make()
+    stream = s.submit(req(id=1, forever=True))
+    assert next(stream) == ("a", 1, 0)  # granted and started; its reader reads no more
+    s.stop(timeout=0.5)
+    assert zoo.closed == [("a", 4096)] and stream._job.cancelled.is_set()
+    with pytest.raises(StopIteration):
+        next(stream)  # a reader that comes back after all finds the work stopped
+
+
 def test_work_function_can_be_passed_with_the_request(sched):
     s, zoo, _ = sched()
     seen = []
