@@ -77,8 +77,9 @@ def replay(prompt: list[int], reply: list[int], costs: Fixed, shared: S.Evidence
     i, cost, rows = 1, 0.0, []
     while i < len(reply):
         seq.n_gen = i
-        [[(_, n, draft)]] = spec.plan([seq], [S.draft_limit(seq)])
-        a = accepted(draft, reply, i)
+        [[(_, n, draft, _)]] = spec.plan([seq], [S.draft_limit(seq)])
+        state.ran(len(draft))  # the step runs (Batcher.execute)
+        a = accepted(list(draft), reply, i)
         if draft:
             state.observe(n, len(draft), a)
         take = min(a + 1, len(reply) - i)

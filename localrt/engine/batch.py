@@ -2,16 +2,19 @@
 
 A `Batcher` is owned by one thread (the model's worker). `add` validates a request and gives it a free KV
 slot (the one whose cached tokens share the longest prefix with the prompt: KVCache.match_prefix). `step` is
-`plan`, then `execute`: the plan (a StepPlan, decided without running the model, as vLLM's scheduler output)
-names the cancelled, resumed and preempted sequences, the decode rows with their drafts and the prompt chunks:
-the next prefill chunk of the oldest prompt still being evaluated (and of younger ones while the step's prompt
-rows stay within PREFILL_ROWS_PER_STEP); executing it runs one forward per decode group and the chunks' forwards,
-samples every sequence that got logits and returns each one's events. The plan needs no weights: a model
-that keeps only the cache's bookkeeping shows its decisions (tests/engine/test_step_plan.py). `generate()` is a Batcher
-of one sequence, so a request runs the same code alone or beside others. A decoding sequence may carry a
-prompt-lookup draft in the step's forward (localrt.engine.speculative: rows for its pending token and the
-drafted ones, sampled in order while the draws equal the draft, the cache trimmed after), several in one step,
-or a draft from the draft model beside it (localrt.engine.draft_model, whose own cache follows the same way).
+`plan`, then `execute`: the plan (a StepPlan, decided without running the model or changing anything, as vLLM's
+scheduler output) names the cancelled, resumed and preempted sequences, the decode rows with their drafts and the
+prompt chunks: the next prefill chunk of the oldest prompt still being evaluated (and of younger ones while the step's
+prompt rows stay within PREFILL_ROWS_PER_STEP). Where deciding means changing the slots (a release frees blocks, a
+resume takes a cached prefix, a preemption gives blocks back) it is done on a copy of them (localrt.engine.slots),
+by the functions that `execute` then runs on the real ones before it runs one forward per decode group and the
+chunks' forwards, samples every sequence that got logits and returns each one's events. The plan needs no weights:
+a model that keeps only the cache's bookkeeping shows its decisions (tests/engine/test_step_plan.py).
+`generate()` is a Batcher of one sequence, so a request runs the same code alone or beside others. A decoding
+sequence may carry a prompt-lookup draft in the step's forward (localrt.engine.speculative: rows for its pending
+token and the drafted ones, sampled in order while the draws equal the draft, the cache trimmed after), several in
+one step, or a draft from the draft model beside it, proposed as the step runs (localrt.engine.draft_model, whose own
+cache follows the same way).
 
 Batch invariance: a sequence's tokens do not depend on what else runs with it, nor on what was cached. A row takes
 the BLAS path only inside a prompt chunk's pieces (`backends.pieces.blas_pieces`: the chunk cut at multiples of 256
@@ -32,6 +35,7 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
@@ -44,20 +48,17 @@ from .draft_model import attach, check_drafts, sync_prompt
 from .events import Done, Token
 from .logprobs import LogprobTracker
 from .sampler import BiasedSampler, make_sampler
-from .speculative import DraftState, Speculator, draft_limit, kept_positions, priors
+from .slots import PREFILL_ROWS_PER_STEP, Slots
+from .speculative import DraftState, Row, Speculator, draft_limit, kept_positions, priors
 from .stop import StopMatcher
+
+__all__ = ["PREFILL_ROWS_PER_STEP", "Batcher", "Chunk", "Sequence", "StepPlan"]
 
 PREFILL, DECODE, DONE, CANCELLED, WAITING = "prefill", "decode", "done", "cancelled", "waiting"
 # A cached prefix shorter than this is evaluated again rather than reused (a chat template's common header is
 # shorter): the least recently used slot then goes first, keeping the longer caches of the others. Reuse is
 # exact, so this changes only speed.
 REUSE_MIN_TOKENS = 16
-# Prompt rows one step may evaluate beside its decode rows: the oldest prompt's next chunk always, and the chunks of
-# the prompts admitted after it while their rows stay within this (and num_batch). Short prompts that arrive together
-# (a team's requests after a meeting) then all start in the first step, as llama-server fills one batch with several
-# slots' prompts, instead of one prompt per step; a decode step still waits for at most this many prompt rows (or
-# one chunk of a longer prompt).
-PREFILL_ROWS_PER_STEP = 256
 
 
 @dataclass
@@ -203,15 +204,23 @@ class Sequence:
         )
 
 
+class Chunk(NamedTuple):
+    """Positions start..end - 1 of seq's history evaluated by a prefill (or replay) forward."""
+
+    seq: Sequence
+    start: int
+    end: int
+
+
 @dataclass
 class StepPlan:
-    """What one step runs, decided before any forward (Batcher.plan); Batcher.execute runs it."""
+    """What one step runs, decided before any forward and changing nothing (Batcher.plan); Batcher.execute runs it."""
 
     cancelled: list[Sequence]  # dropped this step: their slots are free again, they get no events
-    resumed: list[Sequence]  # back from waiting: their next prompt chunks (or replay runs) are in `prefill`
-    preempted: list[Sequence]  # gave their blocks back to make room for this step's rows: waiting now
-    decode: list[list[tuple[Sequence, int, list[int]]]]  # one forward each: (sequence, match size, draft) rows
-    prefill: list[Sequence]  # whose next prompt chunk (or replay run) is evaluated, oldest first
+    resumed: list[Sequence]  # back from waiting, oldest first: their next chunks (or replay runs) are in `prefill`
+    preempted: list[Sequence]  # give their blocks back, newest first, to make room for this step's rows: waiting then
+    decode: list[list[Row]]  # one forward each: the decode rows of its sequences, with their drafts
+    prefill: list[Chunk]  # the prompt chunks (or replay runs) evaluated, oldest sequence first
 
 
 class Batcher:
@@ -237,18 +246,16 @@ class Batcher:
         )
         self.max_run = max_run  # also the rows of one forward replaying a preempted sequence's decoded tokens
         self._spec = Speculator(self.max_rows, max_run, priors(model).costs)  # shared by the model's Batchers
-        self._held: dict[int, Sequence] = {}  # slot -> its sequence, in the order they were added
-        self._last_used = [0] * n  # slot -> step count when it was last released (least recently used goes first)
-        self._steps = 0
+        self.slots = Slots(model.cache, n, max_run, self.reuse_min)
 
     @property
     def sequences(self) -> list[Sequence]:
         """The sequences that hold a slot (prefilling or decoding)."""
-        return list(self._held.values())
+        return list(self.slots.held.values())
 
     @property
     def free_slots(self) -> int:
-        return self.n_slots - len(self._held)
+        return self.n_slots - len(self.slots.held)
 
     def add(
         self,
@@ -282,19 +289,19 @@ class Batcher:
             cache_scope=cache_scope,
         )
         if slot is None:
-            slot = self._pick_slot(seq)
-        elif not 0 <= slot < self.n_slots or slot in self._held:
+            slot = self.slots.pick(seq)
+        elif not 0 <= slot < self.n_slots or slot in self.slots.held:
             raise RuntimeError(f"slot {slot} is not a free slot of 0..{self.n_slots - 1}")
         attach(seq, self.drafter)  # a request naming the draft model drafts with it instead of prompt lookup
         seq.slot = slot
         if seq.draft is not None:
             seq.draft.shared = priors(self.model).evidence
-        seq.progress.computed = self._reuse(slot, seq, seq.prompt)
+        seq.progress.computed = self.slots.reuse(slot, seq, seq.prompt)
         if seq.draft is not None and seq.draft.source is not None:
             # its own slot: reuse what the draft's cache holds of the prompt, if this client's
             seq.draft.source.start(slot, seq.prompt, seq.num_batch, seq.cache_scope)
         seq.n_cached = seq.progress.computed
-        self._held[slot] = seq
+        self.slots.held[slot] = seq
         return seq
 
     def step(self) -> list[tuple[Sequence, list[Token | Done]]]:
@@ -305,28 +312,52 @@ class Batcher:
         return self.execute(self.plan())
 
     def plan(self) -> StepPlan:
-        """Decide this step without running the model: drop the cancelled sequences, put waiting ones back while
-        the pool has room (localrt.engine.preempt), plan the decode rows and drafts (Speculator.plan) and the
-        prompt chunks (`_prefilling`), preempting the newest sequences while the pool cannot hold those rows."""
-        self._steps += 1
-        cancelled = [seq for seq in self._held.values() if seq.is_cancelled()]
+        """Decide this step without running the model or changing anything: the cancelled sequences are dropped,
+        waiting ones put back while the pool has room (localrt.engine.preempt), the decode rows and drafts planned
+        (Speculator.plan) and the prompt chunks (Slots.prefilling), the newest sequences preempted while the pool
+        cannot hold those rows. Where that changes the slots it is done on a copy of them (Slots.copy) by the
+        functions `execute` then runs on the real ones."""
+        real = self.slots
+        cancelled = [seq for seq in real.held.values() if seq.is_cancelled()]
+        world = real.copy() if cancelled or any(s.state == WAITING for s in real.held.values()) else real
         for seq in cancelled:
-            seq.state = CANCELLED
-            self._release(seq)
-        waiting = [s for s in self._held.values() if s.state == WAITING]
-        preempt.resume_waiting(self)
-        resumed = [s for s in waiting if s.state != WAITING]
-        decoding = [s for s in self._held.values() if s.progress.pending is not None]
+            world.drop(world.mirror(seq))
+        resumed = preempt.resume_waiting(world)
+        decoding = [s for s in world.held.values() if s.progress.pending is not None]
         groups = self._spec.plan(decoding, [draft_limit(s) for s in decoding])
-        running = [s for s in self._held.values() if s.state != WAITING]
-        groups, prefilling = preempt.make_room(self, groups, self._prefilling())
-        preempted = [s for s in running if s.state == WAITING]
-        return StepPlan(cancelled, resumed, preempted, groups, prefilling)
+        prefilling = world.prefilling()
+        preempted = []
+        if world is not real or not preempt.fits(world, groups, prefilling):
+            if world is real:  # preempting changes the slots: on a copy
+                world = real.copy()
+                groups = [[row._replace(seq=world.mirror(row.seq)) for row in group] for group in groups]
+                prefilling = [world.mirror(seq) for seq in prefilling]
+            groups, prefilling, preempted = preempt.make_room(world, groups, prefilling)
+        real_of = world.origin
+        return StepPlan(
+            cancelled=cancelled,
+            resumed=[real_of(s) for s in resumed],
+            preempted=[real_of(s) for s in preempted],
+            decode=[[row._replace(seq=real_of(row.seq)) for row in group] for group in groups],
+            prefill=[Chunk(real_of(s), s.progress.computed, preempt.chunk_end(s, self.max_run)) for s in prefilling],
+        )
 
     def execute(self, plan: StepPlan) -> list[tuple[Sequence, list[Token | Done]]]:
-        """Run a plan: each decode group's forward and the prompt chunks' forwards, then sample every sequence that
-        got logits (accepting or rejecting its draft: draft_model.check_drafts) and trim the rows of rejected
-        draft tokens from the cache; a finished sequence's slot is freed."""
+        """Run a plan (the last one `plan` made; nothing added or stepped since): drop its cancelled, resume and
+        preempt its sequences as it says, run each decode group's forward and the prompt chunks' forwards, then sample
+        every sequence that got logits (accepting or rejecting its draft: draft_model.check_drafts) and trim the rows
+        of rejected draft tokens from the cache; a finished sequence's slot is freed."""
+        slots = self.slots
+        slots.steps += 1
+        for seq in plan.cancelled:
+            slots.drop(seq)
+        for seq in plan.resumed:
+            preempt.resume(slots, seq)
+        for seq in plan.preempted:
+            preempt.preempt(slots, seq)
+        for seq, start, _ in plan.prefill:
+            if seq.progress.computed != start or seq.state != PREFILL:
+                raise RuntimeError("a stale step plan: the slots changed after it was made")
         out: list[tuple[Sequence, list[Token | Done]]] = [(seq, []) for seq in plan.cancelled]
         # Sequences with the logits (rows, n_vocab) of their pending token and draft, the match size, the draft.
         fresh: list[tuple[Sequence, np.ndarray, int, list[int]]] = []
@@ -345,36 +376,38 @@ class Batcher:
                 if seq.draft.source is not None:
                     seq.draft.source.settle(seq.slot, seq.history)  # and the draft model's, the same way
             if seq.finished:
-                self._release(seq)
+                slots.release(seq)
             out.append((seq, events))
         return out
 
     def park(self, seq: Sequence) -> None:
         """seq leaves its slot for another sequence (localrt.engine.preempt.park); it resumes, unchanged, after
         `unpark`. Only a sequence that preempt.parkable allows."""
-        if not preempt.parkable(seq) or self._held.get(seq.slot) is not seq:
+        if not preempt.parkable(seq) or self.slots.held.get(seq.slot) is not seq:
             raise RuntimeError("only a running sequence without a draft model can be parked")
-        preempt.park(self, seq)
+        preempt.park(self.slots, seq)
 
     def unpark(self, seq: Sequence) -> None:
         """A parked seq takes a free slot again (RuntimeError when none is free) and resumes where it stopped."""
-        preempt.unpark(self, seq)
+        preempt.unpark(self.slots, seq)
 
     def close(self) -> None:
         """Drop every sequence (as if cancelled, no Done), keeping what each slot's cache validly holds."""
-        for seq in list(self._held.values()):
-            seq.state = CANCELLED
-            self._release(seq)
+        for seq in list(self.slots.held.values()):
+            self.slots.drop(seq)
 
     # -- internals ---------------------------------------------------------------------------------
 
-    def _decode(
-        self, group: list[tuple[Sequence, int, list[int]]]
-    ) -> list[tuple[Sequence, np.ndarray, int, list[int]]]:
-        """One forward over each sequence's pending token and draft, at its next positions in its own slot:
-        (sequence, its logits (1 + len(draft), n_vocab), match size, draft) per sequence."""
-        tokens, positions, slots = [], [], []
-        for s, _, draft in group:
+    def _decode(self, group: list[Row]) -> list[tuple[Sequence, np.ndarray, int, list[int]]]:
+        """One forward over each sequence's pending token and draft (a draft model proposes its tokens now), at its
+        next positions in its own slot: (sequence, its logits (1 + len(draft), n_vocab), match size, draft) per
+        sequence."""
+        tokens, positions, slots, rows = [], [], [], []
+        for s, n, draft, propose in group:
+            draft = s.draft.source.propose(s, propose) if propose else list(draft)
+            if s.draft is not None:
+                s.draft.ran(len(draft))
+            rows.append((s, n, draft))
             start = len(s.history) - 1
             tokens += [s.progress.pending, *draft]
             positions += range(start, start + 1 + len(draft))
@@ -389,28 +422,14 @@ class Batcher:
             lambda: self.model.forward(batch, self.model.cache, output_rows=None), len(batch)
         )
         out, row = [], 0
-        for s, n, draft in group:
+        for s, n, draft in rows:
             out.append((s, logits[row : row + 1 + len(draft)], n, draft))  # (1 + len(draft), n_vocab)
             row += 1 + len(draft)
         return out
 
-    def _prefilling(self) -> list[Sequence]:
-        """The sequences whose next prompt chunk (or replay run) this step evaluates, oldest first: the oldest always,
-        the ones after it while the rows stay within PREFILL_ROWS_PER_STEP and num_batch."""
-        out, rows = [], 0
-        for seq in self._held.values():
-            if seq.state != PREFILL:
-                continue
-            n = preempt.chunk_end(seq, self.max_run) - seq.progress.computed
-            if out and rows + n > min(PREFILL_ROWS_PER_STEP, seq.num_batch):
-                break  # first come, first served: a younger short prompt does not pass a longer one
-            out.append(seq)
-            rows += n
-        return out
-
-    def _prefill(self, seqs: list[Sequence]) -> list[tuple[Sequence, np.ndarray | None]]:
-        """Evaluate each sequence's next prompt chunk, cut as `generate` alone cuts it: (sequence, the last row's
-        logits if that was the prompt's last chunk, else None) per sequence.
+    def _prefill(self, chunks: list[Chunk]) -> list[tuple[Sequence, np.ndarray | None]]:
+        """Evaluate each chunk (a sequence's next prompt chunk, cut as `generate` alone cuts it): (sequence, the last
+        row's logits if that was the prompt's last chunk, else None) per sequence.
 
         A chunk with rows on the BLAS path (a piece of 64+ positions, backends.pieces.blas_pieces) is a forward of
         its own, as alone; the chunks whose rows are all per-row (short prompts, replays) share one forward, which
@@ -418,8 +437,6 @@ class Batcher:
         After a preemption the decoded tokens follow, replayed in runs of at most max_run rows (per-row numerics,
         as their decode steps computed them); then the sequence decodes its pending token again."""
         model = self.model
-        # (sequence, start, end)
-        chunks = [(seq, seq.progress.computed, preempt.chunk_end(seq, self.max_run)) for seq in seqs]
         alone, shared = [], []
         for c in chunks:
             (alone if blas_pieces(np.arange(c[1], c[2]), np.zeros(c[2] - c[1], np.int64)) else shared).append(c)
@@ -449,44 +466,3 @@ class Batcher:
             return None
         seq.t_prefill = time.perf_counter_ns()
         return logits
-
-    def _release(self, seq: Sequence) -> None:
-        """Free seq's slot; its blocks stay cached with the ids whose keys they hold (for a later prompt's reuse)."""
-        if self._held.get(seq.slot) is seq:
-            del self._held[seq.slot]
-            self.model.cache.retire(seq.slot, seq.history, seq.pieces, seq.cache_scope)
-            self._last_used[seq.slot] = self._steps
-
-    def _prefixes(self, slot: int, scope: str):
-        """What a sequence in slot may reuse: every cached prefix and every other running sequence's positions, of
-        its scope."""
-        cache = self.model.cache
-        running = [
-            cache.running_prefix(s, held.history, held.pieces, held.cache_scope)
-            for s, held in self._held.items()
-            if s != slot and held.state != WAITING
-        ]
-        return cache.prefixes(running, scope)
-
-    def _pick_slot(self, seq: Sequence) -> int:
-        free = [s for s in range(self.n_slots) if s not in self._held]
-        if not free:
-            raise RuntimeError(f"all {self.n_slots} slots are busy")
-        cache = self.model.cache
-        own = {}  # a slot-bound cache: the prefix each free slot's own arrays hold (no copy to reuse it)
-        for source in self._prefixes(-1, seq.cache_scope):
-            if source.slot in free and source.entry is not None:
-                own[source.slot] = max(
-                    own.get(source.slot, 0), cache.reusable(source, seq.prompt, seq.pieces, self.reuse_min)
-                )
-        return max(free, key=lambda s: (own.get(s, 0), -self._last_used[s]))
-
-    def _reuse(self, slot: int, seq: Sequence, target: list[int]) -> int:
-        """Give slot the longest exactly reusable prefix of target (seq's prompt, or its history after a preemption)
-        from any cached prefix or running sequence (KVCache.match_prefix, take_prefix); the first position left to
-        evaluate."""
-        cache = self.model.cache
-        sources = self._prefixes(slot, seq.cache_scope)
-        best, pick = cache.match_prefix(target, seq.pieces, sources, reuse_min=self.reuse_min, slot=slot)
-        cache.take_prefix(slot, pick, best)
-        return best

@@ -24,6 +24,7 @@ hold valid keys.
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass
 
 import numpy as np
@@ -124,6 +125,15 @@ class KVCache:
             self.k.append(_committed((*lead, head_dim), self.dtype))
             self.v.append(_committed((*lead, head_dim_v), self.dtype))
         self.lengths = np.zeros(n_slots, np.int64)  # (n_slots,) valid positions per slot
+
+    def ledger(self) -> KVCache:
+        """A copy of the bookkeeping (block tables, lengths, the pool's counts and cached prefixes) without the keys:
+        what a step would do to the cache is planned on it (localrt.engine.slots), and changes nothing here."""
+        new = copy.copy(self)
+        new.pool = self.pool.copy()
+        new.tables, new.lengths = self.tables.copy(), self.lengths.copy()
+        new.k, new.v = [], []  # no keys: copying a slot's per-slot layers (copy_slotted) is bookkeeping-free
+        return new
 
     # -- layout ------------------------------------------------------------------------------------
 
@@ -283,6 +293,8 @@ class KVCache:
 
     def copy_slotted(self, src: int, dst: int, n: int) -> None:
         """Give slot dst the first n positions of slot src's per-slot layers (a ring: all of it)."""
+        if not self.k:
+            return  # a ledger: no keys to copy
         for il, p in enumerate(self.paged):
             if p:
                 continue

@@ -14,7 +14,8 @@ Pure bookkeeping (no k/v storage): `localrt.engine.kv_cache.KVCache` owns the ar
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import copy
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -54,6 +55,15 @@ class BlockPool:
         self.entries: list[Entry] = []
         self.clock = 0
         self.evictions = 0  # blocks evicted so far (for /api/ps and tests)
+
+    def copy(self) -> BlockPool:
+        """The same bookkeeping, changed apart from this one (its entries copied too)."""
+        new = copy.copy(self)
+        for name in ("refs", "holds", "stamp", "index", "fill"):
+            setattr(new, name, getattr(self, name).copy())
+        new.free = list(self.free)
+        new.entries = [replace(e, tokens=list(e.tokens), blocks=list(e.blocks)) for e in self.entries]
+        return new
 
     # -- counts ------------------------------------------------------------------------------------
 

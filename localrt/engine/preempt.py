@@ -38,51 +38,64 @@ def chunk_end(seq, max_run: int) -> int:
     return min(seq.progress.known, seq.progress.computed + max_run)
 
 
-def make_room(batcher, groups, prefilling):
-    """(groups, prefilling) for this step, less the sequences preempted so that the pool can hold their rows.
-    `prefilling`: the sequences whose next prompt chunk the step evaluates (Batcher._prefilling)."""
-    cache = batcher.model.cache
-    while True:
-        need = sum(_need(cache, s, len(s.history) + len(draft)) for group in groups for s, _, draft in group)
-        need += sum(_need(cache, s, chunk_end(s, batcher.max_run)) for s in prefilling)
-        if need <= cache.pool.available():
-            return groups, prefilling
-        running = [s for s in batcher._held.values() if s.state in (PREFILL, DECODE)]
+def fits(slots, groups, prefilling) -> bool:
+    """Whether the pool can give the blocks of this step's rows: each decode row with its draft (speculative.Row)
+    and each of `prefilling`'s next chunk."""
+    cache = slots.cache
+    need = sum(_need(cache, r.seq, len(r.seq.history) + max(len(r.draft), r.propose)) for g in groups for r in g)
+    need += sum(_need(cache, s, chunk_end(s, slots.max_run)) for s in prefilling)
+    return need <= cache.pool.available()
+
+
+def make_room(slots, groups, prefilling):
+    """(groups, prefilling, preempted) for this step: the newest running sequences preempted, newest first, until
+    the pool can hold the rows of the others. `prefilling`: the sequences whose next prompt chunk the step
+    evaluates (Slots.prefilling)."""
+    preempted = []
+    while not fits(slots, groups, prefilling):
+        running = slots.running()
         if len(running) <= 1:  # cannot happen (the pool holds a full context); never preempt the last one
-            return groups, prefilling
+            break
         victim = running[-1]
-        preempt(batcher, victim)
-        groups = [g for g in ([row for row in group if row[0] is not victim] for group in groups) if g]
+        preempt(slots, victim)
+        preempted.append(victim)
+        groups = [g for g in ([row for row in group if row.seq is not victim] for group in groups) if g]
         if victim in prefilling:
-            prefilling = batcher._prefilling()
+            prefilling = slots.prefilling()
+    return groups, prefilling, preempted
 
 
-def preempt(batcher, seq) -> None:
+def preempt(slots, seq) -> None:
     """seq gives back its blocks (kept as a cached prefix) and waits; it keeps its slot and its sampler state."""
-    cache = batcher.model.cache
     if seq.progress.pending is not None:
         seq.progress.pending = None  # it is history[-1]: decoded again after the replay
         seq.progress.known = len(seq.history) - 1
-    cache.retire(seq.slot, seq.history, seq.pieces, seq.cache_scope)
+    slots.cache.retire(seq.slot, seq.history, seq.pieces, seq.cache_scope)
     seq.state = WAITING
     seq.preemptions += 1
 
 
-def resume_waiting(batcher) -> None:
-    """Put waiting sequences back, oldest first, while the pool can hold each one's history."""
-    cache = batcher.model.cache
-    for seq in list(batcher._held.values()):
+def resume_waiting(slots) -> list:
+    """Put waiting sequences back, oldest first, while the pool can hold each one's history; the ones put back."""
+    cache, out = slots.cache, []
+    for seq in list(slots.held.values()):
         if seq.state != WAITING:
             continue
-        running = sum(s.state in (PREFILL, DECODE) for s in batcher._held.values())
         blocks = -(-max(seq.progress.known, 1) // cache.block_size)
-        if cache.pool.available() < blocks + running:
-            return  # first come, first served: a younger waiting sequence does not go first
-        target = seq.history if seq.prefilled else seq.prompt
-        seq.progress.computed = batcher._reuse(seq.slot, seq, target)
-        seq.state = PREFILL
-        if seq.progress.computed >= seq.progress.known:  # every position but the pending token's was still cached
-            seq.state, seq.progress.pending = DECODE, seq.history[-1]
+        if cache.pool.available() < blocks + len(slots.running()):
+            break  # first come, first served: a younger waiting sequence does not go first
+        resume(slots, seq)
+        out.append(seq)
+    return out
+
+
+def resume(slots, seq) -> None:
+    """A waiting seq takes its longest cached prefix back and evaluates the rest of its history from there."""
+    target = seq.history if seq.prefilled else seq.prompt
+    seq.progress.computed = slots.reuse(seq.slot, seq, target)
+    seq.state = PREFILL
+    if seq.progress.computed >= seq.progress.known:  # every position but the pending token's was still cached
+        seq.state, seq.progress.pending = DECODE, seq.history[-1]
 
 
 def parkable(seq) -> bool:
@@ -90,16 +103,16 @@ def parkable(seq) -> bool:
     return not seq.finished and (seq.draft is None or seq.draft.source is None)
 
 
-def park(batcher, seq) -> None:
+def park(slots, seq) -> None:
     """seq gives back its blocks (as `preempt`) and its slot; it keeps its sampler state, emits nothing, and is
     out of the batcher until `unpark`."""
     if seq.state != WAITING:
-        preempt(batcher, seq)
-    batcher._release(seq)  # the slot is free for another sequence; its blocks are already a cached prefix
+        preempt(slots, seq)
+    slots.release(seq)  # the slot is free for another sequence; its blocks are already a cached prefix
     seq.slot = -1
 
 
-def unpark(batcher, seq) -> None:
+def unpark(slots, seq) -> None:
     """A parked seq takes a free slot again, waiting: `resume_waiting` puts it back when the pool has room."""
-    seq.slot = batcher._pick_slot(seq)
-    batcher._held[seq.slot] = seq
+    seq.slot = slots.pick(seq)
+    slots.held[seq.slot] = seq

@@ -40,6 +40,7 @@ import threading
 import time
 import weakref
 from dataclasses import dataclass, field, replace
+from typing import NamedTuple
 
 import numpy as np
 
@@ -158,16 +159,23 @@ class DraftState:
         self.fixed = False  # seeded sampling: the draft length follows acceptance only, never timing
         self.pending_q: list = []  # (ids, probs) the drafted tokens were drawn from, for speculative sampling
 
-    def rate(self, n: int) -> float:
-        """Estimated probability that a drafted token from a match of class n is accepted."""
-        a, r = self.accepted[n], self.rejected[n]
+    def rate(self, n: int, decay: float = 1.0) -> float:
+        """Estimated probability that a drafted token from a match of class n is accepted (with the evidence decayed
+        by `decay` first: what the rate is after a step's `ran`)."""
+        a, r = self.accepted[n] * decay, self.rejected[n] * decay
         weight = PRIOR[n] + PRIOR_REJECT
         prior = self.shared.rate(n) if self.shared is not None else PRIOR[n] / weight
         return (a + weight * prior) / (a + r + weight)
 
-    def step(self) -> None:
+    def ran(self, drafted: int) -> None:
+        """A decode step of this sequence ran with `drafted` tokens: its evidence decays a step. A step without a
+        draft relaxes the cap a rejection set (`length`): below the shortest draft that pays (on a CPU 3 tokens, a
+        4-row forward) the sequence would never draft, so never raise it again (seen in a rename:
+        docs/measurements.md). A fixed draft length follows acceptance only."""
         self.accepted *= DECAY
         self.rejected *= DECAY
+        if not drafted and not self.fixed:
+            self.length = min(2 * self.length, self.max_draft)
 
     def observe(self, n: int, drafted: int, accepted: int) -> None:
         """A verified draft of `drafted` tokens from a size-n match; the first `accepted` were sampled."""
@@ -266,6 +274,16 @@ def expected_tokens(rate: float, k: int) -> float:
     return float(sum(rate**i for i in range(k + 1)))
 
 
+class Row(NamedTuple):
+    """One sequence's rows in a decode forward: its pending token, then `draft` (prompt lookup's tokens, from a
+    match of class `match`) or `propose` tokens its draft model proposes when the step runs."""
+
+    seq: object
+    match: int = 0
+    draft: tuple[int, ...] = ()
+    propose: int = 0
+
+
 class Speculator:
     """A Batcher's drafting: plans each step's drafts over its decoding sequences, times its forwards.
 
@@ -277,9 +295,10 @@ class Speculator:
         self.max_run = max_run
         self.costs = costs if costs is not None else CostModel()  # priors(model).costs: shared with its other Batchers
 
-    def plan(self, seqs: list, limits: list[int]) -> list[list[tuple]]:
-        """The step's forwards: groups of (sequence, match size, draft), at most max_rows rows per group and
-        limits[i] drafted tokens for seqs[i] (0 where it has no room or does not draft).
+    def plan(self, seqs: list, limits: list[int]) -> list[list[Row]]:
+        """The step's forwards: groups of Rows, at most max_rows rows per group and limits[i] drafted tokens for
+        seqs[i] (0 where it has no room or does not draft). Changes nothing: `ran` records a planned row once its
+        forward is run (a draft model proposes its tokens then: draft_model.ModelDrafter.propose).
 
         Sequences are taken in order; each gets the draft length that maximises the expected tokens per second
         of its group's forward (the rows already planned, and the pending rows of the sequences after it that fit,
@@ -287,7 +306,7 @@ class Speculator:
         of a forward that already yields 8 tokens, not of a one-row forward (drafting on the rows planned so far
         alone lost throughput to no drafts at all: docs/measurements.md). A sequence whose rows would
         not fit drafts less; one whose pending row does not fit starts a group."""
-        groups: list[list[tuple]] = []
+        groups: list[list[Row]] = []
         rows, tokens, extra = self.max_rows, 0.0, 0.0  # the current group's rows, expected tokens, draft seconds
         for i, (seq, limit) in enumerate(zip(seqs, limits)):
             state = seq.draft
@@ -298,7 +317,6 @@ class Speculator:
                 rows, tokens, extra = 0, 0.0, 0.0
             n, draft, best_k, first, each = 0, [], 0, 0.0, 0.0
             if state is not None:
-                state.step()
                 after = min(len(seqs) - i - 1, self.max_rows - rows - 1)  # the later pending rows this group takes
                 k_max = min(limit, state.length, state.max_draft, self.max_run - 1, self.max_rows - rows - 1 - after)
                 if state.source is None:
@@ -308,7 +326,7 @@ class Speculator:
                     draft = [None] * k_max
                 plain = self.costs.cost(rows + 1 + after)
                 best = (tokens + 1.0 + after) / (plain + extra) * MARGIN
-                rate = state.rate(n) if draft else 0.0
+                rate = state.rate(n, DECAY) if draft else 0.0  # this step's decay (DraftState.ran) counted in
                 for k in range(1, len(draft) + 1):
                     # never cheaper than the forward without the draft: medians of a busy machine can say so
                     value = (tokens + expected_tokens(rate, k) + after) / (
@@ -318,18 +336,13 @@ class Speculator:
                         best_k, best = k, value
                 if fixed:
                     best_k = k_fixed
-                if state.source is not None:
-                    draft = state.source.propose(seq, best_k) if best_k else []
-                    best_k = len(draft)  # the draft stops early at an end-of-generation token
-                if not best_k and not fixed:
-                    # A step without a draft relaxes the cap a rejection set (DraftState.length): below the
-                    # shortest draft that pays (on a CPU 3 tokens, a 4-row forward) the sequence would never
-                    # draft, so never raise it again (seen in a rename: docs/measurements.md).
-                    state.length = min(2 * state.length, state.max_draft)
-            groups[-1].append((seq, n, draft[:best_k]))
+            if state is not None and state.source is not None:
+                groups[-1].append(Row(seq, 0, (), best_k))
+            else:
+                groups[-1].append(Row(seq, n, tuple(draft[:best_k])))
             rows += 1 + best_k
             extra += first + (best_k - 1) * each if best_k else 0.0
-            tokens += expected_tokens(state.rate(n), best_k) if best_k else 1.0
+            tokens += expected_tokens(state.rate(n, DECAY), best_k) if best_k else 1.0
         return groups
 
     def timed_forward(self, forward, rows: int):

@@ -365,9 +365,10 @@ def test_a_step_is_planned_without_running_the_model(tiny_path):
     model.forward = no_forward
     plan = batcher.plan()
     del model.forward  # the method again
-    assert plan.cancelled == [b] and plan.prefill == [a] and plan.decode == [] and not plan.preempted
-    assert b.state == "cancelled" and batcher.free_slots == 2
+    assert plan.cancelled == [b] and plan.prefill == [(a, 0, 15)] and plan.decode == [] and not plan.preempted
+    assert b.state == "prefill" and batcher.free_slots == 1  # planning changed nothing
     out = batcher.execute(plan)
+    assert b.state == "cancelled" and batcher.free_slots == 2
     assert out[0] == (b, []) and out[1][0] is a and a.progress.pending == out[1][1][0].token
     plan = batcher.plan()
     assert [[row[0] for row in group] for group in plan.decode] == [[a]] and plan.prefill == []

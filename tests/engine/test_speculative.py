@@ -110,19 +110,25 @@ def _seq(history, max_draft=16):
 COPY = list(range(10, 40)) + [5] + list(range(10, 20))  # the suffix continues an earlier passage
 
 
+def _step(spec, seq, limit=100):
+    """Plan one sequence's step and record that it ran (as Batcher.execute does): its one Row."""
+    [[row]] = spec.plan([seq], [limit])
+    seq.draft.ran(len(row.draft) or row.propose)
+    return row
+
+
 def test_plan_drafts_where_it_pays_and_stops_where_it_does_not():
     spec = Speculator(max_rows=254, max_run=15, costs=_cpu_costs())
     seq = _seq(COPY)
-    [[(_, n, draft)]] = spec.plan([seq], [100])
-    assert n == LONG and draft == list(range(20, 20 + len(draft))) and len(draft) >= 3  # 10 tokens agree
+    assert spec.plan([seq], [100]) == spec.plan([seq], [100])  # planning changes nothing
+    _, n, draft, _ = _step(spec, seq)
+    assert n == LONG and draft == tuple(range(20, 20 + len(draft))) and len(draft) >= 3  # 10 tokens agree
     for _ in range(3):  # the sequence stops copying: every draft is rejected at once
         seq.draft.observe(LONG, 4, 0)
-    [[(_, _, draft)]] = spec.plan([seq], [100])
-    assert draft == []  # not worth a verify row any more
+    assert _step(spec, seq).draft == ()  # not worth a verify row any more
     for _ in range(200):  # no drafting for a long while: the evidence decays, and a probe is made
-        seq.draft.step()
-    [[(_, _, draft)]] = spec.plan([seq], [100])
-    assert draft
+        seq.draft.ran(0)
+    assert _step(spec, seq).draft
 
 
 def test_a_step_without_a_draft_relaxes_the_cap_a_rejection_set():
@@ -133,10 +139,9 @@ def test_a_step_without_a_draft_relaxes_the_cap_a_rejection_set():
     seq = _seq(COPY[:30] + [5] + COPY[-LONG_AGREE + 1 :])  # a 3-gram match: fewer than LONG_AGREE tokens agree
     seq.draft.observe(3, 4, 1)
     assert seq.draft.length == 2
-    [[(_, _, draft)]] = spec.plan([seq], [100])
-    assert draft == [] and seq.draft.length == 4
-    [[(_, n, draft)]] = spec.plan([seq], [100])
-    assert n == 3 and draft == [20, 21, 22]
+    assert _step(spec, seq).draft == () and seq.draft.length == 4
+    _, n, draft, _ = _step(spec, seq)
+    assert n == 3 and draft == (20, 21, 22)
     assert seq.draft.length == 4  # a step that drafts leaves the cap to the verification (observe)
 
 
@@ -146,12 +151,11 @@ def test_plan_respects_limits_and_row_budgets():
     groups = spec.plan(seqs, [100, 1, 100])
     # seq 0: 1 + 3 rows (max_run), leaving the pending rows of seqs 1 and 2 room in the same forward, so they
     # draft nothing rather than push a sequence into a second forward
-    assert [[len(d) for _, _, d in g] for g in groups] == [[3, 0, 0]]
-    assert sum(1 + len(d) for _, _, d in groups[0]) <= 6
+    assert [[len(r.draft) for r in g] for g in groups] == [[3, 0, 0]]
+    assert sum(1 + len(r.draft) for r in groups[0]) <= 6
     groups = Speculator(max_rows=6, max_run=4, costs=FlatCosts()).plan(seqs[:2], [100, 1])
-    assert [[len(d) for _, _, d in g] for g in groups] == [[3, 1]]  # seq 1: its limit
-    [[(_, _, d)]] = spec.plan([_seq(COPY)], [0])  # no room left in the context or num_predict
-    assert d == []
+    assert [[len(r.draft) for r in g] for g in groups] == [[3, 1]]  # seq 1: its limit
+    assert _step(spec, _seq(COPY), limit=0).draft == ()  # no room left in the context or num_predict
 
 
 def test_draft_length_adapts():
@@ -221,8 +225,8 @@ def test_a_draft_model_drafts_only_where_its_forwards_pay():
     seq.draft.accepted[0] = 50.0  # the draft has been right 50 times in a row
     for first, each, drafts in ((0.0146, 0.0133, False), (0.0015, 0.0013, True)):
         seq.draft.source = _Drafter(first, each)
-        [[(_, _, draft)]] = Speculator(max_rows=16, max_run=15, costs=costs).plan([seq], [100])
-        assert bool(draft) == drafts, (first, each, draft)
+        [[row]] = Speculator(max_rows=16, max_run=15, costs=costs).plan([seq], [100])
+        assert row.draft == () and bool(row.propose) == drafts, (first, each, row)  # proposed as the step runs
 
 
 def test_the_draft_models_first_forward_catches_up(tmp_path):

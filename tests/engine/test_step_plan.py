@@ -10,6 +10,7 @@ import threading
 import types
 
 import numpy as np
+import pytest
 
 from localrt.engine.batch import Batcher
 from localrt.engine.kv_cache import KVCache
@@ -67,9 +68,11 @@ def test_planning_runs_no_forward_and_drops_the_cancelled():
     gone.set()
     plan = batcher.plan()
     assert model.forwards == []
-    assert plan.cancelled == [b] and plan.prefill == [a] and plan.decode == [] and batcher.free_slots == 2
+    assert plan.cancelled == [b] and plan.prefill == [(a, 0, 10)] and plan.decode == []
+    assert b.state == "prefill" and batcher.free_slots == 1  # planning changed nothing
     out = batcher.execute(plan)
     assert out[0] == (b, []) and model.forwards == [(list(range(10)), [a.slot] * 10)]  # the plan's one chunk
+    assert b.state == "cancelled" and batcher.free_slots == 2
 
 
 def test_the_oldest_prompt_goes_first_and_a_short_younger_one_does_not_pass_it():
@@ -80,10 +83,10 @@ def test_the_oldest_prompt_goes_first_and_a_short_younger_one_does_not_pass_it()
     prefills = []
     while short.state == "prefill":
         plan = batcher.plan()
-        prefills.append([s is long and "long" or "short" for s in plan.prefill])
+        prefills.append([(c.seq is long and "long" or "short", c.end - c.start) for c in plan.prefill])
         batcher.execute(plan)
     # 64-row chunks of the long prompt (num_batch); the short one joins only where the rows stay within num_batch
-    assert prefills[:3] == [["long"], ["long"], ["long"]] and prefills[3] == ["long", "short"]
+    assert prefills[:3] == [[("long", 64)]] * 3 and prefills[3] == [("long", 8), ("short", 10)]
 
 
 def test_decode_rows_of_every_running_sequence_share_one_forward():
@@ -108,3 +111,47 @@ def test_when_the_pool_runs_dry_the_newest_waits_and_every_output_is_unchanged()
     assert a.preemptions == 0 and b.preemptions == len(preempted)
     assert got[id(a)] == _expected(a.prompt, 60) and got[id(b)] == _expected(b.prompt, 60)
     assert model.cache.pool.n_in_use == 0  # finished: every block back (cached or free)
+
+
+def _state(batcher) -> tuple:
+    """Everything a step may change: the pool's bookkeeping, the tables, and each sequence's place and progress."""
+    cache, pool = batcher.model.cache, batcher.model.cache.pool
+    arrays = tuple(a.tolist() for a in (pool.refs, pool.holds, pool.stamp, pool.fill, cache.tables, cache.lengths))
+    entries = [(e.tokens[:], e.blocks[:], e.slot, e.stamp) for e in pool.entries]
+    seqs = [(s.slot, s.state, vars(s.progress).copy(), s.preemptions) for s in batcher.sequences]
+    return arrays, list(pool.free), entries, seqs
+
+
+def test_a_plan_that_preempts_and_resumes_changes_nothing_and_is_what_runs():
+    """Planning on a full pool decides preemptions and resumes on a copy of the slots: the cache and the sequences
+    are as they were, planning again decides the same, and the forwards execute runs are the plan's rows."""
+    model = WeightlessModel(n_ctx=128, n_slots=3, num_batch=64, n_blocks=2)
+    batcher = Batcher(model)
+    seqs = [batcher.add([3 + i] * 30, {**GREEDY, "num_predict": 50}) for i in range(3)]
+    seen = {"preempted": 0, "resumed": 0}
+    while not all(s.finished for s in seqs):
+        before = _state(batcher)
+        plan = batcher.plan()
+        assert _state(batcher) == before and batcher.plan() == plan
+        seen["preempted"] += len(plan.preempted)
+        seen["resumed"] += len(plan.resumed)
+        planned = [(p, c.seq.slot) for c in plan.prefill for p in range(c.start, c.end)]
+        for r in (r for group in plan.decode for r in group):  # the pending token and the draft, after the history
+            planned += [(len(r.seq.history) - 1 + j, r.seq.slot) for j in range(1 + len(r.draft))]
+        ran = len(model.forwards)
+        batcher.execute(plan)
+        rows = sorted((p, s) for positions, slots in model.forwards[ran:] for p, s in zip(positions, slots))
+        assert rows == sorted(planned)
+    assert seen["preempted"] and seen["resumed"]
+    assert all(s.history[len(s.prompt) :] == _expected(s.prompt, 50) for s in seqs)
+
+
+def test_a_stale_plan_is_refused():
+    model = WeightlessModel()
+    batcher = Batcher(model)
+    a = batcher.add([1] * 10, {**GREEDY, "num_predict": 3})
+    plan = batcher.plan()
+    batcher.execute(batcher.plan())  # the prompt ran: the first plan's chunk is no longer the next one
+    with pytest.raises(RuntimeError, match="stale"):
+        batcher.execute(plan)
+    assert a.progress.computed == 10
