@@ -88,13 +88,13 @@ def nomic_file(path: Path, vocab_md: dict) -> Path:
 
 
 def files(tmp: Path, wanted: list[str]) -> dict[str, Path]:
-    import bertgen
+    from fixtures import encoders
     from localrt.models.hf_bert import convert, vocab_metadata
 
-    minilm = convert(bertgen.minilm_dir(), tmp / "minilm.gguf", "all-MiniLM-L6-v2")
+    minilm = convert(encoders.minilm_dir(), tmp / "minilm.gguf", "all-MiniLM-L6-v2")
     out = {"minilm": minilm}
     if "nomic" in wanted:  # nomic-embed-text's vocabulary is bert-base-uncased's, as all-MiniLM's
-        out["nomic"] = nomic_file(tmp / "nomic.gguf", vocab_metadata(bertgen.minilm_dir() / "tokenizer.json"))
+        out["nomic"] = nomic_file(tmp / "nomic.gguf", vocab_metadata(encoders.minilm_dir() / "tokenizer.json"))
     return {k: v for k, v in out.items() if k in wanted}
 
 

@@ -9,7 +9,7 @@ logits of each step. tests/engine/test_iq4_model.py checks the engine against th
 Needs `llama-cpp-python` (tests never do).
 
 Shapes: n_embd 64, 4 query heads and 1 KV head of 64 (so attn_output and ffn_down have rows of 256, IQ4_XS's
-super-block), n_ff 256, 2 layers, the 260-token byte-level BPE vocabulary of tests/_engine_gguf.py. IQ4_NL:
+super-block), n_ff 256, 2 layers, the 260-token byte-level BPE vocabulary of tests/fixtures/decoders.py. IQ4_NL:
 token_embd (tied output), attn_q/k/v, ffn_gate/up; IQ4_XS: attn_output, ffn_down. About 110 KB.
 """
 
@@ -27,7 +27,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
 import gguf_io  # noqa: E402
 import quant  # noqa: E402
-from _engine_gguf import EOS_ID, MERGES, TOKENS  # noqa: E402
+from fixtures.reference import BYTE_MERGES, BYTE_TOKENS, EOS_ID  # noqa: E402
 from gguf_io import GGMLType, GGUFValueType  # noqa: E402
 
 OUT_GGUF = ROOT / "tests" / "data" / "iq4_tiny.gguf"
@@ -49,7 +49,7 @@ def tensors(seed: int = 11) -> list[tuple[str, int, tuple[int, int], np.ndarray]
     def norm(name):
         return name, GGMLType.F32, (N_EMBD,), (1.0 + 0.1 * rng.standard_normal(N_EMBD)).astype(np.float32)
 
-    out = [mat("token_embd.weight", len(TOKENS), N_EMBD, GGMLType.IQ4_NL, 1.0), norm("output_norm.weight")]
+    out = [mat("token_embd.weight", len(BYTE_TOKENS), N_EMBD, GGMLType.IQ4_NL, 1.0), norm("output_norm.weight")]
     for il in range(N_LAYER):
         p = f"blk.{il}."
         out += [
@@ -85,9 +85,9 @@ def metadata() -> tuple[dict, dict]:
         f"{a}.attention.layer_norm_rms_epsilon": 1e-5,
         "tokenizer.ggml.model": "gpt2",
         "tokenizer.ggml.pre": "default",
-        "tokenizer.ggml.tokens": TOKENS,
-        "tokenizer.ggml.token_type": [1] * (len(TOKENS) - 1) + [3],
-        "tokenizer.ggml.merges": MERGES,
+        "tokenizer.ggml.tokens": BYTE_TOKENS,
+        "tokenizer.ggml.token_type": [1] * (len(BYTE_TOKENS) - 1) + [3],
+        "tokenizer.ggml.merges": BYTE_MERGES,
         "tokenizer.ggml.eos_token_id": EOS_ID,
         "tokenizer.ggml.bos_token_id": EOS_ID,
         "tokenizer.ggml.add_bos_token": False,

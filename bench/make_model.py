@@ -9,7 +9,7 @@ DIR/gpt-oss-20b-MXFP4_MOE.gguf). Shapes are Llama 3.2's:
 every other dense arch gets the same shape with its own tensor layout (q/k/v biases for qwen2, q/k norms for qwen3,
 fused qkv and gate+up plus an untied output for phi3, sandwich norms and soft-capping for gemma2, q/k and sandwich
 norms with 512-token windows on five layers in six for gemma3), as
-`tests/archgen.py` names them. The MoE shape `a3b` (qwen3moe only, the default for it) is Qwen3-30B-A3B's layer cut to
+`tests/decoders.py` names them. The MoE shape `a3b` (qwen3moe only, the default for it) is Qwen3-30B-A3B's layer cut to
 8 of its 48 layers and 64 of its 128 experts: n_embd 2048, 32 heads of 128, 4 KV heads, 64 experts of n_ff 768, 8
 routed per token (2.6B parameters, 0.46B active per token; 1.6 GB at Q4_K_M). The shape `20b` (gpt-oss only, the
 default for it) is gpt-oss-20b's layer cut to 4 of its 24 layers: n_embd 2880, 64 heads of 64, 8 KV heads, 32
@@ -41,7 +41,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 
-import archgen  # noqa: E402
+from fixtures import decoders  # noqa: E402
 import gguf_io  # noqa: E402
 import quant  # noqa: E402
 from gguf_io import GGUFValueType as VT  # noqa: E402
@@ -249,7 +249,7 @@ def blocks(name: str, shape: tuple[int, ...], target: int, cache: Path | None, s
 
 def vector(name: str, shape: tuple[int, ...], arch: str, s: dict, seed: int) -> np.ndarray:
     if name == "rope_freqs.weight":  # Llama 3.2's rope scaling (factor 32, low 1, high 4, original 8192)
-        return archgen.llama3_rope_freqs(head_dim(s), ARCH_META[arch][0], 32.0, 1.0, 4.0, 8192)
+        return decoders.llama3_rope_freqs(head_dim(s), ARCH_META[arch][0], 32.0, 1.0, 4.0, 8192)
     if name.endswith(".bias") or "attn_sinks" in name:
         return draw(name, shape, seed)
     return np.ones(shape, np.float32)  # norms = 1 (Gemma's +1 is already in the file's weights)

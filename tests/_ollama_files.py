@@ -1,5 +1,5 @@
-"""Files as Ollama's converter wrote them before 2026, made from the llama.cpp-layout test files of archgen and
-bertgen: the same weights and values under Ollama's names (what `engine.compat.ollama_layout` reads back)."""
+"""Files as Ollama's converter wrote them before 2026, made from the llama.cpp-layout test files of fixtures.decoders and
+fixtures.encoders: the same weights and values under Ollama's names (what `engine.compat.ollama_layout` reads back)."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ def _rewrite(src: Path, dst: Path, rename_key, rename_tensor, drop_keys=(), add:
 
 
 def gptoss(src: Path, dst: Path) -> Path:
-    """archgen's gpt-oss file as Ollama's `gptoss`: keys under that prefix, neither expert_feed_forward_length nor
+    """the decoder builder's gpt-oss file as Ollama's `gptoss`: keys under that prefix, neither expert_feed_forward_length nor
     rope.scaling.type, tensors attn_out, attn_sinks (no .weight) and ffn_norm."""
 
     def tensor(name: str) -> str:
@@ -45,7 +45,7 @@ def gptoss(src: Path, dst: Path) -> Path:
 
 
 def embeddinggemma(src: Path, dst: Path) -> Path:
-    """bertgen's gemma-embedding file (with its Dense layers) as Ollama's embeddinggemma: architecture gemma3, its rope
+    """the encoder builder's gemma-embedding file (with its Dense layers) as Ollama's embeddinggemma: architecture gemma3, its rope
     bases as rope.global.freq_base / rope.local.freq_base, no dense width keys, tensors dense.0, dense.1 and norm."""
     renames = {
         "dense_2.weight": "dense.0.weight",
@@ -72,7 +72,7 @@ def embeddinggemma(src: Path, dst: Path) -> Path:
 
 
 def gemma3(src: Path, dst: Path, extra_tokens: int = 0) -> Path:
-    """archgen's gemma3 file as Ollama's converter wrote gemma3 1B: rope bases as rope.global/local.freq_base, no
+    """the decoder builder's gemma3 file as Ollama's converter wrote gemma3 1B: rope bases as rope.global/local.freq_base, no
     layer_norm_rms_epsilon, and `extra_tokens` more tokens in the tokenizer's arrays than token_embd has rows (as
     Ollama's multimodal gemma3 files keep)."""
     keys = {

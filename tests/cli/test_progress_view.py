@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 
 import store as st
 from _daemon_fakes import make_config
-from _tiny_gguf import write_tiny_gguf
+from fixtures.decoders import write_tiny
 from cli import app
 from localrt.cli.progress import render_progress
 from localrt.models.create import create
@@ -93,7 +93,7 @@ def _cli(env: dict, *args: str):
 
 def test_create_quantize_shows_upload_and_quantization_in_bytes_before_success(daemon, tmp_path):
     env, service = daemon
-    write_tiny_gguf(tmp_path / "model-f32.gguf", n_embd=64)
+    write_tiny(tmp_path / "model-f32.gguf", n_embd=64)
     (tmp_path / "Modelfile").write_text("FROM ./model-f32.gguf\n")
     err = _cli(env, "create", "mine", "-q", "q8_0", "-f", str(tmp_path / "Modelfile")).stderr
     lines_in_order(
@@ -116,7 +116,7 @@ def test_create_quantize_shows_upload_and_quantization_in_bytes_before_success(d
 def test_pull_export_and_import_draw_a_bar_per_blob_in_bytes(daemon, tmp_path):
     env, _ = daemon
     mirror = st.Store(tmp_path / "mirror")
-    list(create(mirror, "tiny:1", f"FROM {write_tiny_gguf(tmp_path / 't.gguf', n_embd=64)}\n"))
+    list(create(mirror, "tiny:1", f"FROM {write_tiny(tmp_path / 't.gguf', n_embd=64)}\n"))
     model_layer = mirror.manifest("tiny:1").layers[0].digest
     err = _cli(env, "pull", f"{mirror.root}#tiny:1").stderr
     lines_in_order(err, f"pulling {model_layer[7:19]}", "verifying sha256 digest", "success")

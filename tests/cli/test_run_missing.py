@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 
 import store as st
 from _daemon_fakes import Script, make_config
-from _tiny_gguf import write_tiny_gguf
+from fixtures.decoders import write_tiny
 from cli import app
 from localrt.models.create import create
 from localrt.runtime.service import Service
@@ -63,7 +63,7 @@ def test_run_of_a_missing_model_without_a_mirror_lists_the_offline_ways(daemon_w
 
 def test_run_of_a_missing_model_pulls_it_from_the_configured_mirror(daemon_with, tmp_path):
     mirror = st.Store(tmp_path / "mirror")
-    gguf_file = write_tiny_gguf(tmp_path / "tiny.gguf")
+    gguf_file = write_tiny(tmp_path / "tiny.gguf")
     list(create(mirror, "tiny:1", f"FROM {gguf_file}\nTEMPLATE {{{{ .Prompt }}}}"))
     env, service = daemon_with(f"file://{mirror.root}")
     r = CliRunner().invoke(app, ["run", "tiny:1", "hi"], env=env, catch_exceptions=False)

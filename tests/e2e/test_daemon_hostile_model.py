@@ -11,7 +11,7 @@ import httpx
 import pytest
 
 from _daemon_fakes import pinned_daemon
-from _engine_gguf import Spec, write_model
+from fixtures.decoders import small, write_model
 from _hostile_gguf import rewrite
 from localrt.models import gguf_facts as C  # where create reads and validates a GGUF header
 
@@ -22,7 +22,7 @@ KEY_MESSAGE = "llama.rope.dimension_count is 96 but the head size (llama.attenti
 def files(tmp_path_factory):
     root = tmp_path_factory.mktemp("files")
     good = root / "good.gguf"
-    write_model(good, Spec())
+    write_model(good, small())
     return good, rewrite(good, root / "hostile.gguf", meta={"llama.rope.dimension_count": 96})
 
 

@@ -1,5 +1,5 @@
 """/v1/rerank (and llama-server's other names for it) against a real daemon started here: the tiny reranker of
-bertgen created from its GGUF through /api/blobs and /api/create, its replies compared with llama-server's on the
+fixtures.encoders created from its GGUF through /api/blobs and /api/create, its replies compared with llama-server's on the
 same file (tests/data/bert/rerank_server.json), top_n, return_documents, TEI's shape, keep_alive, and the 400s."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import hashlib
 import json
 import logging
 
-import bertgen
+from fixtures import encoders
 import httpx
 import numpy as np
 import pytest
@@ -17,16 +17,16 @@ from _daemon_fakes import create_from_file, real_daemon
 import gguf_io
 
 RERANKER, EMBEDDER = "tiny-rerank", "tiny-embed"
-SERVED = json.loads((bertgen.DATA / "rerank_server.json").read_text())["plain"]
-BODY = {"model": RERANKER, "query": bertgen.RERANK_QUERY, "documents": bertgen.RERANK_DOCS}
+SERVED = json.loads((encoders.DATA / "rerank_server.json").read_text())["plain"]
+BODY = {"model": RERANKER, "query": encoders.RERANK_QUERY, "documents": encoders.RERANK_DOCS}
 
 
 @pytest.fixture(scope="module")
 def daemon(tmp_path_factory):
     files = tmp_path_factory.mktemp("files")
     with real_daemon(tmp_path_factory.mktemp("models")) as srv:
-        create_from_file(srv.url, RERANKER, bertgen.write_reranker(files / "rerank.gguf"))
-        create_from_file(srv.url, EMBEDDER, bertgen.write(files / "embed.gguf"))
+        create_from_file(srv.url, RERANKER, encoders.write_reranker(files / "rerank.gguf"))
+        create_from_file(srv.url, EMBEDDER, encoders.write(files / "embed.gguf"))
         yield srv
 
 
@@ -50,7 +50,7 @@ def test_top_n_and_return_documents(daemon):
     assert r.status_code == 200, r.text
     results = r.json()["results"]
     assert [x["index"] for x in results] == [x["index"] for x in SERVED["jina"]["results"][:3]]
-    assert all(x["document"] == {"text": bertgen.RERANK_DOCS[x["index"]]} for x in results)
+    assert all(x["document"] == {"text": encoders.RERANK_DOCS[x["index"]]} for x in results)
     assert _post(daemon, {**BODY, "top_n": 0}).json()["results"] == []
 
 
@@ -58,7 +58,7 @@ def test_top_n_and_return_documents(daemon):
 def test_llama_servers_other_routes_and_the_tei_shape(daemon, route):
     r = _post(
         daemon,
-        {"model": RERANKER, "query": bertgen.RERANK_QUERY, "texts": bertgen.RERANK_DOCS, "return_text": True},
+        {"model": RERANKER, "query": encoders.RERANK_QUERY, "texts": encoders.RERANK_DOCS, "return_text": True},
         route,
     )
     assert r.status_code == 200, r.text
@@ -108,7 +108,7 @@ def test_an_unknown_model_is_a_404(daemon):
 
 
 def test_creating_a_rank_file_without_its_head_is_a_400_naming_the_tensors(daemon, tmp_path):
-    with gguf_io.open(bertgen.write_reranker(tmp_path / "r.gguf")) as f:
+    with gguf_io.open(encoders.write_reranker(tmp_path / "r.gguf")) as f:
         md = {k: v for k, v in f.metadata.items() if not k.startswith("GGUF.")}
         tensors = [(n, t.ggml_type, t.shape, np.array(t.data)) for n, t in f.tensors.items() if not n.startswith("cls")]
     gguf_io.write(tmp_path / "headless.gguf", md, tensors)

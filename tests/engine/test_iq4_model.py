@@ -17,7 +17,7 @@ import pytest
 
 import gguf_io
 import store as st
-from _engine_gguf import Spec, write_model
+from fixtures.decoders import small, write_model
 from localrt import load_model
 from localrt.models.create import create
 from localrt.models.gguf_facts import gguf_facts
@@ -89,7 +89,7 @@ def test_decode_steps_follow_llamacpp_greedy_and_are_batch_invariant(reference):
 def test_create_quantize_loads_estimates_and_runs(tmp_path, level, label, types):
     # rows of 256 are IQ4_XS; the token embedding stays the default type; the tied output would be Q6_K
     src = tmp_path / "f32.gguf"
-    write_model(src, Spec(n_embd=256, n_head=4, n_head_kv=2, head_dim=64, n_ff=256))  # F32
+    write_model(src, small(n_embd=256, n_head=4, n_head_kv=2, head_dim=64, n_ff=256))  # F32
     s = st.Store(tmp_path / "models")
     events = list(create(s, "q", f"FROM {src}\n", quantize=level))
     assert events[-1]["status"] == "success"

@@ -20,7 +20,7 @@ from localrt.runtime.loading import estimate_memory, kv_counts
 from simd_kernels import ops, paged
 from simd_kernels.checks import KernelArgumentError
 
-from _engine_gguf import Spec, write_model
+from fixtures.decoders import small, write_model
 
 # -- kernels over a paged pool equal the contiguous ones ---------------------------------------------
 
@@ -290,7 +290,7 @@ def test_the_budget_sets_the_pool():
 @pytest.fixture(scope="module")
 def tiny_path(tmp_path_factory):
     path = tmp_path_factory.mktemp("pool") / "tiny.gguf"
-    write_model(path, Spec(seed=5, wtype=8))
+    write_model(path, small(seed=5, wtype=8))
     return path
 
 
@@ -409,7 +409,7 @@ def test_sliding_window_rings_stay_per_slot(tmp_path):
     """gemma3: rings per slot, full layers in the pool; a prefix copied from another slot's running sequence is
     exact (its rings are copied, its blocks referenced)."""
     path = tmp_path / "g.gguf"
-    write_model(path, Spec(arch="gemma3", n_layer=6, window=8, seed=2, wtype=8))  # layer 5 full
+    write_model(path, small(arch="gemma3", n_layer=6, window=8, seed=2, wtype=8))  # layer 5 full
     model = load_model(path, num_ctx=128, num_batch=16, n_slots=2)
     cache = model.cache
     assert cache.slot_bound and any(cache.paged) and not all(cache.paged)

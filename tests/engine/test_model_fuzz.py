@@ -19,7 +19,7 @@ from pathlib import Path
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from _engine_gguf import Spec, write_model
+from fixtures.decoders import small, write_model
 from _hostile_gguf import VT, rewrite
 from _testpaths import REPO, TESTS
 
@@ -85,11 +85,11 @@ poison = st.sampled_from([None, None, "nan_norm", "drop_tensor"])
 case = st.tuples(shapes, overrides, poison)
 
 
-def _spec(shape: dict) -> Spec:
+def _spec(shape: dict):
     n_head_kv = max(1, shape["n_head"] // shape["kv_group"])
     dims = (shape["n_embd"], shape["n_ff"], shape["n_head"] * shape["head_dim"], n_head_kv * shape["head_dim"])
     q8 = shape["q8_0"] and all(d % 32 == 0 for d in dims)  # Q8_0 rows are whole 32-element blocks
-    return Spec(
+    return small(
         arch=shape["arch"],
         n_layer=shape["n_layer"],
         n_head=shape["n_head"],

@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 import store as st
-from _engine_gguf import TOKENS, Spec, write_model
+from fixtures.decoders import small, write_model
+from fixtures.reference import BYTE_TOKENS
 from _hostile_gguf import VT, rewrite
 from localrt import load_model
 from localrt.models.create import CreateError, create, gguf_facts
@@ -19,9 +20,9 @@ from localrt.engine.model import config_from_metadata
 from localrt.runtime.service import estimate_memory
 
 BASES = {
-    "llama": Spec(),  # n_embd 64, 4 heads of 16 (no key_length key: the default), 2 KV heads, n_ff 96, 2 blocks
-    "qwen2": Spec(arch="qwen2"),
-    "gemma3": Spec(arch="gemma3", head_dim=32, window=4),  # key_length 32 written
+    "llama": small(),  # n_embd 64, 4 heads of 16 (no key_length key: the default), 2 KV heads, n_ff 96, 2 blocks
+    "qwen2": small(arch="qwen2"),
+    "gemma3": small(arch="gemma3", head_dim=32, window=4),  # key_length 32 written
 }
 NAN, INF = float("nan"), float("inf")
 
@@ -137,19 +138,19 @@ CASES = {
     # vocabulary: metadata, tokenizer and token_embd must agree
     "vocab_larger": (
         "llama",
-        dict(meta={"llama.vocab_size": len(TOKENS) + 1}),
-        [f"llama.vocab_size is {len(TOKENS) + 1} but tokenizer.ggml.tokens has {len(TOKENS)} tokens"],
+        dict(meta={"llama.vocab_size": len(BYTE_TOKENS) + 1}),
+        [f"llama.vocab_size is {len(BYTE_TOKENS) + 1} but tokenizer.ggml.tokens has {len(BYTE_TOKENS)} tokens"],
     ),
     "vocab_zero": ("llama", dict(meta={"llama.vocab_size": 0}), ["llama.vocab_size is 0"]),
     "tokens_fewer": (
         "llama",
         dict(
             meta={
-                "tokenizer.ggml.tokens": TOKENS[:-2] + [TOKENS[-1]],
-                "tokenizer.ggml.token_type": np.array([1] * (len(TOKENS) - 2) + [3], np.int32),
+                "tokenizer.ggml.tokens": BYTE_TOKENS[:-2] + [BYTE_TOKENS[-1]],
+                "tokenizer.ggml.token_type": np.array([1] * (len(BYTE_TOKENS) - 2) + [3], np.int32),
             }
         ),
-        ["token_embd.weight", f"the number of tokenizer.ggml.tokens is {len(TOKENS) - 1}"],
+        ["token_embd.weight", f"the number of tokenizer.ggml.tokens is {len(BYTE_TOKENS) - 1}"],
     ),
     # floats: finite and > 0 where the forward divides or takes a power
     "eps_nan": (

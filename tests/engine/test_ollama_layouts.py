@@ -9,8 +9,8 @@ from __future__ import annotations
 import dataclasses
 
 import _ollama_files
-import archgen
-import bertgen
+from fixtures import decoders
+from fixtures import encoders
 import numpy as np
 import pytest
 from _hostile_gguf import rewrite
@@ -28,8 +28,8 @@ def _load(path, **kw):
 
 
 def test_ollamas_gptoss_file_gives_llamacpps_logits(tmp_path):
-    case = archgen.CASES["gpt-oss"]
-    src = archgen.write(tmp_path / "llamacpp.gguf", case)
+    case = decoders.CASES["gpt-oss"]
+    src = decoders.write(tmp_path / "llamacpp.gguf", case)
     dst = _ollama_files.gptoss(src, tmp_path / "ollama.gguf")
     with gguf_io.open(dst) as f:
         assert "blk.0.attn_out.weight" in f.tensors and "blk.0.attn_sinks" in f.tensors
@@ -37,7 +37,7 @@ def test_ollamas_gptoss_file_gives_llamacpps_logits(tmp_path):
     a, b = _load(src, num_ctx=case.n_ctx), _load(dst, num_ctx=case.n_ctx)
     try:
         assert dataclasses.replace(b.config, arch="gpt-oss") == a.config  # expert width and YaRN recovered
-        assert np.array_equal(a.logits(archgen.IDS), b.logits(archgen.IDS))
+        assert np.array_equal(a.logits(decoders.IDS), b.logits(decoders.IDS))
     finally:
         a.close()
         b.close()
@@ -46,11 +46,11 @@ def test_ollamas_gptoss_file_gives_llamacpps_logits(tmp_path):
 
 
 def test_ollamas_embeddinggemma_file_gives_llamacpps_embeddings(tmp_path):
-    src = bertgen.write_gemma(tmp_path / "llamacpp.gguf", dense=True)
+    src = encoders.write_gemma(tmp_path / "llamacpp.gguf", dense=True)
     dst = _ollama_files.embeddinggemma(src, tmp_path / "ollama.gguf")
     with gguf_io.open(dst) as f:
         assert f.metadata["general.architecture"] == "gemma3" and "dense.0.weight" in f.tensors
-    ref = np.load(bertgen.DATA / "gemma_f32_dense.npz")
+    ref = np.load(encoders.DATA / "gemma_f32_dense.npz")
     a, b = _load(src, tokenizer=False), _load(dst, tokenizer=False)
     try:
         assert b.config.arch == "gemma-embedding" and len(b.weights.dense) == 2
@@ -64,7 +64,7 @@ def test_ollamas_embeddinggemma_file_gives_llamacpps_embeddings(tmp_path):
 
 def test_ollamas_gemma3_file_gives_llamacpps_logits(tmp_path):
     src = rewrite(
-        archgen.write(tmp_path / "g.gguf", archgen.CASES["gemma3"]),
+        decoders.write(tmp_path / "g.gguf", decoders.CASES["gemma3"]),
         tmp_path / "llamacpp.gguf",
         meta={"gemma3.rope.freq_base_swa": 5000.0},
     )
@@ -76,7 +76,7 @@ def test_ollamas_gemma3_file_gives_llamacpps_logits(tmp_path):
     a, b = _load(src, num_ctx=256), _load(dst, num_ctx=256)
     try:
         assert b.config == a.config and (b.config.rope_base, b.config.rope_base_swa) == (1e6, 5000)
-        assert np.array_equal(a.logits(archgen.IDS), b.logits(archgen.IDS))
+        assert np.array_equal(a.logits(decoders.IDS), b.logits(decoders.IDS))
         assert b.tokenizer.encode("hello world") == a.tokenizer.encode("hello world")
     finally:
         a.close()
@@ -104,14 +104,14 @@ def test_ollamas_gemma3_defaults_are_gemma3s_own():
 
 
 def test_the_validation_on_create_reads_the_same_layouts(tmp_path):
-    gpt = _ollama_files.gptoss(archgen.write(tmp_path / "g.gguf", archgen.CASES["gpt-oss"]), tmp_path / "o.gguf")
-    emb = _ollama_files.embeddinggemma(bertgen.write_gemma(tmp_path / "e.gguf", dense=True), tmp_path / "oe.gguf")
+    gpt = _ollama_files.gptoss(decoders.write(tmp_path / "g.gguf", decoders.CASES["gpt-oss"]), tmp_path / "o.gguf")
+    emb = _ollama_files.embeddinggemma(encoders.write_gemma(tmp_path / "e.gguf", dense=True), tmp_path / "oe.gguf")
     for path in (gpt, emb):
         assert gguf_facts(path, scan=True)["invalid"] is None
 
 
 def test_a_tensor_under_both_names_is_refused(tmp_path):
-    src = archgen.write(tmp_path / "g.gguf", archgen.CASES["gpt-oss"])
+    src = decoders.write(tmp_path / "g.gguf", decoders.CASES["gpt-oss"])
     dst = _ollama_files.gptoss(src, tmp_path / "ollama.gguf")
     both = rewrite(dst, tmp_path / "both.gguf", add_tensors={"blk.0.attn_output.weight": np.zeros((4, 4), np.float32)})
     with pytest.raises(

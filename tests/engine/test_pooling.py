@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from _tiny_gguf import write_tiny_gguf
+from fixtures.decoders import write_tiny
 
 from localrt.engine.loader import load_model
 from localrt.engine.pooling import pool, pooling_type
@@ -18,7 +18,7 @@ IDS = [1, 5, 2, 7]
 @pytest.mark.parametrize("value, pick", [(None, "mean"), (1, "mean"), (2, "cls"), (3, "last"), (0, "mean")])
 def test_pooling_follows_the_file(tmp_path, value, pick):
     extra = {} if value is None else {"llama.pooling_type": value}
-    path = write_tiny_gguf(tmp_path / "m.gguf", extra=extra)
+    path = write_tiny(tmp_path / "m.gguf", extra=extra)
     model = load_model(path, num_ctx=64, tokenizer=False)
     try:
         hidden = model.hidden(IDS)
@@ -40,15 +40,15 @@ def test_a_model_that_names_its_pooling_embeds_and_refuses_chat(tmp_path):
     import ollama
     from _daemon_fakes import real_daemon
 
-    from _engine_gguf import Spec, write_model
+    from fixtures.decoders import small, write_model
 
     path = tmp_path / "emb.gguf"
-    write_model(path, Spec(), extra={"llama.pooling_type": 3})
+    write_model(path, small(), extra={"llama.pooling_type": 3})
     with real_daemon(tmp_path / "models") as srv:
         client = ollama.Client(host=srv.url)
         client.create(model="emb", files={"emb.gguf": client.create_blob(path)})
         assert client.show("emb").capabilities == ["embedding"]
-        assert len(client.embed(model="emb", input="the the").embeddings[0]) == Spec().n_embd
+        assert len(client.embed(model="emb", input="the the").embeddings[0]) == small().n_embd
         r = httpx.post(
             srv.url + "/api/chat",
             json={"model": "emb", "stream": False, "messages": [{"role": "user", "content": "hi"}]},
@@ -59,22 +59,22 @@ def test_a_model_that_names_its_pooling_embeds_and_refuses_chat(tmp_path):
 
 @pytest.mark.parametrize("label, cos_tol", [("f32", 1e-5), ("q8_0", 2e-3)])
 def test_qwen3_embedding_last_token_pooling_matches_llamacpp(tmp_path, label, cos_tol):
-    """qwen3-embedding's layout in miniature (archgen.QWEN3_LAST: qwen3 with pooling type 3) embeds as llama.cpp
+    """qwen3-embedding's layout in miniature (decoders.QWEN3_LAST: qwen3 with pooling type 3) embeds as llama.cpp
     does: the last token's state after the output norm (tests/data/bert/qwen3_last_*.npz, llama.cpp's pooling last,
     and none for every token). Q8_0: llama.cpp quantizes activations to 8 bits at other points than we do."""
-    import archgen
-    import bertgen
+    from fixtures import decoders
+    from fixtures import encoders
 
-    ref = np.load(bertgen.DATA / f"qwen3_last_{label}.npz")
+    ref = np.load(encoders.DATA / f"qwen3_last_{label}.npz")
     ids = [int(i) for i in ref["ids"]]
-    assert ids == archgen.QWEN3_LAST_IDS
+    assert ids == decoders.QWEN3_LAST_IDS
     np.testing.assert_array_equal(ref["last"], ref["tokens"][-1])  # llama.cpp's last pooling is its last row
-    wtype = {"f32": archgen.F32, "q8_0": archgen.Q8_0}[label]
-    model = load_model(archgen.write(tmp_path / "m.gguf", archgen.QWEN3_LAST, wtype), num_ctx=64, tokenizer=False)
+    wtype = {"f32": decoders.F32, "q8_0": decoders.Q8_0}[label]
+    model = load_model(decoders.write(tmp_path / "m.gguf", decoders.QWEN3_LAST, wtype), num_ctx=64, tokenizer=False)
     try:
         got, want = model.embed(ids), ref["last"]
-        assert bertgen.cosine(got, want) > 1 - cos_tol
+        assert encoders.cosine(got, want) > 1 - cos_tol
         mean = ref["tokens"].mean(axis=0)  # mean pooling would be far off: the test tells them apart
-        assert bertgen.cosine(got, mean) < 0.99
+        assert encoders.cosine(got, mean) < 0.99
     finally:
         model.close()

@@ -13,7 +13,7 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
-from _engine_gguf import Spec, write_model
+from fixtures.decoders import small, write_model
 from _sampling_oracle import compare, exact_joint
 
 from localrt import load_model
@@ -233,7 +233,7 @@ def test_the_draft_models_first_forward_catches_up(tmp_path):
     """draft_costs prices the draft's first forward at the rows it has not evaluated: the pending token at least."""
     from localrt.engine.draft_model import ModelDrafter
 
-    write_model(tmp_path / "m.gguf", Spec(seed=3))
+    write_model(tmp_path / "m.gguf", small(seed=3))
     target, draft = load_model(tmp_path / "m.gguf", num_ctx=64), load_model(tmp_path / "m.gguf", num_ctx=64)
     drafter = ModelDrafter(target, draft, "m")
     for rows, s in ((1, 0.010), (2, 0.012), (4, 0.016)):
@@ -292,7 +292,7 @@ def test_a_models_batchers_share_its_priors_which_go_with_it(tmp_path):
     import gc
     import weakref
 
-    write_model(tmp_path / "m.gguf", Spec(seed=3))
+    write_model(tmp_path / "m.gguf", small(seed=3))
     model, other = load_model(tmp_path / "m.gguf", num_ctx=64), load_model(tmp_path / "m.gguf", num_ctx=64)
     assert not hasattr(model, "forward_costs") and not hasattr(model, "draft_evidence")
     mine = priors(model)
@@ -312,7 +312,7 @@ def test_a_models_batchers_share_its_priors_which_go_with_it(tmp_path):
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
     path = tmp_path_factory.mktemp("spec") / "tiny.gguf"
-    write_model(path, Spec(seed=3))
+    write_model(path, small(seed=3))
     model = load_model(path, num_ctx=128, num_batch=32, n_slots=4)
     priors(model).costs = FlatCosts()  # drafting forced on wherever a match exists
     return model

@@ -6,7 +6,7 @@ import struct
 import tracemalloc
 
 import pytest
-from gguf_fixtures import sample_metadata, sample_tensors, write_gguf
+from fixtures.raw import sample_metadata, sample_tensors, write_gguf
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 

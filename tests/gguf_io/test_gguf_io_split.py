@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from gguf_fixtures import sample_tensors
+from fixtures.raw import sample_tensors
 
 import gguf_io
 from gguf_io import GGUFValueType, InvalidGGUF

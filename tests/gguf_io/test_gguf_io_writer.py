@@ -6,7 +6,7 @@ import hashlib
 
 import numpy as np
 import pytest
-from gguf_fixtures import sample_metadata, sample_tensors, write_gguf
+from fixtures.raw import sample_metadata, sample_tensors, write_gguf
 
 import gguf_io
 from gguf_io import GGMLType, GGUFValueType

@@ -22,7 +22,8 @@ from _testpaths import TESTS
 
 sys.path.insert(0, str(TESTS))
 from _daemon_fakes import make_config  # noqa: E402
-from _tiny_gguf import n_params, write_tiny_adapter, write_tiny_gguf, write_tiny_split  # noqa: E402
+from fixtures.decoders import n_params, write_tiny
+from fixtures.store_files import write_tiny_adapter, write_tiny_split  # noqa: E402
 from cli import app  # noqa: E402
 from localrt.runtime.service import Service  # noqa: E402
 from localrt.serve.daemon import BackgroundServer  # noqa: E402
@@ -38,7 +39,7 @@ def statuses(events: list[dict]) -> list[str]:
 
 @pytest.fixture
 def env(tmp_path):
-    src = write_tiny_gguf(tmp_path / "tiny.gguf")
+    src = write_tiny(tmp_path / "tiny.gguf")
     return tmp_path, src, st.Store(tmp_path / "models")
 
 
@@ -227,7 +228,7 @@ def test_split_and_projector_and_multiple_from(env):
         run(s, "x", f"FROM {parts[0]}\n")
     with pytest.raises(gguf_io.InvalidGGUF, match="first part"):
         run(s, "x", f"FROM {parts[1]}\n")
-    proj = write_tiny_gguf(d / "mmproj.gguf", arch="clip")
+    proj = write_tiny(d / "mmproj.gguf", arch="clip")
     with pytest.raises(CreateError, match="projector"):
         run(s, "x", f"FROM {proj}\n")
     with pytest.raises(CreateError, match="more than one FROM"):
@@ -259,7 +260,7 @@ def test_deprecated_parameter_warning_is_reported(env):
 
 
 def test_file_type_inferred_when_missing(tmp_path):
-    src = write_tiny_gguf(tmp_path / "nofiletype.gguf", file_type=None)
+    src = write_tiny(tmp_path / "nofiletype.gguf", file_type=None)
     s = st.Store(tmp_path / "models")
     run(s, "m", f"FROM {src}\n")
     assert s.model_record("m").details["quantization_level"] == "F32"
@@ -272,7 +273,7 @@ def test_progress_while_copying_and_cancel(env, monkeypatch):
     events = run(s, "m", f"FROM {src}\n")
     done = [e["completed"] for e in events if e["status"].startswith("copying file")]
     assert len(done) > 3 and done == sorted(done) and done[-1] == src.stat().st_size
-    gen = create(s, "other", f"FROM {write_tiny_gguf(d / 'b.gguf', seed=3)}\n")
+    gen = create(s, "other", f"FROM {write_tiny(d / 'b.gguf', seed=3)}\n")
     for ev in gen:
         if ev["status"].startswith("copying file"):
             break
@@ -283,7 +284,7 @@ def test_progress_while_copying_and_cancel(env, monkeypatch):
 
 def test_quantize_with_localrt_quantize(tmp_path):
     pytest.importorskip("localrt.models.quantize")
-    src = write_tiny_gguf(tmp_path / "f32.gguf", n_embd=64)
+    src = write_tiny(tmp_path / "f32.gguf", n_embd=64)
     s = st.Store(tmp_path / "models")
     events = run(s, "q", f"FROM {src}\n", quantize="q8_0")
     quantizing = [e for e in events if e["status"] == "quantizing F32 model to Q8_0"]
@@ -296,7 +297,7 @@ def test_quantize_with_localrt_quantize(tmp_path):
     # The unquantized import is not kept, and no temp file is left behind.
     assert s.verify(rehash=False).unreferenced == []
     assert list((tmp_path / "models" / "blobs").glob(".tmp-*")) == []
-    run(s, "q4", f"FROM {write_tiny_gguf(tmp_path / 'q4.gguf', n_embd=64)}\n", quantize="q4_0")
+    run(s, "q4", f"FROM {write_tiny(tmp_path / 'q4.gguf', n_embd=64)}\n", quantize="q4_0")
     with pytest.raises(CreateError, match="cannot quantize"):
         run(s, "qq", "FROM q4\n", quantize="q4_K_M")  # already quantized: requantizing is refused
     with pytest.raises(CreateError, match="cannot quantize"):
@@ -306,7 +307,7 @@ def test_quantize_with_localrt_quantize(tmp_path):
 def test_quantize_refuses_a_quantized_source_by_its_type_before_the_first_event(tmp_path):
     pytest.importorskip("localrt.models.quantize")
     s = st.Store(tmp_path / "models")
-    src = write_tiny_gguf(tmp_path / "f32.gguf", n_embd=64)
+    src = write_tiny(tmp_path / "f32.gguf", n_embd=64)
     run(s, "q8", f"FROM {src}\n", quantize="q8_0")
     for from_ in (
         "q8",
@@ -353,7 +354,7 @@ def test_cli_create_errors_name_the_users_file_not_the_blob(tmp_path):
     """Issue 46: `localrt create` with FROM ./my-model.gguf naming a bad file said
     `.../models/blobs/sha256-...: not a GGUF file`; the error names the user's file. A request that gives no file
     name (the legacy `modelfile` form) gets the digest, never the server's store path."""
-    model = write_tiny_gguf(tmp_path / "good.gguf")
+    model = write_tiny(tmp_path / "good.gguf")
     cases = [
         (b"hello, this is not a model\n" * 4, "not a GGUF file"),
         (b"", "empty file"),
@@ -371,7 +372,7 @@ def test_cli_create_errors_name_the_users_file_not_the_blob(tmp_path):
                 assert r.exit_code == 1 and why in r.stderr, r.output
                 assert "my-model.gguf" in r.stderr and "blobs" not in r.stderr and "sha256" not in r.stderr, r.stderr
             (tmp_path / "Modelfile").write_text("FROM ./good.gguf\nADAPTER ./my-model.gguf\n")
-            write_tiny_gguf(tmp_path / "my-model.gguf", seed=2)  # a model, not an adapter
+            write_tiny(tmp_path / "my-model.gguf", seed=2)  # a model, not an adapter
             r = CliRunner().invoke(app, ["create", "mine", "-f", str(tmp_path / "Modelfile")], env=env)
             assert r.exit_code == 1 and "ADAPTER 'my-model.gguf' is not a LoRA adapter" in r.stderr, r.output
 

@@ -13,7 +13,7 @@ import gguf_io
 import modelfile as M
 import store as st
 from _daemon_fakes import make_config
-from _tiny_gguf import write_tiny_gguf
+from fixtures.decoders import write_tiny
 from cli import app
 from localrt.models.create import CreateError, create
 from localrt.runtime.service import Service
@@ -34,7 +34,7 @@ def referenced(s: st.Store) -> set[str]:
 
 @pytest.fixture
 def env(tmp_path):
-    return tmp_path, write_tiny_gguf(tmp_path / "f32.gguf", n_embd=64), st.Store(tmp_path / "models")
+    return tmp_path, write_tiny(tmp_path / "f32.gguf", n_embd=64), st.Store(tmp_path / "models")
 
 
 def upload(s: st.Store, path) -> str:
@@ -75,7 +75,7 @@ def test_quantize_progress_counts_bytes_of_weights(env):
 @pytest.mark.parametrize("how", ["bad template", "bad level", "abandoned"])
 def test_a_failed_create_removes_what_it_added_at_once(env, how):
     d, src, s = env
-    run(s, "keep", f"FROM {write_tiny_gguf(d / 'other.gguf', seed=1)}\n")
+    run(s, "keep", f"FROM {write_tiny(d / 'other.gguf', seed=1)}\n")
     before = blobs(s)
     if how == "bad template":  # fails after the file was copied in and a SYSTEM layer written
         with pytest.raises(CreateError, match="template"):
@@ -131,7 +131,7 @@ def test_a_held_blob_is_not_collected(env):
 
 def test_cli_create_quantize_leaves_no_unreferenced_blob(tmp_path):
     """The path a user takes: `localrt create -q` uploads the local GGUF as a blob, the daemon quantizes it."""
-    write_tiny_gguf(tmp_path / "model-f32.gguf", n_embd=64)
+    write_tiny(tmp_path / "model-f32.gguf", n_embd=64)
     (tmp_path / "Modelfile").write_text("FROM ./model-f32.gguf\n")
     conf = dataclasses.replace(make_config(tmp_path / "models"), data_dir=tmp_path / "data")
     service = Service(conf)
@@ -151,7 +151,7 @@ def test_cli_create_quantize_leaves_no_unreferenced_blob(tmp_path):
             assert s.verify(rehash=False).unreferenced == []
             kept = blobs(s)
 
-            write_tiny_gguf(tmp_path / "other.gguf", n_embd=64, seed=2)
+            write_tiny(tmp_path / "other.gguf", n_embd=64, seed=2)
             for text, why in (
                 ("FROM ./other.gguf\nADAPTER ./missing.gguf\n", "adapter file ./missing.gguf not found"),
                 ('FROM ./other.gguf\nTEMPLATE "{{ .Bad"\n', "template error"),

@@ -19,7 +19,7 @@ from localrt.templates.prompt import generate_prompt, load_template, render_prom
 from _testpaths import DATA, TESTS
 
 sys.path.insert(0, str(TESTS))
-from _tiny_gguf import write_tiny_gguf  # noqa: E402
+from fixtures.decoders import write_tiny  # noqa: E402
 
 PROMPTS = json.loads((DATA / "prompts.json").read_text())
 
@@ -120,7 +120,7 @@ def test_real_gguf_facts(smollm2_path, gemma3_path):
 
 def test_ensure_builtin_uses_create_path(tmp_path, monkeypatch):
     """Same code path as the real models, on a tiny file (the real copies are tested once below)."""
-    tiny = write_tiny_gguf(tmp_path / "tiny.gguf", arch="gemma3")
+    tiny = write_tiny(tmp_path / "tiny.gguf", arch="gemma3")
     spec = dataclasses.replace(library.BUILTINS["gemma3:270m"], gguf_path=lambda: tiny)
     monkeypatch.setitem(library.BUILTINS, "gemma3:270m", spec)
     s = st.Store(tmp_path / "models")
@@ -144,7 +144,7 @@ def test_ensure_builtin_uses_create_path(tmp_path, monkeypatch):
 
 
 def test_a_stored_latest_wins_over_the_builtin_alias(tmp_path, monkeypatch):
-    tiny = write_tiny_gguf(tmp_path / "tiny.gguf", arch="gemma3")
+    tiny = write_tiny(tmp_path / "tiny.gguf", arch="gemma3")
     monkeypatch.setitem(
         library.BUILTINS, "gemma3:270m", dataclasses.replace(library.BUILTINS["gemma3:270m"], gguf_path=lambda: tiny)
     )

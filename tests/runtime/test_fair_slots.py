@@ -18,7 +18,7 @@ from localrt.runtime import fairness
 from localrt.runtime.batch_driver import BatchDriver
 from localrt.runtime.jobs import CLIENT
 
-from _engine_gguf import Spec, write_model
+from fixtures.decoders import small, write_model
 from _sched_fakes import Reader, Zoo, make, req, wait_until
 
 # -- the rules ----------------------------------------------------------------------------------------
@@ -122,7 +122,9 @@ SAMPLED = {"temperature": 1.5, "top_k": 3, "seed": 7}
 def tiny(request, tmp_path_factory):
     path = tmp_path_factory.mktemp("fair") / f"{request.param}.gguf"
     spec = (
-        Spec(seed=5, wtype=8) if request.param == "llama" else Spec(arch="gemma3", n_layer=6, window=8, seed=2, wtype=8)
+        small(seed=5, wtype=8)
+        if request.param == "llama"
+        else small(arch="gemma3", n_layer=6, window=8, seed=2, wtype=8)
     )
     write_model(path, spec)  # gemma3: sliding-window rings per slot, so a parked sequence replays from scratch
     return load_model(path, num_ctx=256, num_batch=64, n_slots=2)

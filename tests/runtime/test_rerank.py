@@ -1,4 +1,4 @@
-"""Reranking against llama.cpp: the tiny reranker of bertgen (bert + classification head, pooling_type 4) scored as
+"""Reranking against llama.cpp: the tiny reranker of fixtures.encoders (bert + classification head, pooling_type 4) scored as
 llama.cpp scores it (its head outputs, tests/data/bert/rerank.npz), the prompt llama-server builds for a query and
 a document (its /v1/rerank replies, rerank_server.json, agree score by score), the request and reply shapes, and
 the refusals. References: bench/make_bert_reference.py rerank."""
@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 
-import bertgen
+from fixtures import encoders
 import numpy as np
 import pytest
 
@@ -24,20 +24,20 @@ from localrt.runtime.rerank import (
 from localrt.serve.rerank_compat import rerank_reply, rerank_request
 
 CASES = {  # reference label -> (wtype, write_reranker keywords, absolute tolerance on the scores)
-    "f32": (bertgen.F32, {}, 2e-3),
-    "f16": (bertgen.F16, {}, 3e-3),
-    "q8_0": (bertgen.Q8_0, {}, 3e-2),
-    "f32_output": (bertgen.F32, {"head": "output"}, 2e-3),
-    "f32_dense": (bertgen.F32, {"head": "dense"}, 2e-3),
-    "f32_mean": (bertgen.F32, {"classifier_pooling": 1}, 2e-3),
-    "f32_labels": (bertgen.F32, {"labels": ["no", "yes"]}, 2e-3),
+    "f32": (encoders.F32, {}, 2e-3),
+    "f16": (encoders.F16, {}, 3e-3),
+    "q8_0": (encoders.Q8_0, {}, 3e-2),
+    "f32_output": (encoders.F32, {"head": "output"}, 2e-3),
+    "f32_dense": (encoders.F32, {"head": "dense"}, 2e-3),
+    "f32_mean": (encoders.F32, {"classifier_pooling": 1}, 2e-3),
+    "f32_labels": (encoders.F32, {"labels": ["no", "yes"]}, 2e-3),
 }
-SERVED = json.loads((bertgen.DATA / "rerank_server.json").read_text())
+SERVED = json.loads((encoders.DATA / "rerank_server.json").read_text())
 
 
 @pytest.fixture
 def reranker(tmp_path):
-    model = load_model(bertgen.write_reranker(tmp_path / "r.gguf"))
+    model = load_model(encoders.write_reranker(tmp_path / "r.gguf"))
     yield model
     model.close()
 
@@ -45,9 +45,9 @@ def reranker(tmp_path):
 @pytest.mark.parametrize("label", CASES)
 def test_head_scores_equal_llamacpp(tmp_path, label):
     wtype, kw, tol = CASES[label]
-    ref = np.load(bertgen.DATA / "rerank.npz")
+    ref = np.load(encoders.DATA / "rerank.npz")
     pairs = [[int(t) for t in p if t >= 0] for p in ref["pairs"]]
-    model = load_model(bertgen.write_reranker(tmp_path / "r.gguf", wtype, **kw), tokenizer=False)
+    model = load_model(encoders.write_reranker(tmp_path / "r.gguf", wtype, **kw), tokenizer=False)
     try:
         assert model.pooling == "rank" and model.config.n_cls_out == ref[label].shape[1]
         scores = model.rank_many(pairs)
@@ -70,10 +70,10 @@ def test_head_scores_equal_llamacpp(tmp_path, label):
 def test_prompts_and_scores_equal_llama_servers(tmp_path, served):
     """Tokenized as llama-server tokenizes them (its usage counts the same tokens) and scored as it scores them:
     plain, [CLS] query [SEP] document [SEP]; with a rerank template, the template's text."""
-    template = bertgen.RERANK_TEMPLATE if served == "template" else None
-    model = load_model(bertgen.write_reranker(tmp_path / "r.gguf", template=template))
+    template = encoders.RERANK_TEMPLATE if served == "template" else None
+    model = load_model(encoders.write_reranker(tmp_path / "r.gguf", template=template))
     try:
-        seqs = rerank.rerank_inputs(model.tokenizer, model.metadata, bertgen.RERANK_QUERY, bertgen.RERANK_DOCS, 64)
+        seqs = rerank.rerank_inputs(model.tokenizer, model.metadata, encoders.RERANK_QUERY, encoders.RERANK_DOCS, 64)
         want = SERVED[served]["jina"]
         assert sum(map(len, seqs)) == want["usage"]["prompt_tokens"]
         scores = model.rank_many(seqs)
@@ -139,9 +139,9 @@ def test_a_document_longer_than_the_context_is_refused_naming_it(reranker):
 
 
 def test_batched_scores_equal_each_alone(tmp_path):
-    model = load_model(bertgen.write_reranker(tmp_path / "r.gguf"), tokenizer=False, num_batch=16)
+    model = load_model(encoders.write_reranker(tmp_path / "r.gguf"), tokenizer=False, num_batch=16)
     try:
-        pairs = bertgen.RERANK_PAIRS + [[2] + list(range(5, 40)) + [3, 9, 3]]
+        pairs = encoders.RERANK_PAIRS + [[2] + list(range(5, 40)) + [3, 9, 3]]
         together = model.rank_many(pairs)
         assert together == pytest.approx([model.rank_many([p])[0] for p in pairs], abs=1e-5)
     finally:
@@ -150,7 +150,7 @@ def test_batched_scores_equal_each_alone(tmp_path):
 
 def test_a_rank_file_without_a_head_is_refused_by_name(tmp_path):
     path = tmp_path / "headless.gguf"
-    bertgen.write_reranker(path)
+    encoders.write_reranker(path)
     with pytest.raises(InvalidModel, match="cls.output.weight"):
         load_model(
             _drop(path, tmp_path / "bad.gguf", ("cls.weight", "cls.bias", "cls.output.weight", "cls.output.bias"))
@@ -158,7 +158,7 @@ def test_a_rank_file_without_a_head_is_refused_by_name(tmp_path):
 
 
 def test_an_embedding_model_does_not_rank_and_a_reranker_does_not_embed(tmp_path, reranker):
-    embedder = load_model(bertgen.write(tmp_path / "e.gguf"), tokenizer=False)
+    embedder = load_model(encoders.write(tmp_path / "e.gguf"), tokenizer=False)
     try:
         with pytest.raises(InvalidRequest, match="not a reranker"):
             embedder.rank_many([[2, 3]])

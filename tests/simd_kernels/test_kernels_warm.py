@@ -73,9 +73,9 @@ def test_start_up_freezes_itself_out_of_the_collector_but_not_a_model_loaded_aft
     script = textwrap.dedent(f"""
         import gc, sys, weakref
         sys.path.insert(0, "tests")
-        from _engine_gguf import Spec, write_model
+        from fixtures.decoders import small, write_model
         from localrt import load_model
-        write_model({str(tmp_path / "m.gguf")!r}, Spec())
+        write_model({str(tmp_path / "m.gguf")!r}, small())
         assert gc.get_freeze_count() == 0
         model = load_model({str(tmp_path / "m.gguf")!r}, num_ctx=64)  # runs the start-up first
         frozen = gc.get_freeze_count()

@@ -10,7 +10,7 @@ import numba
 import numpy as np
 import pytest
 
-from _tiny_gguf import write_tiny_gguf
+from fixtures.decoders import write_tiny
 from localrt.engine.loader import load_model
 from localrt.errors import ModelLoadError
 from simd_kernels import threads
@@ -36,7 +36,7 @@ def test_a_capped_call_uses_at_most_the_cap():
 
 
 def test_a_model_computes_the_same_with_one_thread(tmp_path: Path):
-    path = write_tiny_gguf(tmp_path / "tiny.gguf")
+    path = write_tiny(tmp_path / "tiny.gguf")
     ids = list(np.random.default_rng(0).integers(0, 16, 64))  # a 64-token piece: the prompt path and its team
     out = []
     for num_thread in (0, 1):

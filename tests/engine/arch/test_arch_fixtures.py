@@ -1,8 +1,8 @@
-"""Each architecture family against llama.cpp's own logits on tiny random-weight models (tests/archgen.py).
+"""Each architecture family against llama.cpp's own logits on tiny random-weight models (tests/decoders.py).
 
-The GGUF files are rebuilt here from their seeds; llama.cpp's logits for archgen.IDS (one batched prefill)
+The GGUF files are rebuilt here from their seeds; llama.cpp's logits for decoders.IDS (one batched prefill)
 were stored by bench/make_arch_reference.py in tests/data/arch/<case>.npz, as float16. With F32 weights
-every position must agree within 1% of that position's logit range; with quantized weights (archgen's Q8_0 file,
+every position must agree within 1% of that position's logit range; with quantized weights (the decoder builder's Q8_0 file,
 the F32 file through `create --quantize`'s quantizer at Q4_K_M and IQ4_XS, and for gpt-oss its experts in MXFP4;
 activations quantized to 8 bits on both sides) the top-1 token must agree wherever llama.cpp's top-2 gap is clear. Each feature a
 case exists for is also switched off once, to show the comparison would catch its absence.
@@ -15,28 +15,28 @@ import dataclasses
 import numpy as np
 import pytest
 
-import archgen
+from fixtures import decoders
 from localrt.engine.backends.backend import QTensor
 from localrt.engine.loader import load_model
 from localrt.models.quantize import quantize_model
 
-CHECKED = list(archgen.CASES)
+CHECKED = list(decoders.CASES)
 F32_TOLERANCE = 0.01  # of each position's logit range (max - min)
 CLEAR_GAP = 0.5  # logits: below this llama.cpp's own top-2 is a near-tie that Q8_0 rounding may flip
 
 
-def _reference(case: archgen.Case, label: str) -> np.ndarray:
-    with np.load(archgen.DATA / f"{case.name}.npz") as z:
+def _reference(case: decoders.Case, label: str) -> np.ndarray:
+    with np.load(decoders.DATA / f"{case.name}.npz") as z:
         return z[label].astype(np.float32)  # (n_tok, n_vocab)
 
 
-def _model(tmp_path, case: archgen.Case, wtype: int | str):
-    """The case loaded in archgen's F32/Q8_0 file (an int type), or quantized by quantize_model (a level name)."""
+def _model(tmp_path, case: decoders.Case, wtype: int | str):
+    """The case loaded in the decoder builder's F32/Q8_0 file (an int type), or quantized by quantize_model (a level name)."""
     if isinstance(wtype, int):
-        path = archgen.write(tmp_path / f"{case.name}-{wtype}.gguf", case, wtype)
+        path = decoders.write(tmp_path / f"{case.name}-{wtype}.gguf", case, wtype)
     else:
         path = tmp_path / f"{case.name}-{wtype}.gguf"
-        for _ in quantize_model(archgen.write(tmp_path / f"{case.name}-src.gguf", case, archgen.F32), path, wtype):
+        for _ in quantize_model(decoders.write(tmp_path / f"{case.name}-src.gguf", case, decoders.F32), path, wtype):
             pass
     return load_model(path, num_ctx=case.n_ctx, num_gpu=0)
 
@@ -48,32 +48,32 @@ def relative_error(ours: np.ndarray, ref: np.ndarray) -> float:
 
 def _logits(model) -> np.ndarray:
     try:
-        return model.logits(archgen.IDS)
+        return model.logits(decoders.IDS)
     finally:
         model.close()
 
 
 @pytest.mark.parametrize("name", CHECKED)
 def test_f32_logits_agree_with_llamacpp(tmp_path, name):
-    case = archgen.CASES[name]
+    case = decoders.CASES[name]
     ref = _reference(case, "f32")
-    err = relative_error(_logits(_model(tmp_path, case, archgen.F32)), ref)
+    err = relative_error(_logits(_model(tmp_path, case, decoders.F32)), ref)
     assert err < F32_TOLERANCE, f"{name}: max error {err:.2%} of the logit range"
 
 
-QUANTIZED = {"q8_0": archgen.Q8_0, "q4_k_m": "q4_K_M", "iq4_xs": "iq4_xs", "mxfp4": archgen.MXFP4}  # label -> file
-# (case, label) for each quantized variant a case has reference logits for (archgen.Case.labels)
-QUANTIZED_CASES = [(name, label) for name in CHECKED for label in QUANTIZED if label in archgen.CASES[name].labels]
+QUANTIZED = {"q8_0": decoders.Q8_0, "q4_k_m": "q4_K_M", "iq4_xs": "iq4_xs", "mxfp4": decoders.MXFP4}  # label -> file
+# (case, label) for each quantized variant a case has reference logits for (decoders.Case.labels)
+QUANTIZED_CASES = [(name, label) for name in CHECKED for label in QUANTIZED if label in decoders.CASES[name].labels]
 
 
 @pytest.mark.parametrize("name, label", QUANTIZED_CASES, ids=[f"{n}-{lb}" for n, lb in QUANTIZED_CASES])
 def test_quantized_top1_agrees_where_the_gap_is_clear(tmp_path, name, label):
-    case = archgen.CASES[name]
+    case = decoders.CASES[name]
     ref = _reference(case, label)
     ours = _logits(_model(tmp_path, case, QUANTIZED[label]))
     top2 = np.sort(ref, axis=1)[:, -2:]
     clear = top2[:, 1] - top2[:, 0] > CLEAR_GAP
-    assert clear.sum() >= len(archgen.IDS) // 2, "too few clear positions for the check to mean anything"
+    assert clear.sum() >= len(decoders.IDS) // 2, "too few clear positions for the check to mean anything"
     agree = ours.argmax(axis=1) == ref.argmax(axis=1)
     assert agree[clear].all(), (
         f"{name} {label}: top-1 differs at clear positions {np.flatnonzero(clear & ~agree).tolist()}"
@@ -84,12 +84,14 @@ def test_quantized_top1_agrees_where_the_gap_is_clear(tmp_path, name, label):
 def test_f32_decode_steps_agree_with_llamacpp(tmp_path, name):
     """A 4-token prefill, then one token per step: the per-token attention kernel, the KV cache (a ring for
     sliding-window layers) and the caps on the decode path, against the same batched llama.cpp logits."""
-    case = archgen.CASES[name]
-    model = _model(tmp_path, case, archgen.F32)
+    case = decoders.CASES[name]
+    model = _model(tmp_path, case, decoders.F32)
     try:
         model.cache.clear(0)
-        rows = [model.forward(model.batch(archgen.IDS[:4], 0), model.cache)]
-        rows += [model.forward(model.batch(archgen.IDS[i : i + 1], i), model.cache) for i in range(4, len(archgen.IDS))]
+        rows = [model.forward(model.batch(decoders.IDS[:4], 0), model.cache)]
+        rows += [
+            model.forward(model.batch(decoders.IDS[i : i + 1], i), model.cache) for i in range(4, len(decoders.IDS))
+        ]
     finally:
         model.close()
     err = relative_error(np.concatenate(rows), _reference(case, "f32"))
@@ -188,8 +190,8 @@ ABLATIONS = {
 @pytest.mark.parametrize("feature", list(ABLATIONS))
 def test_each_feature_is_what_makes_its_case_agree(tmp_path, feature):
     name, switch_off = ABLATIONS[feature]
-    case = archgen.CASES[name]
-    model = _model(tmp_path, case, archgen.F32)
+    case = decoders.CASES[name]
+    model = _model(tmp_path, case, decoders.F32)
     switch_off(model)
     err = relative_error(_logits(model), _reference(case, "f32"))
     assert err > 5 * F32_TOLERANCE, f"{name} agrees with llama.cpp even without {feature} ({err:.2%})"

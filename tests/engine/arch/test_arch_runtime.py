@@ -1,4 +1,4 @@
-"""Every architecture tests/archgen.py makes, through the rest of the runtime on its tiny random-weight GGUF.
+"""Every architecture tests/decoders.py makes, through the rest of the runtime on its tiny random-weight GGUF.
 
 The memory estimate's KV cache is the architecture's own layout (a ring for sliding-window layers) and equals what
 the loader allocates; through a real daemon, `create --quantize` (Q4_K_M and IQ4_XS) of the F32 file makes a model
@@ -18,14 +18,14 @@ import httpx
 import jsonschema
 import pytest
 
-import archgen
+from fixtures import decoders
 from _daemon_fakes import pinned_daemon
 from localrt.engine.loader import load_model
 from localrt.models.builtins import SMOLLM2_TEMPLATE
 from localrt.models.gguf_facts import human_number
 from localrt.runtime.service import estimate_memory
 
-NAMES = list(archgen.CASES)
+NAMES = list(decoders.CASES)
 LEVELS = {"q4_K_M": ("Q4_K_M", 15), "iq4_xs": ("IQ4_XS", 30)}  # create's level -> (show's name, general.file_type)
 N_BATCH = 32  # below the cases' n_ctx, so a sliding-window layer's ring (window + n_batch) is smaller than n_ctx
 SCHEMA = {
@@ -55,7 +55,7 @@ WEATHER = {
 }
 
 
-def _kv_bytes(case: archgen.Case, n_ctx: int, n_batch: int) -> int:
+def _kv_bytes(case: decoders.Case, n_ctx: int, n_batch: int) -> int:
     """K and V of every layer as the architecture lays them out: f16, (n_head_kv, positions, head_dim) each, where
     a sliding-window layer (gemma2's and gpt-oss's even ones, gemma3's five in six) keeps window + n_batch positions
     and every other layer n_ctx."""
@@ -69,8 +69,8 @@ def _kv_bytes(case: archgen.Case, n_ctx: int, n_batch: int) -> int:
 
 @pytest.mark.parametrize("name", NAMES)
 def test_memory_estimate_is_the_architectures_kv_layout(tmp_path, name):
-    case = archgen.CASES[name]
-    path = archgen.write(tmp_path / "m.gguf", case, archgen.Q8_0)
+    case = decoders.CASES[name]
+    path = decoders.write(tmp_path / "m.gguf", case, decoders.Q8_0)
     one, two = (estimate_memory(path, num_ctx=case.n_ctx, num_batch=N_BATCH, n_slots=n) for n in (1, 2))
     kv = _kv_bytes(case, case.n_ctx, N_BATCH)
     assert two.private - one.private == kv  # each slot adds exactly one KV cache
@@ -99,8 +99,8 @@ def created(daemon, tmp_path_factory):
 
     def create(name: str, level: str) -> str:
         if (name, level) not in done:
-            case = archgen.CASES[name]
-            data = archgen.write(root / f"{name}.gguf", case, archgen.F32).read_bytes()
+            case = decoders.CASES[name]
+            data = decoders.write(root / f"{name}.gguf", case, decoders.F32).read_bytes()
             digest = "sha256:" + hashlib.sha256(data).hexdigest()
             r = httpx.post(f"{daemon.url}/api/blobs/{digest}", content=data, timeout=60)
             assert r.status_code in (200, 201), r.text
@@ -124,10 +124,10 @@ def created(daemon, tmp_path_factory):
 @pytest.mark.parametrize("level", list(LEVELS))
 @pytest.mark.parametrize("name", NAMES)
 def test_create_quantize_then_show_and_generate(daemon, created, name, level):
-    case = archgen.CASES[name]
+    case = decoders.CASES[name]
     model = created(name, level)
     shown = httpx.post(daemon.url + "/api/show", json={"model": model}, timeout=60).json()
-    n_params = sum(a.size for a in archgen.weights(case).values())
+    n_params = sum(a.size for a in decoders.weights(case).values())
     label, file_type = LEVELS[level]
     d = shown["details"]
     assert (d["format"], d["family"], d["families"]) == ("gguf", case.arch, [case.arch])

@@ -1,4 +1,4 @@
-"""The architectures beyond llama/qwen2/gemma3: `create --quantize q8_0` is archgen's own Q8_0 model, and the config
+"""The architectures beyond llama/qwen2/gemma3: `create --quantize q8_0` is the decoder builder's own Q8_0 model, and the config
 rules read from their metadata (llama.cpp's defaults, refusals by name). `show`, the memory estimate, Q4_K_M/IQ4_XS
 creates and the structured/tool paths of every case are in test_arch_runtime.py; quantized logits against llama.cpp
 in test_arch_fixtures.py."""
@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import archgen
+from fixtures import decoders
 from localrt.engine.config import config_from_metadata
 from localrt.engine.loader import load_model
 from localrt.errors import InvalidModel, MissingTensor
@@ -19,16 +19,16 @@ NEW = ["llama3_rope", "qwen3", "phi3", "phi3_short", "gemma2", "gemma3", "qwen3m
 
 @pytest.mark.parametrize("name", NEW)
 def test_create_quantize_q8_0_is_the_same_model_as_the_fixture(tmp_path, name):
-    """quantize_model's Q8_0 of the F32 file computes exactly what archgen's own Q8_0 file does."""
-    case = archgen.CASES[name]
-    src = archgen.write(tmp_path / "f32.gguf", case, archgen.F32)
+    """quantize_model's Q8_0 of the F32 file computes exactly what the decoder builder's own Q8_0 file does."""
+    case = decoders.CASES[name]
+    src = decoders.write(tmp_path / "f32.gguf", case, decoders.F32)
     dst = tmp_path / "q8_0.gguf"
     for _ in quantize_model(src, dst, "q8_0"):
         pass
     ours = load_model(dst, num_ctx=case.n_ctx, num_gpu=0)
-    ref = load_model(archgen.write(tmp_path / "ref.gguf", case, archgen.Q8_0), num_ctx=case.n_ctx, num_gpu=0)
+    ref = load_model(decoders.write(tmp_path / "ref.gguf", case, decoders.Q8_0), num_ctx=case.n_ctx, num_gpu=0)
     try:
-        np.testing.assert_array_equal(ours.logits(archgen.IDS), ref.logits(archgen.IDS))
+        np.testing.assert_array_equal(ours.logits(decoders.IDS), ref.logits(decoders.IDS))
     finally:
         ours.close()
         ref.close()
@@ -64,14 +64,14 @@ def test_rope_scaling_types(tmp_path):
     import gguf_io
 
     llama3 = {"llama.rope.scaling.type": "llama3", "llama.rope.scaling.factor": 8.0}  # the factors are rope_freqs'
-    with gguf_io.open(archgen.write(tmp_path / "a.gguf", archgen.CASES["llama3_rope"])) as f:
+    with gguf_io.open(decoders.write(tmp_path / "a.gguf", decoders.CASES["llama3_rope"])) as f:
         assert config_from_metadata({**f.metadata, **llama3}, f.tensors).rope_freq_scale == 1.0
-    with gguf_io.open(archgen.write(tmp_path / "b.gguf", archgen.CASES["llama"])) as f:
+    with gguf_io.open(decoders.write(tmp_path / "b.gguf", decoders.CASES["llama"])) as f:
         with pytest.raises(InvalidModel, match="rope_freqs.weight"):
             config_from_metadata({**f.metadata, **llama3}, f.tensors)
     with pytest.raises(InvalidModel, match="'longrope'"):
         config_from_metadata(_md("llama", **{"rope.scaling.type": "longrope", "rope.scaling.factor": 4.0}))
-    # YaRN where llama.cpp's logits were checked (archgen's qwen2_yarn, qwen3_yarn, gpt-oss), refused by name elsewhere
+    # YaRN where llama.cpp's logits were checked (the decoder builder's qwen2_yarn, qwen3_yarn, gpt-oss), refused by name elsewhere
     for arch in ("llama", "gemma3", "phi3"):
         with pytest.raises(InvalidModel, match=f"{arch}.rope.scaling.type 'yarn'"):
             config_from_metadata(_md(arch, **{"rope.scaling.type": "yarn", "rope.scaling.factor": 4.0}))
@@ -105,7 +105,7 @@ def test_partial_rotary_only_where_llamacpp_has_it():
 def test_phi3_needs_fused_or_separate_attention(tmp_path):
     import gguf_io
 
-    path = archgen.write(tmp_path / "m.gguf", archgen.CASES["phi3"])
+    path = decoders.write(tmp_path / "m.gguf", decoders.CASES["phi3"])
     with gguf_io.open(path) as f:
         tensors = {k: v for k, v in f.tensors.items() if k != "blk.1.attn_qkv.weight"}
         with pytest.raises(MissingTensor, match="blk.1.attn_qkv.weight"):
@@ -115,7 +115,7 @@ def test_phi3_needs_fused_or_separate_attention(tmp_path):
 def test_longrope_factors_must_be_positive(tmp_path):
     import gguf_io
 
-    path = archgen.write(tmp_path / "m.gguf", archgen.CASES["phi3_short"])
+    path = decoders.write(tmp_path / "m.gguf", decoders.CASES["phi3_short"])
     with gguf_io.open(path) as f:
         bad = f.tensors["rope_factors_long.weight"]
         zeros = type("T", (), {"shape": bad.shape, "ggml_type": 0, "data": np.zeros(bad.data.nbytes, np.uint8)})()

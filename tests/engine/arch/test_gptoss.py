@@ -1,6 +1,6 @@
 """gpt-oss's configuration: llama.cpp's "gpt-oss" and Ollama's "gptoss" name one family (keys prefixed by the file's
 name), its YaRN parameters as llama.cpp's context derives them, and bad metadata refused naming the key or tensor.
-Its logits against llama.cpp are in test_arch_fixtures.py (archgen case "gpt-oss")."""
+Its logits against llama.cpp are in test_arch_fixtures.py (fixtures.decoders case "gpt-oss")."""
 
 from __future__ import annotations
 
@@ -11,30 +11,30 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-import archgen
+from fixtures import decoders
 import gguf_io
 from localrt.engine.config import config_from_metadata
 from localrt.engine.loader import load_model
 from localrt.errors import InvalidModel, MissingTensor
 
-CASE = archgen.CASES["gpt-oss"]
+CASE = decoders.CASES["gpt-oss"]
 
 
 @pytest.fixture(scope="module")
 def gpt_oss(tmp_path_factory):
     """(metadata, tensors) of the case's F32 file."""
-    path = archgen.write(tmp_path_factory.mktemp("gptoss") / "m.gguf", CASE)
+    path = decoders.write(tmp_path_factory.mktemp("gptoss") / "m.gguf", CASE)
     with gguf_io.open(path) as f:
         yield dict(f.metadata), dict(f.tensors)
 
 
 def test_gptoss_and_gpt_oss_files_load_the_same(tmp_path):
     ollama = dataclasses.replace(CASE, arch="gptoss")
-    a = load_model(archgen.write(tmp_path / "a.gguf", CASE), num_ctx=CASE.n_ctx, num_gpu=0)
-    b = load_model(archgen.write(tmp_path / "b.gguf", ollama), num_ctx=CASE.n_ctx, num_gpu=0)
+    a = load_model(decoders.write(tmp_path / "a.gguf", CASE), num_ctx=CASE.n_ctx, num_gpu=0)
+    b = load_model(decoders.write(tmp_path / "b.gguf", ollama), num_ctx=CASE.n_ctx, num_gpu=0)
     try:
         assert dataclasses.replace(b.config, arch="gpt-oss") == a.config
-        assert np.array_equal(a.logits(archgen.IDS), b.logits(archgen.IDS))
+        assert np.array_equal(a.logits(decoders.IDS), b.logits(decoders.IDS))
     finally:
         a.close()
         b.close()
@@ -113,12 +113,12 @@ def test_both_moe_paths_apply_the_biases_alike_on_mxfp4_experts(tmp_path, monkey
     biases and swiglu_oai included, so decode (pairs) and prompt (grouped) rows compute alike."""
     from localrt.engine.arch import moe
 
-    model = load_model(archgen.write(tmp_path / "mxfp4.gguf", CASE, archgen.MXFP4), num_ctx=64, num_gpu=0)
+    model = load_model(decoders.write(tmp_path / "mxfp4.gguf", CASE, decoders.MXFP4), num_ctx=64, num_gpu=0)
     try:
         L = model.weights.layers[1]
-        assert L.ffn_up_exps.stacked.ggml_type == archgen.MXFP4
+        assert L.ffn_up_exps.stacked.ggml_type == decoders.MXFP4
         m = np.ascontiguousarray(
-            model.backend.embed(model.weights.token_embd, np.array(archgen.IDS[:6]))
+            model.backend.embed(model.weights.token_embd, np.array(decoders.IDS[:6]))
         )  # (6, n_embd)
         monkeypatch.setattr(moe, "PAIRS_MAX_TOKENS", 8)
         fused = moe.moe_ffn(model.backend, model.config, L, m)

@@ -9,19 +9,19 @@ import re
 import numpy as np
 import pytest
 
-import archgen
+from fixtures import decoders
 import gguf_io
 from localrt.engine.arch import moe
 from localrt.engine.config import config_from_metadata
 from localrt.engine.loader import load_model
 from localrt.errors import InvalidModel
 
-CASE = archgen.CASES["qwen3moe"]
+CASE = decoders.CASES["qwen3moe"]
 
 
 @pytest.fixture(scope="module")
 def moe_file(tmp_path_factory):
-    return archgen.write(tmp_path_factory.mktemp("moe") / "m.gguf", CASE, archgen.Q8_0)
+    return decoders.write(tmp_path_factory.mktemp("moe") / "m.gguf", CASE, decoders.Q8_0)
 
 
 def _config(path, **keys):
@@ -74,7 +74,7 @@ def test_bad_expert_metadata_is_refused_by_name(moe_file, keys, message):
 
 
 def test_a_dense_family_claiming_experts_is_refused(tmp_path):
-    path = archgen.write(tmp_path / "q.gguf", archgen.CASES["qwen3"])
+    path = decoders.write(tmp_path / "q.gguf", decoders.CASES["qwen3"])
     with gguf_io.open(path) as f:
         with pytest.raises(InvalidModel, match="qwen3.expert_count is 8: qwen3 has no mixture-of-experts layers"):
             config_from_metadata({**f.metadata, "qwen3.expert_count": 8, "qwen3.expert_used_count": 2}, f.tensors)
@@ -158,7 +158,7 @@ def test_every_path_computes_the_same_bits(moe_file, monkeypatch):
     try:
         L = model.weights.layers[1]
         m = np.ascontiguousarray(
-            model.backend.embed(model.weights.token_embd, np.array(archgen.IDS[:6]))
+            model.backend.embed(model.weights.token_embd, np.array(decoders.IDS[:6]))
         )  # (6, n_embd)
         by_sort = moe.moe_ffn(model.backend, model.config, L, m)
         monkeypatch.setattr(moe, "SORTED_CALLS", False)
@@ -177,7 +177,7 @@ def test_a_tokens_logits_do_not_depend_on_its_batch(moe_file):
     bit for bit the same logits."""
     model = load_model(moe_file, num_ctx=64, n_slots=2, num_gpu=0)
     try:
-        a, b = archgen.IDS[:8], archgen.IDS[8:]
+        a, b = decoders.IDS[:8], decoders.IDS[8:]
         model.cache.clear(0)
         alone = model.forward(model.batch(a, 0, 0), model.cache)
         model.cache.clear(0)
@@ -250,7 +250,7 @@ def test_the_experts_kernel_is_the_matmul_kernel_per_pair(ggml_type):
         np.testing.assert_array_equal(out[p], among[t])
 
 
-@pytest.mark.parametrize("ggml_type", [8, 12, 23, 39], ids=["Q8_0", "Q4_K", "IQ4_XS", "MXFP4"])  # the archgen
+@pytest.mark.parametrize("ggml_type", [8, 12, 23, 39], ids=["Q8_0", "Q4_K", "IQ4_XS", "MXFP4"])  # the fixtures.decoders
 # fixtures' formats: their models compile these kernels in the README's run anyway
 def test_the_grouped_kernel_is_the_one_token_kernel(ggml_type):
     """simd_kernels.GROUPED (a prompt's pairs sorted by expert: groups of 1 to 11 rows of x, so 8-token passes and

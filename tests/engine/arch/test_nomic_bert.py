@@ -1,11 +1,11 @@
-"""The nomic-bert encoder (nomic-embed-text v1 / v1.5) against llama.cpp: the tiny random nomic-bert of bertgen at
+"""The nomic-bert encoder (nomic-embed-text v1 / v1.5) against llama.cpp: the tiny random nomic-bert of fixtures.encoders at
 F32, F16 and Q8_0 (fused attn_qkv, no biases, as nomic's files) and at F32 with separate q/k/v and every optional
 bias; every token's hidden state and the mean pooling, of a short and a 48-token input. References:
 tests/data/bert/nomic_*.npz, written by `bench/make_bert_reference.py nomic`."""
 
 from __future__ import annotations
 
-import bertgen
+from fixtures import encoders
 import numpy as np
 import pytest
 
@@ -21,16 +21,16 @@ from localrt.errors import (
 
 # label -> (wtype, write_nomic keywords, tolerance): test_bert's tolerances per type
 CASES = {
-    "f32": (bertgen.F32, {}, 2e-4),
-    "f16": (bertgen.F16, {}, 2e-3),
-    "q8_0": (bertgen.Q8_0, {}, 2e-2),
-    "f32_split_bias": (bertgen.F32, {"fused": False, "biases": True}, 2e-4),
+    "f32": (encoders.F32, {}, 2e-4),
+    "f16": (encoders.F16, {}, 2e-3),
+    "q8_0": (encoders.Q8_0, {}, 2e-2),
+    "f32_split_bias": (encoders.F32, {"fused": False, "biases": True}, 2e-4),
 }
 
 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
-    model = load_model(bertgen.write_nomic(tmp_path_factory.mktemp("nomic") / "m.gguf"), tokenizer=False)
+    model = load_model(encoders.write_nomic(tmp_path_factory.mktemp("nomic") / "m.gguf"), tokenizer=False)
     yield model
     model.close()
 
@@ -38,8 +38,8 @@ def tiny(tmp_path_factory):
 @pytest.mark.parametrize("label", CASES)
 def test_tiny_nomic_bert_matches_llamacpp_token_by_token(tmp_path, label):
     wtype, kw, tol = CASES[label]
-    ref = np.load(bertgen.DATA / f"nomic_{label}.npz")
-    model = load_model(bertgen.write_nomic(tmp_path / "m.gguf", wtype, **kw), tokenizer=False)
+    ref = np.load(encoders.DATA / f"nomic_{label}.npz")
+    model = load_model(encoders.write_nomic(tmp_path / "m.gguf", wtype, **kw), tokenizer=False)
     try:
         assert isinstance(model, Encoder) and not hasattr(model, "cache") and model.pooling == "mean"
         for key in ("", "long_"):
@@ -47,16 +47,16 @@ def test_tiny_nomic_bert_matches_llamacpp_token_by_token(tmp_path, label):
             # LayerNorm output: values of order 1; llama.cpp quantizes activations for Q8_0 as we do not
             assert np.abs(hidden - ref[key + "tokens"]).max() < tol * 10
             for i in range(len(hidden)):
-                assert bertgen.cosine(hidden[i], ref[key + "tokens"][i]) > 1 - tol
-            assert bertgen.cosine(model.embed(ref[key + "ids"]), ref[key + "mean"]) > 1 - tol
+                assert encoders.cosine(hidden[i], ref[key + "tokens"][i]) > 1 - tol
+            assert encoders.cosine(model.embed(ref[key + "ids"]), ref[key + "mean"]) > 1 - tol
     finally:
         model.close()
 
 
 def test_the_config_reads_nomics_keys(tiny):
     cfg = tiny.config
-    assert cfg.encoder and cfg.rope_base == bertgen.NOMIC_ROPE_BASE and cfg.n_rot == cfg.head_dim == 16
-    assert cfg.n_ctx_train == bertgen.NOMIC_CTX and tiny.num_ctx == bertgen.NOMIC_CTX  # capped by the trained context
+    assert cfg.encoder and cfg.rope_base == encoders.NOMIC_ROPE_BASE and cfg.n_rot == cfg.head_dim == 16
+    assert cfg.n_ctx_train == encoders.NOMIC_CTX and tiny.num_ctx == encoders.NOMIC_CTX  # capped by the trained context
 
 
 def test_positions_come_from_rope(tiny):
@@ -70,16 +70,16 @@ def test_positions_come_from_rope(tiny):
 
 def test_an_input_longer_than_the_trained_context_is_refused(tiny):
     with pytest.raises(ContextLengthExceeded):
-        tiny.embed([5] * (bertgen.NOMIC_CTX + 1))
+        tiny.embed([5] * (encoders.NOMIC_CTX + 1))
     with pytest.raises(InvalidRequest):
-        tiny.embed([len(bertgen.VOCAB)])
+        tiny.embed([len(encoders.VOCAB)])
     with pytest.raises(InvalidRequest):
         tiny.generate([2, 3])
 
 
 def test_inputs_embedded_together_equal_each_alone(tmp_path):
     """embed_many runs several inputs in one forward: each is rotated from position 0 and attends within itself."""
-    model = load_model(bertgen.write_nomic(tmp_path / "m.gguf"), tokenizer=False, num_batch=24)
+    model = load_model(encoders.write_nomic(tmp_path / "m.gguf"), tokenizer=False, num_batch=24)
     try:
         inputs = [[2, 5, 3], [2, 17, 44, 5, 99, 63, 3], [2] + list(range(5, 35)) + [3], [2, 9, 3]]
         for ids, got in zip(inputs, model.embed_many(inputs)):
@@ -96,13 +96,13 @@ def _rewrite(src, dst, *, drop=(), md_update=None, md_drop=(), replace=None):
         md.update(md_update or {})
         tensors = [(n, t.ggml_type, t.shape, np.array(t.data)) for n, t in f.tensors.items() if n not in drop]
     tensors = [
-        (n, bertgen.F32, replace[n].shape, replace[n]) if n in (replace or {}) else (n, *rest) for n, *rest in tensors
+        (n, encoders.F32, replace[n].shape, replace[n]) if n in (replace or {}) else (n, *rest) for n, *rest in tensors
     ]
     gguf_io.write(dst, md, tensors)
     return dst
 
 
-_E, _QKV0 = bertgen.N_EMBD, "blk.0.attn_qkv.weight"
+_E, _QKV0 = encoders.N_EMBD, "blk.0.attn_qkv.weight"
 
 
 @pytest.mark.parametrize(
@@ -119,6 +119,6 @@ _E, _QKV0 = bertgen.N_EMBD, "blk.0.attn_qkv.weight"
     ],
 )
 def test_a_hostile_nomic_file_is_refused_by_name(tmp_path, change, error, named):
-    path = _rewrite(bertgen.write_nomic(tmp_path / "m.gguf"), tmp_path / "bad.gguf", **change)
+    path = _rewrite(encoders.write_nomic(tmp_path / "m.gguf"), tmp_path / "bad.gguf", **change)
     with pytest.raises(error, match=named):
         load_model(path, tokenizer=False)

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from _tiny_gguf import write_tiny_gguf
+from fixtures.decoders import write_tiny
 from localrt.engine.backends.resident import ALIGN, MIN_PRIVATE, PrivateWeights, private_size, private_weights
 from localrt.engine.loader import load_model
 from localrt.runtime.loading import estimate_memory
@@ -57,7 +57,7 @@ def _logits(model):
 
 
 def test_a_model_computes_the_same_from_either(tmp_path: Path):
-    path = write_tiny_gguf(tmp_path / "tiny.gguf")
+    path = write_tiny(tmp_path / "tiny.gguf")
     mapped, private = (load_model(path, num_ctx=32, tokenizer=False, use_mmap=flag) for flag in (True, False))
     try:
         base = np.frombuffer(mapped._source._maps[0], np.uint8)
@@ -76,7 +76,7 @@ def test_a_model_computes_the_same_from_either(tmp_path: Path):
 
 
 def test_the_estimate_counts_copied_weights_as_private(tmp_path: Path):
-    path = write_tiny_gguf(tmp_path / "tiny.gguf")
+    path = write_tiny(tmp_path / "tiny.gguf")
     mapped = estimate_memory(path, 32, 32, use_mmap=True)
     private = estimate_memory(path, 32, 32, use_mmap=False)
     assert mapped.mapped > 0 and private.mapped == 0

@@ -216,16 +216,16 @@ def test_rerank_pair_is_xlm_r_s():
 
 # -- end to end: a bert with this vocabulary loads, tokenizes and embeds as llama.cpp does ----------------------------
 def test_bert_with_a_ugm_vocabulary_embeds_as_llamacpp_does(tmp_path):
-    import bertgen
+    from fixtures import encoders
     from localrt.engine.loader import load_model
 
     ref = np.load(DATA / "bert" / "ugm.npz")
-    model = load_model(bertgen.write_ugm(tmp_path / "ugm.gguf"))
+    model = load_model(encoders.write_ugm(tmp_path / "ugm.gguf"))
     try:
-        for text, ids, want in zip(bertgen.UGM_TEXTS, ref["ids"], ref["mean"]):
+        for text, ids, want in zip(encoders.UGM_TEXTS, ref["ids"], ref["mean"]):
             ids = [int(i) for i in ids if i >= 0]
             assert model.tokenizer.encode(text) == ids, text
             got = model.embed(ids)
-            assert bertgen.cosine(got, want) > 0.99999, text
+            assert encoders.cosine(got, want) > 0.99999, text
     finally:
         model.close()
