@@ -11,13 +11,24 @@ import quant
 F32, F16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 = 0, 1, 2, 3, 6, 7, 8
 Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS, BF16, MXFP4 = 10, 11, 12, 13, 14, 20, 23, 30, 39
 ALL = [Q8_0, Q4_1, Q4_K, Q5_0, Q6_K, F32, Q4_0, Q5_1, Q2_K, Q3_K, Q5_K, F16, BF16, IQ4_NL, IQ4_XS, MXFP4]
-# no built-in model holds Q2_K or Q3_K: their kernel tests (each kernel's cold compile, about 5 s since their row dot is
-# one compiled function, docs/measurements.md) run with the slow ones, each format's on one worker
-SLOW_COMPILE = (Q2_K, Q3_K)
-ALL_KERNELS = [
-    pytest.param(t, marks=[pytest.mark.slow, pytest.mark.xdist_group(f"compile-{t}")]) if t in SLOW_COMPILE else t
-    for t in ALL
-]
+# No built-in model, and no model a test of the README's run loads, holds Q2_K, Q3_K, Q4_0 or Q5_K: their kernel tests
+# run with the slow ones, each format's on one worker. What they cost the README's run was each kernel's cold compile
+# (5-9 s of CPU; docs/measurements.md), 40 s of the cold run's 350 s of compiles (tests/_compile_log.py).
+SLOW_COMPILE = (Q2_K, Q3_K, Q4_0, Q5_K)
+NAMES = {Q2_K: "q2_k", Q3_K: "q3_k", Q4_0: "q4_0", Q5_K: "q5_k"}
+
+
+def formats(types, ids=None):
+    """types as pytest params, those of SLOW_COMPILE marked slow (each on one xdist worker)."""
+    return [
+        pytest.param(t, marks=[pytest.mark.slow, pytest.mark.xdist_group(f"compile-{t}")], id=i)
+        if t in SLOW_COMPILE
+        else pytest.param(t, id=i)
+        for t, i in zip(types, ids or [None] * len(types))
+    ]
+
+
+ALL_KERNELS = formats(ALL)
 # byte offsets of the f16 scales inside each block: random bytes there could be inf/NaN
 SCALE_OFFSETS = {
     Q4_0: [0],

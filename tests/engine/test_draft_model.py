@@ -216,6 +216,7 @@ def test_accept_or_resample_gives_p():
     assert chi2 < 25, (chi2, counts / n, exact)  # 3 degrees of freedom: P(chi2 > 25) is about 2e-5
 
 
+@pytest.mark.slow  # 600 seeded runs (23 s); the acceptance rule's own distribution test above stays in the README's run
 def test_speculative_sampling_keeps_the_targets_distribution(target, other):
     """Joint distribution of four sampled tokens (the last three from one speculative-sampling step against the
     other-weights draft: two drafted tokens verified in one forward): exact, from the target's logits, vs 600

@@ -16,6 +16,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
@@ -173,6 +174,7 @@ KNOWN = [  # the crashers and 500s the review found, always in the first batch
 ]
 
 
+@pytest.mark.slow  # a fuzzer; the hostile values' named cases (test_model_validation.py) stay in the README's run
 @settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(batch=st.lists(case, min_size=4, max_size=4))
 @example(batch=KNOWN)

@@ -61,7 +61,7 @@ def test_matmul_fused_and_tiled_paths(t: int) -> None:
             assert np.all(np.abs(out - ref) <= 1e-5 * (np.abs(x) @ np.abs(wd).T) + 1e-30)
 
 
-@pytest.mark.parametrize("t", ALL)
+@pytest.mark.parametrize("t", ALL_KERNELS)
 def test_get_rows_bit_exact(t: int) -> None:
     rng = np.random.default_rng(99 + t)
     w = random_weights(rng, t, 9, 512)

@@ -17,7 +17,7 @@ import pytest
 
 import simd_kernels as sk
 from simd_kernels import block32, iquants, kquants
-from _kernel_blocks import SLOW_COMPILE  # Q2_K, Q3_K: with the slow tests (no built-in model holds them)
+from _kernel_blocks import NAMES, SLOW_COMPILE  # with the slow tests (no built-in model holds them)
 
 GENERATED = {t: k for t, k in sk.MUL.items() if k.py_func.__code__.co_filename.endswith("simd.py")}
 
@@ -45,8 +45,11 @@ def test_every_block_format_kernel_is_generated() -> None:
 @pytest.mark.parametrize(
     "types",
     [sorted(set(GENERATED) - set(SLOW_COMPILE))]
-    + [pytest.param([t], marks=[pytest.mark.slow, pytest.mark.xdist_group(f"compile-{t}")]) for t in SLOW_COMPILE],
-    ids=["formats", "q2_k", "q3_k"],
+    + [
+        pytest.param([t], marks=[pytest.mark.slow, pytest.mark.xdist_group(f"compile-{t}")], id=NAMES[t])
+        for t in SLOW_COMPILE
+    ],
+    ids=["formats"] + [NAMES[t] for t in SLOW_COMPILE],
 )
 def test_generated_kernels_load_from_cache_in_a_new_process(types: list[int]) -> None:
     root = Path(sk.__file__).resolve().parents[1]

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from _kernel_blocks import random_weights
+from _kernel_blocks import formats, random_weights
 from test_kernels import check
 
 import simd_kernels as sk
@@ -52,7 +52,7 @@ NAMES = {
     MXFP4: "MXFP4",
 }
 SHARED = [t for t in NAMES if t not in (Q4_K, Q5_K, Q6_K)]  # the formats whose per-row kernels are these row dots
-FORMATS = pytest.mark.parametrize("t", list(NAMES), ids=list(NAMES.values()))
+FORMATS = pytest.mark.parametrize("t", formats(list(NAMES), list(NAMES.values())))
 ROOT = REPO
 
 
@@ -124,7 +124,7 @@ def test_a_tokens_result_does_not_depend_on_the_call(t: int) -> None:
         assert np.array_equal(_prefill(t, w, np.ascontiguousarray(x[lo:hi])), whole[lo:hi]), (lo, hi)
 
 
-@pytest.mark.parametrize("t", SHARED, ids=[NAMES[t] for t in SHARED])
+@pytest.mark.parametrize("t", formats(SHARED, [NAMES[t] for t in SHARED]))
 def test_the_prompt_kernel_gives_the_per_row_kernels_bits(t: int) -> None:
     """The 32-element formats' per-row kernels (decode; MXFP4's experts and an expert's share of a prompt) are made
     of the prompt kernel's row dots: a token's bits are the same on either path, one token a call or 21."""
@@ -146,7 +146,7 @@ _SCRIPT = """
 import json, sys
 import numpy as np
 sys.path.insert(0, {tests!r})
-from _kernel_blocks import random_weights
+from _kernel_blocks import formats, random_weights
 from simd_kernels import block32_prompt
 from simd_kernels.kquants_prompt import PREFILL_Q4_K, PREFILL_Q5_K, PREFILL_Q6_K
 out = []
