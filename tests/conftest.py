@@ -46,3 +46,16 @@ def gemma3_path() -> Path:
 def llamacpp_reference() -> dict:
     """llama.cpp's own token ids, greedy continuations and top logits for the two real models."""
     return json.loads((REFERENCE_DIR / "llamacpp_reference.json").read_text())
+
+
+@pytest.fixture(scope="session")
+def shared_daemon(tmp_path_factory):
+    """One real daemon per test process (each xdist worker has its own) for the modules that only read: they ask the
+    built-in smollm2 for completions, chats and embeddings with the default configuration, and never create, copy,
+    delete or pull a model, change a setting, or check what is cached or loaded. What another module asked before
+    cannot change their answers (a request's output does not depend on what was cached: engine/batch.py); sharing the
+    daemon also checks that."""
+    from _daemon_fakes import real_daemon
+
+    with real_daemon(tmp_path_factory.mktemp("shared-models")) as srv:
+        yield srv

@@ -14,7 +14,6 @@ import numpy as np
 import ollama
 import openai
 import pytest
-from _daemon_fakes import real_daemon
 
 from localrt.engine.logprobs import log_softmax_of
 from localrt.models import builtin_models
@@ -30,9 +29,8 @@ NEAR_TIE = 0.5
 
 
 @pytest.fixture(scope="module")
-def daemon(tmp_path_factory):
-    with real_daemon(tmp_path_factory.mktemp("models")) as srv:
-        yield srv
+def daemon(shared_daemon):
+    return shared_daemon  # this module only reads (conftest.py)
 
 
 @pytest.fixture(scope="module")

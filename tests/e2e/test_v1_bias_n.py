@@ -5,7 +5,6 @@ from __future__ import annotations
 import httpx
 import openai
 import pytest
-from _daemon_fakes import real_daemon
 
 MODEL = "smollm2:135m"
 PROMPT = "Write one word."
@@ -16,9 +15,8 @@ SHORT = "Hi"
 
 
 @pytest.fixture(scope="module")
-def daemon(tmp_path_factory):
-    with real_daemon(tmp_path_factory.mktemp("models")) as srv:
-        yield srv
+def daemon(shared_daemon):
+    return shared_daemon  # this module only reads (conftest.py)
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,6 @@ import json
 
 import openai
 import pytest
-from _daemon_fakes import real_daemon
 
 from localrt.serve.openai_responses import ResponsesOpts
 from localrt.serve.openai_responses_reply import ResponsesStream
@@ -46,9 +45,8 @@ ASK = [{"role": "user", "content": "What is 2 plus 3?"}]
 
 
 @pytest.fixture(scope="module")
-def oai(tmp_path_factory):
-    with real_daemon(tmp_path_factory.mktemp("models")) as srv:
-        yield openai.OpenAI(base_url=srv.url + "/v1", api_key="unused", max_retries=0)
+def oai(shared_daemon):  # this module only reads (conftest.py)
+    return openai.OpenAI(base_url=shared_daemon.url + "/v1", api_key="unused", max_retries=0)
 
 
 def test_completions_take_a_list_of_prompts_numbered_prompt_by_prompt(oai):

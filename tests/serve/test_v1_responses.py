@@ -11,7 +11,6 @@ import jsonschema
 import openai
 import pydantic
 import pytest
-from _daemon_fakes import real_daemon
 
 from localrt.errors import InvalidRequest
 from localrt.serve.openai_responses import responses_request
@@ -274,9 +273,8 @@ def test_a_failure_after_the_first_byte_is_response_failed():
 
 
 @pytest.fixture(scope="module")
-def daemon(tmp_path_factory):
-    with real_daemon(tmp_path_factory.mktemp("models")) as srv:
-        yield srv
+def daemon(shared_daemon):
+    return shared_daemon  # this module only reads (conftest.py)
 
 
 @pytest.fixture(scope="module")
