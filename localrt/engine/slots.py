@@ -10,9 +10,9 @@ from __future__ import annotations
 import copy
 from dataclasses import replace
 
-from .preempt import chunk_end
+from .preempt import DECODE, PREFILL, WAITING, chunk_end
 
-PREFILL, DECODE, CANCELLED, WAITING = "prefill", "decode", "cancelled", "waiting"
+CANCELLED = "cancelled"
 # Prompt rows one step may evaluate beside its decode rows: the oldest prompt's next chunk always, and the chunks of
 # the prompts admitted after it while their rows stay within this (and num_batch). Short prompts that arrive together
 # (a team's requests after a meeting) then all start in the first step, as llama-server fills one batch with several

@@ -44,12 +44,11 @@ def test_every_block_format_kernel_is_generated() -> None:
 
 @pytest.mark.parametrize(
     "types",
-    [sorted(set(GENERATED) - set(SLOW_COMPILE))]
+    [pytest.param(sorted(set(GENERATED) - set(SLOW_COMPILE)), id="formats")]
     + [
         pytest.param([t], marks=[pytest.mark.slow, pytest.mark.xdist_group(f"compile-{t}")], id=NAMES[t])
         for t in SLOW_COMPILE
     ],
-    ids=["formats"] + [NAMES[t] for t in SLOW_COMPILE],
 )
 def test_generated_kernels_load_from_cache_in_a_new_process(types: list[int]) -> None:
     root = Path(sk.__file__).resolve().parents[1]

@@ -146,7 +146,7 @@ _SCRIPT = """
 import json, sys
 import numpy as np
 sys.path.insert(0, {tests!r})
-from _kernel_blocks import formats, random_weights
+from _kernel_blocks import random_weights
 from simd_kernels import block32_prompt
 from simd_kernels.kquants_prompt import PREFILL_Q4_K, PREFILL_Q5_K, PREFILL_Q6_K
 out = []
